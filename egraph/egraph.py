@@ -1,0 +1,539 @@
+"""The e-graph: hash-consed e-nodes in e-classes, with egg-style deferred rebuilding.
+
+Every e-node gets a dense integer id when it is first added; that id is also the id of the
+class it starts in, so class ids, node ids and union-find entries are one array index.
+An e-node is a plain tuple ``(op, child_class, ...)``. Unions only record the merge and
+queue the parents of the merged class; :meth:`EGraph.rebuild` restores the hash-cons and
+congruence closure in one pass over that worklist (egg's rebuilding).
+
+>>> from egraph import EGraph, parse
+>>> eg = EGraph()
+>>> a = eg.add(parse("(f x)"))
+>>> b = eg.add(parse("(f y)"))
+>>> _ = eg.union(eg.add(parse("x")), eg.add(parse("y")))
+>>> eg.rebuild()
+1
+>>> eg.equiv(a, b)
+True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, NamedTuple
+
+from egraph.explain import CONGRUENCE, Explanation, ProofForest
+from egraph.term import Term, Var, parse
+from egraph.unionfind import UnionFind
+
+if TYPE_CHECKING:
+    from egraph.analysis import Analysis
+    from egraph.run import Report
+
+
+class ENode(NamedTuple):
+    """An e-node as the public API shows it: an operator and its child class ids."""
+
+    op: Hashable
+    children: tuple[int, ...]
+
+    def __str__(self) -> str:
+        from egraph.term import format_op
+
+        if not self.children:
+            return format_op(self.op)
+        return "(" + " ".join([format_op(self.op)] + [f"#{c}" for c in self.children]) + ")"
+
+
+class UnsoundMerge(ValueError):
+    """Raised by an analysis when two classes that cannot be equal are merged."""
+
+
+def _as_term(value: Term | str) -> Term:
+    if isinstance(value, str):
+        return parse(value)
+    if isinstance(value, Term):
+        return value
+    raise TypeError(f"expected a Term or an s-expression string, got {type(value).__name__}")
+
+
+class EGraph:
+    """An e-graph of terms, with an optional analysis and optional explanations.
+
+    >>> from egraph import EGraph, ConstantFolding, parse, rewrite, AstSize
+    >>> eg = EGraph(analysis=ConstantFolding())
+    >>> a = eg.add(parse("(* (+ x 0) (- 3 1))"), root=True)
+    >>> _ = eg.saturate([rewrite("zero-add", "(+ ?a 0)", "?a")])
+    >>> eg.extract(AstSize(), root=a)
+    (Term('(* x 2)'), 3)
+    """
+
+    def __init__(self, analysis: Analysis | None = None, explanations: bool = False):
+        self.analysis = analysis
+        self._uf = UnionFind()
+        self._memo: dict[tuple, int] = {}
+        self._node: list[tuple] = []
+        self._cnodes: list[list[tuple] | None] = []
+        self._parents: list[list[int] | None] = []
+        self._data: list[Any] = []
+        self._by_op: dict[Hashable, set[int]] = {}
+        self._pending: list[int] = []
+        self._analysis_pending: list[int] = []
+        self._dirty: set[int] = set()
+        self._grew: set[int] = set()
+        self._log: list[int] = []
+        self._roots: list[int] = []
+        self._num_classes = 0
+        self._proofs: ProofForest | None = ProofForest() if explanations else None
+        self.report: Report | None = None
+
+    # -- adding -------------------------------------------------------------------------
+
+    @property
+    def explanations(self) -> bool:
+        """Whether unions are recorded for :meth:`explain` (set at construction)."""
+        return self._proofs is not None
+
+    def add(self, term: Term | str, root: bool = False) -> int:
+        """Add a ground term; returns its class id. ``root=True`` records it in :attr:`roots`.
+
+        >>> eg = EGraph()
+        >>> eg.add("(+ 1 x)") == eg.add(parse("(+ 1 x)"))
+        True
+        """
+        term = _as_term(term)
+        ids: dict[int, int] = {}
+        stack: list[tuple[Term, bool]] = [(term, False)]
+        add = self.add_node
+        while stack:
+            t, expanded = stack.pop()
+            key = id(t)
+            if key in ids:
+                continue
+            if isinstance(t, Var):
+                raise ValueError(
+                    f"cannot add the pattern variable ?{t.name} to an e-graph: add ground terms, "
+                    f"or search for patterns with Pattern.of({str(term)!r}).search(egraph)"
+                )
+            if t.args and not expanded:
+                stack.append((t, True))
+                stack.extend((a, False) for a in reversed(t.args) if id(a) not in ids)
+                continue
+            ids[key] = add(t.op, [ids[id(a)] for a in t.args])
+        cid = ids[id(term)]
+        if root:
+            self._roots.append(cid)
+        return cid
+
+    def add_node(self, op: Hashable, children: Iterable[int] = ()) -> int:
+        """Add one e-node ``op(children...)`` over existing class ids; returns its class id."""
+        if self._proofs is not None:
+            return self._add_explained((op, *children))
+        find = self._uf.find
+        return self._add_canonical((op, *[find(c) for c in children]))
+
+    def _add_canonical(self, node: tuple) -> int:
+        """Add an e-node whose children are canonical class ids (hot path)."""
+        nid = self._memo.get(node)
+        if nid is not None:
+            return self._uf.find(nid)
+        return self._new_node(node)
+
+    def _add_explained(self, orig: tuple) -> int:
+        """Add an e-node whose children are node ids, keeping them for proofs."""
+        find = self._uf.find
+        node = (orig[0], *[find(c) for c in orig[1:]])
+        existing = self._memo.get(node)
+        proofs = self._proofs
+        if existing is None:
+            return self._new_node(node, orig)
+        if proofs.orig[existing] == orig:
+            return existing
+        # The same e-node reached through other representatives: a new id, congruent to it.
+        nid = len(self._node)
+        self._uf.parents.append(find(existing))
+        self._node.append(node)
+        self._cnodes.append(None)
+        self._parents.append(None)
+        self._data.append(None)
+        proofs.add_node(orig)
+        proofs.union(nid, existing, CONGRUENCE)
+        return nid
+
+    def _new_node(self, node: tuple, orig: tuple | None = None) -> int:
+        nid = len(self._node)
+        self._uf.parents.append(nid)
+        self._node.append(node)
+        self._cnodes.append([node])
+        self._parents.append(None)
+        self._data.append(None)
+        self._memo[node] = nid
+        parents = self._parents
+        for c in node[1:]:
+            plist = parents[c]
+            if plist is None:
+                parents[c] = [nid]
+            else:
+                plist.append(nid)
+        op = node[0]
+        ops = self._by_op.get(op)
+        if ops is None:
+            self._by_op[op] = {nid}
+        else:
+            ops.add(nid)
+        self._log.append(nid)
+        self._num_classes += 1
+        if self._proofs is not None:
+            self._proofs.add_node(orig if orig is not None else node)
+        analysis = self.analysis
+        if analysis is not None:
+            self._data[nid] = analysis.make(self, node)
+            analysis.modify(self, nid)
+        return nid
+
+    # -- merging ------------------------------------------------------------------------
+
+    def union(self, a: int, b: int, reason: str = "union") -> bool:
+        """Assert that classes ``a`` and ``b`` are equal; True if they were not already.
+
+        The merge is recorded at once; call :meth:`rebuild` (saturation does) before
+        relying on congruence.
+        """
+        return self._union(a, b, reason)
+
+    def _union(self, a: int, b: int, reason: Any) -> bool:
+        uf = self._uf
+        ra, rb = uf.find(a), uf.find(b)
+        if ra == rb:
+            return False
+        if self._proofs is not None:
+            self._proofs.union(a, b, reason)
+        parents = self._parents
+        pa, pb = parents[ra], parents[rb]
+        if (len(pa) if pa else 0) < (len(pb) if pb else 0):
+            ra, rb = rb, ra
+            pa, pb = pb, pa
+        analysis = self.analysis
+        if analysis is not None:
+            da, db = self._data[ra], self._data[rb]
+            try:
+                merged = analysis.merge(da, db)
+            except UnsoundMerge as err:
+                raise UnsoundMerge(f"{err} (merging by {reason})") from None
+            # As in egg: re-make the parents of whichever side's value changed.
+            if pa and merged is not da and merged != da:
+                self._analysis_pending.extend(pa)
+            if pb and merged is not db and merged != db:
+                self._analysis_pending.extend(pb)
+            self._data[ra] = merged
+            self._data[rb] = None
+        uf.parents[rb] = ra
+        self._num_classes -= 1
+        if pb:
+            self._pending.extend(pb)
+            if pa is None:
+                parents[ra] = pb
+            else:
+                pa.extend(pb)
+            parents[rb] = None
+            self._grew.add(ra)
+        cnodes = self._cnodes
+        cnodes[ra].extend(cnodes[rb])
+        cnodes[rb] = None
+        self._dirty.add(ra)
+        self._log.append(ra)
+        if analysis is not None:
+            analysis.modify(self, ra)
+        return True
+
+    def rebuild(self) -> int:
+        """Restore the hash-cons and congruence after unions; returns the repairs made."""
+        uf = self._uf
+        find = uf.find
+        memo = self._memo
+        nodes = self._node
+        pending = self._pending
+        apending = self._analysis_pending
+        dirty = self._dirty
+        repairs = 0
+        while pending or apending:
+            while pending:
+                nid = pending.pop()
+                old = nodes[nid]
+                new = _canonical(old, find)
+                if new != old:
+                    if memo.get(old) == nid:
+                        del memo[old]
+                    nodes[nid] = new
+                other = memo.setdefault(new, nid)
+                if other != nid and find(other) != find(nid):
+                    repairs += 1
+                    self._union(other, nid, CONGRUENCE)
+                dirty.add(nid)
+            analysis = self.analysis
+            while apending:
+                batch = list(dict.fromkeys(apending))
+                apending.clear()
+                for nid in batch:
+                    c = find(nid)
+                    old_data = self._data[c]
+                    node = _canonical(nodes[nid], find)
+                    merged = analysis.merge(old_data, analysis.make(self, node))
+                    if merged is not old_data and merged != old_data:
+                        self._data[c] = merged
+                        if self._parents[c]:
+                            apending.extend(self._parents[c])
+                        self._log.append(c)
+                        analysis.modify(self, c)
+        if dirty:
+            self._repair_classes(find)
+        return repairs
+
+    def _repair_classes(self, find: Callable[[int], int]) -> None:
+        cnodes = self._cnodes
+        memo = self._memo
+        nodes = self._node
+        for c in {find(c) for c in self._dirty}:
+            cnodes[c] = list(dict.fromkeys([_canonical(n, find) for n in cnodes[c]]))
+        for c in {find(c) for c in self._grew}:
+            plist = self._parents[c]
+            if plist and len(plist) > 1:
+                unique: dict[tuple, int] = {}
+                for p in plist:
+                    key = _canonical(nodes[p], find)
+                    if key not in unique:
+                        unique[key] = memo.get(key, p)
+                self._parents[c] = list(unique.values())
+        self._dirty.clear()
+        self._grew.clear()
+
+    @property
+    def is_clean(self) -> bool:
+        """True when no union awaits :meth:`rebuild`."""
+        return not (self._pending or self._analysis_pending or self._dirty)
+
+    def _clean(self) -> None:
+        if not self.is_clean:
+            self.rebuild()
+
+    # -- inspecting ---------------------------------------------------------------------
+
+    def find(self, cid: int) -> int:
+        """The canonical id of the class ``cid`` belongs to."""
+        return self._uf.find(cid)
+
+    def classes(self) -> list[int]:
+        """The canonical class ids, in creation order."""
+        self._clean()
+        return [i for i, ns in enumerate(self._cnodes) if ns is not None]
+
+    def nodes(self, cid: int) -> list[ENode]:
+        """The e-nodes of class ``cid``, children as canonical ids.
+
+        Safe inside guards and analyses: it never rebuilds.
+
+        >>> eg = EGraph()
+        >>> [str(n) for n in eg.nodes(eg.add("(+ x 1)"))]
+        ['(+ #0 #1)']
+        """
+        find = self._uf.find
+        return [ENode(n[0], tuple(find(c) for c in n[1:])) for n in self._cnodes[find(cid)]]
+
+    def data(self, cid: int) -> Any:
+        """The analysis data of class ``cid`` (None without an analysis); never rebuilds."""
+        return self._data[self._uf.find(cid)]
+
+    def set_data(self, cid: int, value: Any) -> None:
+        """Replace the analysis data of class ``cid`` (for an analysis's ``modify``)."""
+        c = self._uf.find(cid)
+        self._data[c] = value
+        self._log.append(c)
+
+    def retain_nodes(self, cid: int, keep: Callable[[ENode], bool]) -> None:
+        """Drop the e-nodes of class ``cid`` for which ``keep`` is false (egg's pruning)."""
+        c = self._uf.find(cid)
+        self._cnodes[c] = [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))]
+
+    def classes_with_op(self, op: Hashable) -> set[int]:
+        """Canonical ids of the classes holding an e-node with operator ``op``."""
+        found = self._by_op.get(op)
+        if not found:
+            return set()
+        find = self._uf.find
+        canonical = {find(c) for c in found}
+        if len(canonical) < len(found):
+            self._by_op[op] = canonical
+        return canonical
+
+    def ops(self) -> list[Hashable]:
+        """Every operator that occurs in the e-graph."""
+        return list(self._by_op)
+
+    def parents(self, cid: int) -> list[int]:
+        """Canonical ids of the classes with an e-node that uses class ``cid``."""
+        self._clean()
+        find = self._uf.find
+        plist = self._parents[find(cid)] or ()
+        return list(dict.fromkeys(find(p) for p in plist))
+
+    @property
+    def num_classes(self) -> int:
+        """Number of e-classes."""
+        return self._num_classes
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of e-nodes in the classes (after rebuilding; pruned nodes not counted)."""
+        self._clean()
+        return sum(len(ns) for ns in self._cnodes if ns is not None)
+
+    @property
+    def hashcons_size(self) -> int:
+        """Number of distinct e-nodes ever hash-consed (what node limits count, as in egg)."""
+        return len(self._memo)
+
+    @property
+    def roots(self) -> list[int]:
+        """Canonical ids of the root classes (outputs, or terms added with ``root=True``)."""
+        find = self._uf.find
+        return [find(r) for r in self._roots]
+
+    def lookup(self, term: Term | str) -> int | None:
+        """The class of a ground term if every part of it is in the e-graph, else None."""
+        term = _as_term(term)
+        self._clean()
+        find = self._uf.find
+        memo = self._memo
+        ids: dict[int, int] = {}
+        stack: list[tuple[Term, bool]] = [(term, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if id(t) in ids:
+                continue
+            if isinstance(t, Var):
+                return None
+            if t.args and not expanded:
+                stack.append((t, True))
+                stack.extend((a, False) for a in reversed(t.args))
+                continue
+            nid = memo.get((t.op, *[ids[id(a)] for a in t.args]))
+            if nid is None:
+                return None
+            ids[id(t)] = find(nid)
+        return ids[id(term)]
+
+    def _class_of(self, value: int | Term | str) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return self._uf.find(value)
+        return self.lookup(value)
+
+    def equiv(self, a: int | Term | str, b: int | Term | str) -> bool:
+        """True when ``a`` and ``b`` (ids or terms, looked up, never added) are equal.
+
+        >>> eg = EGraph()
+        >>> eg.equiv("x", "y")
+        False
+        """
+        self._clean()
+        ca, cb = self._class_of(a), self._class_of(b)
+        return ca is not None and ca == cb
+
+    def extract_term(self, cid: int) -> Term:
+        """The smallest term of class ``cid`` (AstSize, greedy)."""
+        from egraph.extract import AstSize
+
+        return self.extract(AstSize(), root=cid)[0]
+
+    # -- the big verbs ------------------------------------------------------------------
+
+    def saturate(self, rules, iter_limit: int = 30, node_limit: int = 10_000,
+                 time_limit: float = 5.0, scheduler=None, goals=None,
+                 incremental: bool = True) -> EGraph:
+        """Apply ``rules`` until nothing changes or a limit is hit; returns ``self``.
+
+        What happened is in :attr:`report` (stop reason, per-iteration sizes and times,
+        per-rule counts). ``goals``: pairs of terms or ids; stop once each pair is equal.
+        ``incremental``: search each rule only where the e-graph changed since its last
+        search (off: search everything every iteration).
+
+        >>> from egraph import rewrite
+        >>> eg = EGraph()
+        >>> _ = eg.add("(+ a b)", root=True)
+        >>> eg.saturate([rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)")]).report.stop_reason
+        'saturated'
+        """
+        from egraph.run import Runner
+
+        Runner(iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit,
+               scheduler=scheduler, goals=goals, incremental=incremental).run(self, rules)
+        return self
+
+    def extract(self, cost, root: int | None = None, **options):
+        """The best term of ``root`` under ``cost`` and its cost: ``(term, cost)``.
+
+        ``cost`` is a cost model (:class:`~egraph.extract.AstSize`, ...) or any callable
+        ``(enode, child_costs) -> cost``. ``root`` defaults to the first root.
+        """
+        from egraph.extract import extract
+
+        return extract(self, cost, root=root, **options)
+
+    def explain(self, a: int | Term | str, b: int | Term | str) -> Explanation:
+        """The chain of rewrites that proves ``a`` equal to ``b``.
+
+        Needs ``EGraph(explanations=True)``; terms are added (with their own ids) so the
+        proof starts and ends at exactly those terms.
+
+        >>> from egraph import rewrite
+        >>> eg = EGraph(explanations=True)
+        >>> _ = eg.add("(+ a b)")
+        >>> _ = eg.saturate([rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)")])
+        >>> print(eg.explain("(+ a b)", "(+ b a)"))
+        (+ a b)
+        (+ b a)  by comm
+        """
+        if self._proofs is None:
+            raise ValueError(
+                "this e-graph records no explanations: build it with EGraph(explanations=True)"
+            )
+        ia = a if isinstance(a, int) else self.add(a)
+        ib = b if isinstance(b, int) else self.add(b)
+        self._clean()
+        if self._uf.find(ia) != self._uf.find(ib):
+            raise ValueError(f"cannot explain: {a} and {b} are not equal in this e-graph")
+        return self._proofs.explain(ia, ib)
+
+    # -- export -------------------------------------------------------------------------
+
+    def to_json(self, cost: Callable[[ENode], float] | None = None) -> dict:
+        """The e-graph in the egraph-serialize JSON format (see :mod:`egraph.serialize`)."""
+        from egraph.serialize import to_json
+
+        return to_json(self, cost)
+
+    @classmethod
+    def from_json(cls, data: dict | str, analysis: Analysis | None = None) -> EGraph:
+        """An e-graph from egraph-serialize JSON (a dict or its text); validated."""
+        from egraph.serialize import from_json
+
+        return from_json(data, analysis=analysis)
+
+    def to_dot(self) -> str:
+        """Graphviz dot text of the e-graph (classes as clusters)."""
+        from egraph.dot import to_dot
+
+        return to_dot(self)
+
+    def __repr__(self) -> str:
+        return f"EGraph({self.num_classes} classes, {self.hashcons_size} e-nodes)"
+
+
+def _canonical(node: tuple, find: Callable[[int], int]) -> tuple:
+    """``node`` with canonical children (specialised by arity: this is the hot path)."""
+    n = len(node)
+    if n == 1:
+        return node
+    if n == 2:
+        return (node[0], find(node[1]))
+    if n == 3:
+        return (node[0], find(node[1]), find(node[2]))
+    return (node[0], *[find(c) for c in node[1:]])

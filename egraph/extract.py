@@ -1,0 +1,125 @@
+"""Greedy bottom-up extraction under a tree cost (egg's ``Extractor``).
+
+A cost function is any callable ``(enode, child_costs) -> cost`` whose costs compare with
+``<``; :class:`AstSize` and :class:`AstDepth` are the classic ones. Each class's cost is
+the best over its e-nodes, iterated to a fixed point, so shared subterms are counted once
+per use (a tree cost). DAG-aware and optimal (ILP) extraction live in ``extractors``.
+
+>>> from egraph import EGraph, parse
+>>> eg = EGraph()
+>>> a = eg.add(parse("(+ (* x 1) 0)"))
+>>> _ = eg.union(a, eg.add(parse("x")))
+>>> eg.extract(AstSize(), root=a)
+(Term('x'), 1)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from egraph.term import Term
+
+if TYPE_CHECKING:
+    from egraph.egraph import EGraph, ENode
+
+
+class AstSize:
+    """Number of e-nodes in the term: ``1 + sum(child costs)``."""
+
+    def __call__(self, enode: ENode, child_costs: list) -> int:
+        return 1 + sum(child_costs)
+
+    def __repr__(self) -> str:
+        return "AstSize()"
+
+
+class AstDepth:
+    """Height of the term: ``1 + max(child costs)``."""
+
+    def __call__(self, enode: ENode, child_costs: list) -> int:
+        return 1 + max(child_costs, default=0)
+
+    def __repr__(self) -> str:
+        return "AstDepth()"
+
+
+def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any]) -> dict[int, tuple[Any, tuple]]:
+    """For every class with a finite term: ``(best cost, chosen e-node tuple)``."""
+    from egraph.egraph import ENode
+
+    egraph.rebuild()
+    classes = egraph.classes()
+    cnodes = egraph._cnodes
+    best: dict[int, tuple[Any, tuple]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for c in classes:
+            current = best.get(c)
+            for n in cnodes[c]:
+                kids = n[1:]
+                try:
+                    child_costs = [best[k][0] for k in kids]
+                except KeyError:
+                    continue
+                value = cost(ENode(n[0], kids), child_costs)
+                if current is None or value < current[0]:
+                    current = (value, n)
+                    best[c] = current
+                    changed = True
+    return best
+
+
+def build_term(egraph: EGraph, choice: dict[int, tuple[Any, tuple]], root: int) -> Term:
+    """The term rooted at ``root`` that follows the chosen e-node of each class."""
+    find = egraph.find
+    built: dict[int, Term] = {}
+    on_path: set[int] = set()
+    stack = [find(root)]
+    while stack:
+        c = stack[-1]
+        if c in built:
+            stack.pop()
+            continue
+        node = choice[c][1]
+        missing = [k for k in node[1:] if k not in built]
+        if missing:
+            if c in on_path:
+                raise ValueError(
+                    f"the cost function chose a cycle through class {c}: costs must grow "
+                    "with each e-node (cost(node) > cost of every child)"
+                )
+            on_path.add(c)
+            stack.extend(missing)
+            continue
+        stack.pop()
+        on_path.discard(c)
+        built[c] = Term(node[0], tuple(built[k] for k in node[1:]))
+    return built[find(root)]
+
+
+def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy"):
+    """``(term, cost)`` of the best term of ``root`` (default: the first root)."""
+    if method != "greedy":
+        raise ValueError(
+            f"method={method!r}: a plain EGraph extracts with method='greedy'; the DAG and "
+            "ILP methods come with the extractors package (extractors.extract)"
+        )
+    if root is None:
+        roots = egraph.roots
+        if not roots:
+            raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
+        root = roots[0]
+    start = time.perf_counter()
+    choice = best_nodes(egraph, cost)
+    root = egraph.find(root)
+    if root not in choice:
+        raise ValueError(f"class {root} has no finite term (every e-node in it is cyclic)")
+    term = build_term(egraph, choice, root)
+    if egraph.report is not None:
+        egraph.report.extraction = {
+            "method": method, "cost": choice[root][0],
+            "time": round(time.perf_counter() - start, 6),
+        }
+    return term, choice[root][0]

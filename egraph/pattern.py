@@ -1,0 +1,257 @@
+"""Patterns compiled once to Python code: the e-matching machine and the instantiator.
+
+A :class:`Pattern` wraps a term with ``?variables``. Compiling it generates one Python
+function that walks the e-graph's class lists in nested loops (no interpretation per
+match) and one that builds the pattern's instance from a match. A match is a tuple
+``(root_class, v0, v1, ...)`` of class ids, variables in order of first occurrence.
+
+>>> from egraph import EGraph, parse
+>>> eg = EGraph()
+>>> root = eg.add(parse("(+ x (* y 2))"), root=True)
+>>> pat = Pattern.of("(+ ?a (* ?b 2))")
+>>> [eg.extract_term(m["b"]) for m in pat.search(eg)]
+[Term('y')]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Mapping
+
+from egraph.term import Term, Var, parse
+
+if TYPE_CHECKING:
+    from egraph.egraph import EGraph
+
+
+class Subst(Mapping):
+    """The classes a match bound to each pattern variable: ``subst["a"]`` is a class id.
+
+    Guards and dynamic right-hand sides receive one. The root class of the match is
+    ``subst.root``.
+    """
+
+    __slots__ = ("_index", "_match")
+
+    def __init__(self, index: dict[str, int], match: tuple):
+        self._index = index
+        self._match = match
+
+    def __getitem__(self, name: str) -> int:
+        if name.startswith("?"):
+            name = name[1:]
+        try:
+            return self._match[self._index[name]]
+        except KeyError:
+            raise KeyError(
+                f"no pattern variable ?{name} in this match; bound: "
+                + ", ".join("?" + n for n in self._index)
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @property
+    def root(self) -> int:
+        """The class id the pattern's root matched in."""
+        return self._match[0]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"?{n}: {self._match[i]}" for n, i in self._index.items())
+        return f"Subst({{{inner}}})"
+
+
+def _to_term(source: Term | str) -> Term:
+    if isinstance(source, Term):
+        return source
+    if isinstance(source, str):
+        return parse(source)
+    raise TypeError(
+        f"a pattern is an s-expression string or a Term, not {type(source).__name__}"
+    )
+
+
+class _Codegen:
+    """Emits the nested-loop source of one pattern's search function."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.consts: dict[str, Any] = {}
+        self.var_slot: dict[str, str] = {}
+        self.var_order: list[str] = []
+        self.grounds: list[Term] = []
+        self.counter = 0
+
+    def const(self, value: Hashable) -> str:
+        name = f"K{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+
+def _is_ground(term: Term) -> bool:
+    return not isinstance(term, Var) and all(_is_ground(a) for a in term.args)
+
+
+def _depth(term: Term) -> int:
+    """Height of the pattern, counting variable leaves (the reach of a match)."""
+    if isinstance(term, Var) or not term.args:
+        return 0
+    return 1 + max(_depth(a) for a in term.args)
+
+
+class Pattern:
+    """A compiled pattern: search an e-graph for it, or instantiate it from a match.
+
+    >>> Pattern.of("(- ?a ?a)").variables
+    ['a']
+    """
+
+    __slots__ = ("term", "variables", "depth", "root_op", "_search", "_grounds", "_inst")
+
+    def __init__(self, term: Term):
+        self.term = term
+        self.variables = term.variables()
+        self.depth = _depth(term)
+        self.root_op = None if isinstance(term, Var) else term.op
+        self._search, self._grounds = self._compile_search()
+        self._inst: dict[bool, Callable] = {}
+
+    @classmethod
+    def of(cls, source: Term | str | Pattern) -> Pattern:
+        """A pattern from an s-expression, a term, or a pattern (returned as is)."""
+        if isinstance(source, Pattern):
+            return source
+        return cls(_to_term(source))
+
+    def __str__(self) -> str:
+        return str(self.term)
+
+    def __repr__(self) -> str:
+        return f"Pattern({str(self.term)!r})"
+
+    # -- search -------------------------------------------------------------------------
+
+    def _compile_search(self) -> tuple[Callable, list[Term]]:
+        g = _Codegen()
+        term = self.term
+        g.emit(1, "out = []")
+        g.emit(1, "append = out.append")
+        body_depth = 2
+        g.emit(1, "for r in roots:")
+        if isinstance(term, Var):
+            g.var_slot[term.name] = "r"
+            g.var_order.append(term.name)
+        elif _is_ground(term):
+            g.grounds.append(term)
+            g.emit(2, "if r != G0:")
+            g.emit(3, "continue")
+        else:
+            body_depth = self._emit_node(g, term, "r", 2)
+        slots = ", ".join(["r"] + [g.var_slot[v] for v in self.variables])
+        g.emit(body_depth, f"append(({slots},))")
+        g.emit(body_depth, "if len(out) > limit:")
+        g.emit(body_depth + 1, "return out")
+        g.emit(1, "return out")
+        params = ", ".join(["cnodes", "roots", "limit"] + [f"G{i}" for i in range(len(g.grounds))])
+        source = f"def search({params}):\n" + "\n".join(g.lines) + "\n"
+        namespace = dict(g.consts)
+        exec(compile(source, f"<pattern {self.term}>", "exec"), namespace)  # noqa: S102
+        return namespace["search"], g.grounds
+
+    def _emit_node(self, g: _Codegen, term: Term, cls: str, depth: int) -> int:
+        """Loop over ``cls``'s nodes matching ``term``'s operator; returns the body depth."""
+        node = g.fresh("n")
+        k = g.const(term.op)
+        g.emit(depth, f"for {node} in cnodes[{cls}]:")
+        g.emit(depth + 1, f"if {node}[0] != {k} or len({node}) != {len(term.args) + 1}:")
+        g.emit(depth + 2, "continue")
+        depth += 1
+        nested: list[tuple[Term, str]] = []
+        for i, arg in enumerate(term.args, start=1):
+            ref = f"{node}[{i}]"
+            if isinstance(arg, Var):
+                slot = g.var_slot.get(arg.name)
+                if slot is None:
+                    slot = g.fresh("v")
+                    g.var_slot[arg.name] = slot
+                    g.var_order.append(arg.name)
+                    g.emit(depth, f"{slot} = {ref}")
+                else:
+                    g.emit(depth, f"if {ref} != {slot}:")
+                    g.emit(depth + 1, "continue")
+            elif _is_ground(arg):
+                gname = f"G{len(g.grounds)}"
+                g.grounds.append(arg)
+                g.emit(depth, f"if {ref} != {gname}:")
+                g.emit(depth + 1, "continue")
+            else:
+                child = g.fresh("c")
+                g.emit(depth, f"{child} = {ref}")
+                nested.append((arg, child))
+        for arg, child in nested:
+            depth = self._emit_node(g, arg, child, depth)
+        return depth
+
+    def search(self, egraph: EGraph, roots=None, limit: int = 1 << 62) -> list[Subst]:
+        """All matches as :class:`Subst` objects (roots: class ids to start from)."""
+        index = {name: i + 1 for i, name in enumerate(self.variables)}
+        return [Subst(index, m) for m in self.search_tuples(egraph, roots, limit)]
+
+    def search_tuples(self, egraph: EGraph, roots=None, limit: int = 1 << 62) -> list[tuple]:
+        """All matches as ``(root, v0, v1, ...)`` tuples, at most ``limit + 1`` of them."""
+        grounds = []
+        for t in self._grounds:
+            cid = egraph.lookup(t)
+            if cid is None:
+                return []
+            grounds.append(cid)
+        if roots is None:
+            roots = egraph.classes_with_op(self.root_op) if self.root_op is not None else (
+                egraph.classes()
+            )
+        return self._search(egraph._cnodes, roots, limit, *grounds)
+
+    # -- instantiation ------------------------------------------------------------------
+
+    def instantiator(self, index: dict[str, int], explained: bool) -> Callable:
+        """``inst(match, add, find) -> class id``: add this pattern's instance.
+
+        ``index`` maps each variable to its slot in the match tuple (the left side's
+        order). With ``explained`` the children are passed as given (the e-graph records
+        which e-node ids a proof goes through); otherwise they are canonicalised here.
+        """
+        key = (tuple(index.items()), explained)
+        fn = self._inst.get(key)
+        if fn is None:
+            fn = self._inst[key] = self._compile_inst(index, explained)
+        return fn
+
+    def _compile_inst(self, index: dict[str, int], explained: bool) -> Callable:
+        consts: dict[str, Any] = {}
+
+        def expr(t: Term) -> str:
+            if isinstance(t, Var):
+                ref = f"m[{index[t.name]}]"
+                return ref if explained else f"find({ref})"
+            k = f"K{len(consts)}"
+            consts[k] = t.op
+            parts = [k] + [expr(a) for a in t.args]
+            return f"add(({', '.join(parts)},))"
+
+        if isinstance(self.term, Var):
+            body = f"m[{index[self.term.name]}]"
+        else:
+            body = expr(self.term)
+        source = f"def inst(m, add, find):\n    return {body}\n"
+        namespace = dict(consts)
+        exec(compile(source, f"<instantiate {self.term}>", "exec"), namespace)  # noqa: S102
+        return namespace["inst"]

@@ -1,0 +1,314 @@
+"""Saturation: the runner loop, its schedulers, limits and report.
+
+Each iteration searches every rule (only where the e-graph changed since that rule's last
+complete search, when incremental), then applies all matches, then rebuilds once, as egg's
+``Runner`` does. Limits are checked between rules and inside a rule's application, so a
+node limit is never overshot by more than one match's worth of e-nodes.
+
+>>> from egraph import EGraph, rewrite, BackoffScheduler
+>>> eg = EGraph()
+>>> _ = eg.add("(+ a (+ b c))", root=True)
+>>> rules = [rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)"),
+...          rewrite("assoc", "(+ ?x (+ ?y ?z))", "(+ (+ ?x ?y) ?z)")]
+>>> eg.saturate(rules, scheduler=BackoffScheduler()).report.stop_reason
+'saturated'
+>>> eg.num_classes
+7
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from egraph.rewrite import Rewrite
+
+if TYPE_CHECKING:
+    from egraph.egraph import EGraph
+
+STOP_REASONS = ("saturated", "iter_limit", "node_limit", "time_limit", "goal")
+
+
+class SimpleScheduler:
+    """Search and apply every rule every iteration."""
+
+    def search(self, iteration: int, rule: Rewrite, search: Callable[[int], list]) -> list | None:
+        """Run ``search(limit)`` for ``rule``; None means the rule sat this iteration out."""
+        return search(1 << 62)
+
+    def can_stop(self, iteration: int) -> bool:
+        """Whether an iteration with no change may end saturation."""
+        return True
+
+
+@dataclass
+class _BackoffStats:
+    times_applied: int = 0
+    banned_until: int = 0
+    times_banned: int = 0
+
+
+class BackoffScheduler:
+    """egg's backoff scheduler: a rule that matches too often is banned for a while.
+
+    A rule may match up to ``match_limit << times_banned`` times in one iteration; beyond
+    that it is banned for ``ban_length << times_banned`` iterations. Saturation is only
+    declared once no rule is banned (banned rules are brought forward instead).
+    """
+
+    def __init__(self, match_limit: int = 1000, ban_length: int = 5):
+        self.match_limit = match_limit
+        self.ban_length = ban_length
+        self.stats: dict[str, _BackoffStats] = {}
+
+    def search(self, iteration: int, rule: Rewrite, search: Callable[[int], list]) -> list | None:
+        stats = self.stats.setdefault(rule.name, _BackoffStats())
+        if iteration < stats.banned_until:
+            return None
+        threshold = self.match_limit << stats.times_banned
+        matches = search(threshold)
+        if len(matches) > threshold:
+            stats.banned_until = iteration + (self.ban_length << stats.times_banned)
+            stats.times_banned += 1
+            return None
+        stats.times_applied += 1
+        return matches
+
+    def can_stop(self, iteration: int) -> bool:
+        banned = [s for s in self.stats.values() if s.banned_until > iteration]
+        if not banned:
+            return True
+        delta = min(s.banned_until for s in banned) - iteration
+        for s in banned:
+            s.banned_until -= delta
+        return False
+
+
+@dataclass
+class Iteration:
+    """What one iteration did."""
+
+    index: int
+    nodes: int
+    classes: int
+    applied: dict[str, int]
+    search_time: float
+    apply_time: float
+    rebuild_time: float
+    repairs: int
+
+
+@dataclass
+class RuleStats:
+    """Totals for one rule over a run (``skipped``: iterations a scheduler banned it)."""
+
+    searches: int = 0
+    matches: int = 0
+    applied: int = 0
+    skipped: int = 0
+    search_time: float = 0.0
+    apply_time: float = 0.0
+
+
+@dataclass
+class Report:
+    """What a saturation run did; ``str(report)`` prints a summary table."""
+
+    stop_reason: str | None = None
+    iterations: list[Iteration] = field(default_factory=list)
+    rules: dict[str, RuleStats] = field(default_factory=dict)
+    total_time: float = 0.0
+    nodes: int = 0
+    classes: int = 0
+    extraction: dict[str, Any] | None = None
+
+    @property
+    def search_time(self) -> float:
+        return sum(i.search_time for i in self.iterations)
+
+    @property
+    def apply_time(self) -> float:
+        return sum(i.apply_time for i in self.iterations)
+
+    @property
+    def rebuild_time(self) -> float:
+        return sum(i.rebuild_time for i in self.iterations)
+
+    def __str__(self) -> str:
+        lines = [
+            f"stop reason: {self.stop_reason}; {len(self.iterations)} iterations, "
+            f"{self.nodes} e-nodes, {self.classes} e-classes, {self.total_time:.3f} s "
+            f"(search {self.search_time:.3f}, apply {self.apply_time:.3f}, "
+            f"rebuild {self.rebuild_time:.3f})",
+            f"{'rule':<24}{'matches':>10}{'applied':>10}{'skipped':>8}{'search s':>10}",
+        ]
+        for name, s in self.rules.items():
+            lines.append(
+                f"{name:<24}{s.matches:>10}{s.applied:>10}{s.skipped:>8}{s.search_time:>10.4f}"
+            )
+        if self.extraction:
+            lines.append("extraction: " + ", ".join(f"{k}={v}" for k, v in self.extraction.items()))
+        return "\n".join(lines)
+
+
+def flatten_rules(rules: Iterable) -> list[Rewrite]:
+    """Rules from nested lists (``birewrite`` returns two); names must be unique."""
+    out: list[Rewrite] = []
+    stack = [rules]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Rewrite):
+            out.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        else:
+            raise TypeError(
+                f"expected Rewrite rules (from rewrite() or birewrite()), got {type(item).__name__}"
+            )
+    seen: set[str] = set()
+    for r in out:
+        if r.name in seen:
+            raise ValueError(f"two rules are named {r.name!r}: rule names must be unique")
+        seen.add(r.name)
+    return out
+
+
+class Runner:
+    """Runs rules on an e-graph under limits; :meth:`EGraph.saturate` is the usual entry."""
+
+    def __init__(self, iter_limit: int = 30, node_limit: int = 10_000, time_limit: float = 5.0,
+                 scheduler=None, goals=None, incremental: bool = True):
+        for name, value in (("iter_limit", iter_limit), ("node_limit", node_limit)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if not time_limit > 0:
+            raise ValueError(f"time_limit must be positive seconds, got {time_limit!r}")
+        self.iter_limit = iter_limit
+        self.node_limit = node_limit
+        self.time_limit = time_limit
+        self.scheduler = scheduler if scheduler is not None else BackoffScheduler()
+        self.goals = list(goals or [])
+        self.incremental = incremental
+
+    def _goals_met(self, egraph: EGraph) -> bool:
+        return bool(self.goals) and all(egraph.equiv(a, b) for a, b in self.goals)
+
+    def run(self, egraph: EGraph, rules) -> Report:
+        rules = flatten_rules(rules)
+        clock = time.perf_counter
+        start = clock()
+        deadline = start + self.time_limit
+        report = Report(rules={r.name: RuleStats() for r in rules})
+        egraph.report = report
+        egraph.rebuild()
+        positions = [-1] * len(rules)
+        memo = egraph._memo
+        stop = None
+        iteration = 0
+        while stop is None:
+            if iteration >= self.iter_limit:
+                stop = "iter_limit"
+            elif len(memo) > self.node_limit:
+                stop = "node_limit"
+            elif clock() > deadline:
+                stop = "time_limit"
+            elif self._goals_met(egraph):
+                stop = "goal"
+            if stop:
+                break
+            size_before = (len(memo), egraph.num_classes)
+            t0 = clock()
+            mark = len(egraph._log)
+            found: list[list | None] = []
+            for i, rule in enumerate(rules):
+                rs = report.rules[rule.name]
+                ts = clock()
+                roots = self._roots(egraph, rule, positions[i]) if self.incremental else None
+                matches = self.scheduler.search(
+                    iteration, rule, lambda limit, rule=rule, roots=roots: rule.search(
+                        egraph, roots, limit)
+                )
+                rs.search_time += clock() - ts
+                if matches is None:
+                    rs.skipped += 1
+                else:
+                    rs.searches += 1
+                    rs.matches += len(matches)
+                found.append(matches)
+                if clock() > deadline:
+                    stop = "time_limit"
+                    break
+            t1 = clock()
+            applied: dict[str, int] = {}
+            if stop is None:
+                for i, (rule, matches) in enumerate(zip(rules, found)):
+                    if matches is None:
+                        continue
+                    ta = clock()
+                    merged, complete = rule.apply(egraph, matches, self.node_limit, deadline, clock)
+                    report.rules[rule.name].apply_time += clock() - ta
+                    if merged:
+                        applied[rule.name] = merged
+                        report.rules[rule.name].applied += merged
+                    if complete:
+                        positions[i] = mark
+                    else:
+                        stop = "node_limit" if len(memo) > self.node_limit else "time_limit"
+                        break
+            t2 = clock()
+            repairs = egraph.rebuild()
+            t3 = clock()
+            self._trim_log(egraph, positions)
+            report.iterations.append(Iteration(
+                iteration, len(memo), egraph.num_classes, applied, t1 - t0, t2 - t1, t3 - t2,
+                repairs,
+            ))
+            if stop is None and not applied and self.scheduler.can_stop(iteration) and (
+                size_before == (len(memo), egraph.num_classes)
+            ):
+                stop = "saturated"
+            iteration += 1
+        report.stop_reason = stop
+        report.total_time = clock() - start
+        report.nodes = egraph.num_nodes
+        report.classes = egraph.num_classes
+        return report
+
+    @staticmethod
+    def _trim_log(egraph: EGraph, positions: list[int]) -> None:
+        low = min((p for p in positions if p >= 0), default=0)
+        if any(p < 0 for p in positions) or low == 0:
+            return
+        del egraph._log[:low]
+        for i, p in enumerate(positions):
+            positions[i] = p - low
+
+    @staticmethod
+    def _roots(egraph: EGraph, rule: Rewrite, position: int) -> set[int] | None:
+        """Classes where a new match of ``rule`` can be rooted, or None for all of them."""
+        if position < 0 or not hasattr(rule.lhs, "term"):
+            return None
+        find = egraph._uf.find
+        changed = {find(c) for c in egraph._log[position:]}
+        op = rule.root_op
+        if op is None:
+            return changed
+        every = egraph.classes_with_op(op)
+        reach = changed
+        frontier = changed
+        parents = egraph._parents
+        for _ in range(rule.depth):
+            step = set()
+            for c in frontier:
+                plist = parents[c]
+                if plist:
+                    step.update([find(p) for p in plist])
+            frontier = step - reach
+            if not frontier:
+                break
+            reach = reach | frontier
+            if len(reach) > 2 * len(every):
+                return every
+        return reach & every
+

@@ -1,0 +1,167 @@
+"""The egraph-serialize JSON format, both ways (extraction-gym's files use it).
+
+::
+
+    {"nodes": {NODE_ID: {"op": str, "children": [NODE_ID, ...], "eclass": CLASS_ID,
+                         "cost": float}},
+     "root_eclasses": [CLASS_ID, ...],
+     "class_data": {CLASS_ID: {...}}}
+
+Children name nodes; a child's class is that node's ``eclass``. Loading validates the
+structure and never evaluates anything.
+
+>>> from egraph import EGraph, parse
+>>> eg = EGraph()
+>>> _ = eg.add(parse("(+ x 1)"), root=True)
+>>> back = EGraph.from_json(eg.to_json())
+>>> back.num_classes, back.equiv(back.roots[0], parse("(+ x 1)"))
+(3, True)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable
+
+from egraph.term import SyntaxError_, format_op, parse
+
+if TYPE_CHECKING:
+    from egraph.analysis import Analysis
+    from egraph.egraph import EGraph, ENode
+
+
+class SerializedFormatError(ValueError):
+    """Malformed egraph-serialize JSON; the message names the offending entry."""
+
+
+def to_json(egraph: EGraph, cost: Callable[[ENode], float] | None = None) -> dict:
+    """A JSON-ready dict of ``egraph`` (node ids ``"<class>.<index>"``)."""
+    from egraph.egraph import ENode
+
+    egraph.rebuild()
+    nodes: dict[str, dict[str, Any]] = {}
+    class_data: dict[str, dict[str, Any]] = {}
+    for c in egraph.classes():
+        for i, n in enumerate(egraph._cnodes[c]):
+            entry: dict[str, Any] = {
+                "op": format_op(n[0]),
+                "children": [f"{k}.0" for k in n[1:]],
+                "eclass": str(c),
+                "cost": float(cost(ENode(n[0], n[1:]))) if cost is not None else 1.0,
+            }
+            nodes[f"{c}.{i}"] = entry
+        value = egraph._data[c]
+        if isinstance(value, (int, float, str, bool)):
+            class_data[str(c)] = {"data": value}
+    out: dict[str, Any] = {
+        "nodes": nodes,
+        "root_eclasses": [str(r) for r in dict.fromkeys(egraph.roots)],
+    }
+    if class_data:
+        out["class_data"] = class_data
+    return out
+
+
+def _leaf_op(text: str):
+    try:
+        term = parse(text)
+    except SyntaxError_:
+        return text
+    return term.op if not term.args and term.op is not None else text
+
+
+def validate(data: Any) -> dict:
+    """Check the structure of egraph-serialize data; returns the parsed dict."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as err:
+            raise SerializedFormatError(f"not valid JSON: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        raise SerializedFormatError(
+            "egraph-serialize data is an object with a 'nodes' object mapping node ids to "
+            "{'op', 'children', 'eclass'}"
+        )
+    nodes = data["nodes"]
+    for nid, node in nodes.items():
+        if not isinstance(node, dict):
+            raise SerializedFormatError(f"node {nid!r} is not an object")
+        if not isinstance(node.get("op"), str):
+            raise SerializedFormatError(f"node {nid!r} needs a string 'op'")
+        if not isinstance(node.get("eclass"), (str, int)):
+            raise SerializedFormatError(f"node {nid!r} needs an 'eclass' id")
+        children = node.get("children", [])
+        if not isinstance(children, list):
+            raise SerializedFormatError(f"node {nid!r}: 'children' must be a list of node ids")
+        for ch in children:
+            if ch not in nodes:
+                raise SerializedFormatError(
+                    f"node {nid!r} has child {ch!r}, which is not a node id in 'nodes'"
+                )
+        c = node.get("cost", 1.0)
+        if isinstance(c, bool) or not isinstance(c, (int, float)):
+            raise SerializedFormatError(f"node {nid!r}: 'cost' must be a number, got {c!r}")
+    classes = {str(n["eclass"]) for n in nodes.values()}
+    roots = data.get("root_eclasses", [])
+    if not isinstance(roots, list):
+        raise SerializedFormatError("'root_eclasses' must be a list of class ids")
+    for r in roots:
+        if str(r) not in classes:
+            raise SerializedFormatError(f"root class {r!r} has no node in 'nodes'")
+    return data
+
+
+def from_json(data: Any, analysis: Analysis | None = None) -> EGraph:
+    """An :class:`EGraph` holding the classes and e-nodes of egraph-serialize ``data``."""
+    from egraph.egraph import EGraph
+
+    data = validate(data)
+    nodes = data["nodes"]
+    eg = EGraph(analysis=analysis)
+    first_of: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for nid, node in nodes.items():
+        cls = str(node["eclass"])
+        first_of.setdefault(cls, nid)
+        members.setdefault(cls, []).append(nid)
+    # Classes may be cyclic, so they cannot be added bottom-up: give every class an id
+    # first, then fill in its e-nodes.
+    class_id: dict[str, int] = {}
+    for cls in members:
+        class_id[cls] = _reserve_class(eg)
+    for cls, nids in members.items():
+        cid = class_id[cls]
+        for nid in nids:
+            node = nodes[nid]
+            kids = tuple(class_id[str(nodes[ch]["eclass"])] for ch in node.get("children", []))
+            op = node["op"] if kids else _leaf_op(node["op"])
+            _insert(eg, (op, *kids), cid)
+    eg._roots = [class_id[str(r)] for r in data.get("root_eclasses", [])]
+    eg.rebuild()
+    if analysis is not None:
+        eg._analysis_pending.extend(range(len(eg._node)))
+        eg.rebuild()
+    return eg
+
+
+def _reserve_class(eg: EGraph) -> int:
+    cid = len(eg._node)
+    eg._uf.parents.append(cid)
+    eg._node.append(("<reserved>",))
+    eg._cnodes.append([])
+    eg._parents.append(None)
+    eg._data.append(None)
+    eg._num_classes += 1
+    if eg._proofs is not None:
+        eg._proofs.add_node(("<reserved>",))
+    return cid
+
+
+def _insert(eg: EGraph, node: tuple, cid: int) -> None:
+    """Put ``node`` into class ``cid`` (unioning classes that share an identical e-node)."""
+    existing = eg._memo.get(node)
+    if existing is not None:
+        eg._union(existing, cid, "serialized")
+        return
+    nid = eg._new_node(node)
+    eg._union(cid, nid, "serialized")
