@@ -42,6 +42,14 @@ class Analysis:
         """Edit class ``cid`` after its value changed (default: nothing)."""
 
 
+def _number_of(op: Any) -> Any:
+    return op if is_number_op(op) else None
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 def _div(a: float, b: float) -> float | None:
     if b == 0:
         return None
@@ -53,7 +61,9 @@ class ConstantFolding(Analysis):
 
     A class whose e-node folds to a number gets that number's leaf unioned in, and keeps
     only its leaves (so rules stop rewriting inside arithmetic that is already known).
-    Division by zero does not fold. ``ops`` maps operator symbols to binary functions.
+    Division by zero does not fold. ``ops`` maps operator symbols to functions of the
+    children's values; ``constant_of(op)`` reads a leaf's value (None: not a constant) and
+    ``leaf_of(value)`` spells a value as a leaf (defaults: egg's numbers).
 
     >>> from egraph import EGraph, parse
     >>> eg = EGraph(analysis=ConstantFolding())
@@ -68,15 +78,18 @@ class ConstantFolding(Analysis):
         "/": _div,
     }
 
-    def __init__(self, ops: dict[str, Callable[[Any, Any], Any]] | None = None,
-                 prune: bool = True):
+    def __init__(self, ops: dict[str, Callable[..., Any]] | None = None, prune: bool = True,
+                 constant_of: Callable[[Any], Any] | None = None,
+                 leaf_of: Callable[[Any], Any] | None = None):
         self.ops = dict(self.DEFAULT_OPS if ops is None else ops)
         self.prune = prune
+        self.constant_of = constant_of or _number_of
+        self.leaf_of = leaf_of or _identity
 
     def make(self, egraph: EGraph, node: tuple) -> Any:
         op = node[0]
         if len(node) == 1:
-            return op if is_number_op(op) else None
+            return self.constant_of(op)
         fn = self.ops.get(op) if type(op) is str else None
         if fn is None:
             return None
@@ -103,7 +116,7 @@ class ConstantFolding(Analysis):
         if egraph.explanations:
             self._explain_fold(egraph, cid, value)
         else:
-            egraph._union(cid, egraph._add_canonical((value,)), "constant-fold")
+            egraph._union(cid, egraph._add_canonical((self.leaf_of(value),)), "constant-fold")
         if self.prune:
             c = egraph.find(cid)
             egraph._cnodes[c] = [n for n in egraph._cnodes[c] if len(n) == 1]
@@ -113,8 +126,9 @@ class ConstantFolding(Analysis):
         find = egraph.find
         for node in egraph._cnodes[find(cid)]:
             if len(node) > 1 and self.make(egraph, node) == value:
-                kids = [egraph._add_explained((egraph.data(c),)) for c in node[1:]]
+                kids = [egraph._add_explained((self.leaf_of(egraph.data(c)),)) for c in node[1:]]
                 folded = egraph._add_explained((node[0], *kids))
-                egraph._union(folded, egraph._add_explained((value,)), "constant-fold")
+                egraph._union(folded, egraph._add_explained((self.leaf_of(value),)),
+                              "constant-fold")
                 return
-        egraph._union(cid, egraph._add_explained((value,)), "constant-fold")
+        egraph._union(cid, egraph._add_explained((self.leaf_of(value),)), "constant-fold")

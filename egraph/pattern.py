@@ -108,6 +108,10 @@ def _depth(term: Term) -> int:
     return 1 + max(_depth(a) for a in term.args)
 
 
+_COMPILED: dict[Term, Pattern] = {}
+_COMPILED_MAX = 4096
+
+
 class Pattern:
     """A compiled pattern: search an e-graph for it, or instantiate it from a match.
 
@@ -127,10 +131,19 @@ class Pattern:
 
     @classmethod
     def of(cls, source: Term | str | Pattern) -> Pattern:
-        """A pattern from an s-expression, a term, or a pattern (returned as is)."""
+        """A pattern from an s-expression, a term, or a pattern (returned as is).
+
+        Compiled patterns are cached by term, so rebuilding a rule set compiles nothing.
+        """
         if isinstance(source, Pattern):
             return source
-        return cls(_to_term(source))
+        term = _to_term(source)
+        pattern = _COMPILED.get(term)
+        if pattern is None:
+            if len(_COMPILED) >= _COMPILED_MAX:
+                _COMPILED.clear()
+            pattern = _COMPILED[term] = cls(term)
+        return pattern
 
     def __str__(self) -> str:
         return str(self.term)

@@ -47,7 +47,7 @@ class MultiPattern:
     """Conjunctive patterns ``?v1 = p1, ?v2 = p2, ...`` joined on shared variables."""
 
     def __init__(self, parts: Sequence[tuple[str, Term]]):
-        self.parts = [(name, Pattern(term)) for name, term in parts]
+        self.parts = [(name, Pattern.of(term)) for name, term in parts]
         order: dict[str, None] = {}
         for name, pat in self.parts:
             order.setdefault(name, None)
@@ -109,7 +109,7 @@ class Rewrite:
             eqs = [_parse_equation(p, name) for p in rhs]
             self.rhs_equations = []
             for target, term in eqs:
-                pat = Pattern(term)
+                pat = Pattern.of(term)
                 self._check_bound(pat.variables, bound)
                 self.rhs_equations.append((target, pat))
                 bound.add(target)
