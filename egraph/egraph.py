@@ -132,11 +132,21 @@ class EGraph:
         return self._add_canonical((op, *[find(c) for c in children]))
 
     def _add_canonical(self, node: tuple) -> int:
-        """Add an e-node whose children are canonical class ids (hot path)."""
-        nid = self._memo.get(node)
+        """Add an e-node whose children were canonical class ids (hot path)."""
+        memo = self._memo
+        nid = memo.get(node)
+        find = self._uf.find
         if nid is not None:
-            return self._uf.find(nid)
-        return self._new_node(node)
+            return find(nid)
+        # A union made by an analysis while this term was being built can leave a child
+        # stale; re-canonicalise before creating anything.
+        canon = _canonical(node, find)
+        if canon != node:
+            nid = memo.get(canon)
+            if nid is not None:
+                return find(nid)
+        nid = self._new_node(canon)
+        return nid if self.analysis is None else find(nid)
 
     def _add_explained(self, orig: tuple) -> int:
         """Add an e-node whose children are node ids, keeping them for proofs."""
