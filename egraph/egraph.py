@@ -19,7 +19,8 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, NamedTuple
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from egraph.explain import CONGRUENCE, Explanation, ProofForest
 from egraph.term import Term, Var, parse

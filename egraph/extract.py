@@ -16,7 +16,8 @@ per use (a tree cost). DAG-aware and optimal (ILP) extraction live in ``extracto
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from egraph.term import Term
 
@@ -109,7 +110,9 @@ def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy
     if root is None:
         roots = egraph.roots
         if not roots:
-            raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
+            raise ValueError(
+                "no root to extract: pass root=<class id> or add a term with root=True"
+            )
         root = roots[0]
     start = time.perf_counter()
     choice = best_nodes(egraph, cost)

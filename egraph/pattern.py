@@ -15,7 +15,8 @@ match) and one that builds the pattern's instance from a match. A match is a tup
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from egraph.term import Term, Var, parse
 

@@ -19,8 +19,9 @@ node limit is never overshot by more than one match's worth of e-nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from egraph.rewrite import Rewrite
 

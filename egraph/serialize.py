@@ -21,7 +21,8 @@ structure and never evaluates anything.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from egraph.term import SyntaxError_, format_op, parse
 
@@ -129,14 +130,15 @@ def from_json(data: Any, analysis: Analysis | None = None) -> EGraph:
     class_id: dict[str, int] = {}
     for cls in members:
         class_id[cls] = _reserve_class(eg)
+    find = eg.find
     for cls, nids in members.items():
-        cid = class_id[cls]
         for nid in nids:
             node = nodes[nid]
-            kids = tuple(class_id[str(nodes[ch]["eclass"])] for ch in node.get("children", []))
+            kids = tuple(find(class_id[str(nodes[ch]["eclass"])])
+                         for ch in node.get("children", []))
             op = node["op"] if kids else _leaf_op(node["op"])
-            _insert(eg, (op, *kids), cid)
-    eg._roots = [class_id[str(r)] for r in data.get("root_eclasses", [])]
+            _insert(eg, (op, *kids), find(class_id[cls]))
+    eg._roots = [find(class_id[str(r)]) for r in data.get("root_eclasses", [])]
     eg.rebuild()
     if analysis is not None:
         eg._analysis_pending.extend(range(len(eg._node)))

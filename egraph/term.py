@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Hashable, Iterator
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 NAN = float("nan")
 """The one NaN object every literal NaN is mapped to, so that hash-consing finds it again."""
@@ -345,6 +346,7 @@ def parse(text: str) -> Term:
     if not isinstance(text, str):
         raise TypeError(f"parse expects an s-expression string, got {type(text).__name__}")
     stack: list[list] = [[]]
+    from_lists: set[int] = set()
     pos = 0
     n = len(text)
     while pos < n:
@@ -367,11 +369,13 @@ def parse(text: str) -> Term:
             if len(items) < 2:
                 raise SyntaxError_(f"empty list '()' at position {items[0]}: write an operator")
             head = items[1]
-            if head.args or isinstance(head, Var):
+            if id(head) in from_lists or isinstance(head, Var):
                 raise SyntaxError_(
                     f"the operator at position {items[0]} must be a symbol, not {head}"
                 )
-            stack[-1].append(Term(head.op, items[2:]))
+            made = Term(head.op, items[2:])
+            from_lists.add(id(made))
+            stack[-1].append(made)
         elif string is not None:
             stack[-1].append(Term(("str", json.loads(string))))
         else:

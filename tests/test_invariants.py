@@ -40,7 +40,7 @@ def check_invariants(eg: EGraph) -> None:
             # congruence closure: one class per canonical e-node
             assert seen.setdefault(n, c) == c, "congruent e-nodes in two classes"
             assert find(eg._memo[n]) == c, "hash-cons points to the wrong class"
-    for key, nid in eg._memo.items():
+    for key in eg._memo:
         assert _canonical(key, find) == key, "stale key in the hash-cons"
 
 
@@ -107,10 +107,10 @@ def test_json_round_trip_preserves_the_egraph(ts):
     check_invariants(back)
     assert back.num_classes == eg.num_classes
     assert back.num_nodes == eg.num_nodes
-    for t, r in zip(ts, roots):
-        assert back.lookup(t) is not None
+    assert len(roots) == len(ts)
+    for t in ts:
+        assert back.find(back.lookup(t)) in back.roots
     assert len(back.roots) == len(dict.fromkeys(eg.roots))
-    assert back.to_json()["nodes"].keys() == data["nodes"].keys() or True
     # the same terms are equal in both
     for a in ts:
         for b in ts:
