@@ -136,18 +136,19 @@ class EGraph:
         """Add an e-node whose children were canonical class ids (hot path)."""
         memo = self._memo
         nid = memo.get(node)
-        find = self._uf.find
         if nid is not None:
-            return find(nid)
+            return self._uf.find(nid)
+        if self.analysis is None:
+            return self._new_node(node)
         # A union made by an analysis while this term was being built can leave a child
         # stale; re-canonicalise before creating anything.
+        find = self._uf.find
         canon = _canonical(node, find)
         if canon != node:
             nid = memo.get(canon)
             if nid is not None:
                 return find(nid)
-        nid = self._new_node(canon)
-        return nid if self.analysis is None else find(nid)
+        return find(self._new_node(canon))
 
     def _add_explained(self, orig: tuple) -> int:
         """Add an e-node whose children are node ids, keeping them for proofs."""
@@ -170,28 +171,30 @@ class EGraph:
         proofs.union(nid, existing, CONGRUENCE)
         return nid
 
+    def _bind_instantiator(self, make: Callable) -> Callable[[tuple], int]:
+        """Bind a compiled instantiator (``Pattern.instantiator``) to this e-graph."""
+        add = self._add_explained if self._proofs is not None else self._add_canonical
+        return make(self._memo, self._uf.parents, self._uf.find, add)
+
     def _new_node(self, node: tuple, orig: tuple | None = None) -> int:
         nid = len(self._node)
         self._uf.parents.append(nid)
         self._node.append(node)
         self._cnodes.append([node])
-        self._parents.append(None)
+        parents = self._parents
+        parents.append(None)
         self._data.append(None)
         self._memo[node] = nid
-        parents = self._parents
         for c in node[1:]:
             plist = parents[c]
             if plist is None:
                 parents[c] = [nid]
             else:
                 plist.append(nid)
-        op = node[0]
-        ops = self._by_op.get(op)
-        if ops is None:
-            self._by_op[op] = {nid}
-        else:
-            ops.add(nid)
-        self._log.append(nid)
+        try:
+            self._by_op[node[0]].add(nid)
+        except KeyError:
+            self._by_op[node[0]] = {nid}
         self._num_classes += 1
         if self._proofs is not None:
             self._proofs.add_node(orig if orig is not None else node)
@@ -271,14 +274,18 @@ class EGraph:
                 nid = pending.pop()
                 old = nodes[nid]
                 new = _canonical(old, find)
-                if new != old:
-                    if memo.get(old) == nid:
-                        del memo[old]
-                    nodes[nid] = new
+                if new is not old and memo.get(old) == nid:
+                    del memo[old]
                 other = memo.setdefault(new, nid)
-                if other != nid and find(other) != find(nid):
-                    repairs += 1
-                    self._union(other, nid, CONGRUENCE)
+                if other != nid:
+                    if new is not old:
+                        shared = nodes[other]
+                        nodes[nid] = shared if shared == new else new
+                    if find(other) != find(nid):
+                        repairs += 1
+                        self._union(other, nid, CONGRUENCE)
+                elif new is not old:
+                    nodes[nid] = new
                 dirty.add(nid)
             analysis = self.analysis
             while apending:
@@ -304,7 +311,16 @@ class EGraph:
         memo = self._memo
         nodes = self._node
         for c in {find(c) for c in self._dirty}:
-            cnodes[c] = list(dict.fromkeys([_canonical(n, find) for n in cnodes[c]]))
+            unique: dict[tuple, None] = {}
+            for n in cnodes[c]:
+                t = _canonical(n, find)
+                if t is not n:
+                    # Share the hash-cons key's tuple instead of keeping a second copy.
+                    nid = memo.get(t)
+                    if nid is not None and nodes[nid] == t:
+                        t = nodes[nid]
+                unique[t] = None
+            cnodes[c] = list(unique)
         for c in {find(c) for c in self._grew}:
             plist = self._parents[c]
             if plist and len(plist) > 1:
@@ -316,6 +332,13 @@ class EGraph:
                 self._parents[c] = list(unique.values())
         self._dirty.clear()
         self._grew.clear()
+
+    def _compact(self) -> None:
+        """Drop what only a running saturation needs: the change log, merged op entries."""
+        self._log.clear()
+        find = self._uf.find
+        for op, found in self._by_op.items():
+            self._by_op[op] = {find(c) for c in found}
 
     @property
     def is_clean(self) -> bool:
@@ -539,12 +562,19 @@ class EGraph:
 
 
 def _canonical(node: tuple, find: Callable[[int], int]) -> tuple:
-    """``node`` with canonical children (specialised by arity: this is the hot path)."""
+    """``node`` with canonical children; ``node`` itself when nothing changed.
+
+    Specialised by arity: this is the hot path of rebuilding.
+    """
     n = len(node)
     if n == 1:
         return node
     if n == 2:
-        return (node[0], find(node[1]))
+        a = find(node[1])
+        return node if a == node[1] else (node[0], a)
     if n == 3:
-        return (node[0], find(node[1]), find(node[2]))
-    return (node[0], *[find(c) for c in node[1:]])
+        a = find(node[1])
+        b = find(node[2])
+        return node if a == node[1] and b == node[2] else (node[0], a, b)
+    kids = [find(c) for c in node[1:]]
+    return node if all(k == c for k, c in zip(kids, node[1:])) else (node[0], *kids)

@@ -237,11 +237,13 @@ class Pattern:
     # -- instantiation ------------------------------------------------------------------
 
     def instantiator(self, index: dict[str, int], explained: bool) -> Callable:
-        """``inst(match, add, find) -> class id``: add this pattern's instance.
+        """``make(memo, parents, find, add) -> inst``, where ``inst(match)`` adds this
+        pattern's instance and returns its class id.
 
         ``index`` maps each variable to its slot in the match tuple (the left side's
-        order). With ``explained`` the children are passed as given (the e-graph records
-        which e-node ids a proof goes through); otherwise they are canonicalised here.
+        order). The generated code looks e-nodes up in the hash-cons inline and calls
+        ``add`` only for new ones. With ``explained`` the children are passed to ``add``
+        as given (the e-graph records which e-node ids a proof goes through).
         """
         key = (tuple(index.items()), explained)
         fn = self._inst.get(key)
@@ -251,21 +253,39 @@ class Pattern:
 
     def _compile_inst(self, index: dict[str, int], explained: bool) -> Callable:
         consts: dict[str, Any] = {}
+        lines: list[str] = []
+        slots: dict[str, str] = {}
+
+        def var(name: str) -> str:
+            ref = f"m[{index[name]}]"
+            if explained:
+                return ref
+            if name not in slots:
+                slot = slots[name] = f"v{index[name]}"
+                lines.append(f"{slot} = {ref}")
+                lines.append(f"if P[{slot}] != {slot}: {slot} = find({slot})")
+            return slots[name]
 
         def expr(t: Term) -> str:
             if isinstance(t, Var):
-                ref = f"m[{index[t.name]}]"
-                return ref if explained else f"find({ref})"
+                return var(t.name)
             k = f"K{len(consts)}"
             consts[k] = t.op
-            parts = [k] + [expr(a) for a in t.args]
-            return f"add(({', '.join(parts)},))"
+            parts = ", ".join([k] + [expr(a) for a in t.args])
+            if explained:
+                return f"add(({parts},))"
+            out = f"i{len(lines)}"
+            lines.append(f"n = ({parts},)")
+            lines.append(f"{out} = memo.get(n)")
+            lines.append(f"if {out} is None: {out} = add(n)")
+            lines.append(f"elif P[{out}] != {out}: {out} = find({out})")
+            return out
 
-        if isinstance(self.term, Var):
-            body = f"m[{index[self.term.name]}]"
-        else:
-            body = expr(self.term)
-        source = f"def inst(m, add, find):\n    return {body}\n"
+        result = expr(self.term)
+        body = "\n".join("        " + line for line in lines + [f"return {result}"])
+        source = (
+            "def make(memo, P, find, add):\n    def inst(m):\n" + body + "\n    return inst\n"
+        )
         namespace = dict(consts)
         exec(compile(source, f"<instantiate {self.term}>", "exec"), namespace)  # noqa: S102
-        return namespace["inst"]
+        return namespace["make"]

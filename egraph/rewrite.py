@@ -163,25 +163,41 @@ class Rewrite:
         ``deadline`` (checked every 256 matches) passes.
         """
         explained = egraph.explanations
-        add = egraph._add_explained if explained else egraph._add_canonical
-        find = egraph._uf.find
+        bind = egraph._bind_instantiator
+        name = self.name
+        index = self._index
         union = egraph._union
         memo = egraph._memo
-        name = self.name
+        if self.rhs is not None and self.when is None and not explained:
+            # The common case, kept tight: no guard, no proof recording.
+            inst = bind(self.rhs.instantiator(index, False))
+            P = egraph._uf.parents
+            find = egraph._uf.find
+            merged = 0
+            for count, m in enumerate(matches):
+                target = inst(m)
+                root = m[0]
+                if P[root] != root:
+                    root = find(root)
+                if root != target and union(root, target, name):
+                    merged += 1
+                if len(memo) > node_limit:
+                    return merged, False
+                if deadline is not None and not count & 255 and clock() > deadline:
+                    return merged, False
+            return merged, True
         guard = self.when
-        index = self._index
-        inst = self.rhs.instantiator(index, explained) if self.rhs is not None else None
+        inst = bind(self.rhs.instantiator(index, explained)) if self.rhs is not None else None
         lhs_inst = None
         if explained and isinstance(self.lhs, Pattern):
-            lhs_inst = self.lhs.instantiator(index, True)
+            lhs_inst = bind(self.lhs.instantiator(index, True))
         merged = 0
         for count, m in enumerate(matches):
-            if guard is not None or self.applier is not None or self.rhs_equations is not None:
-                subst = Subst(index, m)
-                if guard is not None and not self._guarded(guard, egraph, subst):
-                    continue
+            subst = Subst(index, m)
+            if guard is not None and not self._guarded(guard, egraph, subst):
+                continue
             if inst is not None:
-                target = inst(m, add, find)
+                target = inst(m)
             elif self.applier is not None:
                 target = self._dynamic(egraph, subst)
                 if target is None:
@@ -189,7 +205,7 @@ class Rewrite:
             else:
                 merged += self._apply_equations(egraph, m)
                 continue
-            source = lhs_inst(m, add, find) if lhs_inst is not None else m[0]
+            source = lhs_inst(m) if lhs_inst is not None else m[0]
             if union(source, target, name):
                 merged += 1
             if len(memo) > node_limit:
@@ -225,13 +241,11 @@ class Rewrite:
     def _apply_equations(self, egraph: EGraph, match: tuple) -> int:
         bound = dict(zip(self.variables, match[1:]))
         explained = egraph.explanations
-        add = egraph._add_explained if explained else egraph._add_canonical
-        find = egraph._uf.find
         merged = 0
         for target, pat in self.rhs_equations:
             index = {v: i + 1 for i, v in enumerate(bound)}
             row = (match[0], *bound.values())
-            cid = pat.instantiator(index, explained)(row, add, find)
+            cid = egraph._bind_instantiator(pat.instantiator(index, explained))(row)
             if target in bound:
                 merged += egraph._union(bound[target], cid, self.name)
             else:

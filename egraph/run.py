@@ -203,7 +203,9 @@ class Runner:
         report = Report(rules={r.name: RuleStats() for r in rules})
         egraph.report = report
         egraph.rebuild()
-        positions = [-1] * len(rules)
+        # Per rule: (position in the change log, number of e-nodes) at its last complete
+        # search; None means search everything.
+        positions: list[tuple[int, int] | None] = [None] * len(rules)
         memo = egraph._memo
         stop = None
         iteration = 0
@@ -220,7 +222,7 @@ class Runner:
                 break
             size_before = (len(memo), egraph.num_classes)
             t0 = clock()
-            mark = len(egraph._log)
+            mark = (len(egraph._log), len(egraph._node))
             found: list[list | None] = []
             for i, rule in enumerate(rules):
                 rs = report.rules[rule.name]
@@ -270,6 +272,7 @@ class Runner:
             ):
                 stop = "saturated"
             iteration += 1
+        egraph._compact()
         report.stop_reason = stop
         report.total_time = clock() - start
         report.nodes = egraph.num_nodes
@@ -277,21 +280,33 @@ class Runner:
         return report
 
     @staticmethod
-    def _trim_log(egraph: EGraph, positions: list[int]) -> None:
-        low = min((p for p in positions if p >= 0), default=0)
-        if any(p < 0 for p in positions) or low == 0:
+    def _trim_log(egraph: EGraph, positions: list[tuple[int, int] | None]) -> None:
+        if any(p is None for p in positions):
             return
-        del egraph._log[:low]
-        for i, p in enumerate(positions):
-            positions[i] = p - low
+        low = min(p[0] for p in positions)
+        if low:
+            del egraph._log[:low]
+            positions[:] = [(p[0] - low, p[1]) for p in positions]
 
     @staticmethod
-    def _roots(egraph: EGraph, rule: Rewrite, position: int) -> set[int] | None:
-        """Classes where a new match of ``rule`` can be rooted, or None for all of them."""
-        if position < 0 or not hasattr(rule.lhs, "term"):
+    def _roots(egraph: EGraph, rule: Rewrite, position: tuple[int, int] | None
+               ) -> set[int] | None:
+        """Classes where a new match of ``rule`` can be rooted, or None for all of them.
+
+        A new match touches a class that changed since the rule's last search (a new
+        e-node, a merge, new analysis data), at most ``rule.depth`` parent steps below
+        its root. New e-nodes are the ids past the recorded node count.
+        """
+        if position is None or not hasattr(rule.lhs, "term"):
+            return None
+        log_pos, node_mark = position
+        log = egraph._log
+        num_new = len(log) - log_pos + len(egraph._node) - node_mark
+        if num_new * 2 > egraph.num_classes:
             return None
         find = egraph._uf.find
-        changed = {find(c) for c in egraph._log[position:]}
+        changed = {find(c) for c in log[log_pos:]}
+        changed.update([find(c) for c in range(node_mark, len(egraph._node))])
         op = rule.root_op
         if op is None:
             return changed
@@ -310,6 +325,5 @@ class Runner:
                 break
             reach = reach | frontier
             if len(reach) > 2 * len(every):
-                return every
+                return None
         return reach & every
-
