@@ -86,6 +86,7 @@ class EGraph:
         self._num_classes = 0
         self._proofs: ProofForest | None = ProofForest() if explanations else None
         self.report: Report | None = None
+        self.fx: Any = None  # for an e-graph built from FX: what emission needs of the source
 
     # -- adding -------------------------------------------------------------------------
 
@@ -501,12 +502,34 @@ class EGraph:
                scheduler=scheduler, goals=goals, incremental=incremental).run(self, rules)
         return self
 
-    def extract(self, cost, root: int | None = None, **options):
-        """The best term of ``root`` under ``cost`` and its cost: ``(term, cost)``.
+    @classmethod
+    def from_fx(cls, source, example_inputs=None) -> EGraph:
+        """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
+        torch.export program; roots are the graph outputs in order.
 
-        ``cost`` is a cost model (:class:`~egraph.extract.AstSize`, ...) or any callable
-        ``(enode, child_costs) -> cost``. ``root`` defaults to the first root.
+        >>> import torch
+        >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+        >>> [str(n) for n in eg.nodes(eg.roots[0])]
+        ['(linear #1 #3 #5)']
         """
+        from frontends.fx import from_fx
+
+        return from_fx(source, example_inputs)
+
+    def extract(self, cost, root: int | None = None, **options):
+        """The best program under ``cost``.
+
+        On a plain e-graph: ``(term, cost)`` of ``root`` (default: the first root).
+        ``cost`` is a cost model (:class:`~egraph.extract.AstSize`, ...) or any callable
+        ``(enode, child_costs) -> cost``. On an e-graph built with :meth:`from_fx`: a
+        ``torch.fx.GraphModule`` with the source's signature, validated against the source
+        (``validate="strict" | "raise" | "off"``), its report in
+        ``gm.meta["egraph_report"]``.
+        """
+        if self.fx is not None and root is None:
+            from backends.fx import extract_module
+
+            return extract_module(self, cost, **options)
         from egraph.extract import extract
 
         return extract(self, cost, root=root, **options)

@@ -45,13 +45,28 @@ class AstDepth:
         return "AstDepth()"
 
 
-def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any]) -> dict[int, tuple[Any, tuple]]:
-    """For every class with a finite term: ``(best cost, chosen e-node tuple)``."""
-    from egraph.egraph import ENode
+def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
+               nodes_of: dict[int, list[tuple]] | None = None) -> dict[int, tuple[Any, tuple]]:
+    """For every class with a finite term: ``(best cost, chosen e-node tuple)``.
+
+    ``nodes_of`` restricts the choice to some e-nodes per class (for example the ones a
+    source program had before saturation).
+    """
+    from egraph.egraph import ENode, _canonical
 
     egraph.rebuild()
-    classes = egraph.classes()
-    cnodes = egraph._cnodes
+    if nodes_of is None:
+        classes = egraph.classes()
+        cnodes = egraph._cnodes
+    else:
+        find = egraph.find
+        groups: dict[int, dict[tuple, None]] = {}
+        for c, nodes in nodes_of.items():
+            group = groups.setdefault(find(c), {})
+            for n in nodes:
+                group[_canonical(n, find)] = None
+        classes = list(groups)
+        cnodes = {c: list(g) for c, g in groups.items()}
     best: dict[int, tuple[Any, tuple]] = {}
     changed = True
     while changed:

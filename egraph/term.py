@@ -31,7 +31,7 @@ _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": 
 
 # Typed literals of tensor programs are hashed as ``(tag, value)`` tuples: in Python
 # ``True == 1 == 1.0`` would otherwise collapse keepdim=True, dim=1 and the scalar 1.0.
-LITERAL_TAGS = ("int", "float", "bool", "str", "none", "ints")
+LITERAL_TAGS = ("int", "float", "bool", "str", "none", "ints", "dtype", "ellipsis")
 
 
 class SyntaxError_(ValueError):
@@ -65,6 +65,8 @@ def literal(value: Any) -> tuple:
         return ("str", value)
     if value is None:
         return ("none", None)
+    if value is Ellipsis:
+        return ("ellipsis", None)
     if isinstance(value, (tuple, list)) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
@@ -100,6 +102,10 @@ def format_op(op: Hashable) -> str:
             return json.dumps(value)
         if tag == "none":
             return "#none"
+        if tag == "ellipsis":
+            return "#ellipsis"
+        if tag == "dtype":
+            return f"#dtype:{value}"
         if tag == "bool":
             return "#bool:true" if value else "#bool:false"
         if tag == "float":
@@ -125,6 +131,10 @@ def _parse_typed(token: str, pos: int) -> tuple:
     try:
         if tag == "none" and not text:
             return ("none", None)
+        if tag == "ellipsis" and not text:
+            return ("ellipsis", None)
+        if tag == "dtype" and text.isidentifier():
+            return ("dtype", text)
         if tag == "bool" and text in ("true", "false"):
             return ("bool", text == "true")
         if tag == "int":

@@ -22,18 +22,23 @@ uses it:
   matched class, so nothing changes.
 * snake-egg 0.1.0's ``merge`` of analysis data never copies data from the
   absorbed class (it filters for ``None`` instead of for not-``None``), so a
-  class whose root had no data keeps none after a union, and parents are not
-  re-folded.  Constant folding and the guards see only the data of each
-  class's surviving root; the result notes the effect where it matters.
-* No size accessors exist.  E-nodes are counted after the timed run by a
-  probe: egg's runner refuses to start an iteration when the e-graph has more
-  than ``node_limit`` e-nodes, so a one-iteration run of a rule that matches a
-  single probe node fires exactly when ``size <= node_limit``; a binary
-  search over ``node_limit`` gives the size (the probe node is subtracted).
-  The number of e-classes cannot be read this way and is reported as ``None``.
+  class whose surviving root had no data keeps none after a union, and its
+  parents are not re-folded.  Constant folding and the guards therefore see
+  only the data each class's root had when it was created; ``not_zero`` can
+  pass on a class that is in fact 0.  As a soundness canary the note says
+  when 0 and 1 ended up in one class.
+* No size accessors exist; sizes are measured after the timed run.  egg's
+  runner refuses to start an iteration when ``total_size()`` (the hashcons
+  size, which keeps stale entries and is what egg's node limit uses) exceeds
+  ``node_limit``, so a binary search with one-iteration runs of a rule that
+  matches a probe node reads ``total_size()``.  Canonical e-nodes and
+  e-classes are counted with no-op rules (one per operator, one per possible
+  leaf, ``?c`` for classes) whose callables count their matches; that costs
+  a Python call per e-node, so ``run_growth`` reports ``total_size()``.
 * Iterations are counted by one extra rule whose left-hand side is the start
   term itself and whose callable returns that term unchanged: it matches once
-  per iteration and never alters the e-graph.
+  per iteration and never alters the e-graph.  The stop reason is inferred
+  from the limits and that count.
 """
 
 from __future__ import annotations
@@ -368,9 +373,7 @@ def run_growth(target_nodes: int = 1_000_000, time_limit: float = 120.0) -> dict
     t0 = time.perf_counter()
     egraph = snake_egg.EGraph()
     egraph.add(start_term)
-    egraph.run(
-        rules, iter_limit=GROWTH_ITER_LIMIT, time_limit=time_limit, node_limit=target_nodes
-    )
+    egraph.run(rules, iter_limit=GROWTH_ITER_LIMIT, time_limit=time_limit, node_limit=target_nodes)
     elapsed = time.perf_counter() - t0
 
     nodes = _count_hashcons(egraph, target_nodes)

@@ -1,0 +1,288 @@
+"""Emission: the extracted program becomes a new torch.fx.GraphModule.
+
+The chosen DAG is walked in dependency order and each chosen e-node becomes one FX node
+calling an ordinary torch function, so ``print(gm.code)`` reads like hand-written code.
+The signature (placeholders, in order), the output structure and the parameters (same
+state_dict keys, same tensors) are those of the source; opaque calls are replayed as they
+were, in their original order. The source module is never mutated.
+
+>>> import torch
+>>> from egraph import EGraph, AstSize
+>>> gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + torch.exp(x))
+>>> opt = EGraph.from_fx(gm, (torch.randn(3),)).extract(AstSize())
+>>> print(opt.code.strip().splitlines()[-3].strip())
+add = exp + exp;  exp = None
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from egraph.extract import best_nodes
+from egraph.term import is_literal_op
+from frontends.fx.analysis import literal_value
+from frontends.fx.ingest import FxSource, _Ref
+from frontends.fx.vocabulary import SPECS
+
+if TYPE_CHECKING:
+    from backends.validate import Validation
+    from egraph.egraph import EGraph
+
+
+@dataclass
+class ExtractionReport:
+    """What ``extract`` did to an FX program; ``print(report)`` reads as a summary."""
+
+    cost_before: Any
+    cost_after: Any
+    method: str
+    rewrites: dict[str, int] = field(default_factory=dict)
+    optimal: bool | None = None
+    validation: Validation | None = None
+    fell_back: bool = False
+    times: dict[str, float] = field(default_factory=dict)
+    nodes_before: int = 0
+    nodes_after: int = 0
+
+    def __str__(self) -> str:
+        lines = [
+            f"cost {self.cost_before} -> {self.cost_after} ({self.method}"
+            + (", proven optimal" if self.optimal else "") + ")",
+            f"graph nodes {self.nodes_before} -> {self.nodes_after}",
+        ]
+        if self.rewrites:
+            lines.append("rewrites applied: " + ", ".join(
+                f"{name} x{n}" for name, n in sorted(self.rewrites.items())))
+        else:
+            lines.append("rewrites applied: none")
+        if self.validation is not None:
+            lines.append(str(self.validation))
+        if self.fell_back:
+            lines.append("validation failed: the original program was returned")
+        lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                           for k, v in self.times.items()))
+        return "\n".join(lines)
+
+
+class _Emitter:
+    def __init__(self, egraph: EGraph, choice: dict[int, tuple]):
+        self.eg = egraph
+        self.src: FxSource = egraph.fx
+        self.choice = choice
+        self.graph = fx.Graph()
+        self.values: dict[int, Any] = {}
+        self.attrs: dict[str, fx.Node] = {}
+        self.constants: dict[str, torch.Tensor] = {}
+        self.find = egraph.find
+
+    def run(self) -> fx.Graph:
+        src = self.src
+        for name, cid in zip(src.inputs, src.input_classes):
+            self.values[self.find(cid)] = self.graph.placeholder(name)
+        for effect in src.effects:
+            self.value(effect)
+        out = fx.node.map_aggregate(src.output, lambda a: self.value(a.cid)
+                                    if isinstance(a, _Ref) else a)
+        self.graph.output(out)
+        return self.graph
+
+    def value(self, cid: int) -> Any:
+        """The FX node or Python value of class ``cid``, emitting its sub-DAG first."""
+        root = self.find(cid)
+        stack = [root]
+        while stack:
+            c = stack[-1]
+            if c in self.values:
+                stack.pop()
+                continue
+            node = self.choice[c]
+            missing = [k for k in map(self.find, node[1:]) if k not in self.values]
+            if missing:
+                stack.extend(reversed(missing))
+                continue
+            stack.pop()
+            self.values[c] = self.emit(node)
+        return self.values[root]
+
+    def emit(self, node: tuple) -> Any:
+        op = node[0]
+        kids = [self.values[self.find(k)] for k in node[1:]]
+        if is_literal_op(op):
+            return literal_value(op)
+        if op == "tuple":
+            return tuple(kids)
+        if op == "slice":
+            return slice(*kids)
+        if op == "input":
+            raise KeyError(f"input {kids[0]!r} is not a placeholder of the source graph")
+        if op == "param":
+            return self.attr(kids[0])
+        if op == "const":
+            self.constants[kids[0]] = self.src.constants[kids[0]]
+            return self.attr(kids[0])
+        if op == "opaque":
+            return self.replay(kids[0])
+        spec = SPECS[op]
+        args, kwargs = spec.arguments(kids)
+        if isinstance(spec.impl, str):
+            return self.graph.call_method(spec.impl, args, kwargs)
+        return self.graph.call_function(spec.impl, args, kwargs)
+
+    def attr(self, name: str) -> fx.Node:
+        node = self.attrs.get(name)
+        if node is None:
+            node = self.attrs[name] = self.graph.get_attr(name)
+        return node
+
+    def replay(self, token: str) -> fx.Node:
+        call = self.src.opaque[token]
+
+        def resolve(a):
+            return self.values[self.find(a.cid)] if isinstance(a, _Ref) else a
+
+        args = fx.node.map_aggregate(call.args, resolve)
+        kwargs = fx.node.map_aggregate(call.kwargs, resolve)
+        return self.graph.create_node(call.op, call.target, args, kwargs)
+
+
+def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:
+    *parents, leaf = path.split(".")
+    module = root
+    for part in parents:
+        child = getattr(module, part, None)
+        if child is None:
+            child = nn.Module()
+            module.add_module(part, child)
+        module = child
+    if hasattr(module, leaf):
+        return
+    if isinstance(value, nn.Parameter):
+        module.register_parameter(leaf, value)
+    elif buffer:
+        module.register_buffer(leaf, value)
+    else:
+        setattr(module, leaf, value)
+
+
+def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
+    """The GraphModule of a choice (class -> chosen e-node) over an e-graph from FX."""
+    emitter = _Emitter(egraph, choice)
+    graph = emitter.run()
+    src = egraph.fx
+    holder = nn.Module()
+    state = src.module.state_dict(keep_vars=True)
+    for name in emitter.attrs:
+        if name in emitter.constants:
+            _set_path(holder, name, emitter.constants[name], buffer=True)
+        else:
+            _set_path(holder, name, _fetch(src.module, name), buffer=name in state)
+    for name, value in state.items():
+        _set_path(holder, name, value, buffer=not isinstance(value, nn.Parameter))
+    for token, call in src.opaque.items():
+        if call.op == "call_module" and any(
+                n.op == "call_module" and n.target == call.target for n in graph.nodes):
+            _add_submodule(holder, call.target, src.module.get_submodule(call.target))
+    graph.lint()
+    gm = fx.GraphModule(holder, graph, class_name=type(src.module).__name__ + "Optimized")
+    return gm
+
+
+def _add_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
+    *parents, leaf = path.split(".")
+    holder = root
+    for part in parents:
+        child = getattr(holder, part, None)
+        if child is None:
+            child = nn.Module()
+            holder.add_module(part, child)
+        holder = child
+    holder.add_module(leaf, module)
+
+
+def _fetch(module: nn.Module, path: str):
+    obj = module
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
+                   target: str | None = None) -> fx.GraphModule:
+    """Extract the best program under ``cost``, emit it, validate it, and report."""
+    import warnings
+
+    from backends.validate import ValidationError, validate_module
+
+    if validate not in ("strict", "raise", "off"):
+        raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
+    if method != "greedy":
+        raise ValueError(
+            f"method={method!r}: extraction from FX supports 'greedy' (the DAG and ILP "
+            "methods come with the extractors package)"
+        )
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    choice = best_nodes(egraph, cost)
+    roots = [egraph.find(r) for r in egraph.roots] + [egraph.find(e) for e in egraph.fx.effects]
+    missing = [r for r in roots if r not in choice]
+    if missing:
+        raise ValueError(f"classes {missing} have no finite program under {cost!r}")
+    picked = {c: v[1] for c, v in choice.items()}
+    cost_after = sum_cost(choice, roots)
+    before = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
+    cost_before = sum_cost(before, roots)
+    times["extract"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    gm = build_module(egraph, picked)
+    times["emit"] = time.perf_counter() - t1
+    rewrites = {}
+    if egraph.report is not None:
+        rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
+    report = ExtractionReport(
+        cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
+        times=times, nodes_before=_count(egraph.fx.graph_module),
+        nodes_after=_count(gm),
+    )
+    if validate != "off" and egraph.fx.example_inputs is not None:
+        t2 = time.perf_counter()
+        result = validate_module(egraph.fx, gm)
+        report.times["validate"] = time.perf_counter() - t2
+        report.validation = result
+        if not result.ok:
+            why = (f"{result.reason}; rewrites involved: "
+                   + (", ".join(sorted(rewrites)) or "none (emission itself)"))
+            if validate == "raise":
+                raise ValidationError(why)
+            warnings.warn(f"egraph: the optimised program failed validation ({why}); "
+                          "returning the original", stacklevel=3)
+            report.fell_back = True
+            gm = _original_module(egraph.fx)
+    gm.meta["egraph_report"] = report
+    if egraph.report is not None:
+        egraph.report.extraction = {"method": method, "cost": cost_after,
+                                    "optimal": None, "time": round(times["extract"], 6)}
+    return gm
+
+
+def _original_module(src: FxSource) -> fx.GraphModule:
+    gm = src.graph_module
+    return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
+
+
+def _count(gm: fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr"))
+
+
+def sum_cost(choice: dict[int, tuple[Any, tuple]], roots: list[int]):
+    """Total tree cost of the roots (each root's best cost, added once per root class)."""
+    total = None
+    for r in dict.fromkeys(roots):
+        c = choice[r][0]
+        total = c if total is None else total + c
+    return total

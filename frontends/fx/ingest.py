@@ -1,0 +1,456 @@
+"""Ingest: a torch.fx graph (or module, or torch.export program) becomes an e-graph.
+
+Every call is normalised to the canonical vocabulary (``frontends.fx.vocabulary``); module
+calls (Linear, Conv, LayerNorm, BatchNorm in eval, Embedding, activations, Dropout) are
+lowered to functional ops whose parameters are leaves; attributes (dims, keepdim, scalars,
+shapes) become literal children. Inputs are ``(input "name")`` leaves, parameters and
+buffers ``(param "qualified.name")``. Calls the vocabulary does not model, and impure calls
+(random ops, dropout in training, anything with side effects), become opaque e-nodes with
+a unique token, chained in their original order so they are never merged, dropped or
+reordered. In-place ops on intermediates are functionalised (later uses see the result).
+
+>>> import torch
+>>> gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + torch.exp(x))
+>>> eg = from_fx(gm, (torch.randn(3),))
+>>> eg.num_classes  # exp(x) is shared: input, its name, exp, add
+4
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.passes.shape_prop import ShapeProp
+
+from egraph.egraph import EGraph
+from egraph.term import literal
+from frontends.fx.analysis import Meta, TensorAnalysis
+from frontends.fx.vocabulary import IMPURE, SPECS, lower
+
+
+class UntraceableModel(ValueError):
+    """The model cannot be captured as a static graph; the message says how to proceed."""
+
+
+@dataclass
+class OpaqueCall:
+    """An FX call kept as is: its target and its arguments with e-class ids for nodes."""
+
+    op: str
+    target: Any
+    args: Any
+    kwargs: Any
+    name: str
+
+
+@dataclass
+class FxSource:
+    """What an e-graph built from FX remembers of its source graph, for emission."""
+
+    module: nn.Module
+    graph_module: fx.GraphModule
+    inputs: list[str]
+    input_classes: list[int]
+    output: Any  # the output structure with class ids in place of nodes
+    effects: list[int] = field(default_factory=list)
+    opaque: dict[str, OpaqueCall] = field(default_factory=dict)
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    example_inputs: tuple | None = None
+    initial: dict[int, list[tuple]] = field(default_factory=dict)
+    random: bool = False
+
+
+def _is_inplace(node: fx.Node, module: nn.Module | None) -> bool:
+    if node.op == "call_method":
+        name = node.target
+        return name.endswith("_") and not name.startswith("_")
+    if node.op == "call_function":
+        if node.kwargs.get("inplace"):
+            return True
+        name = getattr(node.target, "__name__", "")
+        return name.endswith("_") and not name.startswith("_") and "torch" in str(
+            getattr(node.target, "__module__", ""))
+    if node.op == "call_module":
+        return bool(getattr(module, "inplace", False))
+    return False
+
+
+def trace(model: nn.Module) -> fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with a clear error for models it cannot capture."""
+    if isinstance(model, fx.GraphModule):
+        return model
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as err:
+        raise UntraceableModel(
+            f"torch.fx cannot trace {type(model).__name__}: {err}. It probably has "
+            "data-dependent control flow (an `if` or loop on tensor values). Capture it with "
+            "torch.export.export(model, args) and pass the program to EGraph.from_fx, or "
+            "use torch.compile(model, backend='egraph'), which splits the graph at such "
+            "points."
+        ) from err
+
+
+def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
+    """Meta of every FX node: from node.meta["val"], else fake-tensor shape propagation."""
+    out: dict[str, Meta] = {}
+    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
+        for n in gm.graph.nodes:
+            if "val" in n.meta:
+                out[n.name] = Meta.of(n.meta["val"])
+        return out
+    if example_inputs is None:
+        return out
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
+    try:
+        ShapeProp(gm, fake_mode=mode).propagate(*fakes)
+    except Exception:
+        return out  # shapes stay unknown where fake propagation cannot run
+    for n in gm.graph.nodes:
+        if "tensor_meta" in n.meta:
+            tm = n.meta["tensor_meta"]
+            out[n.name] = _meta_of_tensor_meta(tm)
+    return out
+
+
+def _meta_of_tensor_meta(tm) -> Meta:
+    if hasattr(tm, "shape") and hasattr(tm, "dtype"):
+        return Meta("tensor", tuple(int(s) for s in tm.shape), tm.dtype)
+    if isinstance(tm, (tuple, list)):
+        return Meta("tuple", value=tuple(_meta_of_tensor_meta(t) for t in tm))
+    return Meta("unknown")
+
+
+class _Builder:
+    """Walks the FX graph once and adds each node's canonical expression."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs, param_names: dict[str, str]):
+        self.gm = gm
+        self.metas = _metas(gm, example_inputs)
+        self.analysis = TensorAnalysis()
+        self.eg = EGraph(analysis=self.analysis)
+        self.env: dict[fx.Node, Any] = {}
+        self.param_names = param_names
+        self.opaque: dict[str, OpaqueCall] = {}
+        self.effect: int | None = None
+        self.effects: list[int] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.inputs: list[str] = []
+        self.input_classes: list[int] = []
+        self.output: Any = None
+        self.random = False
+
+    # -- leaves ---------------------------------------------------------------------------
+
+    def literal(self, value: Any) -> int:
+        eg = self.eg
+        if isinstance(value, torch.dtype):
+            return eg.add_node(("dtype", str(value).removeprefix("torch.")))
+        if isinstance(value, (torch.Size, list)):
+            value = tuple(value)
+        if isinstance(value, tuple):
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                return eg.add_node(literal(value))
+            return eg.add_node("tuple", [self.value(v) for v in value])
+        if isinstance(value, slice):
+            return eg.add_node("slice", [self.literal(value.start), self.literal(value.stop),
+                                         self.literal(value.step)])
+        if isinstance(value, torch.Tensor):
+            return self.constant(value)
+        if isinstance(value, torch.memory_format):
+            return eg.add_node(("str", str(value)))
+        return eg.add_node(literal(value))
+
+    def constant(self, tensor: torch.Tensor) -> int:
+        name = f"_egraph_const{len(self.constants)}"
+        self.constants[name] = tensor
+        self.analysis.leaves[f"const:{name}"] = Meta.of(tensor)
+        return self.eg.add_node("const", [self.eg.add_node(literal(name))])
+
+    def leaf(self, kind: str, name: str, meta: Meta | None) -> int:
+        if meta is not None:
+            self.analysis.leaves[f"{kind}:{name}"] = meta
+        return self.eg.add_node(kind, [self.eg.add_node(literal(name))])
+
+    def value(self, arg: Any) -> int:
+        """The class of an FX argument: a node's class, a literal, a nested structure."""
+        if isinstance(arg, fx.Node):
+            cid = self.env[arg]
+            if cid is None:
+                raise ValueError(f"{arg.name} has no value (an output of an effect?)")
+            return cid
+        return self.literal(arg)
+
+    # -- expressions ----------------------------------------------------------------------
+
+    def expr(self, lowered: tuple[str, list]) -> int:
+        name, values = lowered
+        kids = [self.expr(v) if _is_expr(v) else self.value(v) for v in values]
+        if name == "identity":
+            return kids[0]
+        spec = SPECS[name]
+        if spec.normalize is not None:
+            kids = self._normalized(spec, kids)
+        return self.eg.add_node(name, kids)
+
+    def _normalized(self, spec, kids: list[int]) -> list[int]:
+        """Attributes in normal form (positive dims, concrete shapes) so that the same
+        operation always hashes the same."""
+        metas = [self.eg.data(k) for k in kids]
+        values: list[Any] = [m.value if m is not None and m.kind == "literal" else _KEEP
+                             for m in metas]
+        normalized = spec.normalize(list(values), metas)
+        return [k if v is _KEEP else self.literal(v) for k, v in zip(kids, normalized)]
+
+    def opaque_call(self, node: fx.Node, random: bool = False) -> int:
+        """Keep ``node`` as is: a unique token, chained after the previous opaque call.
+
+        ``random``: the call draws random numbers (validation then compares under a seed).
+        """
+        self.random = self.random or random
+        token = node.name
+        arg_classes: list[int] = []
+
+        def mark(a):
+            if isinstance(a, fx.Node):
+                arg_classes.append(self.value(a))
+                return _Ref(arg_classes[-1])
+            return a
+
+        args = fx.node.map_aggregate(node.args, mark)
+        kwargs = fx.node.map_aggregate(node.kwargs, mark)
+        self.opaque[token] = OpaqueCall(node.op, node.target, args, kwargs, node.name)
+        meta = self.metas.get(node.name)
+        if meta is not None:
+            self.analysis.leaves[f"opaque:{token}"] = meta
+        eg = self.eg
+        prev = self.effect if self.effect is not None else eg.add_node(literal(None))
+        cid = eg.add_node("opaque", [eg.add_node(literal(token)), prev, *arg_classes])
+        self.effect = cid
+        return cid
+
+    # -- the walk -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                if node.name in self.param_names:
+                    self.env[node] = self.leaf("param", self.param_names[node.name],
+                                               self.metas.get(node.name))
+                    continue
+                self.inputs.append(node.name)
+                cid = self.leaf("input", node.name, self.metas.get(node.name))
+                self.input_classes.append(cid)
+                self.env[node] = cid
+            elif node.op == "get_attr":
+                self.env[node] = self.get_attr(node)
+            elif node.op == "output":
+                self.output = fx.node.map_aggregate(node.args[0], self._out)
+            else:
+                self.env[node] = self.call(node)
+                if _is_inplace(node, self._module(node)) and node.args and isinstance(
+                        node.args[0], fx.Node):
+                    target = node.args[0]
+                    if target.op in ("placeholder", "get_attr"):
+                        raise UntraceableModel(
+                            f"{node.name} mutates the graph input or parameter "
+                            f"{target.name!r} in place; export the model with "
+                            "torch.export.export (it functionalises input mutation) or "
+                            "write the update out of place"
+                        )
+                    self.env[target] = self.env[node]
+        if self.effect is not None:
+            self.effects.append(self.effect)
+
+    def _out(self, arg):
+        if isinstance(arg, fx.Node):
+            return _Ref(self.env[arg])
+        return arg
+
+    def _module(self, node: fx.Node) -> nn.Module | None:
+        if node.op != "call_module":
+            return None
+        return self.gm.get_submodule(node.target)
+
+    def get_attr(self, node: fx.Node) -> int:
+        value = _fetch_attr(self.gm, node.target)
+        if isinstance(value, torch.Tensor):
+            name = self.param_names.get(node.target, node.target)
+            return self.leaf("param", name, Meta.of(value))
+        return self.literal(value)
+
+    def call(self, node: fx.Node) -> int:
+        if node.op == "call_module":
+            module = self._module(node)
+            lowered = _lower_module(self, module, node)
+            if lowered is None:
+                return self.opaque_call(node, random=module.training and isinstance(
+                    module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)))
+            return lowered
+        method = node.op == "call_method"
+        if not method and node.target in IMPURE:
+            return self.opaque_call(node, random=True)
+        if not method and node.target in (F.dropout, torch.dropout):
+            bound = _bind_dropout(*node.args, **node.kwargs)
+            if not bound["train"] or bound["p"] == 0:
+                return self.value(bound["input"])
+            return self.opaque_call(node, random=True)
+        lowered = lower(node.target, node.args, node.kwargs, method=method)
+        if lowered is None:
+            return self.opaque_call(node)
+        return self.expr(lowered)
+
+
+def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
+    """The arguments of F.dropout / torch.dropout (the latter names `training` `train`)."""
+    return {"input": input, "p": p, "train": training if train is None else train}
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "<keep>"
+
+
+_KEEP = _Keep()
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """An e-class id standing where an FX node was, in an opaque call's arguments."""
+
+    cid: int
+
+
+def _is_expr(value: Any) -> bool:
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], list))
+
+
+def _fetch_attr(gm: nn.Module, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _param(builder: _Builder, node: fx.Node, attr: str) -> int | None:
+    value = getattr(builder.gm.get_submodule(node.target), attr)
+    if value is None:
+        return None
+    name = f"{node.target}.{attr}"
+    return builder.leaf("param", builder.param_names.get(name, name), Meta.of(value))
+
+
+def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
+    """A module call as canonical ops over parameter leaves, or None (kept opaque)."""
+    if node.kwargs or not node.args:
+        return None
+    x = node.args[0]
+    none = b.literal(None)
+
+    def p(attr):
+        cid = _param(b, node, attr)
+        return none if cid is None else cid
+
+    def ex(name, *kids):
+        return b.eg.add_node(name, kids)
+
+    lit = b.literal
+    if isinstance(module, nn.Linear) and len(node.args) == 1:
+        return ex("linear", b.value(x), p("weight"), p("bias"))
+    if isinstance(module, (nn.Conv1d, nn.Conv2d)) and len(node.args) == 1:
+        if module.padding_mode != "zeros" or isinstance(module.padding, str):
+            return None
+        name = "conv1d" if isinstance(module, nn.Conv1d) else "conv2d"
+        return ex(name, b.value(x), p("weight"), p("bias"), lit(tuple(module.stride)),
+                  lit(tuple(module.padding)), lit(tuple(module.dilation)), lit(module.groups))
+    if isinstance(module, nn.LayerNorm) and len(node.args) == 1:
+        return ex("layer_norm", b.value(x), lit(tuple(module.normalized_shape)), p("weight"),
+                  p("bias"), lit(float(module.eps)))
+    if isinstance(module, nn.RMSNorm) and len(node.args) == 1:
+        eps = module.eps
+        return ex("rms_norm", b.value(x), lit(tuple(module.normalized_shape)), p("weight"),
+                  lit(None if eps is None else float(eps)))
+    if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d)) and len(node.args) == 1:
+        if module.training or not module.track_running_stats:
+            return None
+        return ex("batch_norm", b.value(x), p("running_mean"), p("running_var"), p("weight"),
+                  p("bias"), lit(float(module.eps)))
+    if isinstance(module, nn.Embedding) and len(node.args) == 1 and module.max_norm is None:
+        return ex("embedding", b.value(x), p("weight"))
+    if isinstance(module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)):
+        if module.training and module.p > 0:
+            return None
+        return b.value(x)
+    if isinstance(module, nn.Identity):
+        return b.value(x)
+    if isinstance(module, nn.Flatten) and len(node.args) == 1:
+        return b.expr(("flatten", [x, module.start_dim, module.end_dim]))
+    simple = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu"}
+    for cls, name in simple.items():
+        if type(module) is cls and len(node.args) == 1:
+            return b.expr((name, [x]))
+    if type(module) is nn.GELU and len(node.args) == 1:
+        return b.expr(("gelu", [x, module.approximate]))
+    if type(module) in (nn.Softmax, nn.LogSoftmax) and len(node.args) == 1:
+        name = "softmax" if type(module) is nn.Softmax else "log_softmax"
+        return b.expr((name, [x, module.dim if module.dim is not None else -1]))
+    return None
+
+
+def from_fx(source, example_inputs=None) -> EGraph:
+    """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
+
+    Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
+    """
+    param_names: dict[str, str] = {}
+    module = source
+    if isinstance(source, torch.export.ExportedProgram):
+        gm, param_names, example_inputs = _from_export(source, example_inputs)
+        module = source.module()
+    elif isinstance(source, nn.Module):
+        gm = trace(source)
+        module = source
+    else:
+        raise TypeError(
+            f"EGraph.from_fx takes a torch.fx.GraphModule, an nn.Module or a "
+            f"torch.export.ExportedProgram, not {type(source).__name__}"
+        )
+    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    builder = _Builder(gm, example_inputs, param_names)
+    builder.run()
+    eg = builder.eg
+    eg.rebuild()
+    outputs: list[int] = []
+    fx.node.map_aggregate(builder.output, lambda a: outputs.append(a.cid)
+                          if isinstance(a, _Ref) else None)
+    eg._roots = list(outputs)
+    eg.fx = FxSource(
+        module=module, graph_module=gm, inputs=builder.inputs,
+        input_classes=builder.input_classes, output=builder.output,
+        effects=builder.effects, opaque=builder.opaque, constants=builder.constants,
+        example_inputs=tuple(example_inputs) if example_inputs is not None else None,
+        initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
+    )
+    return eg
+
+
+def _from_export(program, example_inputs):
+    """The graph of a torch.export program, its parameter names, and example inputs."""
+    gm = program.graph_module
+    sig = program.graph_signature
+    names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+             **sig.inputs_to_lifted_tensor_constants}
+    if example_inputs is None and program.example_inputs is not None:
+        args, kwargs = program.example_inputs
+        example_inputs = tuple(args) + tuple(kwargs.values())
+    return gm, names, example_inputs
