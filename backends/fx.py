@@ -176,20 +176,23 @@ def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
     graph = emitter.run()
     src = egraph.fx
     holder = nn.Module()
-    state = src.module.state_dict(keep_vars=True)
     for name in emitter.attrs:
         if name in emitter.constants:
             _set_path(holder, name, emitter.constants[name], buffer=True)
         else:
-            _set_path(holder, name, _fetch(src.module, name), buffer=name in state)
-    for name, value in state.items():
-        _set_path(holder, name, value, buffer=not isinstance(value, nn.Parameter))
-    for token, call in src.opaque.items():
+            _set_path(holder, name, _fetch(src.module, name), buffer=True)
+    for call in src.opaque.values():
         if call.op == "call_module" and any(
                 n.op == "call_module" and n.target == call.target for n in graph.nodes):
             _add_submodule(holder, call.target, src.module.get_submodule(call.target))
     graph.lint()
     gm = fx.GraphModule(holder, graph, class_name=type(src.module).__name__ + "Optimized")
+    # Every parameter and buffer of the source, used or not, so checkpoints still load;
+    # folded constants are not state.
+    for name, value in src.module.state_dict(keep_vars=True).items():
+        _set_path(gm, name, value, buffer=not isinstance(value, nn.Parameter))
+    for name, value in emitter.constants.items():
+        gm.register_buffer(name, value, persistent=False)
     return gm
 
 

@@ -38,6 +38,7 @@ class Op:
 
 
 def __getattr__(name: str) -> Op:
-    if name.startswith("__"):
+    # Tools probe modules for hooks (``pytest_plugins``, dunders): those are not ops.
+    if name.startswith("_") or name.startswith("pytest"):
         raise AttributeError(name)
     return Op(name)

@@ -107,7 +107,8 @@ class TensorAnalysis(Analysis):
         find = egraph._uf.find
         kids = [data[find(c)] or UNKNOWN for c in node[1:]]
         if op in ("tuple", "slice"):
-            if all(k.kind == "literal" for k in kids):
+            if all(k.kind in ("literal", "scalar") and (k.value is not None or k.kind ==
+                                                         "literal") for k in kids):
                 values = [k.value for k in kids]
                 return Meta("literal", value=tuple(values) if op == "tuple" else slice(*values))
             return UNKNOWN

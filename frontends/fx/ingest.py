@@ -30,7 +30,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from egraph.egraph import EGraph
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis
-from frontends.fx.vocabulary import IMPURE, SPECS, lower
+from frontends.fx.vocabulary import IMPURE, SPECS, UNKNOWN_VALUE, lower
 
 
 class UntraceableModel(ValueError):
@@ -88,8 +88,9 @@ def trace(model: nn.Module) -> fx.GraphModule:
         return fx.symbolic_trace(model)
     except Exception as err:
         raise UntraceableModel(
-            f"torch.fx cannot trace {type(model).__name__}: {err}. It probably has "
-            "data-dependent control flow (an `if` or loop on tensor values). Capture it with "
+            f"torch.fx cannot trace {type(model).__name__}: {err}. Symbolic tracing cannot "
+            "follow data-dependent control flow (an `if` or loop on tensor values) or Python "
+            "operations that need concrete values. Capture it with "
             "torch.export.export(model, args) and pass the program to EGraph.from_fx, or "
             "use torch.compile(model, backend='egraph'), which splits the graph at such "
             "points."
@@ -147,6 +148,7 @@ class _Builder:
         self.input_classes: list[int] = []
         self.output: Any = None
         self.random = False
+        self.folded: dict[int, torch.Tensor] = {}
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -199,16 +201,47 @@ class _Builder:
         spec = SPECS[name]
         if spec.normalize is not None:
             kids = self._normalized(spec, kids)
+        folded = self._fold(spec, kids)
+        if folded is not None:
+            return folded
         return self.eg.add_node(name, kids)
+
+    def _fold(self, spec, kids: list[int]) -> int | None:
+        """A constant leaf for an op whose inputs are all constants (literals or constant
+        tensors made in the graph, never parameters or buffers); None otherwise."""
+        values = []
+        for k in kids:
+            meta = self.eg.data(k)
+            if meta is not None and meta.kind in ("literal", "scalar") and (
+                    meta.value is not None or meta.kind == "literal"):
+                values.append(meta.value)
+            elif self.eg.find(k) in self.folded:
+                values.append(self.folded[self.eg.find(k)])
+            else:
+                return None
+        if not any(isinstance(v, torch.Tensor) for v in values) and spec.name not in (
+                "full", "arange"):
+            return None
+        try:
+            result = spec.run(values)
+        except Exception:  # noqa: BLE001 - not foldable here: keep the op
+            return None
+        if not isinstance(result, torch.Tensor) or result.numel() > _MAX_FOLDED:
+            return None
+        cid = self.constant(result)
+        self.folded[self.eg.find(cid)] = result
+        return cid
 
     def _normalized(self, spec, kids: list[int]) -> list[int]:
         """Attributes in normal form (positive dims, concrete shapes) so that the same
         operation always hashes the same."""
         metas = [self.eg.data(k) for k in kids]
-        values: list[Any] = [m.value if m is not None and m.kind == "literal" else _KEEP
-                             for m in metas]
+        values: list[Any] = [
+            m.value if m is not None and m.kind in ("literal", "scalar") and m.value is not None
+            else UNKNOWN_VALUE for m in metas
+        ]
         normalized = spec.normalize(list(values), metas)
-        return [k if v is _KEEP else self.literal(v) for k, v in zip(kids, normalized)]
+        return [k if v is UNKNOWN_VALUE else self.literal(v) for k, v in zip(kids, normalized)]
 
     def opaque_call(self, node: fx.Node, random: bool = False) -> int:
         """Keep ``node`` as is: a unique token, chained after the previous opaque call.
@@ -303,23 +336,33 @@ class _Builder:
             if not bound["train"] or bound["p"] == 0:
                 return self.value(bound["input"])
             return self.opaque_call(node, random=True)
-        lowered = lower(node.target, node.args, node.kwargs, method=method)
+        lowered = lower(_out_of_place(node), node.args, node.kwargs, method=method)
         if lowered is None:
             return self.opaque_call(node)
         return self.expr(lowered)
 
 
+def _out_of_place(node: fx.Node):
+    """The out-of-place twin of an in-place call (``add_`` -> ``add``), else the target."""
+    target = node.target
+    if node.op == "call_method":
+        return target[:-1] if _is_inplace(node, None) else target
+    name = getattr(target, "__name__", "")
+    if _is_inplace(node, None) and name.endswith("_"):
+        for namespace in (torch, F):
+            twin = getattr(namespace, name[:-1], None)
+            if twin is not None:
+                return twin
+    return target
+
+
+_MAX_FOLDED = 1 << 16
+"""Constant subgraphs with larger results stay computed (they would bloat the module)."""
+
+
 def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
     """The arguments of F.dropout / torch.dropout (the latter names `training` `train`)."""
     return {"input": input, "p": p, "train": training if train is None else train}
-
-
-class _Keep:
-    def __repr__(self) -> str:
-        return "<keep>"
-
-
-_KEEP = _Keep()
 
 
 @dataclass(frozen=True)
@@ -428,6 +471,8 @@ def from_fx(source, example_inputs=None) -> EGraph:
         example_inputs = (example_inputs,)
     builder = _Builder(gm, example_inputs, param_names)
     builder.run()
+    if isinstance(source, torch.export.ExportedProgram):
+        builder.output = _user_outputs(source, builder.output)
     eg = builder.eg
     eg.rebuild()
     outputs: list[int] = []
@@ -442,6 +487,21 @@ def from_fx(source, example_inputs=None) -> EGraph:
         initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
     )
     return eg
+
+
+def _user_outputs(program, outputs):
+    """The user-visible output structure of an export program's flat graph outputs."""
+    sig = program.graph_signature
+    mutated = len(sig.buffers_to_mutate) + len(sig.user_inputs_to_mutate)
+    if mutated:
+        raise UntraceableModel(
+            "the exported program mutates buffers or inputs (a module in training mode, such "
+            "as BatchNorm updating running statistics?); call model.eval() before "
+            "torch.export.export, or use torch.compile(model, backend='egraph')"
+        )
+    from torch.utils._pytree import tree_unflatten
+
+    return tree_unflatten(list(outputs), program.call_spec.out_spec)
 
 
 def _from_export(program, example_inputs):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,16 @@ def op(name: str, params: str, impl: Callable, call: Callable | None = None,
 # -- attribute normalisation (needs the input's rank) --------------------------------------
 
 
+class _Unknown:
+    """Stands for an attribute whose value is not a known literal (left as it is)."""
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN_VALUE = _Unknown()
+
+
 def _rank(meta) -> int | None:
     shape = getattr(meta, "shape", None)
     return None if shape is None else len(shape)
@@ -85,7 +96,8 @@ def dims_of(dim, rank: int | None):
 
 
 def _norm_reduce(values: list, metas: list) -> list:
-    values[1] = dims_of(values[1], _rank(metas[0]))
+    if values[1] is not UNKNOWN_VALUE:
+        values[1] = dims_of(values[1], _rank(metas[0]))
     return values
 
 
@@ -101,20 +113,22 @@ def _norm_dim(position: int, extra: int = 0):
 
 def _norm_permute(values: list, metas: list) -> list:
     rank = _rank(metas[0])
-    if rank is not None:
+    if rank is not None and values[1] is not UNKNOWN_VALUE:
         values[1] = tuple(d % rank for d in values[1])
     return values
 
 
 def _norm_transpose(values: list, metas: list) -> list:
     rank = _rank(metas[0])
-    if rank is not None:
+    if rank is not None and isinstance(values[1], int) and isinstance(values[2], int):
         a, b = values[1] % rank, values[2] % rank
         values[1:3] = [min(a, b), max(a, b)]
     return values
 
 
 def _norm_shape(values: list, metas: list) -> list:
+    if values[1] is UNKNOWN_VALUE:
+        return values
     shape = list(values[1])
     meta = metas[0]
     if -1 in shape and getattr(meta, "shape", None) is not None:
@@ -211,7 +225,7 @@ Lowered = tuple[str, list]
 
 
 def _binary(name: str):
-    def lower(input, other, *, alpha=1, out=None, rounding_mode=None):  # noqa: A002
+    def lower(input, other, *, alpha=1, out=None, rounding_mode=None):
         if rounding_mode is not None:
             raise _Unsupported(f"{name} with rounding_mode={rounding_mode!r}")
         if alpha != 1:
@@ -227,7 +241,7 @@ def _reverse(name: str):
 
 
 def _unary(name: str):
-    def lower(input, *args, **kwargs):  # noqa: A002
+    def lower(input, *args, **kwargs):
         if args or any(v is not None for k, v in kwargs.items() if k != "inplace"):
             raise _Unsupported(f"{name} with extra arguments {args} {kwargs}")
         return (name, [input])
@@ -235,7 +249,7 @@ def _unary(name: str):
 
 
 def _reduce(name: str):
-    def lower(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    def lower(input, dim=None, keepdim=False, *, dtype=None, out=None):
         if dtype is not None:
             input = ("to", [input, dtype])
         return (name, [input, dim, keepdim])
@@ -243,7 +257,7 @@ def _reduce(name: str):
 
 
 def _softmax(name: str):
-    def lower(input, dim=None, _stacklevel=3, dtype=None, half_to_float=None):  # noqa: A002
+    def lower(input, dim=None, _stacklevel=3, dtype=None, half_to_float=None):
         if dtype is not None:
             input = ("to", [input, dtype])
         return (name, [input, dim])
@@ -254,41 +268,41 @@ class _Unsupported(Exception):
     """A known op called with arguments the vocabulary does not model (kept opaque)."""
 
 
-def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if correction is None:
         correction = 0 if unbiased is False else 1
     return ("var", [input, dim, correction, keepdim])
 
 
-def _gelu(input, approximate="none"):  # noqa: A002
+def _gelu(input, approximate="none"):
     return ("gelu", [input, approximate])
 
 
-def _softplus(input, beta=1.0, threshold=20.0):  # noqa: A002
+def _softplus(input, beta=1.0, threshold=20.0):
     return ("softplus", [input, beta, threshold])
 
 
-def _clamp(input, min=None, max=None):  # noqa: A002
+def _clamp(input, min=None, max=None):
     return ("clamp", [input, min, max])
 
 
-def _where(condition, input, other):  # noqa: A002
+def _where(condition, input, other):
     return ("where", [condition, input, other])
 
 
-def _masked_fill(input, mask, value):  # noqa: A002
+def _masked_fill(input, mask, value):
     return ("masked_fill", [input, mask, value])
 
 
-def _matmul(input, other):  # noqa: A002
+def _matmul(input, other):
     return ("matmul", [input, other])
 
 
-def _linear(input, weight, bias=None):  # noqa: A002
+def _linear(input, weight, bias=None):
     return ("linear", [input, weight, bias])
 
 
-def _addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+def _addmm(input, mat1, mat2, *, beta=1, alpha=1):
     product = ("matmul", [mat1, mat2])
     if alpha != 1:
         product = ("mul", [product, alpha])
@@ -296,16 +310,16 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
     return ("add", [product, bias])
 
 
-def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5,  # noqa: A002
+def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5,
                 cudnn_enable=None):
     return ("layer_norm", [input, tuple(normalized_shape), weight, bias, eps])
 
 
-def _rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
+def _rms_norm(input, normalized_shape, weight=None, eps=None):
     return ("rms_norm", [input, tuple(normalized_shape), weight, eps])
 
 
-def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                scale_grad_by_freq=False, sparse=False):
     if max_norm is not None:
         raise _Unsupported("embedding with max_norm (it renormalises the weight in place)")
@@ -313,7 +327,7 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  #
 
 
 def _conv(name: str):
-    def lower(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    def lower(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         return (name, [input, weight, bias, stride, padding, dilation, groups])
     return lower
 
@@ -325,49 +339,49 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return ("sdpa", [query, key, value, attn_mask, is_causal, scale])
 
 
-def _reshape(input, *shape):  # noqa: A002
+def _reshape(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = tuple(shape[0])
     return ("reshape", [input, tuple(shape)])
 
 
-def _permute(input, *dims):  # noqa: A002
+def _permute(input, *dims):
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = tuple(dims[0])
     return ("permute", [input, tuple(dims)])
 
 
-def _transpose(input, dim0, dim1):  # noqa: A002
+def _transpose(input, dim0, dim1):
     return ("transpose", [input, dim0, dim1])
 
 
-def _t(input):  # noqa: A002
+def _t(input):
     return ("transpose", [input, 0, 1])
 
 
-def _expand(input, *sizes, implicit=False):  # noqa: A002
+def _expand(input, *sizes, implicit=False):
     if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
         sizes = tuple(sizes[0])
     return ("expand", [input, tuple(sizes)])
 
 
-def _identity(input, *args, **kwargs):  # noqa: A002
+def _identity(input, *args, **kwargs):
     return ("identity", [input])
 
 
-def _contiguous(input, memory_format=None):  # noqa: A002
+def _contiguous(input, memory_format=None):
     return ("identity", [input])
 
 
-def _flatten(input, start_dim=0, end_dim=-1):  # noqa: A002
+def _flatten(input, start_dim=0, end_dim=-1):
     return ("flatten", [input, start_dim, end_dim])
 
 
-def _unsqueeze(input, dim):  # noqa: A002
+def _unsqueeze(input, dim):
     return ("unsqueeze", [input, dim])
 
 
-def _squeeze(input, dim=None):  # noqa: A002
+def _squeeze(input, dim=None):
     if dim is None:
         raise _Unsupported("squeeze without a dim (its result depends on the shape)")
     return ("squeeze", [input, dim])
@@ -382,12 +396,12 @@ def _stack(tensors, dim=0):
 
 
 def _tri(name: str):
-    def lower(input, diagonal=0):  # noqa: A002
+    def lower(input, diagonal=0):
         return (name, [input, diagonal])
     return lower
 
 
-def _to(input, *args, **kwargs):  # noqa: A002
+def _to(input, *args, **kwargs):
     dtype = kwargs.get("dtype")
     for a in args:
         if isinstance(a, torch.dtype):
@@ -402,12 +416,12 @@ def _to(input, *args, **kwargs):  # noqa: A002
 
 
 def _dtype_method(dtype: torch.dtype):
-    def lower(input, memory_format=None):  # noqa: A002
+    def lower(input, memory_format=None):
         return ("to", [input, dtype])
     return lower
 
 
-def _size(input, dim=None):  # noqa: A002
+def _size(input, dim=None):
     if dim is None:
         raise _Unsupported("size() without a dim")
     return ("size", [input, dim])
@@ -418,11 +432,11 @@ def _split(tensor, split_size_or_sections, dim=0):
     return ("split", [tensor, tuple(size) if isinstance(size, list) else size, dim])
 
 
-def _chunk(input, chunks, dim=0):  # noqa: A002
+def _chunk(input, chunks, dim=0):
     return ("chunk", [input, chunks, dim])
 
 
-def _max(input, dim=None, keepdim=False):  # noqa: A002
+def _max(input, dim=None, keepdim=False):
     if dim is None:
         return ("amax", [input, None, False])
     if not isinstance(dim, int):
@@ -430,7 +444,7 @@ def _max(input, dim=None, keepdim=False):  # noqa: A002
     return ("max_dim", [input, dim, keepdim])
 
 
-def _min(input, dim=None, keepdim=False):  # noqa: A002
+def _min(input, dim=None, keepdim=False):
     if dim is None:
         return ("amin", [input, None, False])
     if not isinstance(dim, int):
@@ -464,7 +478,7 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None,
 
 
 def _like(name: str):
-    def lower(input, *, dtype=None, layout=None, device=None, pin_memory=None,  # noqa: A002
+    def lower(input, *, dtype=None, layout=None, device=None, pin_memory=None,
               requires_grad=False, memory_format=None):
         if dtype is not None:
             input = ("to", [input, dtype])
@@ -472,22 +486,22 @@ def _like(name: str):
     return lower
 
 
-def _full_like(input, fill_value, *, dtype=None, layout=None, device=None,  # noqa: A002
+def _full_like(input, fill_value, *, dtype=None, layout=None, device=None,
                pin_memory=None, requires_grad=False, memory_format=None):
     if dtype is not None:
         input = ("to", [input, dtype])
     return ("full_like", [input, fill_value])
 
 
-def _square(input):  # noqa: A002
+def _square(input):
     return ("mul", [input, input])
 
 
-def _rsub(input, other, alpha=1):  # noqa: A002
+def _rsub(input, other, alpha=1):
     return ("sub", [other, input if alpha == 1 else ("mul", [input, alpha])])
 
 
-def _batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
                 training=False, momentum=0.1, eps=1e-5, cudnn_enabled=None):
     if training:
         raise _Unsupported("batch_norm in training mode (it updates running statistics)")
@@ -641,7 +655,7 @@ _spell(_sdpa, aten.scaled_dot_product_attention.default)
 _spell(_square, aten.square.default)
 
 
-def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,  # noqa: A002
+def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,
                   non_blocking=False, memory_format=None):
     return ("to", [input, dtype]) if dtype is not None else ("identity", [input])
 

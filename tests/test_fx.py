@@ -1,0 +1,235 @@
+"""PyTorch in and out: from_fx -> extract gives a working GraphModule on real models."""
+
+import copy
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from backends.validate import ValidationError
+from egraph import AstSize, EGraph, UnsoundMerge, rewrite
+from egraph.examples.zoo import MODELS, build
+from frontends.fx import UntraceableModel
+
+
+def _grads(model, inputs, fn):
+    model.zero_grad()
+    xs = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = fn(*xs)
+    (out.float().pow(2).sum() if isinstance(out, torch.Tensor) else sum(
+        o.float().pow(2).sum() for o in out)).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out, grads, [x.grad for x in xs]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_round_trip_without_rules_keeps_outputs_and_gradients(name):
+    model, inputs = build(name)
+    before = copy.deepcopy(model.state_dict())
+    opt = EGraph.from_fx(model, inputs).extract(AstSize())
+    assert isinstance(opt, torch.fx.GraphModule)
+    assert opt.meta["egraph_report"].validation.ok
+    out_a, grads_a, xg_a = _grads(model, inputs, model)
+    out_b, grads_b, xg_b = _grads(model, inputs, opt)
+    torch.testing.assert_close(out_b, out_a, rtol=1e-5, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys()
+    for k in grads_a:
+        torch.testing.assert_close(grads_b[k], grads_a[k], rtol=1e-4, atol=1e-5)
+    for a, b in zip(xg_a, xg_b):
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    # the user's module is untouched; checkpoints load into the optimised one
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert set(opt.state_dict()) == set(model.state_dict())
+    opt.load_state_dict(model.state_dict())
+
+
+def test_duplicated_subexpressions_are_computed_once_and_dead_code_goes():
+    def f(x):
+        unused = torch.sin(x) * 3  # noqa: F841 - dead code on purpose
+        return torch.exp(x) + torch.exp(x) * x.exp()
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(5),)).extract(AstSize())
+    code = opt.code
+    assert code.count("torch.exp(") == 1
+    assert "sin" not in code
+    x = torch.randn(5)
+    torch.testing.assert_close(opt(x), f(x))
+
+
+def test_shape_arithmetic_folds_to_constants():
+    def f(x):
+        return x.sum(-1, keepdim=True) / x.size(-1) ** 0.5
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(3, 16),)).extract(AstSize())
+    assert "size" not in opt.code and "4.0" in opt.code
+
+
+def test_constant_subgraph_folds():
+    class M(nn.Module):
+        def forward(self, x):
+            steps = torch.arange(0, x.size(-1), dtype=torch.float32)
+            return x + steps * 2
+
+    eg = EGraph.from_fx(M(), (torch.randn(2, 6),))
+    opt = eg.extract(AstSize())
+    assert "arange" not in opt.code and "mul" not in opt.code
+    x = torch.randn(2, 6)
+    torch.testing.assert_close(opt(x), M()(x))
+
+
+def test_dropout_in_training_is_never_merged_or_dropped():
+    def f(x):
+        return F.dropout(x, 0.5, training=True) + F.dropout(x, 0.5, training=True)
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(100),)).extract(AstSize())
+    assert opt.code.count("functional.dropout(") == 2
+    torch.manual_seed(1)
+    a = opt(torch.ones(100))
+    torch.manual_seed(1)
+    b = f(torch.ones(100))
+    torch.testing.assert_close(a, b)
+    assert opt.meta["egraph_report"].validation.reference == "same-seed original"
+
+
+def test_effects_are_kept_in_order_even_when_unused():
+    def f(x):
+        torch.rand_like(x)  # unused, but it advances the RNG: it must stay
+        return x * torch.rand_like(x)
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(3),)).extract(AstSize())
+    assert opt.code.count("torch.rand_like(") == 2
+    torch.manual_seed(3)
+    a = opt(torch.ones(3))
+    torch.manual_seed(3)
+    torch.testing.assert_close(a, f(torch.ones(3)))
+
+
+def test_dropout_in_eval_and_inplace_ops_are_functionalised():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.3)
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            y = x * 2
+            y.add_(1)
+            z = self.relu(y)
+            return self.drop(z) + y
+
+    model = M().eval()
+    opt = EGraph.from_fx(model, (torch.randn(4),)).extract(AstSize())
+    assert "dropout" not in opt.code and ".add_(" not in opt.code
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), model(x))
+
+
+def test_in_place_update_of_an_input_is_refused_with_advice():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    with pytest.raises(UntraceableModel, match="torch.export"):
+        EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(3),))
+
+
+def test_data_dependent_control_flow_gets_a_clear_error():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    with pytest.raises(UntraceableModel, match="torch.export.export"):
+        EGraph.from_fx(Branchy(), (torch.randn(3),))
+
+
+def test_unsupported_op_round_trips_as_opaque():
+    def f(x):
+        return torch.special.bessel_j0(x) + torch.cumprod(x, 0)
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(6),)).extract(AstSize())
+    x = torch.randn(6)
+    torch.testing.assert_close(opt(x), f(x))
+    assert "bessel_j0" in opt.code and "cumprod" in opt.code
+
+
+def test_unsound_rule_merging_different_shapes_raises_naming_the_rule():
+    def f(x):
+        return x.sum(-1)
+
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(3, 4),))
+    with pytest.raises(UnsoundMerge, match="drop-sum"):
+        eg.saturate([rewrite("drop-sum", "(sum ?x ?d ?k)", "?x")])
+
+
+def test_validation_falls_back_or_raises_on_a_wrong_rewrite():
+    def f(x):
+        return torch.exp(x) * 2
+
+    def make():
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(8),))
+        # deliberately wrong: exp(x) -> x keeps shape and dtype, so only validation sees it
+        return eg.saturate([rewrite("wrong", "(exp ?x)", "?x")])
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = make().extract(AstSize(), validate="strict")
+    assert any("wrong" in str(w.message) for w in caught)
+    assert opt.meta["egraph_report"].fell_back
+    x = torch.randn(8)
+    torch.testing.assert_close(opt(x), f(x))
+    with pytest.raises(ValidationError, match="wrong"):
+        make().extract(AstSize(), validate="raise")
+    trusted = make().extract(AstSize(), validate="off")
+    torch.testing.assert_close(trusted(x), x * 2)
+
+
+def test_report_prints_and_module_saves():
+    model, inputs = build("mlp")
+    opt = EGraph.from_fx(model, inputs).extract(AstSize())
+    text = str(opt.meta["egraph_report"])
+    assert "cost" in text and "validation passed" in text
+    buf = io.BytesIO()
+    torch.save(opt, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    torch.testing.assert_close(loaded(*inputs), model(*inputs))
+
+
+def test_export_program_is_ingested_with_parameter_names():
+    model, inputs = build("gpt_block")
+    program = torch.export.export(model, inputs)
+    opt = EGraph.from_fx(program).extract(AstSize())
+    torch.testing.assert_close(opt(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+    assert set(opt.state_dict()) >= set(model.state_dict())
+
+
+def test_torch_compile_backend_inference_and_training():
+    import backends.compile  # noqa: F401 - registers the "egraph" backend
+
+    torch._dynamo.reset()
+    model, inputs = build("gpt_block")
+    model.train()
+    compiled = torch.compile(model, backend="egraph")
+    x = inputs[0].clone().requires_grad_()
+    out = compiled(x)
+    out.pow(2).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    xg = x.grad.clone()
+    model.zero_grad()
+    x2 = inputs[0].clone().requires_grad_()
+    ref = model(x2)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xg, x2.grad, rtol=1e-4, atol=1e-5)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        model.eval()
+        torch.testing.assert_close(compiled(inputs[0]), model(inputs[0]), rtol=1e-5, atol=1e-5)
