@@ -15,6 +15,7 @@ raises :class:`~egraph.egraph.UnsoundMerge`. Scalar arithmetic on known values (
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -85,6 +86,8 @@ _SCALAR_OPS = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
     "pow": operator.pow, "neg": operator.neg, "eq": operator.eq, "ne": operator.ne,
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "sin": math.sin,
+    "cos": math.cos, "floor": math.floor, "ceil": math.ceil, "abs": abs,
 }
 
 

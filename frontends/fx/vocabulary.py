@@ -558,6 +558,9 @@ _spell(_unary("silu"), F.silu)
 _spell(_unary("logsigmoid"), F.logsigmoid)
 _spell(_unary("logical_not"), operator.invert, methods=("__invert__",))
 _spell(_square, torch.square, methods=("square",))
+# Python's math on shape-derived scalars (``math.sqrt(x.size(-1))``) folds to a literal.
+for _n in ("sqrt", "exp", "log", "tanh", "sin", "cos", "floor", "ceil"):
+    _spell(_unary(_n), getattr(math, _n))
 _spell(_gelu, F.gelu)
 _spell(_softplus, F.softplus)
 _spell(_clamp, torch.clamp, torch.clip, methods=("clamp", "clip"))
