@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from egraph.extract import best_nodes
 from egraph.term import is_literal_op
-from frontends.fx.analysis import literal_value
+from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.ingest import FxSource, _Ref
 from frontends.fx.vocabulary import SPECS
 
@@ -107,12 +107,15 @@ class _Emitter:
                 stack.extend(reversed(missing))
                 continue
             stack.pop()
-            self.values[c] = self.emit(node)
+            self.values[c] = self.emit(node, self.eg.data(c))
         return self.values[root]
 
-    def emit(self, node: tuple) -> Any:
+    def emit(self, node: tuple, meta: Any) -> Any:
         op = node[0]
         kids = [self.values[self.find(k)] for k in node[1:]]
+        if meta is not None and meta.kind == "scalar" and op in SCALAR_OPS:
+            # shape arithmetic on Python numbers: operator/math, not torch
+            return self.graph.call_function(SCALAR_OPS[op], tuple(kids))
         if is_literal_op(op):
             return literal_value(op)
         if op == "tuple":

@@ -27,12 +27,17 @@ and generates egglog-language programs.  How egg's setup maps onto egglog:
   defaults, ``(back-off :match-limit 1000 :ban-length 5)``, all iterations in
   one ``run-schedule`` so that its state persists.  The growth run uses
   egglog's plain ``run`` (every match applied: egg's SimpleScheduler).
-* Stopping: a zero-ary relation ``Stop`` is derived by an analysis rule when
-  every goal is in the start term's class, and by a ``set-stop`` ruleset that
-  is run whenever ``(get-size! <Math constructors>)`` exceeds the node limit;
-  each rewrite iteration is ``(run-with bo math :until (Stop))``.  Both checks
-  happen between iterations only (egg also checks the node limit after each
-  rule).  egglog has no time limit, so ``time_limit`` is not enforced.
+* Stopping (math cases): a zero-ary relation ``Stop`` is derived by an
+  analysis rule when every goal is in the start term's class, and by a
+  ``set-stop`` ruleset that is run whenever ``(get-size! <Math tables>)``
+  exceeds the node limit; each rewrite iteration is
+  ``(run-with bo math :until (Stop))``.  Both checks happen between
+  iterations only (egg also checks the node limit after each rule).  egglog
+  has no time limit, and the back-off state lives only inside one
+  ``run-schedule`` command, so ``time_limit`` is not enforced.  ``repeat``
+  does not stop on saturation, so a saturated run reports ``iter_limit``.
+  Iterations are counted by a ``tick`` ruleset run alongside each rewrite
+  step (a ``Tick`` relation that grows by one row per run).
 * Counting: e-nodes are the rows of the ``Math`` constructor tables (canonical
   after egglog's rebuild) and e-classes are the rows of ``MathU``.
 """
@@ -175,6 +180,11 @@ def _sizes(egraph: object) -> dict[str, int]:
     return dict(output.sizes)
 
 
+def _math_size(egraph: object, sizes: dict[str, int] | None = None) -> int:
+    sizes = _sizes(egraph) if sizes is None else sizes
+    return sum(sizes.get(name, 0) for name in _MATH_TABLES)
+
+
 def _holds(egraph: object, fact: str) -> bool:
     try:
         _run(egraph, f"(check {fact})")
@@ -249,7 +259,7 @@ def run_case(
     elapsed = time.perf_counter() - t0
 
     sizes = _sizes(egraph)
-    nodes = sum(sizes.get(name, 0) for name in _MATH_TABLES)
+    nodes = _math_size(egraph, sizes)
     proved = all(_holds(egraph, f"(= $root {goal})") for goal in goal_terms)
     if proved:
         stop_reason = "goals_proven"
@@ -279,9 +289,12 @@ def run_growth(target_nodes: int = 1_000_000, time_limit: float = 120.0) -> dict
     """Grow the growth workload on egglog until ``target_nodes`` e-nodes.
 
     Uses only the GROWTH_RULES with egglog's plain ``run`` (every match is
-    applied, like egg's SimpleScheduler), at most 100 iterations, stopping
-    before the first iteration that would start with at least
-    ``target_nodes`` e-nodes.  egglog cannot enforce ``time_limit``.
+    applied, like egg's SimpleScheduler), one iteration per command so that
+    the size and the clock can be checked in between (plain ``run`` keeps no
+    scheduler state, so this equals one long run).  Stops after at most 100
+    iterations, on saturation, or before an iteration once the e-graph holds
+    ``target_nodes`` e-nodes or ``time_limit`` has passed; a running iteration
+    cannot be interrupted.
     """
     if not AVAILABLE:
         raise _unavailable()
@@ -292,23 +305,31 @@ def run_growth(target_nodes: int = 1_000_000, time_limit: float = 120.0) -> dict
             *(_rule_text(MATH_RULES_BY_NAME[name], "growth") for name in GROWTH_RULES),
         ]
     )
-    program = (
-        f"(let $root {_term(parse_sexpr(GROWTH_START))})\n"
-        f"(run-schedule (repeat {GROWTH_ITER_LIMIT}"
-        f" (run growth :until (<= {target_nodes} {_SIZE}))))"
-    )
     t0 = time.perf_counter()
-    _run(egraph, program)
+    _run(egraph, f"(let $root {_term(parse_sexpr(GROWTH_START))})")
+    history = [_math_size(egraph)]
+    stop = "iter_limit"
+    for _ in range(GROWTH_ITER_LIMIT):
+        if history[-1] >= target_nodes:
+            stop = "target"
+            break
+        if time.perf_counter() - t0 >= time_limit:
+            stop = "time_limit"
+            break
+        (output,) = _run(egraph, "(run growth 1)")
+        history.append(_math_size(egraph))
+        if not output.report.updated:
+            stop = "saturated"
+            break
     elapsed = time.perf_counter() - t0
 
-    sizes = _sizes(egraph)
-    nodes = sum(sizes.get(name, 0) for name in _MATH_TABLES)
-    note = "egglog run (all matches, = SimpleScheduler); node limit checked between iterations"
-    if elapsed > time_limit:
-        note += f"; exceeded time_limit {time_limit}s (not enforceable)"
+    nodes = history[-1]
     return {
         "time_s": elapsed,
         "nodes": nodes,
         "nodes_per_s": nodes / elapsed if elapsed > 0 else None,
-        "note": note,
+        "note": (
+            f"egglog run (all matches, = SimpleScheduler), {len(history) - 1} iterations, "
+            f"stop {stop}; e-nodes after each: {history[1:]}"
+        ),
     }

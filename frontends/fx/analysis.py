@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from egraph import signs
 from egraph.analysis import Analysis
 from egraph.egraph import UnsoundMerge
+from egraph.signs import ANY, NEG, NONNEG, NONPOS, POS, ZERO
 from egraph.term import is_literal_op, literal
 from frontends.fx.vocabulary import SPECS
 
@@ -31,12 +33,14 @@ if TYPE_CHECKING:
 
 
 class Meta(NamedTuple):
-    """What is known of a class: ``kind`` is tensor, literal, scalar, tuple or unknown."""
+    """What is known of a class: ``kind`` is tensor, literal, scalar, tuple or unknown;
+    ``sign`` the proven signs of its values (:mod:`egraph.signs`)."""
 
     kind: str
     shape: tuple | None = None
     dtype: Any = None
     value: Any = None
+    sign: int = ANY
 
     @classmethod
     def of(cls, value: Any) -> Meta:
@@ -50,7 +54,7 @@ class Meta(NamedTuple):
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v) for v in value))
         if isinstance(value, (bool, int, float)):
-            return cls("scalar", value=value)
+            return cls("scalar", value=value, sign=signs.of_value(float(value)))
         return cls("unknown")
 
     def example(self) -> Any:
@@ -82,13 +86,15 @@ class _Unknown(Exception):
 
 UNKNOWN = Meta("unknown")
 
-_SCALAR_OPS = {
+SCALAR_OPS = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
     "pow": operator.pow, "neg": operator.neg, "eq": operator.eq, "ne": operator.ne,
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "sin": math.sin,
     "cos": math.cos, "floor": math.floor, "ceil": math.ceil, "abs": abs,
+    "floordiv": operator.floordiv, "remainder": operator.mod,
 }
+"""Python implementations of ops on scalars (shape arithmetic), used to fold and to emit."""
 
 
 class TensorAnalysis(Analysis):
@@ -101,10 +107,19 @@ class TensorAnalysis(Analysis):
         self.leaves: dict[str, Meta] = dict(leaves or {})
 
     def make(self, egraph: EGraph, node: tuple) -> Meta:
+        meta = self._make(egraph, node)
+        if len(node) == 1 or meta.kind not in ("tensor", "scalar"):
+            return meta
+        sign = _sign(egraph, node) & meta.sign
+        return meta if sign == meta.sign else meta._replace(sign=sign)
+
+    def _make(self, egraph: EGraph, node: tuple) -> Meta:
         op = node[0]
         if len(node) == 1:
             if is_literal_op(op):
-                return Meta("literal", value=literal_value(op))
+                value = literal_value(op)
+                sign = signs.of_value(float(value)) if isinstance(value, (int, float)) else ANY
+                return Meta("literal", value=value, sign=sign)
             return UNKNOWN
         data = egraph._data
         find = egraph._uf.find
@@ -123,14 +138,19 @@ class TensorAnalysis(Analysis):
             items = kids[0].value
             index = kids[1].value
             return items[index] if -len(items) <= index < len(items) else UNKNOWN
+        if op == "size" and kids[0].kind == "tensor" and kids[0].shape is None:
+            return Meta("scalar")
         if all(k.kind in ("literal", "scalar") for k in kids):
-            fn = _SCALAR_OPS.get(op)
+            fn = SCALAR_OPS.get(op)
             values = [k.value for k in kids]
-            if fn is not None and all(isinstance(v, (int, float)) for v in values):
+            if fn is not None:
+                if not all(isinstance(v, (int, float)) for v in values):
+                    return Meta("scalar")
                 try:
-                    return Meta("scalar", value=fn(*values))
+                    value = fn(*values)
                 except (ArithmeticError, ValueError, TypeError):
-                    return UNKNOWN
+                    return Meta("scalar")
+                return Meta("scalar", value=value, sign=signs.of_value(float(value)))
         spec = SPECS.get(op)
         if spec is None:
             return UNKNOWN
@@ -148,14 +168,18 @@ class TensorAnalysis(Analysis):
             return b if b is not None and b.kind != "unknown" else a
         if b is None or b.kind == "unknown":
             return a
+        sign = a.sign & b.sign
+        if not sign:
+            raise UnsoundMerge(f"merging a value proven {signs.describe(a.sign)} with one "
+                               f"proven {signs.describe(b.sign)}")
         if a.kind == "tensor" and b.kind == "tensor":
             if a.shape is not None and b.shape is not None and a.shape != b.shape:
                 raise UnsoundMerge(f"merging a tensor of shape {a.shape} with one of {b.shape}")
             if a.dtype is not None and b.dtype is not None and a.dtype != b.dtype:
                 raise UnsoundMerge(f"merging a {a.dtype} tensor with a {b.dtype} tensor")
             if a.shape is None and b.shape is not None:
-                return b
-            return a
+                a = b._replace(sign=sign) if b.sign != sign else b
+            return a if a.sign == sign else a._replace(sign=sign)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.value is not None and b.value is not None and a.value != b.value:
                 raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")
@@ -172,3 +196,88 @@ class TensorAnalysis(Analysis):
         if isinstance(value, bool) or isinstance(value, (int, float)):
             leaf = egraph.add_node(literal(value))
             egraph._union(cid, leaf, "constant-fold")
+
+
+def _same_shape_ops() -> dict[str, Any]:
+    keep = lambda s, *_: s  # noqa: E731
+    return {
+        "exp": lambda s, *_: POS, "sigmoid": lambda s, *_: POS, "softplus": lambda s, *_: POS,
+        "softmax": lambda s, *_: POS, "rsqrt": lambda s, *_: POS,
+        "ones_like": lambda s, *_: POS, "zeros_like": lambda s, *_: ZERO,
+        "relu": lambda s, *_: NONNEG, "var": lambda s, *_: NONNEG,
+        "log_softmax": lambda s, *_: NONPOS, "logsigmoid": lambda s, *_: NEG,
+        "abs": lambda s, *_: POS if not s & ZERO else NONNEG,
+        "sqrt": lambda s, *_: POS if s == POS else NONNEG,
+        "neg": lambda s, *_: signs.negated(s),
+        "reciprocal": lambda s, *_: s if not s & ZERO else ANY,
+        "expm1": keep, "tanh": keep, "erf": keep, "to": keep, "reshape": keep,
+        "permute": keep, "transpose": keep, "expand": keep, "unsqueeze": keep,
+        "squeeze": keep, "flatten": keep, "getitem": keep, "amax": keep, "amin": keep,
+        "log1p": lambda s, *_: s if not s & NEG else ANY,
+        "sum": lambda s, *_: s if s in (POS, NONNEG, NEG, NONPOS, ZERO) else ANY,
+        "mean": lambda s, *_: s if s in (POS, NONNEG, NEG, NONPOS, ZERO) else ANY,
+    }
+
+
+_UNARY_SIGNS = _same_shape_ops()
+
+
+def _sign(egraph: EGraph, node: tuple) -> int:
+    """The signs an op guarantees, from its children's proven signs."""
+    op = node[0]
+    find = egraph._uf.find
+    data = egraph._data
+    kid_signs = [(data[find(c)] or UNKNOWN).sign for c in node[1:]]
+    rule = _UNARY_SIGNS.get(op)
+    if rule is not None:
+        return rule(kid_signs[0])
+    if op == "mul":
+        if find(node[1]) == find(node[2]):
+            return POS if not kid_signs[0] & ZERO else NONNEG
+        return signs.of_product(kid_signs[0], kid_signs[1])
+    if op == "add":
+        return signs.of_sum(kid_signs[0], kid_signs[1])
+    if op == "sub":
+        if _is_max_of(egraph, node[2], node[1]):
+            return NONPOS  # x - amax(x) <= 0
+        return signs.of_sum(kid_signs[0], signs.negated(kid_signs[1]))
+    if op == "div":
+        return signs.of_quotient(kid_signs[0], kid_signs[1])
+    if op == "pow":
+        exponent = (data[find(node[2])] or UNKNOWN).value
+        if kid_signs[0] == POS:
+            return POS
+        if isinstance(exponent, (int, float)) and float(exponent).is_integer():
+            if int(exponent) % 2 == 0:
+                return POS if not kid_signs[0] & ZERO else NONNEG
+            return kid_signs[0]
+        return NONNEG if kid_signs[0] & NEG == 0 else ANY
+    if op == "maximum":
+        a, b = kid_signs
+        if a == POS or b == POS:
+            return POS
+        return NONNEG if not (a & NEG) or not (b & NEG) else ANY
+    if op in ("full", "full_like"):
+        return kid_signs[1]
+    if op == "where":
+        return kid_signs[1] | kid_signs[2]
+    if op == "masked_fill":
+        return kid_signs[0] | kid_signs[2]
+    if op == "clamp":
+        low = (data[find(node[2])] or UNKNOWN).value
+        if isinstance(low, (int, float)):
+            return POS if low > 0 else NONNEG if low >= 0 else ANY
+        return ANY
+    return ANY
+
+
+def _is_max_of(egraph: EGraph, candidate: int, x: int) -> bool:
+    """True when class ``candidate`` holds ``amax(x, dims, keepdim=True)``."""
+    find = egraph._uf.find
+    x = find(x)
+    for n in egraph._cnodes[find(candidate)] or ():
+        if n[0] == "amax" and find(n[1]) == x:
+            keep = egraph._data[find(n[3])]
+            if keep is not None and keep.value is True:
+                return True
+    return False

@@ -30,7 +30,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from egraph.egraph import EGraph
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis
-from frontends.fx.vocabulary import IMPURE, SPECS, UNKNOWN_VALUE, lower
+from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, SPECS, UNKNOWN_VALUE, lower
 
 
 class UntraceableModel(ValueError):
@@ -337,9 +337,18 @@ class _Builder:
                 return self.value(bound["input"])
             return self.opaque_call(node, random=True)
         lowered = lower(_out_of_place(node), node.args, node.kwargs, method=method)
-        if lowered is None:
+        if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             return self.opaque_call(node)
         return self.expr(lowered)
+
+    def _scalar(self, args) -> bool:
+        """True when every argument is a Python number or a class known to hold one."""
+        for a in args:
+            if isinstance(a, fx.Node):
+                meta = self.eg.data(self.env[a])
+                if meta is None or meta.kind not in ("literal", "scalar"):
+                    return False
+        return True
 
 
 def _out_of_place(node: fx.Node):

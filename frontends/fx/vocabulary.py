@@ -150,7 +150,8 @@ for _name, _impl in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul),
                      ("div", torch.div), ("pow", torch.pow), ("maximum", torch.maximum),
                      ("minimum", torch.minimum), ("eq", torch.eq), ("ne", torch.ne),
                      ("lt", torch.lt), ("le", torch.le), ("gt", torch.gt), ("ge", torch.ge),
-                     ("atan2", torch.atan2)]:
+                     ("atan2", torch.atan2), ("floordiv", torch.floor_divide),
+                     ("remainder", torch.remainder)]:
     op(_name, "x y", _impl)
 
 for _name, _impl in [("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
@@ -558,9 +559,16 @@ _spell(_unary("silu"), F.silu)
 _spell(_unary("logsigmoid"), F.logsigmoid)
 _spell(_unary("logical_not"), operator.invert, methods=("__invert__",))
 _spell(_square, torch.square, methods=("square",))
-# Python's math on shape-derived scalars (``math.sqrt(x.size(-1))``) folds to a literal.
-for _n in ("sqrt", "exp", "log", "tanh", "sin", "cos", "floor", "ceil"):
-    _spell(_unary(_n), getattr(math, _n))
+# Python's math on shape-derived scalars (``math.sqrt(x.size(-1))``) folds to a literal;
+# ingest keeps these calls opaque when their argument is not a known scalar.
+SCALAR_FUNCTIONS = {getattr(math, n) for n in ("sqrt", "exp", "log", "tanh", "sin", "cos",
+                                                "floor", "ceil")}
+for _fn in SCALAR_FUNCTIONS:
+    _spell(_unary(_fn.__name__), _fn)
+_spell(_binary("floordiv"), operator.floordiv, torch.floor_divide,
+       methods=("__floordiv__", "floor_divide"))
+_spell(_reverse("floordiv"), methods=("__rfloordiv__",))
+_spell(_binary("remainder"), operator.mod, torch.remainder, methods=("__mod__", "remainder"))
 _spell(_gelu, F.gelu)
 _spell(_softplus, F.softplus)
 _spell(_clamp, torch.clamp, torch.clip, methods=("clamp", "clip"))
