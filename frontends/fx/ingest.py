@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp
 
 from egraph.egraph import EGraph
+from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis
 from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, SPECS, UNKNOWN_VALUE, lower
@@ -458,10 +459,17 @@ def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
     return None
 
 
-def from_fx(source, example_inputs=None) -> EGraph:
+DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
+           "nonpos": NONPOS, "nonzero": NONZERO, "unit": NONNEG}
+"""Input domains a user can declare; they are proven facts for the rules' conditions."""
+
+
+def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
+    ``domains`` declares input domains (``{"x": "positive"}``, see :data:`DOMAINS`); rules
+    whose conditions need them (``exp(log x) -> x`` needs x > 0) may then fire.
     """
     param_names: dict[str, str] = {}
     module = source
@@ -479,6 +487,14 @@ def from_fx(source, example_inputs=None) -> EGraph:
     if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     builder = _Builder(gm, example_inputs, param_names)
+    for name, domain in (domains or {}).items():
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
+                             f"choose from {', '.join(DOMAINS)}")
+        if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
+            raise ValueError(f"domains names {name!r}, which is not an input of the graph")
+        meta = builder.metas.get(name, Meta("tensor"))
+        builder.metas[name] = meta._replace(sign=DOMAINS[domain])
     builder.run()
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)

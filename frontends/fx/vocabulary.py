@@ -151,7 +151,8 @@ for _name, _impl in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul),
                      ("minimum", torch.minimum), ("eq", torch.eq), ("ne", torch.ne),
                      ("lt", torch.lt), ("le", torch.le), ("gt", torch.gt), ("ge", torch.ge),
                      ("atan2", torch.atan2), ("floordiv", torch.floor_divide),
-                     ("remainder", torch.remainder)]:
+                     ("remainder", torch.remainder), ("logaddexp", torch.logaddexp),
+                     ("hypot", torch.hypot)]:
     op(_name, "x y", _impl)
 
 for _name, _impl in [("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
@@ -161,7 +162,7 @@ for _name, _impl in [("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
                      ("erf", torch.erf), ("log1p", torch.log1p), ("expm1", torch.expm1),
                      ("reciprocal", torch.reciprocal), ("sign", torch.sign),
                      ("logsigmoid", F.logsigmoid), ("floor", torch.floor), ("ceil", torch.ceil),
-                     ("logical_not", torch.logical_not)]:
+                     ("logical_not", torch.logical_not), ("bitwise_not", torch.bitwise_not)]:
     op(_name, "x", _impl)
 
 op("gelu", "x approximate", F.gelu, lambda x, a: ((x,), {} if a == "none" else {"approximate": a}))
@@ -175,8 +176,10 @@ for _name, _impl in [("sum", torch.sum), ("mean", torch.mean), ("amax", torch.am
     op(_name, "x dim keepdim", _impl, _reduce_call, _norm_reduce)
 op("var", "x dim correction keepdim", torch.var,
    lambda x, d, c, k: ((x,), {"dim": d, "correction": c, "keepdim": k}), _norm_reduce)
-op("softmax", "x dim", torch.softmax, normalize=_norm_dim(1))
-op("log_softmax", "x dim", torch.log_softmax, normalize=_norm_dim(1))
+# One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
+op("softmax", "x dim", torch.softmax, lambda x, d: ((x, d[0]), {}), _norm_reduce)
+op("log_softmax", "x dim", torch.log_softmax, lambda x, d: ((x, d[0]), {}), _norm_reduce)
+op("gather", "x dim index", torch.gather, normalize=_norm_dim(1))
 op("cumsum", "x dim", torch.cumsum, normalize=_norm_dim(1))
 
 op("matmul", "x y", torch.matmul)
@@ -259,6 +262,8 @@ def _reduce(name: str):
 
 def _softmax(name: str):
     def lower(input, dim=None, _stacklevel=3, dtype=None, half_to_float=None):
+        if dim is None:
+            raise _Unsupported(f"{name} without a dim (deprecated implicit dim)")
         if dtype is not None:
             input = ("to", [input, dtype])
         return (name, [input, dim])
@@ -521,7 +526,7 @@ _UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "si
           "relu", "erf", "log1p", "expm1", "reciprocal", "sign", "floor", "ceil",
           "logical_not"]
 _BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
-           "gt", "ge", "atan2"]
+           "gt", "ge", "atan2", "logaddexp", "hypot"]
 _REDUCE = ["sum", "mean", "amax", "amin", "logsumexp"]
 
 SPELLINGS: dict[Any, Callable[..., Lowered]] = {}
@@ -557,7 +562,8 @@ _spell(_unary("sigmoid"), F.sigmoid)
 _spell(_unary("tanh"), F.tanh)
 _spell(_unary("silu"), F.silu)
 _spell(_unary("logsigmoid"), F.logsigmoid)
-_spell(_unary("logical_not"), operator.invert, methods=("__invert__",))
+_spell(_unary("bitwise_not"), operator.invert, torch.bitwise_not,
+       methods=("__invert__", "bitwise_not"))
 _spell(_square, torch.square, methods=("square",))
 # Python's math on shape-derived scalars (``math.sqrt(x.size(-1))``) folds to a literal;
 # ingest keeps these calls opaque when their argument is not a known scalar.
@@ -573,6 +579,13 @@ _spell(_gelu, F.gelu)
 _spell(_softplus, F.softplus)
 _spell(_clamp, torch.clamp, torch.clip, methods=("clamp", "clip"))
 _spell(_where, torch.where)
+
+
+def _gather(input, dim, index, *, sparse_grad=False):
+    return ("gather", [input, dim, index])
+
+
+_spell(_gather, torch.gather, aten.gather.default, methods=("gather",))
 _spell(_masked_fill, torch.masked_fill, methods=("masked_fill",))
 for _n in _REDUCE:
     _spell(_reduce(_n), getattr(torch, _n), methods=(_n,))
