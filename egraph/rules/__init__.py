@@ -104,7 +104,8 @@ def library(*names: str) -> list[LibraryRule]:
             raise ValueError(
                 f"no rule family {name!r}; choose from {', '.join(FAMILIES)} or 'all'"
             )
-    return [r for r in REGISTRY.values() if r.family in wanted]
+    return [r for family in FAMILIES if family in wanted
+            for r in REGISTRY.values() if r.family == family]
 
 
 def load_rules(*names: str) -> list[Rewrite]:

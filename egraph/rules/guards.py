@@ -6,7 +6,8 @@ that analysis nothing is known, so a guarded rule does not fire. Guards compose 
 :func:`all_of`; each has a readable ``__name__`` used in reports.
 
 >>> from egraph import EGraph
->>> positive("x")(EGraph(), {"x": 0})
+>>> eg = EGraph()
+>>> positive("x")(eg, {"x": eg.add("x")})  # nothing is proven without the tensor analysis
 False
 """
 
@@ -41,8 +42,7 @@ def value_of(egraph, cid: int) -> Any:
 
 def sign_of(egraph, cid: int) -> int:
     """The proven sign set of a class (any sign when nothing is proven)."""
-    meta = _meta(egraph, cid)
-    return getattr(meta, "sign", NEG | ZERO | POS) if meta is not None else NEG | ZERO | POS
+    return getattr(_meta(egraph, cid), "sign", NEG | ZERO | POS)
 
 
 def is_none(egraph, cid: int) -> bool:
