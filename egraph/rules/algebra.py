@@ -89,7 +89,8 @@ _alg("div-constant", "(div ?x ?s)", _div_by_constant, "x / 4.0", X,
      when=all_of(floating("x"), _scalar("s")), description="x / c = x * (1/c) for a constant c")
 _alg("pow-two", "(pow ?x ?two)", "(mul ?x ?x)", "x ** 2", X,
      when=all_of(literal_is("two", 2), floating("x")))
-_alg("pow-one", "(pow ?x ?one)", "?x", "x ** 1", X, when=all_of(literal_is("one", 1), floating("x")))
+_alg("pow-one", "(pow ?x ?one)", "?x", "x ** 1", X,
+     when=all_of(literal_is("one", 1), floating("x")))
 _alg("exp-add", "(exp (add ?a ?b))", "(mul (exp ?a) (exp ?b))", "torch.exp(a + b)", ABC)
 _alg("log-mul", "(log (mul ?a ?b))", "(add (log ?a) (log ?b))", "torch.log(a * b)",
      {"a": ((4, 8), "positive"), "b": ((4, 8), "positive")},

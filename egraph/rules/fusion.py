@@ -181,7 +181,7 @@ _fuse("silu", "(mul ?x (sigmoid ?x))", "(silu ?x)", "x * torch.sigmoid(x)", {"x"
       description="x * sigmoid(x) is SiLU")
 
 _QK = "(matmul ?q (transpose ?k ?a ?b))"
-_CAUSAL = (f"(masked_fill {{s}} (bitwise_not (tril (ones_like (to {{s}} #dtype:bool)) #int:0))"
+_CAUSAL = ("(masked_fill {s} (bitwise_not (tril (ones_like (to {s} #dtype:bool)) #int:0))"
            " #float:-inf)")
 _ATTN_IN = {"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)}
 for _name, _scored, _divide, _example in [

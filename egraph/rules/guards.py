@@ -13,7 +13,8 @@ False
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from egraph.signs import NEG, POS, ZERO, describe
 

@@ -207,7 +207,7 @@ op("tril", "x diagonal", torch.tril)
 op("triu", "x diagonal", torch.triu)
 op("to", "x dtype", "to")
 op("getitem", "x index", operator.getitem)
-op("size", "x dim", "size")
+op("size", "x dim", "size", lambda x, d: ((x,) if d is None else (x, d), {}))
 op("split", "x size dim", torch.split)
 op("chunk", "x chunks dim", torch.chunk)
 op("max_dim", "x dim keepdim", torch.max, normalize=_norm_dim(1))
@@ -428,8 +428,6 @@ def _dtype_method(dtype: torch.dtype):
 
 
 def _size(input, dim=None):
-    if dim is None:
-        raise _Unsupported("size() without a dim")
     return ("size", [input, dim])
 
 
