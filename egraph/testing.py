@@ -200,6 +200,49 @@ def check_rule(rule: LibraryRule, examples: int = 100, dtype=None,
     return result
 
 
+def mutants() -> list[tuple[LibraryRule, Rewrite]]:
+    """Deliberately wrong variants of library rules (dropped condition, off-by-sign, wrong
+    dim, wrong keepdim, wrong constant), each with the rule whose example exercises it:
+    :func:`check_rule` must catch every one."""
+    from egraph.rewrite import rewrite
+    from egraph.rules import REGISTRY, library
+    from egraph.rules.guards import positive
+
+    library("all")
+    return list(_mutant_pairs(REGISTRY, rewrite, positive))
+
+
+def _mutant_pairs(REGISTRY, rewrite, positive):  # noqa: N803 - the registry, by name
+    yield REGISTRY["exp-log"], rewrite("exp-log-no-condition", "(exp (log ?x))", "?x")
+    yield REGISTRY["sqrt-square"], rewrite("sqrt-square-no-abs", "(sqrt (mul ?x ?x))", "?x")
+    yield REGISTRY["log1p"], rewrite("log1p-wrong-sign", "(log (add ?one ?x))",
+                                     "(log1p (neg ?x))", when=REGISTRY["log1p"].rewrite.when)
+    yield REGISTRY["expm1"], rewrite("expm1-wrong-sign", "(sub (exp ?x) ?one)",
+                                     "(neg (expm1 ?x))", when=REGISTRY["expm1"].rewrite.when)
+    yield REGISTRY["softmax"], rewrite("softmax-wrong-dim",
+                                       "(div (exp ?x) (sum (exp ?x) ?d #bool:true))",
+                                       "(softmax ?x #ints:0)")
+    yield REGISTRY["logsumexp"], rewrite("logsumexp-wrong-keepdim",
+                                         "(log (sum (exp ?x) ?d ?k))",
+                                         "(logsumexp ?x ?d #bool:true)")
+    yield REGISTRY["var-two-pass"], rewrite(
+        "var-wrong-correction",
+        "(sub (mean (mul ?x ?x) ?d ?k) (mul (mean ?x ?d ?k) (mean ?x ?d ?k)))",
+        "(var ?x ?d #int:1 ?k)")
+    yield REGISTRY["sqrt-diff"], rewrite("sqrt-diff-wrong-sign", "(sub (sqrt ?a) (sqrt ?b))",
+                                         "(div (sub ?b ?a) (add (sqrt ?a) (sqrt ?b)))",
+                                         when=REGISTRY["sqrt-diff"].rewrite.when)
+    yield REGISTRY["log-diff"], rewrite("log-diff-no-condition", "(sub (log ?a) (log ?b))",
+                                        "(log (div ?a ?b))")
+    yield REGISTRY["log-mul"], rewrite("log-mul-no-condition", "(log (mul ?a ?b))",
+                                       "(add (log ?a) (log ?b))")
+    yield REGISTRY["sigmoid"], rewrite("sigmoid-wrong-sign",
+                                       "(div ?one (add ?one2 (exp (neg ?x))))",
+                                       "(sigmoid (neg ?x))", when=REGISTRY["sigmoid"].rewrite.when)
+    yield REGISTRY["log-square"], rewrite("log-square-no-abs", "(log (mul ?x ?x))",
+                                          "(mul #float:2.0 (log ?x))", when=positive("x"))
+
+
 # -- sympy ------------------------------------------------------------------------------
 
 

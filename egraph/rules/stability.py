@@ -129,3 +129,7 @@ _stable("hypot", "(sqrt (add (mul ?a ?a) (mul ?b ?b)))", "(hypot ?a ?b)",
 _stable("log-square", "(log (mul ?x ?x))", "(mul #float:2.0 (log (abs ?x)))",
         "torch.log(x * x)", {"x": ((4, 8), "nonzero")}, when=nonzero("x"),
         description="log(x^2) = 2 log|x| without overflow of x^2")
+_stable("add-sub-cancel", "(sub (add ?a ?b) ?a)", "?b", "(a + b) - a", AB,
+        description="(a + b) - a = b: no cancellation of a large a")
+_stable("add-sub-cancel-right", "(sub (add ?a ?b) ?b)", "?a", "(a + b) - b", AB,
+        description="(a + b) - b = a")
