@@ -37,13 +37,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
     return eg.extract(cost if cost is not None else AstSize(), validate=validate)
 
 
+def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
+    """What makes two graphs compile the same: their code and their inputs' shapes and
+    dtypes (aot_autograd passes parameters as inputs, so the result does not hold them)."""
+    metas = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
+                  for x in example_inputs)
+    return gm.code, metas
+
+
 def make_backend(rules=(), cost=None, validate: str = "strict", **limits) -> Callable:
-    """A torch.compile backend with chosen rules, cost model and validation mode."""
+    """A torch.compile backend with chosen rules, cost model and validation mode.
+
+    Repeated compiles of the same graph (a recompile, a second model with the same
+    architecture) hit a cache instead of saturating again.
+    """
+    cache: dict[tuple, Callable] = {}
 
     def compiler(gm: torch.fx.GraphModule, example_inputs):
-        return make_boxed_func(compile_graph(gm, example_inputs, rules, cost, validate,
-                                             **limits))
+        key = _signature(gm, example_inputs)
+        if key not in cache:
+            cache[key] = make_boxed_func(compile_graph(gm, example_inputs, rules, cost,
+                                                       validate, **limits))
+        return cache[key]
 
+    compiler.cache = cache
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
 
 

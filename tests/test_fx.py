@@ -233,3 +233,24 @@ def test_torch_compile_backend_inference_and_training():
     with torch.no_grad():
         model.eval()
         torch.testing.assert_close(compiled(inputs[0]), model(inputs[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_backend_caches_repeated_graphs():
+    from backends.compile import make_backend
+
+    torch._dynamo.reset()
+    calls = []
+
+    def counting_cost(node, kids):
+        calls.append(node.op)
+        return 1 + sum(kids)
+
+    backend = make_backend(cost=counting_cost)
+    a, b = build("mlp")[0], build("mlp", seed=1)[0]
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(a, backend=backend)(x), a(x))
+        first = len(calls)
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(b, backend=backend)(x), b(x))
+    assert first > 0 and len(calls) == first  # the second model's graph came from the cache
