@@ -154,7 +154,8 @@ class _Emitter:
         return self.graph.create_node(call.op, call.target, args, kwargs)
 
 
-def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:
+def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """The module that holds ``path``'s last part (created empty where missing) and it."""
     *parents, leaf = path.split(".")
     module = root
     for part in parents:
@@ -163,6 +164,11 @@ def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> 
             child = nn.Module()
             module.add_module(part, child)
         module = child
+    return module, leaf
+
+
+def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:
+    module, leaf = _owner(root, path)
     if hasattr(module, leaf):
         return
     if isinstance(value, nn.Parameter):
@@ -187,7 +193,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
     for call in src.opaque.values():
         if call.op == "call_module" and any(
                 n.op == "call_module" and n.target == call.target for n in graph.nodes):
-            _add_submodule(holder, call.target, src.module.get_submodule(call.target))
+            owner, leaf = _owner(holder, call.target)
+            owner.add_module(leaf, src.module.get_submodule(call.target))
     graph.lint()
     gm = fx.GraphModule(holder, graph, class_name=type(src.module).__name__ + "Optimized")
     # Every parameter and buffer of the source, used or not, so checkpoints still load;
@@ -197,18 +204,6 @@ def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
     for name, value in emitter.constants.items():
         gm.register_buffer(name, value, persistent=False)
     return gm
-
-
-def _add_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
-    *parents, leaf = path.split(".")
-    holder = root
-    for part in parents:
-        child = getattr(holder, part, None)
-        if child is None:
-            child = nn.Module()
-            holder.add_module(part, child)
-        holder = child
-    holder.add_module(leaf, module)
 
 
 def _fetch(module: nn.Module, path: str):

@@ -13,7 +13,6 @@ eager and optimised run times.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,17 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from egraph import AstSize, EGraph  # noqa: E402
+from egraph.__main__ import median_seconds  # noqa: E402
 from egraph.examples.zoo import MODELS, build  # noqa: E402
-
-
-def _median_time(fn, repeat: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _rules(name: str | None):
@@ -64,15 +54,15 @@ def run(name: str, rules, inductor: bool) -> dict:
         out.update(ingest=t1 - t0, saturate=t2 - t1, extract=t3 - t2, validate=t4 - t3,
                    pipeline=t3 - t0, valid=check.ok, classes=eg.num_classes,
                    nodes=eg.num_nodes)
-        out["eager"] = _median_time(lambda: model(*inputs))
-        out["optimised"] = _median_time(lambda: opt(*inputs))
+        out["eager"] = median_seconds(lambda: model(*inputs))
+        out["optimised"] = median_seconds(lambda: opt(*inputs))
         if inductor:
             torch._dynamo.reset()
             compiled = torch.compile(model)
             t5 = time.perf_counter()
             compiled(*inputs)
             out["inductor_cold"] = time.perf_counter() - t5
-            out["inductor"] = _median_time(lambda: compiled(*inputs))
+            out["inductor"] = median_seconds(lambda: compiled(*inputs))
     return out
 
 

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 
-def _median_seconds(fn, repeat: int = 20) -> float:
+def median_seconds(fn, repeat: int = 20) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` calls, after one warm-up call."""
     fn()
     times = []
     for _ in range(repeat):
@@ -53,8 +54,8 @@ def optimise_and_report(model, inputs, rules: str = "all", title: str = "model")
     with torch.no_grad():
         out, ref = opt(*inputs), model(*inputs)
         diff = (out - ref).abs().max().item() if isinstance(out, torch.Tensor) else None
-        eager = _median_seconds(lambda: model(*inputs))
-        fast = _median_seconds(lambda: opt(*inputs))
+        eager = median_seconds(lambda: model(*inputs))
+        fast = median_seconds(lambda: opt(*inputs))
     if diff is not None:
         print(f"max |optimised - eager| = {diff:.3g}")
     print(f"pipeline {elapsed:.2f} s; run time eager {eager * 1e3:.2f} ms, optimised "
