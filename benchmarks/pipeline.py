@@ -13,9 +13,14 @@ eager and optimised run times.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+# A cold compile means no Inductor cache from an earlier run.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 
 import torch
 
@@ -58,6 +63,7 @@ def run(name: str, rules, inductor: bool) -> dict:
         out["optimised"] = median_seconds(lambda: opt(*inputs))
         if inductor:
             torch._dynamo.reset()
+            torch._inductor.config.force_disable_caches = True
             compiled = torch.compile(model)
             t5 = time.perf_counter()
             compiled(*inputs)
@@ -71,8 +77,10 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS + ("gpt2_small",)))
     parser.add_argument("--rules", default=None, help="a rule set name for load_rules")
     parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rules = _rules(args.rules)
     cols = ["ingest", "saturate", "extract", "pipeline", "validate", "inductor_cold", "eager",
             "optimised", "inductor"]
