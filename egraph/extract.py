@@ -67,6 +67,8 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                 group[_canonical(n, find)] = None
         classes = list(groups)
         cnodes = {c: list(g) for c, g in groups.items()}
+    # A cost model that reads the analysis binds to the e-graph: (class, e-node, costs).
+    bound = cost.bind(egraph) if hasattr(cost, "bind") else None
     best: dict[int, tuple[Any, tuple]] = {}
     changed = True
     while changed:
@@ -79,7 +81,10 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                     child_costs = [best[k][0] for k in kids]
                 except KeyError:
                     continue
-                value = cost(ENode(n[0], kids), child_costs)
+                if bound is not None:
+                    value = bound(c, n, child_costs)
+                else:
+                    value = cost(ENode(n[0], kids), child_costs)
                 if current is None or value < current[0]:
                     current = (value, n)
                     best[c] = current

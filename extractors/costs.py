@@ -1,0 +1,264 @@
+"""Cost models over the tensor vocabulary: what "best" means.
+
+A cost model gives each e-node a local cost from what the analysis knows of its class and
+its children (shapes, dtypes); a program's cost is the sum over its e-nodes (tree
+extraction counts a shared subterm per use, DAG extraction once). Models combine: weighted
+sums (``Flops() + 1e-3 * Memory()``) and lexicographic order (``Lexicographic(a, b)``).
+
+* :class:`Flops`: floating-point operations (matmul 2mnk, convolution, attention, norms,
+  elementwise and reductions), layout ops and views free.
+* :class:`Memory`: bytes moved, each op reading its inputs and writing its output once
+  (views move nothing).
+* :class:`Roofline`: time on a hardware profile, each op a kernel:
+  ``max(flops / peak, bytes / bandwidth) + launch overhead``.
+
+>>> import torch
+>>> from egraph import EGraph
+>>> eg = EGraph.from_fx(torch.nn.Linear(64, 32), (torch.randn(8, 64),))
+>>> round(Flops().program_cost(eg))  # 2 * 8 * 32 * 64 multiply-adds, plus the bias
+33024
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from extractors.hardware import HARDWARE, Hardware
+
+_FREE = {
+    "input", "param", "const", "opaque", "reshape", "permute", "transpose", "expand",
+    "unsqueeze", "squeeze", "flatten", "getitem", "size", "tuple", "slice", "split", "chunk",
+    "to", "embedding", "gather", "full", "arange", "ones_like", "zeros_like", "full_like",
+    "cat", "stack", "tril", "triu",
+}
+_VIEWS = {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "flatten",
+          "getitem", "split", "chunk"}
+# Per output element: simple arithmetic is 1 flop; these formulas cost a few.
+_ELEMENT_FLOPS = {"gelu": 8, "silu": 4, "sigmoid": 4, "softplus": 4, "logsigmoid": 5,
+                  "logaddexp": 4, "hypot": 3, "where": 1, "masked_fill": 1}
+_REDUCTION_FLOPS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "var": 3, "logsumexp": 4}
+_ROW_FLOPS = {"softmax": 5, "log_softmax": 5, "layer_norm": 8, "rms_norm": 5, "batch_norm": 2,
+              "cumsum": 1}
+
+
+def _meta(egraph, cid: int):
+    return egraph._data[egraph._uf.find(cid)]
+
+
+def _numel(meta) -> int:
+    shape = getattr(meta, "shape", None)
+    return math.prod(shape) if shape is not None else 0
+
+
+def _bytes(meta) -> int:
+    dtype = getattr(meta, "dtype", None)
+    size = getattr(dtype, "itemsize", 4) if dtype is not None else 4
+    return _numel(meta) * size
+
+
+def flops(egraph, cid: int, node: tuple) -> float:
+    """Floating-point operations of one e-node (0 for leaves, literals and views)."""
+    op = node[0]
+    if len(node) == 1 or op in _FREE or not isinstance(op, str):
+        return 0.0
+    out = _meta(egraph, cid)
+    if getattr(out, "kind", None) != "tensor":
+        return 0.0
+    kids = [_meta(egraph, k) for k in node[1:]]
+    n = _numel(out)
+    if op == "matmul":
+        shape = getattr(kids[0], "shape", None)
+        return 2.0 * n * (shape[-1] if shape else 0)
+    if op == "linear":
+        shape = getattr(kids[0], "shape", None)
+        has_bias = getattr(kids[2], "kind", None) == "tensor"
+        return 2.0 * n * (shape[-1] if shape else 0) + (n if has_bias else 0)
+    if op in ("conv1d", "conv2d"):
+        w = getattr(kids[1], "shape", None) or ()
+        per_output = math.prod(w[1:]) if w else 0
+        return 2.0 * n * per_output + (n if getattr(kids[2], "kind", None) == "tensor" else 0)
+    if op == "sdpa":
+        q, k = getattr(kids[0], "shape", None), getattr(kids[1], "shape", None)
+        if not q or not k:
+            return 0.0
+        scores = math.prod(q[:-1]) * k[-2]
+        return 4.0 * scores * q[-1] + 5.0 * scores
+    if op in _REDUCTION_FLOPS:
+        return float(_REDUCTION_FLOPS[op] * _numel(kids[0]))
+    if op in _ROW_FLOPS:
+        return float(_ROW_FLOPS[op] * _numel(kids[0]))
+    return float(_ELEMENT_FLOPS.get(op, 1) * n)
+
+
+def bytes_moved(egraph, cid: int, node: tuple) -> float:
+    """Bytes one e-node reads and writes as its own kernel (0 for views and leaves)."""
+    op = node[0]
+    if len(node) == 1 or op in _VIEWS or op in ("input", "param", "const", "size", "tuple",
+                                                  "slice") or not isinstance(op, str):
+        return 0.0
+    out = _meta(egraph, cid)
+    if getattr(out, "kind", None) != "tensor":
+        return 0.0
+    reads = sum(_bytes(_meta(egraph, k)) for k in node[1:]
+                if getattr(_meta(egraph, k), "kind", None) == "tensor")
+    return float(reads + _bytes(out))
+
+
+class CostModel:
+    """A sum of local e-node costs; subclasses define :meth:`node_cost`.
+
+    ``bind(egraph)`` gives the function extraction calls:
+    ``(class id, e-node tuple, child costs) -> cost``.
+    """
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> Any:
+        raise NotImplementedError
+
+    def bind(self, egraph) -> Callable[[int, tuple, list], Any]:
+        node_cost = self.node_cost
+
+        def total(cid: int, node: tuple, child_costs: list) -> Any:
+            cost = node_cost(egraph, cid, node)
+            for c in child_costs:
+                cost = cost + c
+            return cost
+
+        return total
+
+    def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> Any:
+        """DAG cost of a program: each chosen e-node of the roots' sub-DAG counted once
+        (default choice: the first e-node of each class, the source program itself)."""
+        find = egraph.find
+        if choice is None:
+            choice = {c: egraph._cnodes[c][0] for c in egraph.classes()}
+        seen: set[int] = set()
+        stack = [find(r) for r in egraph.roots]
+        if getattr(egraph, "fx", None) is not None:
+            stack += [find(e) for e in egraph.fx.effects]
+        total: Any = 0.0
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            node = choice[c]
+            total = total + self.node_cost(egraph, c, node)
+            stack.extend(find(k) for k in node[1:])
+        return total
+
+    def __add__(self, other: CostModel) -> CostModel:
+        return WeightedSum([(1.0, self), (1.0, other)])
+
+    def __mul__(self, weight: float) -> CostModel:
+        return WeightedSum([(float(weight), self)])
+
+    __rmul__ = __mul__
+
+
+class WeightedSum(CostModel):
+    """``sum(weight * model)`` of several cost models."""
+
+    def __init__(self, terms: list[tuple[float, CostModel]]):
+        flat: list[tuple[float, CostModel]] = []
+        for w, m in terms:
+            if isinstance(m, WeightedSum):
+                flat.extend((w * w2, m2) for w2, m2 in m.terms)
+            else:
+                flat.append((w, m))
+        self.terms = flat
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        return sum(w * m.node_cost(egraph, cid, node) for w, m in self.terms)
+
+    def __repr__(self) -> str:
+        return " + ".join(f"{w:g} * {m!r}" for w, m in self.terms)
+
+
+@dataclass(frozen=True, order=True)
+class LexCost:
+    """A cost compared component by component (first decides, then the next...)."""
+
+    parts: tuple
+
+    def __add__(self, other: Any) -> LexCost:
+        if isinstance(other, LexCost):
+            return LexCost(tuple(a + b for a, b in zip(self.parts, other.parts)))
+        if other == 0:
+            return self
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __repr__(self) -> str:
+        return "(" + ", ".join(f"{p:.6g}" for p in self.parts) + ")"
+
+
+class Lexicographic(CostModel):
+    """The first model decides; ties go to the next (``Lexicographic(Curvature(), Flops())``:
+    stability first, then speed)."""
+
+    def __init__(self, *models: CostModel):
+        self.models = models
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> LexCost:
+        return LexCost(tuple(m.node_cost(egraph, cid, node) for m in self.models))
+
+    def program_cost(self, egraph, choice=None) -> LexCost:
+        return LexCost(tuple(m.program_cost(egraph, choice) for m in self.models))
+
+    def __repr__(self) -> str:
+        return f"Lexicographic({', '.join(map(repr, self.models))})"
+
+
+class Flops(CostModel):
+    """Floating-point operations: matmul ``2mnk``, linear and convolution likewise plus the
+    bias, attention ``4 L S D + 5 L S`` per head, norms a few per element, reductions one
+    per input element, elementwise one per output element (a few for GELU, SiLU, sigmoid);
+    views, layout ops, leaves and literals are free. A tiny per-e-node term (1e-6) breaks
+    ties towards fewer ops."""
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        return flops(egraph, cid, node) + (1e-6 if len(node) > 1 else 0.0)
+
+    def __repr__(self) -> str:
+        return "Flops()"
+
+
+class Memory(CostModel):
+    """Bytes moved: each op reads its tensor inputs and writes its output once, at its
+    dtype's size; views and leaves move nothing (plus 1e-6 per e-node for ties)."""
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        return bytes_moved(egraph, cid, node) + (1e-6 if len(node) > 1 else 0.0)
+
+    def __repr__(self) -> str:
+        return "Memory()"
+
+
+class Roofline(CostModel):
+    """Time in seconds on a hardware profile, each op its own kernel:
+    ``max(flops / peak, bytes / bandwidth) + launch overhead`` (ops that move and compute
+    nothing cost nothing). ``hardware`` is a :class:`Hardware` or a profile name."""
+
+    def __init__(self, hardware: str | Hardware = "H100"):
+        if isinstance(hardware, str):
+            if hardware not in HARDWARE:
+                raise ValueError(f"no hardware profile {hardware!r}; profiles: "
+                                 f"{', '.join(HARDWARE)}")
+            hardware = HARDWARE[hardware]
+        self.hardware = hardware
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        f = flops(egraph, cid, node)
+        b = bytes_moved(egraph, cid, node)
+        if f == 0 and b == 0:
+            return 0.0
+        dtype = getattr(_meta(egraph, cid), "dtype", None)
+        peak = self.hardware.peak_flops(node[0], dtype)
+        return max(f / peak, b / self.hardware.bandwidth) + self.hardware.launch_overhead
+
+    def __repr__(self) -> str:
+        return f"Roofline({self.hardware.name!r})"

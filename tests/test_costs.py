@@ -1,0 +1,58 @@
+"""Cost models on hand-checked cases, and extraction choosing by them."""
+
+import pytest
+import torch
+
+from egraph import EGraph
+from egraph.rules import load_rules
+from extractors.costs import Flops, Lexicographic, Memory, Roofline
+from extractors.hardware import HARDWARE
+
+
+def _eg(fn, *inputs):
+    return EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs)
+
+
+def test_flops_and_bytes_of_a_linear_layer():
+    eg = EGraph.from_fx(torch.nn.Linear(64, 32), (torch.randn(8, 64),))
+    assert round(Flops().program_cost(eg)) == 2 * 8 * 32 * 64 + 8 * 32
+    # reads x, weight, bias; writes the output; fp32
+    assert round(Memory().program_cost(eg)) == 4 * (8 * 64 + 32 * 64 + 32 + 8 * 32)
+
+
+def test_views_are_free_and_elementwise_costs_one_flop_per_element():
+    eg = _eg(lambda x: torch.exp(x.transpose(0, 1)).reshape(-1), torch.randn(4, 6))
+    assert round(Flops().program_cost(eg)) == 24
+    assert round(Memory().program_cost(eg)) == 2 * 24 * 4
+
+
+def test_roofline_is_memory_bound_for_elementwise_and_compute_bound_for_big_matmul():
+    h100 = HARDWARE["H100"]
+    eg = _eg(lambda x: torch.exp(x), torch.randn(1024, 1024))
+    t = Roofline("H100").program_cost(eg)
+    assert t == pytest.approx(2 * 4 * 1024 * 1024 / h100.bandwidth + h100.launch_overhead)
+    eg = _eg(lambda a, b: a @ b, torch.randn(512, 512), torch.randn(512, 512))
+    t = Roofline("H100").program_cost(eg)
+    assert t == pytest.approx(2 * 512**3 / h100.matrix_fp32 + h100.launch_overhead)
+    with pytest.raises(ValueError, match="no hardware profile"):
+        Roofline("TPU9")
+
+
+def test_flops_extraction_reorders_a_matrix_chain():
+    a, b, c = torch.randn(100, 10), torch.randn(10, 100), torch.randn(100, 10)
+    eg = _eg(lambda a, b, c: (a @ b) @ c, a, b, c)
+    before = Flops().program_cost(eg)
+    eg.saturate(load_rules("algebra"), iter_limit=4, node_limit=5_000)
+    opt = eg.extract(Flops())
+    report = opt.meta["egraph_report"]
+    assert before == pytest.approx(2 * 100 * 100 * 10 * 2, rel=1e-6)
+    assert report.cost_after == pytest.approx(2 * 10 * 100 * 10 * 2, rel=1e-6)
+    torch.testing.assert_close(opt(a, b, c), (a @ b) @ c, rtol=1e-4, atol=1e-4)
+
+
+def test_weighted_sum_and_lexicographic_combine_models():
+    eg = EGraph.from_fx(torch.nn.Linear(64, 32), (torch.randn(8, 64),))
+    f, m = Flops().program_cost(eg), Memory().program_cost(eg)
+    assert (Flops() + 0.5 * Memory()).program_cost(eg) == pytest.approx(f + 0.5 * m)
+    lex = Lexicographic(Flops(), Memory()).program_cost(eg)
+    assert lex.parts == pytest.approx((f, m))
