@@ -122,7 +122,7 @@ def _tolerance(ref: torch.Tensor, dtype: torch.dtype) -> float:
 
 
 def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
-                    max_numel: int = 1 << 20) -> Validation:
+                    max_numel: int = 1 << 22) -> Validation:
     """Check ``new`` against the source program of ``src`` (see the module docstring)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -136,6 +136,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
     inputs = tuple(_materialise(x) for x in src.example_inputs)
     input_sets = [inputs]
     numel = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+    if isinstance(original, nn.Module):
+        numel += sum(p.numel() for p in original.parameters())
+    # Extra random input sets where cheap: each one runs the model three times.
     if numel <= max_numel:
         gen = torch.Generator().manual_seed(0)
         for _ in range(trials):
