@@ -56,3 +56,31 @@ def test_weighted_sum_and_lexicographic_combine_models():
     assert (Flops() + 0.5 * Memory()).program_cost(eg) == pytest.approx(f + 0.5 * m)
     lex = Lexicographic(Flops(), Memory()).program_cost(eg)
     assert lex.parts == pytest.approx((f, m))
+
+
+STABILITY_CASES = {
+    "softmax": (lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),
+                (torch.linspace(-100, 100, 64).reshape(4, 16),), {}, "softmax"),
+    "log1p": (lambda x: torch.log(1 + x), (torch.linspace(1e-8, 1e-6, 64),), {}, "log1p"),
+    "sqrt-diff": (lambda a, b: torch.sqrt(a) - torch.sqrt(b),
+                  (torch.linspace(1e4, 1e4 + 1, 64), torch.linspace(1e4 + 1, 1e4, 64)),
+                  {"a": "positive", "b": "positive"}, "div"),
+    "variance": (lambda x: (x * x).mean(-1) - x.mean(-1) * x.mean(-1),
+                 (torch.linspace(999, 1001, 256).reshape(4, 64),), {}, "var"),
+}
+
+
+@pytest.mark.parametrize("name", list(STABILITY_CASES))
+def test_curvature_extraction_picks_the_stable_form_and_error_drops(name):
+    from extractors.costs import Curvature
+
+    fn, inputs, domains, expected = STABILITY_CASES[name]
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs, domains=domains)
+    before = Curvature().program_cost(eg)
+    eg.saturate(load_rules("stability", "fusion"), iter_limit=6, node_limit=20_000)
+    opt = eg.extract(Lexicographic(Curvature(), Flops()))
+    report = opt.meta["egraph_report"]
+    assert report.cost_after.parts[0] < before
+    assert expected in opt.code
+    assert report.validation.ok
+    assert report.validation.error_after < report.validation.error_before

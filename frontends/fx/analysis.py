@@ -34,23 +34,27 @@ if TYPE_CHECKING:
 
 class Meta(NamedTuple):
     """What is known of a class: ``kind`` is tensor, literal, scalar, tuple or unknown;
-    ``sign`` the proven signs of its values (:mod:`egraph.signs`)."""
+    ``sign`` the proven signs of its values (:mod:`egraph.signs`); ``lo``/``hi`` the range
+    observed from the example inputs (informs costs only, never rules)."""
 
     kind: str
     shape: tuple | None = None
     dtype: Any = None
     value: Any = None
     sign: int = ANY
+    lo: float = -math.inf
+    hi: float = math.inf
 
     @classmethod
     def of(cls, value: Any) -> Meta:
-        """The meta of a concrete, fake or meta tensor, a tuple of them, or a scalar."""
+        """The meta of a concrete, fake or meta tensor, a tuple of them, or a scalar;
+        a real tensor's observed range comes with it."""
         if isinstance(value, torch.Tensor):
             try:
                 shape = tuple(int(s) for s in value.shape)
             except (TypeError, ValueError):
                 shape = None  # symbolic sizes
-            return cls("tensor", shape, value.dtype)
+            return cls("tensor", shape, value.dtype)._replace(**observed_range(value))
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v) for v in value))
         if isinstance(value, (bool, int, float)):
@@ -68,6 +72,21 @@ class Meta(NamedTuple):
                 raise _Unknown
             return self.value
         raise _Unknown
+
+
+def observed_range(value: torch.Tensor) -> dict:
+    """``lo``/``hi`` of a real tensor's finite values (nothing for fake or meta tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(value, FakeTensor) or value.device.type == "meta" or value.numel() == 0:
+        return {}
+    if value.dtype == torch.bool or value.is_complex():
+        return {}
+    with torch.no_grad():
+        finite = value[torch.isfinite(value)] if value.is_floating_point() else value
+        if finite.numel() == 0:
+            return {}
+        return {"lo": float(finite.min()), "hi": float(finite.max())}
 
 
 def literal_value(op: tuple) -> Any:
@@ -111,7 +130,14 @@ class TensorAnalysis(Analysis):
         if len(node) == 1 or meta.kind not in ("tensor", "scalar"):
             return meta
         sign = _sign(egraph, node) & meta.sign
-        return meta if sign == meta.sign else meta._replace(sign=sign)
+        lo, hi = meta.lo, meta.hi
+        if meta.kind == "tensor" and isinstance(node[0], str) and node[0] not in (
+                "input", "param", "const", "opaque"):
+            lo, hi = _observed_interval(egraph, node, meta)
+        lo, hi = _clip_to_sign(lo, hi, sign)
+        if (sign, lo, hi) == (meta.sign, meta.lo, meta.hi):
+            return meta
+        return meta._replace(sign=sign, lo=lo, hi=hi)
 
     def _make(self, egraph: EGraph, node: tuple) -> Meta:
         op = node[0]
@@ -177,9 +203,11 @@ class TensorAnalysis(Analysis):
                 raise UnsoundMerge(f"merging a tensor of shape {a.shape} with one of {b.shape}")
             if a.dtype is not None and b.dtype is not None and a.dtype != b.dtype:
                 raise UnsoundMerge(f"merging a {a.dtype} tensor with a {b.dtype} tensor")
-            if a.shape is None and b.shape is not None:
-                a = b._replace(sign=sign) if b.sign != sign else b
-            return a if a.sign == sign else a._replace(sign=sign)
+            base = b if a.shape is None and b.shape is not None else a
+            lo, hi = _tighter(a.lo, b.lo, max), _tighter(a.hi, b.hi, min)
+            if (base.sign, base.lo, base.hi) == (sign, lo, hi):
+                return base
+            return base._replace(sign=sign, lo=lo, hi=hi)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.value is not None and b.value is not None and a.value != b.value:
                 raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")
@@ -281,3 +309,50 @@ def _is_max_of(egraph: EGraph, candidate: int, x: int) -> bool:
             if keep is not None and keep.value is True:
                 return True
     return False
+
+
+def _tighter(x: float, y: float, pick) -> float:
+    """The tighter bound, ignoring changes below 1e-9 relative (so cycles settle)."""
+    best = pick(x, y)
+    if math.isinf(x):
+        return best
+    return x if abs(best - x) <= 1e-9 * max(1.0, abs(x)) else best
+
+
+def _clip_to_sign(lo: float, hi: float, sign: int) -> tuple[float, float]:
+    if not sign & NEG:
+        lo = max(lo, 0.0)
+    if not sign & POS:
+        hi = min(hi, 0.0)
+    return lo, hi
+
+
+def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, float]:
+    from frontends.fx.ranges import interval_of
+
+    find = egraph._uf.find
+    kids = [egraph._data[find(c)] or UNKNOWN for c in node[1:]]
+    intervals = []
+    values = []
+    for k in kids:
+        if k.kind == "literal" and k.value is None:
+            intervals.append(None)
+        elif k.kind in ("literal", "scalar") and isinstance(k.value, (int, float)):
+            intervals.append((float(k.value), float(k.value)))
+        else:
+            intervals.append((k.lo, k.hi))
+        values.append(k.value)
+    op = node[0]
+    extra = None
+    if op in ("conv1d", "conv2d") and kids[1].shape:
+        extra = math.prod(kids[1].shape[1:])
+    elif op in ("layer_norm", "rms_norm") and isinstance(kids[1].value, tuple):
+        extra = math.prod(kids[1].value)
+    shapes = (meta.shape, kids[0].shape if kids else None, extra)
+    try:
+        lo, hi = interval_of(op, intervals, values, shapes)
+    except (TypeError, ValueError, ArithmeticError, IndexError):
+        return (-math.inf, math.inf)
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        return (-math.inf, math.inf)
+    return (lo, hi)

@@ -30,7 +30,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from egraph.egraph import EGraph
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
-from frontends.fx.analysis import Meta, TensorAnalysis
+from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
 from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, SPECS, UNKNOWN_VALUE, lower
 
 
@@ -137,6 +137,12 @@ class _Builder:
     def __init__(self, gm: fx.GraphModule, example_inputs, param_names: dict[str, str]):
         self.gm = gm
         self.metas = _metas(gm, example_inputs)
+        # Observed ranges of the example inputs (they inform costs, never rules).
+        user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
+                       and n.name not in param_names]
+        for node, value in zip(user_inputs, example_inputs or ()):
+            if isinstance(value, torch.Tensor) and node.name in self.metas:
+                self.metas[node.name] = self.metas[node.name]._replace(**observed_range(value))
         self.analysis = TensorAnalysis()
         self.eg = EGraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
