@@ -83,10 +83,14 @@ def observed_range(value: torch.Tensor) -> dict:
     if value.dtype == torch.bool or value.is_complex():
         return {}
     with torch.no_grad():
-        finite = value[torch.isfinite(value)] if value.is_floating_point() else value
-        if finite.numel() == 0:
-            return {}
-        return {"lo": float(finite.min()), "hi": float(finite.max())}
+        lo, hi = torch.aminmax(value)  # one pass; filter non-finite values only if present
+        lo, hi = float(lo), float(hi)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = value[torch.isfinite(value)]
+            if finite.numel() == 0:
+                return {}
+            lo, hi = float(finite.min()), float(finite.max())
+        return {"lo": lo, "hi": hi}
 
 
 def literal_value(op: tuple) -> Any:
