@@ -534,6 +534,13 @@ class EGraph:
 
         return extract(self, cost, root=root, **options)
 
+    def pareto(self, cost_a, cost_b, root: int | None = None, **options) -> list:
+        """The non-dominated programs under two costs, with both costs each
+        (``extractors.pareto``): terms on a plain e-graph, GraphModules from FX."""
+        from extractors.pareto import pareto
+
+        return pareto(self, cost_a, cost_b, root=root, **options)
+
     def explain(self, a: int | Term | str, b: int | Term | str) -> Explanation:
         """The chain of rewrites that proves ``a`` equal to ``b``.
 

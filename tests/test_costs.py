@@ -84,3 +84,21 @@ def test_curvature_extraction_picks_the_stable_form_and_error_drops(name):
     assert expected in opt.code
     assert report.validation.ok
     assert report.validation.error_after < report.validation.error_before
+
+
+def test_pareto_shows_the_stability_speed_trade_off():
+    from extractors.costs import Curvature
+
+    fn, inputs, domains, _ = STABILITY_CASES["sqrt-diff"]
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs, domains=domains)
+    eg.saturate(load_rules("stability"), iter_limit=4)
+    points = eg.pareto(Curvature(), Flops())
+    assert len(points) >= 2
+    costs = [p.costs for p in points]
+    for a, b in costs:  # non-dominated
+        assert not any(a2 <= a and b2 <= b and (a2, b2) != (a, b) for a2, b2 in costs)
+    stable, fast = points[0], points[-1]
+    assert stable.costs[0] < fast.costs[0] and stable.costs[1] > fast.costs[1]
+    assert "div" in stable.program.code and "div" not in fast.program.code
+    x = inputs
+    torch.testing.assert_close(stable.program(*x), fast.program(*x), rtol=1e-3, atol=1e-3)

@@ -1,0 +1,139 @@
+"""Pareto extraction: the programs no other program beats on both of two objectives.
+
+Each class keeps a frontier of non-dominated ``(cost_a, cost_b)`` points (at most
+``limit``, spread along the first objective), built bottom-up to a fixed point like greedy
+extraction; an e-node's points combine its children's frontiers (exhaustively for up to
+three children, through each child's two extremes beyond that). Costs are tree costs. The
+result lists, for each non-dominated point of the root, the program and its two costs, so a
+user sees the trade-off (for example curvature against roofline time).
+
+>>> from egraph import EGraph, rewrite, AstSize, AstDepth
+>>> eg = EGraph()
+>>> root = eg.add("(+ a (+ b (+ c d)))", root=True)
+>>> _ = eg.saturate([rewrite("assoc", "(+ ?x (+ ?y ?z))", "(+ (+ ?x ?y) ?z)"),
+...                  rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)")])
+>>> [(str(p.program), p.costs) for p in pareto(eg, AstSize(), AstDepth())][:1]
+[('(+ (+ a b) (+ c d))', (7, 3))]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+_Point = tuple  # (cost_a, cost_b, node, child point refs)
+
+
+@dataclass
+class ParetoPoint:
+    """A non-dominated program and its two costs."""
+
+    program: Any
+    costs: tuple
+    choice: dict[int, tuple]
+
+    def __repr__(self) -> str:
+        return f"ParetoPoint(costs={self.costs})"
+
+
+def _bind(cost, egraph):
+    if hasattr(cost, "bind"):
+        return cost.bind(egraph)
+    from egraph.egraph import ENode
+
+    return lambda cid, node, kids: cost(ENode(node[0], node[1:]), kids)
+
+
+def _prune(points: list[_Point], limit: int) -> list[_Point]:
+    points = sorted(points, key=lambda p: (p[0], p[1]))
+    frontier: list[_Point] = []
+    for p in points:
+        if not frontier or p[1] < frontier[-1][1]:
+            frontier.append(p)
+    if len(frontier) <= limit:
+        return frontier
+    step = (len(frontier) - 1) / (limit - 1)
+    return [frontier[round(i * step)] for i in range(limit)]
+
+
+def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[_Point]]:
+    """Per class, its frontier of points ``(a, b, node, child refs)``."""
+    egraph.rebuild()
+    fa, fb = _bind(cost_a, egraph), _bind(cost_b, egraph)
+    classes = egraph.classes()
+    cnodes = egraph._cnodes
+    front: dict[int, list[_Point]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for c in classes:
+            candidates = list(front.get(c, []))
+            for node in cnodes[c]:
+                kids = node[1:]
+                if any(k not in front for k in kids):
+                    continue
+                options = [range(len(front[k])) for k in kids]
+                if len(kids) > 3:
+                    options = [sorted({0, len(front[k]) - 1}) for k in kids]
+                for pick in itertools.product(*options):
+                    pts = [front[k][i] for k, i in zip(kids, pick)]
+                    a = fa(c, node, [p[0] for p in pts])
+                    b = fb(c, node, [p[1] for p in pts])
+                    candidates.append((a, b, node, tuple(zip(kids, pick))))
+            pruned = _prune(candidates, limit)
+            if [(p[0], p[1]) for p in pruned] != [(p[0], p[1]) for p in front.get(c, [])]:
+                front[c] = pruned
+                changed = True
+    return front
+
+
+def _choice(front: dict[int, list[_Point]], root: int, index: int) -> dict[int, tuple]:
+    """One e-node per class following a root point (a class reached twice keeps the first
+    point's e-node, so the program is a DAG)."""
+    choice: dict[int, tuple] = {}
+    stack = [(root, index)]
+    while stack:
+        c, i = stack.pop()
+        if c in choice:
+            continue
+        point = front[c][i]
+        choice[c] = point[2]
+        stack.extend(point[3])
+    return choice
+
+
+def pareto(egraph, cost_a, cost_b, root: int | None = None, limit: int = 8,
+           validate: str = "strict") -> list[ParetoPoint]:
+    """The non-dominated programs of ``root`` (default: the first root) under two costs.
+
+    Programs are terms on a plain e-graph and GraphModules on an e-graph from FX (each
+    validated like ``extract``, with its report in ``gm.meta``).
+    """
+    root = egraph.find(root if root is not None else egraph.roots[0])
+    front = frontiers(egraph, cost_a, cost_b, limit)
+    if root not in front:
+        raise ValueError(f"class {root} has no finite program")
+    out = []
+    for i, point in enumerate(front[root]):
+        choice = _choice(front, root, i)
+        out.append(ParetoPoint(_program(egraph, choice, root, validate), (point[0], point[1]),
+                               choice))
+    return out
+
+
+def _program(egraph, choice: dict[int, tuple], root: int, validate: str):
+    if getattr(egraph, "fx", None) is None:
+        from egraph.extract import build_term
+
+        return build_term(egraph, {c: (None, n) for c, n in choice.items()}, root)
+    from backends.fx import build_module
+    from backends.validate import validate_module
+
+    full = dict(choice)
+    for c in egraph.classes():  # other outputs and effects: their first e-node
+        full.setdefault(c, egraph._cnodes[c][0])
+    gm = build_module(egraph, full)
+    if validate != "off" and egraph.fx.example_inputs is not None:
+        gm.meta["egraph_validation"] = validate_module(egraph.fx, gm)
+    return gm
