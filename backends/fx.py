@@ -235,9 +235,18 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
     if missing:
         raise ValueError(f"classes {missing} have no finite program under {cost!r}")
     picked = {c: v[1] for c, v in choice.items()}
-    cost_after = sum_cost(choice, roots)
-    before = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
-    cost_before = sum_cost(before, roots)
+    if getattr(cost, "local", True):
+        cost_after = sum_cost(choice, roots)
+        before = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
+        cost_before = sum_cost(before, roots)
+    else:
+        # a whole-program cost: the proxy's choice, improved under the exact cost
+        from extractors.local_search import improve
+
+        picked = improve(egraph, picked, cost)
+        cost_after = cost.program_cost(egraph, picked)
+        source = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
+        cost_before = cost.program_cost(egraph, {c: v[1] for c, v in source.items()})
     times["extract"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     gm = build_module(egraph, picked)

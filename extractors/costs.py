@@ -111,8 +111,13 @@ class CostModel:
     """A sum of local e-node costs; subclasses define :meth:`node_cost`.
 
     ``bind(egraph)`` gives the function extraction calls:
-    ``(class id, e-node tuple, child costs) -> cost``.
+    ``(class id, e-node tuple, child costs) -> cost``. A model whose true cost is not a sum
+    over e-nodes (``local = False``: fusion-aware time, peak memory) uses its node costs as
+    the proxy extraction optimises, and :meth:`program_cost` as the exact cost that a
+    local search over the choices then improves.
     """
+
+    local = True
 
     def node_cost(self, egraph, cid: int, node: tuple) -> Any:
         raise NotImplementedError
@@ -239,17 +244,47 @@ class Memory(CostModel):
 
 
 class Roofline(CostModel):
-    """Time in seconds on a hardware profile, each op its own kernel:
-    ``max(flops / peak, bytes / bandwidth) + launch overhead`` (ops that move and compute
-    nothing cost nothing). ``hardware`` is a :class:`Hardware` or a profile name."""
+    """Time in seconds on a hardware profile: the sum over kernels of
+    ``max(flops / peak, bytes / bandwidth) + launch overhead``.
 
-    def __init__(self, hardware: str | Hardware = "H100"):
+    Fusion-aware (``fused=True``, the default): the kernels are the program's fusion
+    regions (:mod:`extractors.fusion`); a region reads its inputs and writes its outputs
+    once, whatever happens inside. Extraction optimises the per-op time as a proxy, then
+    improves the choice under the fused time. ``fused=False`` charges each op as its own
+    kernel (a plain sum). ``hardware`` is a :class:`Hardware` or a profile name.
+    """
+
+    def __init__(self, hardware: str | Hardware = "H100", fused: bool = True):
         if isinstance(hardware, str):
             if hardware not in HARDWARE:
                 raise ValueError(f"no hardware profile {hardware!r}; profiles: "
                                  f"{', '.join(HARDWARE)}")
             hardware = HARDWARE[hardware]
         self.hardware = hardware
+        self.fused = fused
+        self.local = not fused
+
+    def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
+        if not self.fused:
+            return super().program_cost(egraph, choice)
+        from extractors.fusion import regions
+
+        if choice is None:
+            choice = {c: egraph._cnodes[c][0] for c in egraph.classes()}
+        hw = self.hardware
+        total = 0.0
+        for region in regions(egraph, choice):
+            f = sum(flops(egraph, c, choice[c]) for c in region.classes)
+            if region.library:
+                b = sum(bytes_moved(egraph, c, choice[c]) for c in region.classes)
+            else:
+                b = sum(_bytes(_meta(egraph, k)) for k in region.inputs | region.outputs)
+            if f == 0 and b == 0:
+                continue
+            dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
+            peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
+            total += max(f / peak, b / hw.bandwidth) + hw.launch_overhead
+        return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
         f = flops(egraph, cid, node)
@@ -261,7 +296,49 @@ class Roofline(CostModel):
         return max(f / peak, b / self.hardware.bandwidth) + self.hardware.launch_overhead
 
     def __repr__(self) -> str:
-        return f"Roofline({self.hardware.name!r})"
+        return f"Roofline({self.hardware.name!r}{'' if self.fused else ', fused=False'})"
+
+
+class PeakMemory(CostModel):
+    """Peak bytes of live tensors when the program runs in order, each value freed after
+    its last use (inputs and parameters not counted). Not a sum over e-nodes: extraction
+    uses the bytes each op writes as its proxy, then improves the choice under the peak."""
+
+    local = False
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        if len(node) == 1 or node[0] in _VIEWS or node[0] in ("input", "param", "const"):
+            return 0.0
+        return float(_bytes(_meta(egraph, cid))) + 1e-6
+
+    def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
+        from extractors.fusion import _program
+
+        choice, order, roots = _program(egraph, choice)
+        find = egraph.find
+        last_use: dict[int, int] = {}
+        for i, c in enumerate(order):
+            for k in choice[c][1:]:
+                last_use[find(k)] = i
+        for r in roots:
+            last_use[r] = len(order)
+        live = peak = 0.0
+        owner: dict[int, int] = {}  # a view keeps its base alive: count bytes once
+        for i, c in enumerate(order):
+            node = choice[c]
+            size = self.node_cost(egraph, c, node)
+            if node[0] in _VIEWS and len(node) > 1:
+                owner[c] = owner.get(find(node[1]), find(node[1]))
+            live += size
+            peak = max(peak, live)
+            for k in {find(k) for k in node[1:]}:
+                base = owner.get(k, k)
+                if last_use.get(k) == i and last_use.get(base, -1) <= i:
+                    live -= self.node_cost(egraph, base, choice[base])
+        return peak
+
+    def __repr__(self) -> str:
+        return "PeakMemory()"
 
 
 # Mantissa bits and largest finite value of each working dtype.

@@ -102,3 +102,51 @@ def test_pareto_shows_the_stability_speed_trade_off():
     assert "div" in stable.program.code and "div" not in fast.program.code
     x = inputs
     torch.testing.assert_close(stable.program(*x), fast.program(*x), rtol=1e-3, atol=1e-3)
+
+
+def test_fused_roofline_charges_a_region_once():
+    from extractors.fusion import regions
+
+    h100 = HARDWARE["H100"]
+    x = torch.randn(1024, 1024)
+    eg = _eg(lambda x: torch.exp(x * 2) + 1, x)
+    (region,) = regions(eg)
+    assert sorted(region.ops) == ["add", "exp", "mul"] and len(region.inputs) == 1
+    fused = Roofline("H100").program_cost(eg)
+    unfused = Roofline("H100", fused=False).program_cost(eg)
+    one_pass = 2 * 4 * 1024 * 1024 / h100.bandwidth + h100.launch_overhead
+    assert fused == pytest.approx(one_pass)
+    assert unfused == pytest.approx(3 * one_pass)
+
+
+def test_matmul_is_its_own_kernel_and_its_epilogue_fuses_after_it():
+    from extractors.fusion import regions
+
+    eg = _eg(lambda a, b: torch.relu(a @ b + 1) * 2, torch.randn(64, 32), torch.randn(32, 16))
+    kinds = [(r.library, sorted(r.ops)) for r in regions(eg)]
+    assert kinds == [(True, ["matmul"]), (False, ["add", "mul", "relu"])]
+
+
+def test_peak_memory_frees_values_after_their_last_use():
+    from extractors.costs import PeakMemory
+
+    x = torch.randn(256, 256)
+    eg = _eg(lambda x: ((torch.exp(x) * 2) + 1).sum(), x)
+    size = 256 * 256 * 4
+    # exp and mul are live together, then mul and add; the scalar sum is tiny
+    assert PeakMemory().program_cost(eg) == pytest.approx(2 * size, rel=1e-3)
+
+
+def test_local_search_never_worsens_a_whole_program_cost():
+    from extractors.local_search import improve
+
+    model_fn = lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True) * 2  # noqa: E731
+    eg = _eg(model_fn, torch.randn(64, 128))
+    eg.saturate(load_rules("fusion", "algebra"), iter_limit=3, node_limit=5_000)
+    cost = Roofline("H100")
+    start = {c: eg._cnodes[c][0] for c in eg.classes()}
+    better = improve(eg, start, cost)
+    assert cost.program_cost(eg, better) <= cost.program_cost(eg, start)
+    opt = eg.extract(cost)
+    assert opt.meta["egraph_report"].validation.ok
+    assert opt.meta["egraph_report"].cost_after <= opt.meta["egraph_report"].cost_before

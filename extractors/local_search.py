@@ -1,0 +1,76 @@
+"""Local search: improve an extracted program under a cost that is not a sum over e-nodes.
+
+Starting from the proxy's choice, each class of the program tries its other e-nodes (those
+that keep the program acyclic, their new sub-programs filled from the proxy's choice); a
+change is kept when the exact program cost drops. Rounds repeat until nothing improves or
+the evaluation budget is spent. This is how fusion boundaries and peak memory, which depend
+on the whole program, are optimised.
+
+>>> import torch
+>>> from egraph import EGraph
+>>> from extractors.costs import Roofline
+>>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2), (torch.randn(4),))
+>>> choice = {c: eg._cnodes[c][0] for c in eg.classes()}
+>>> improve(eg, choice, Roofline("H100")) == choice  # nothing else to choose
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _acyclic(egraph, choice: dict[int, tuple], roots: list[int]) -> bool:
+    find = egraph.find
+    state: dict[int, int] = {}
+    stack: list[tuple[int, bool]] = [(r, False) for r in roots]
+    while stack:
+        c, done = stack.pop()
+        if done:
+            state[c] = 2
+            continue
+        if state.get(c) == 2:
+            continue
+        if state.get(c) == 1:
+            return False
+        state[c] = 1
+        stack.append((c, True))
+        for k in choice[c][1:]:
+            k = find(k)
+            if state.get(k) == 1:
+                return False
+            if state.get(k) != 2:
+                stack.append((k, False))
+    return True
+
+
+def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
+            rounds: int = 3) -> dict[int, tuple]:
+    """A choice at least as good as ``choice`` under ``cost.program_cost``."""
+    from extractors.fusion import _program
+
+    find = egraph.find
+    best = dict(choice)
+    _, order, roots = _program(egraph, best)
+    best_cost: Any = cost.program_cost(egraph, best)
+    evaluations = 0
+    for _ in range(rounds):
+        improved = False
+        _, order, roots = _program(egraph, best)
+        for c in order:
+            for alt in egraph._cnodes[c]:
+                if alt == best[c] or evaluations >= budget:
+                    continue
+                if any(find(k) not in best for k in alt[1:]):
+                    continue
+                trial = dict(best)
+                trial[c] = alt
+                if not _acyclic(egraph, trial, roots):
+                    continue
+                evaluations += 1
+                value = cost.program_cost(egraph, trial)
+                if value < best_cost:
+                    best, best_cost, improved = trial, value, True
+        if not improved or evaluations >= budget:
+            break
+    return best
