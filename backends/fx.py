@@ -213,8 +213,13 @@ def _fetch(module: nn.Module, path: str):
     return obj
 
 
+def _source_choice(egraph: EGraph, cost) -> dict[int, tuple]:
+    """The source program's own e-nodes (the cheapest where CSE merged two)."""
+    return {c: v[1] for c, v in best_nodes(egraph, cost, nodes_of=egraph.fx.initial).items()}
+
+
 def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
-                   target: str | None = None) -> fx.GraphModule:
+                   target: str | None = None, time_limit: float = 60.0) -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report."""
     import warnings
 
@@ -222,20 +227,29 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
 
     if validate not in ("strict", "raise", "off"):
         raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
-    if method != "greedy":
-        raise ValueError(
-            f"method={method!r}: extraction from FX supports 'greedy' (the DAG and ILP "
-            "methods come with the extractors package)"
-        )
+    if method not in ("greedy", "dag", "ilp"):
+        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
+    if target not in (None, "cpu"):
+        raise ValueError(f"target={target!r}: this build emits eager torch ops (target='cpu'); "
+                         "Triton kernels for CUDA targets are not part of it yet")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    choice = best_nodes(egraph, cost)
     roots = [egraph.find(r) for r in egraph.roots] + [egraph.find(e) for e in egraph.fx.effects]
-    missing = [r for r in roots if r not in choice]
-    if missing:
-        raise ValueError(f"classes {missing} have no finite program under {cost!r}")
-    picked = {c: v[1] for c, v in choice.items()}
-    if getattr(cost, "local", True):
+    optimal = None
+    if method == "greedy":
+        choice = best_nodes(egraph, cost)
+        missing = [r for r in roots if r not in choice]
+        if missing:
+            raise ValueError(f"classes {missing} have no finite program under {cost!r}")
+        picked = {c: v[1] for c, v in choice.items()}
+    else:
+        from extractors.methods import choose
+
+        picked, dag_cost, optimal = choose(egraph, cost, method, roots, time_limit)
+    if method != "greedy" and getattr(cost, "local", True):
+        cost_after = dag_cost
+        cost_before = cost.program_cost(egraph, _source_choice(egraph, cost))
+    elif getattr(cost, "local", True):
         cost_after = sum_cost(choice, roots)
         before = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
         cost_before = sum_cost(before, roots)
@@ -245,8 +259,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
 
         picked = improve(egraph, picked, cost)
         cost_after = cost.program_cost(egraph, picked)
-        source = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
-        cost_before = cost.program_cost(egraph, {c: v[1] for c, v in source.items()})
+        cost_before = cost.program_cost(egraph, _source_choice(egraph, cost))
     times["extract"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     gm = build_module(egraph, picked)
@@ -256,7 +269,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
     report = ExtractionReport(
         cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
-        times=times, nodes_before=_count(egraph.fx.graph_module),
+        optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm),
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
@@ -276,7 +289,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
     gm.meta["egraph_report"] = report
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,
-                                    "optimal": None, "time": round(times["extract"], 6)}
+                                    "optimal": optimal, "time": round(times["extract"], 6)}
     return gm
 
 

@@ -120,13 +120,15 @@ def build_term(egraph: EGraph, choice: dict[int, tuple[Any, tuple]], root: int) 
     return built[find(root)]
 
 
-def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy"):
-    """``(term, cost)`` of the best term of ``root`` (default: the first root)."""
-    if method != "greedy":
-        raise ValueError(
-            f"method={method!r}: a plain EGraph extracts with method='greedy'; the DAG and "
-            "ILP methods come with the extractors package (extractors.extract)"
-        )
+def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy",
+            time_limit: float = 60.0):
+    """``(term, cost)`` of the best term of ``root`` (default: the first root).
+
+    ``method="greedy"``: tree cost, bottom-up (in the engine). ``"dag"`` and ``"ilp"``
+    count a shared subterm once (from the ``extractors`` package; ILP on HiGHS).
+    """
+    if method not in ("greedy", "dag", "ilp"):
+        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
     if root is None:
         roots = egraph.roots
         if not roots:
@@ -135,14 +137,22 @@ def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy
             )
         root = roots[0]
     start = time.perf_counter()
-    choice = best_nodes(egraph, cost)
     root = egraph.find(root)
-    if root not in choice:
-        raise ValueError(f"class {root} has no finite term (every e-node in it is cyclic)")
+    optimal = None
+    if method == "greedy":
+        choice = best_nodes(egraph, cost)
+        if root not in choice:
+            raise ValueError(f"class {root} has no finite term (every e-node in it is cyclic)")
+        value = choice[root][0]
+    else:
+        from extractors.methods import choose
+
+        picked, value, optimal = choose(egraph, cost, method, [root], time_limit)
+        choice = {c: (None, n) for c, n in picked.items()}
     term = build_term(egraph, choice, root)
     if egraph.report is not None:
         egraph.report.extraction = {
-            "method": method, "cost": choice[root][0],
+            "method": method, "cost": value, "optimal": optimal,
             "time": round(time.perf_counter() - start, 6),
         }
-    return term, choice[root][0]
+    return term, value

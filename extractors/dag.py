@@ -1,10 +1,12 @@
-"""DAG-aware greedy extraction (after extraction-gym's ``faster-greedy-dag``).
+"""DAG-aware greedy extraction (after extraction-gym's ``faster-greedy-dag``), and a
+local search that improves any acyclic answer.
 
 Each class keeps a *cost set*: ``{class: cost of its chosen node}`` over the classes of the
 sub-DAG its choice uses, so a subterm shared by two children is paid once. A node's
 candidate set is the union of its child classes' sets plus itself; the class takes the
 node whose set has the lowest total. Nodes are re-evaluated on a priority queue whenever a
-child class improves, cheapest candidates first.
+child class improves, cheapest candidates first. Each class decides alone, so sharing
+that pays only when several classes switch together is left to :func:`improve`.
 
 >>> from extractors.graph import Graph
 >>> g = Graph.load({"nodes": {
@@ -25,6 +27,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from extractors.graph import Graph
+from extractors.greedy import greedy_tree
 
 
 def greedy_dag(graph: Graph) -> list[int]:
@@ -76,3 +79,158 @@ def greedy_dag(graph: Graph) -> list[int]:
             if not missing[p]:
                 heappush(heap, (value + cost[p], p))
     return pick
+
+
+def improve(graph: Graph, pick: list[int]) -> list[int]:
+    """An acyclic pick at least as cheap as the acyclic ``pick``, by local search (see
+    :class:`_LocalSearch`)."""
+    search = _LocalSearch(graph, pick)
+    search.descend()
+    search.share()
+    return search.pick
+
+
+class _LocalSearch:
+    """An acyclic pick with a use count per class (one per chosen node using it, one
+    per root), so that re-choosing a class has an exact price: the classes that come
+    into use are added, each with the tree-greedy node that counts the classes already
+    in use as free, and the classes that fall out of use are dropped.
+
+    ``descend`` keeps single re-choices that lower the DAG cost until none does.
+    ``share`` then looks for a class that re-choices of two or more classes would bring
+    in (one fused matrix product serving several others, say): it prices them as if
+    their common part were paid once and, where that wins, makes them together, keeping
+    the result only if the DAG cost really drops."""
+
+    def __init__(self, graph: Graph, pick: list[int]):
+        self.graph = graph
+        self.pick = list(pick)
+        self.refs = [0] * graph.num_classes
+        for r in graph.roots:
+            self.refs[r] += 1
+        for c in graph.order(self.pick):
+            for k in graph.kids[self.pick[c]]:
+                self.refs[k] += 1
+        self.total = graph.dag_cost(self.pick)
+        self.epsilon = 0 if isinstance(self.total, int) else 1e-9 * self.total
+        self.undo: list[tuple[list[int], int, int]] = []
+        # (class, node) -> (gain, classes brought into use) of each re-choice tried.
+        self.brings: dict[tuple[int, int], tuple] = {}
+        self._suggest()
+        self.usable = [all(self.pick[k] >= 0 for k in ks) for ks in graph.kids]
+
+    def _suggest(self) -> None:
+        """Give each class not in use the tree-greedy node that counts the classes in
+        use as free (``-1`` if it has no acyclic term)."""
+        graph, pick = self.graph, self.pick
+        suggest, _ = greedy_tree(graph, {c: pick[c] for c in graph.order(pick)})
+        for c, uses in enumerate(self.refs):
+            if not uses:
+                pick[c] = suggest[c]
+
+    def _count(self, start: tuple[int, ...], step: int, brought: list[int] | None = None):
+        """Add ``step`` to the use counts of the classes ``start`` (and onwards); returns
+        the cost of the classes that come into use (step 1) or fall out of use (-1)."""
+        refs, pick, cost, kids = self.refs, self.pick, self.graph.cost, self.graph.kids
+        undo = self.undo
+        total = 0
+        stack = list(start)
+        while stack:
+            k = stack.pop()
+            undo.append((refs, k, refs[k]))
+            refs[k] += step
+            if refs[k] == (1 if step > 0 else 0):
+                total += cost[pick[k]]
+                stack.extend(kids[pick[k]])
+                if brought is not None:
+                    brought.append(k)
+        return total
+
+    def _move(self, c: int, n: int, position: dict[int, int], keep_if_worse: bool = False
+              ) -> bool:
+        """Re-choose ``c`` as ``n``; kept when acyclic and cheaper (or, with
+        ``keep_if_worse``, acyclic), undone otherwise. Returns whether it was kept."""
+        kids, cost = self.graph.kids, self.graph.cost
+        old = self.pick[c]
+        self.undo.clear()
+        self.undo.append((self.pick, c, old))
+        self.pick[c] = n
+        brought: list[int] = []
+        gain = (cost[old] - cost[n] - self._count(kids[n], 1, brought)
+                + self._count(kids[old], -1))
+        self.brings[c, n] = (gain, brought)
+        if ((gain > self.epsilon or keep_if_worse)
+                and not _reaches(kids, self.pick, kids[n], c, position)):
+            self.total -= gain
+            return True
+        for array, k, value in reversed(self.undo):
+            array[k] = value
+        return False
+
+    def _positions(self) -> dict[int, int]:
+        return {c: i for i, c in enumerate(self.graph.order(self.pick))}
+
+    def descend(self) -> None:
+        kids, class_nodes, usable = self.graph.kids, self.graph.class_nodes, self.usable
+        improved = True
+        while improved:
+            improved = False
+            self._suggest()
+            position = self._positions()
+            for c in sorted(position, key=position.__getitem__, reverse=True):
+                for n in class_nodes[c]:
+                    if self.refs[c] and n != self.pick[c] and usable[n] and c not in kids[n]:
+                        if self._move(c, n, position):
+                            improved = True
+                            position = self._positions()
+
+    def share(self) -> None:
+        cost, pick = self.graph.cost, self.pick
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for move, (_, brought) in self.brings.items():
+            for k in brought:
+                wanted.setdefault(k, []).append(move)
+        plans = []
+        for moves in wanted.values():
+            if len({c for c, _ in moves}) < 2:
+                continue
+            common = set.intersection(*(set(self.brings[m][1]) for m in moves))
+            price = sum(cost[pick[j]] for j in common)
+            best: dict[int, tuple] = {}
+            for c, n in moves:
+                gain = self.brings[c, n][0] + price
+                if gain > best.get(c, (0,))[0]:
+                    best[c] = (gain, n)
+            if sum(gain for gain, _ in best.values()) > price + self.epsilon:
+                plans.append(sorted((c, n) for c, (_, n) in best.items()))
+        changed = False
+        for plan in sorted(plans):
+            saved = (list(self.pick), list(self.refs), self.total)
+            for i, (c, n) in enumerate(plan):
+                if self.refs[c] and self.pick[c] != n:
+                    self._move(c, n, self._positions(), keep_if_worse=i == 0)
+            if self.total < saved[2] - self.epsilon:
+                changed = True
+            else:
+                self.pick, self.refs, self.total = saved
+        if changed:
+            self.descend()
+
+
+def _reaches(kids, pick: list[int], start: tuple[int, ...], target: int,
+             position: dict[int, int]) -> bool:
+    """Whether ``target`` can be reached from the classes ``start`` through ``pick``;
+    ``position`` is a children-first order of the classes in use, so a class placed
+    before ``target`` cannot lead to it."""
+    limit = position[target]
+    seen = set()
+    stack = list(start)
+    while stack:
+        k = stack.pop()
+        if k == target:
+            return True
+        if k in seen or position.get(k, limit + 1) < limit:
+            continue
+        seen.add(k)
+        stack.extend(kids[pick[k]])
+    return False

@@ -36,7 +36,7 @@ class Graph:
     """
 
     __slots__ = ("node_ids", "class_ids", "node_class", "cost", "children", "kids",
-                 "class_nodes", "roots")
+                 "class_nodes", "roots", "_parents")
 
     def __init__(self, node_ids: tuple[str, ...], class_ids: tuple[str, ...],
                  node_class: tuple[int, ...], cost: tuple[Cost, ...],
@@ -50,6 +50,7 @@ class Graph:
         self.kids = tuple(ch if len(ch) < 2 else tuple(dict.fromkeys(ch)) for ch in children)
         self.class_nodes = class_nodes
         self.roots = roots
+        self._parents: list[list[int]] | None = None
 
     @classmethod
     def load(cls, data: Any, roots: Iterable[str | int] | None = None) -> Graph:
@@ -65,11 +66,11 @@ class Graph:
         for nid, node in nodes.items():
             node_class.append(class_index.setdefault(str(node["eclass"]), len(class_index)))
             c = node.get("cost", 1.0)
-            if not (math.isfinite(c) and c >= 0):
+            if c < 0 or (isinstance(c, float) and not math.isfinite(c)):
                 raise SerializedFormatError(
                     f"node {nid!r}: cost {c!r} must be finite and non-negative")
             raw_costs.append(c)
-        integral = all(float(c).is_integer() for c in raw_costs)
+        integral = all(isinstance(c, int) or c.is_integer() for c in raw_costs)
         cost = tuple(int(c) for c in raw_costs) if integral else tuple(map(float, raw_costs))
         children = tuple(tuple(node_class[node_index[ch]] for ch in node.get("children", ()))
                          for node in nodes.values())
@@ -91,22 +92,19 @@ class Graph:
                    tuple(map(tuple, members)), tuple(root_ids))
 
     @property
-    def num_nodes(self) -> int:
-        return len(self.node_ids)
-
-    @property
     def num_classes(self) -> int:
         return len(self.class_ids)
 
     def parents(self) -> list[list[int]]:
         """Per class, the extractable nodes that have it as a (distinct) child."""
-        kids = self.kids
-        parents: list[list[int]] = [[] for _ in self.class_ids]
-        for ns in self.class_nodes:
-            for n in ns:
-                for k in kids[n]:
-                    parents[k].append(n)
-        return parents
+        if self._parents is None:
+            kids = self.kids
+            self._parents = [[] for _ in self.class_ids]
+            for ns in self.class_nodes:
+                for n in ns:
+                    for k in kids[n]:
+                        self._parents[k].append(n)
+        return self._parents
 
     def order(self, pick: list[int]) -> list[int]:
         """The classes reached from the roots through ``pick``, children before parents.
@@ -141,7 +139,8 @@ class Graph:
         return out
 
     def choice(self, pick: list[int]) -> dict[str, str]:
-        """``{class id: node id}`` for the classes reached from the roots (roots first)."""
+        """``{class id: node id}`` for the classes reached from the roots, each class
+        before its children."""
         return {self.class_ids[c]: self.node_ids[pick[c]] for c in reversed(self.order(pick))}
 
     def dag_cost(self, pick: list[int]) -> Cost:
@@ -167,7 +166,8 @@ def _total(values: Iterable[Cost]) -> Cost:
     return math.fsum(values)
 
 
-def acyclic(graph: Graph, pick: list[int], safe_pick: list[int], safe_order: list[int]) -> list[int]:
+def acyclic(graph: Graph, pick: list[int], safe_pick: list[int],
+            safe_order: list[int]) -> list[int]:
     """``pick`` made acyclic: classes are settled children first, each with its node in
     ``pick`` once that node's child classes are settled; when every remaining class waits
     on a cycle, the first of them in ``safe_order`` is settled with its ``safe_pick`` node

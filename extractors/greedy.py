@@ -23,10 +23,11 @@ from heapq import heappop, heappush
 from extractors.graph import Graph
 
 
-def greedy_tree(graph: Graph) -> tuple[list[int], list[int]]:
+def greedy_tree(graph: Graph, paid: dict[int, int] | None = None) -> tuple[list[int], list[int]]:
     """``(pick, order)``: the tree-cost-greedy node of every class that has a finite
     (acyclic) term, ``-1`` for the others, and the classes in the order they were settled
-    (every chosen node's child classes come earlier)."""
+    (every chosen node's child classes come earlier). ``paid`` maps classes that cost
+    nothing any more (already in an answer) to their node; they are settled first."""
     node_class, cost, children, kids = graph.node_class, graph.cost, graph.children, graph.kids
     num_classes = graph.num_classes
     parents = graph.parents()
@@ -35,10 +36,14 @@ def greedy_tree(graph: Graph) -> tuple[list[int], list[int]]:
     pick = [-1] * num_classes
     settled = [False] * num_classes
     heap: list = []
+    for c, n in (paid or {}).items():
+        best[c], pick[c] = 0, n
     for ns in graph.class_nodes:
         for n in ns:
             if not kids[n]:
                 c = node_class[n]
+                if paid and c in paid:
+                    continue
                 if pick[c] < 0 or cost[n] < best[c]:
                     best[c], pick[c] = cost[n], n
     for c in range(num_classes):

@@ -1,17 +1,29 @@
 """Optimal DAG-cost extraction as an integer program, solved by HiGHS (``highspy``).
 
-One binary per node and per class: the roots' classes are chosen, a chosen class has
-exactly one chosen node, a chosen node's child classes are chosen; the objective is the
-sum of the chosen nodes' costs (each counted once: the DAG cost). Acyclicity is encoded
-with a continuous topological level per class, only on the classes that sit in a
-strongly connected component of the class graph, and only on the edges inside it.
+One binary per node and per class: the root classes are chosen, a chosen class has
+exactly one chosen node, a chosen node's child classes are chosen, and the objective is
+the sum of the chosen nodes' costs (the DAG cost). What makes it solve fast:
 
-Before the solver sees it the e-graph is pruned of everything no optimal answer needs:
-nodes that use their own class, nodes that need a class with no acyclic term, nodes
-dominated by a same-class node with no higher cost and a subset of its children, nodes
-that alone cost more than the known upper bound allows, and classes the roots cannot
-reach. Classes left with one node share that node's variable; classes whose only node is
-a free leaf leave the model. The solver starts from a known acyclic answer.
+* Bounds and pruning. An acyclic sub-DAG under node ``n`` costs at least
+  ``cost(n) + max(bound of each child class)`` (``n`` is never inside its children's
+  sub-DAGs), and any answer that uses ``n`` also holds a chain of distinct nodes from a
+  root down to ``n``'s class; a node whose two bounds add up to more than the warm start
+  costs is dropped, and the root's bound alone may already prove the warm start optimal.
+  Also dropped: nodes that use their own class or a class with no acyclic term, nodes
+  dominated by a same-class node (no higher cost, a subset of its child classes) and
+  classes the roots no longer reach. A class left with one node shares that node's
+  variable; a class whose only node is a free leaf leaves the model.
+* Exclusive users. The plain link ``x[node] <= y[child class]`` lets the relaxation pay
+  for a shared class once while alternatives that are never chosen together each "use"
+  it, which leaves the LP bound far below the optimum on e-graphs full of alternatives.
+  Two nodes are *exclusive* when no answer that keeps only the classes used from the
+  roots holds both: nodes of one class, two nodes that would close a cycle (each one's
+  children force the other's class into every acyclic term), and, inductively, a node
+  all of whose class's users are exclusive with the other. Each class ``k`` gets
+  ``y[k] >= sum(x[u] for u in S)`` for groups ``S`` of pairwise exclusive users.
+* Acyclicity only where it can fail: a continuous topological level per class inside a
+  strongly connected component of the class graph, constrained on the edges inside it.
+* A warm start from the DAG-aware heuristic's answer.
 
 >>> from extractors.graph import Graph
 >>> from extractors.greedy import greedy_tree
@@ -32,74 +44,106 @@ a free leaf leave the model. The solver starts from a known acyclic answer.
 from __future__ import annotations
 
 import time
+from heapq import heappop, heappush
 
-import highspy
 import numpy as np
 
-from extractors.graph import Graph
+from extractors.graph import Cost, Graph
 
 #: Relative optimality gap at which a float-cost answer counts as proven optimal.
 REL_GAP = 1e-6
+#: Above this many nodes in the pruned model the exclusive-user relation (a bit matrix
+#: of nodes squared) is not built; users are then grouped by class only.
+MAX_EXCLUSIVE_NODES = 30_000
+#: Node costs from here on are out of the solver's range.
+MAX_COST = 1e15
 
 
 def solve_ilp(graph: Graph, start: list[int], safe_order: list[int],
               time_limit: float = 60.0) -> tuple[list[int], bool]:
     """``(pick, proven optimal?)`` of the minimum DAG cost, starting from the acyclic
     ``start`` pick. ``safe_order`` lists the classes that have an acyclic term (as
-    :func:`extractors.greedy.greedy_tree` settles them). Returns ``start`` itself, not
-    proven, when the solver finds nothing better within ``time_limit`` seconds."""
+    :func:`extractors.greedy.greedy_tree` settles them). Returns ``start``, unproven,
+    when the solver finds nothing better within ``time_limit`` seconds."""
     deadline = time.perf_counter() + time_limit
-    problem = _Problem(graph, start, safe_order)
-    pick, optimal = problem.solve(max(0.0, deadline - time.perf_counter()))
-    if pick is None or graph.dag_cost(pick) > graph.dag_cost(start):
-        return start, optimal and pick is not None
+    try:
+        import highspy  # noqa: F401  (an optional dependency: fail before any work)
+    except ImportError:
+        raise ImportError("method='ilp' needs the HiGHS solver: pip install highspy") from None
+    if max(graph.cost) >= MAX_COST:
+        raise ValueError(f"the ILP needs node costs below {MAX_COST:g} (HiGHS takes larger "
+                         "ones for infinite); scale the costs down")
+    upper = graph.dag_cost(start)
+    model = _Model(graph, start, set(safe_order))
+    if model.lower >= upper - _tolerance(upper):
+        return start, True
+    if time.perf_counter() >= deadline:
+        return start, False
+    pick, optimal = model.solve(deadline)
+    if pick is None:
+        return start, False
+    if graph.dag_cost(pick) > upper:
+        return start, optimal
     return pick, optimal
 
 
-class _Problem:
-    """The pruned e-graph (``members``: class -> candidate nodes; ``free``: classes
-    decided outside the solver) and its integer program."""
+class _Model:
+    """The pruned e-graph with local node numbers, and its integer program.
 
-    def __init__(self, graph: Graph, start: list[int], safe_order: list[int]):
+    ``nodes[i]`` is a graph node, ``ncls[i]`` its class, ``nkids[i]`` its child classes
+    in the model; ``members[c]`` the local nodes of class ``c``; ``free`` maps the
+    classes decided outside the solver to their node."""
+
+    def __init__(self, graph: Graph, start: list[int], feasible: set[int]):
         self.graph = graph
         self.start = start
-        self.upper = graph.dag_cost(start)
         self.dominator: dict[int, int] = {}
-        self.members = self._prune(set(safe_order))
-        self.free = {c: ns[0] for c, ns in self.members.items()
-                     if len(ns) == 1 and not graph.kids[ns[0]] and not graph.cost[ns[0]]}
+        chosen, self.lower = self._prune(feasible, graph.dag_cost(start))
+        kids, cost = graph.kids, graph.cost
+        self.free = {c: ns[0] for c, ns in chosen.items()
+                     if len(ns) == 1 and not kids[ns[0]] and not cost[ns[0]]}
+        self.classes = [c for c in chosen if c not in self.free]
+        self.nodes: list[int] = []
+        self.members: dict[int, list[int]] = {}
+        for c in self.classes:
+            self.members[c] = list(range(len(self.nodes), len(self.nodes) + len(chosen[c])))
+            self.nodes.extend(chosen[c])
+        self.ncls = [graph.node_class[n] for n in self.nodes]
+        self.nkids = [tuple(k for k in kids[n] if k not in self.free) for n in self.nodes]
 
     # -- pruning ----------------------------------------------------------------------
 
-    def _prune(self, feasible: set[int]) -> dict[int, list[int]]:
+    def _prune(self, feasible: set[int], upper: Cost) -> tuple[dict[int, list[int]], Cost]:
+        """Class -> the nodes an optimal answer may use, and a lower bound on the
+        optimum."""
         g = self.graph
         kids, cost, roots = g.kids, g.cost, g.roots
-        members = {c: [n for n in g.class_nodes[c]
-                       if c not in kids[n] and all(k in feasible for k in kids[n])]
-                   for c in feasible}
-        root_set = set(roots)
-        lower = sum(min(cost[n] for n in members[r]) for r in roots)
-        slack = self.upper - lower + 1e-9 * max(1.0, abs(self.upper))
-        for c, ns in members.items():
-            base = min((cost[n] for n in ns), default=0) if c in root_set else 0
-            ns[:] = [n for n in ns if cost[n] - base <= slack]
-        for c, ns in members.items():
-            ns[:] = self._undominated(ns)
+        members = {c: [n for n in g.class_nodes[c] if c not in kids[n]] for c in feasible}
+        limit = upper + _tolerance(upper)
         while True:
-            reached = self._reachable(members)
-            members = {c: ns for c, ns in members.items() if c in reached}
+            below = _acyclic_bounds(g, members)
+            above = _path_costs(g, members, below)
+            kept: dict[int, list[int]] = {}
             changed = False
-            for ns in members.values():
-                keep = [n for n in ns if all(members.get(k) for k in kids[n])]
-                if len(keep) < len(ns):
-                    ns[:] = keep
-                    changed = True
+            for c, ns in members.items():
+                keep = []
+                if c in above:
+                    for n in ns:
+                        if all(k in below for k in kids[n]):
+                            least = max((below[k] for k in kids[n]), default=0)
+                            if above[c] + cost[n] + least <= limit:
+                                keep.append(n)
+                    keep = self._undominated(keep)
+                changed = changed or len(keep) < len(ns)
+                if keep:
+                    kept[c] = keep
+            members = kept
             if not changed:
-                return members
+                return members, max(below[r] for r in roots)
 
     def _undominated(self, ns: list[int]) -> list[int]:
-        """``ns`` without the nodes dominated by another (no higher cost, a subset of
-        the children); each dropped node remembers its dominator."""
+        """``ns`` without the nodes dominated by another; each dropped node remembers
+        its dominator."""
         kids, cost = self.graph.kids, self.graph.cost
         keep: list[tuple[int, frozenset]] = []
         for n in sorted(ns, key=lambda n: (len(kids[n]), cost[n], n)):
@@ -112,133 +156,236 @@ class _Problem:
                 keep.append((n, mine))
         return sorted(a for a, _ in keep)
 
-    def _reachable(self, members: dict[int, list[int]]) -> set[int]:
-        kids = self.graph.kids
-        seen = set(self.graph.roots)
-        stack = list(seen)
-        while stack:
-            for n in members.get(stack.pop(), ()):
-                for k in kids[n]:
-                    if k not in seen:
-                        seen.add(k)
-                        stack.append(k)
-        return seen
+    # -- structure --------------------------------------------------------------------
+
+    def _exclusive(self, users: dict[int, list[int]], pairs: dict[int, list[int]],
+                   parents_first: list[int]) -> np.ndarray:
+        """Bit matrix (rows packed with ``np.packbits``): bit ``j`` of row ``i`` says
+        local nodes ``i`` and ``j`` are never both in an answer that only keeps the
+        classes used from the roots. The least symmetric relation that holds for two
+        nodes of one class and for ``i, j`` when every user of ``j``'s class is
+        exclusive with ``i`` (and for the ``pairs`` that would close a cycle); a node
+        exclusive with itself is in no such answer."""
+        num = len(self.nodes)
+        bits = np.zeros((num, (num + 7) // 8), dtype=np.uint8)
+        for ns in self.members.values():
+            if len(ns) > 1:
+                row = np.zeros(num, dtype=bool)
+                row[ns] = True
+                packed = np.packbits(row)
+                for i in ns:
+                    bits[i] = packed
+                    bits[i, i >> 3] &= ~np.uint8(0x80 >> (i & 7))
+        for a, bs in pairs.items():
+            for b in bs:
+                bits[a, b >> 3] |= np.uint8(0x80 >> (b & 7))
+                bits[b, a >> 3] |= np.uint8(0x80 >> (a & 7))
+        roots = set(self.graph.roots)
+        steps = [(self.members[c], np.array(users[c])) for c in parents_first
+                 if c not in roots and users[c]]
+        while True:
+            before = bits.copy()
+            for ns, us in steps:
+                common = np.bitwise_and.reduce(bits[us], axis=0)
+                bits[ns] |= common
+            bits |= _transpose(bits, num)
+            if np.array_equal(bits, before):
+                return bits
+
+    def _cycle_pairs(self, users: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Local node -> the nodes it forms a cycle with whenever both are chosen (itself
+        if it always does). Every acyclic term of a class holds the classes of its
+        ``forced`` set (a bit per class, computed downwards from "everything" to the
+        greatest fixed point); if node ``a``'s children force ``b``'s class and ``b``'s
+        children force ``a``'s, the two reach each other."""
+        members, nkids, ncls = self.members, self.nkids, self.ncls
+        index = {c: j for j, c in enumerate(self.classes)}
+        forced = {c: None for c in self.classes}
+        parents = {c: {ncls[i] for i in users[c]} for c in self.classes}
+        work = list(self.classes)
+        queued = set(work)
+        while work:
+            c = work.pop()
+            queued.discard(c)
+            acc = None
+            for i in members[c]:
+                below = 0
+                for k in nkids[i]:
+                    if forced[k] is None:
+                        break
+                    below |= forced[k]
+                else:
+                    acc = below if acc is None else acc & below
+            if acc is None:
+                continue
+            new = acc | (1 << index[c])
+            if new != forced[c]:
+                forced[c] = new
+                for p in parents[c]:
+                    if p not in queued:
+                        queued.add(p)
+                        work.append(p)
+        below = []
+        for ks in nkids:
+            acc = 0
+            for k in ks:
+                acc |= forced[k] or 0
+            below.append(acc)
+        pairs = {}
+        for a, acc in enumerate(below):
+            ca = index[ncls[a]]
+            while acc:
+                low = acc & -acc
+                j = low.bit_length() - 1
+                acc ^= low
+                cb = self.classes[j]
+                if j == ca:
+                    pairs.setdefault(a, []).append(a)
+                    continue
+                for b in members[cb]:
+                    if below[b] >> ca & 1:
+                        pairs.setdefault(a, []).append(b)
+        return pairs
 
     # -- the integer program ----------------------------------------------------------
 
-    def solve(self, time_limit: float) -> tuple[list[int] | None, bool]:
+    def solve(self, deadline: float) -> tuple[list[int] | None, bool]:
+        """``(pick, proven optimal?)`` from HiGHS; pick is None if it found nothing."""
+        import highspy
+
         g = self.graph
-        kids, cost = g.kids, g.cost
-        members, free = self.members, self.free
-        classes = [c for c in members if c not in free]
-        col_cost: list[float] = []
-        class_col: dict[int, int] = {}
-        node_col: dict[int, int] = {}
-        for c in classes:
-            ns = members[c]
-            if len(ns) > 1:
-                class_col[c] = len(col_cost)
-                col_cost.append(0.0)
-            for n in ns:
-                node_col[n] = len(col_cost)
-                col_cost.append(float(cost[n]))
-            if len(ns) == 1:
-                class_col[c] = node_col[ns[0]]
-        num_binary = len(col_cost)
-        lower = np.zeros(num_binary)
-        for r in g.roots:
-            if r not in free:
-                lower[class_col[r]] = 1.0
-        upper = np.ones(num_binary)
-
-        rows: list[tuple[list[int], list[float], float, float]] = []
-        edges: dict[int, set[int]] = {}
-        for c in classes:
-            ns = members[c]
-            y = class_col[c]
-            if len(ns) > 1:
-                rows.append(([*(node_col[n] for n in ns), y], [1.0] * len(ns) + [-1.0],
-                             0.0, 0.0))
-            shared = set.intersection(*(set(kids[n]) for n in ns)) - free.keys()
-            for k in shared:
-                rows.append(([y, class_col[k]], [1.0, -1.0], -np.inf, 0.0))
-            out = edges.setdefault(c, set())
-            for n in ns:
-                for k in kids[n]:
-                    if k in free:
-                        continue
-                    out.add(k)
-                    if k not in shared:
-                        rows.append(([node_col[n], class_col[k]], [1.0, -1.0], -np.inf, 0.0))
-
+        members = self.members
+        num = len(self.nodes)
+        # Columns: one per local node, then one per class with several nodes (a class
+        # with one node shares that node's column), then the levels.
+        class_col = {}
+        num_binary = num
+        for c in self.classes:
+            if len(members[c]) == 1:
+                class_col[c] = members[c][0]
+            else:
+                class_col[c] = num_binary
+                num_binary += 1
+        edges = {c: {k for i in members[c] for k in self.nkids[i]} for c in self.classes}
+        components = _strongly_connected(self.classes, edges)
         level_col: dict[int, int] = {}
-        level_upper: list[float] = []
-        for comp in _strongly_connected(classes, edges):
-            if len(comp) < 2:
-                continue
-            size = float(len(comp))
-            inside = set(comp)
-            for c in comp:
-                level_col[c] = num_binary + len(level_upper)
-                level_upper.append(size - 1.0)
-            for c in comp:
-                by_kid: dict[int, list[int]] = {}
-                for n in members[c]:
-                    for k in kids[n]:
-                        if k in inside:
-                            by_kid.setdefault(k, []).append(node_col[n])
-                for k, cols in by_kid.items():
-                    if len(members[c]) == 1 or len(cols) == len(members[c]):
-                        cols = [class_col[c]]
-                    rows.append(([level_col[k], level_col[c], *cols],
-                                 [1.0, -1.0] + [size] * len(cols), -np.inf, size - 1.0))
+        level_size: list[float] = []
+        for comp in components:
+            if len(comp) > 1:
+                for c in comp:
+                    level_col[c] = num_binary + len(level_size)
+                    level_size.append(float(len(comp)))
+        num_cols = num_binary + len(level_size)
 
-        num_cols = num_binary + len(level_upper)
+        col_cost = np.zeros(num_cols)
+        col_cost[:num] = [float(g.cost[n]) for n in self.nodes]
+        col_lower = np.zeros(num_cols)
+        col_upper = np.ones(num_cols)
+        col_upper[num_binary:] = np.array(level_size) - 1.0
+        for r in g.roots:
+            if r in class_col:
+                col_lower[class_col[r]] = 1.0
+        rows = self._rows(class_col, level_col, components, col_upper)
         lp = highspy.HighsLp()
         lp.num_col_ = num_cols
-        lp.num_row_ = len(rows)
-        lp.col_cost_ = np.array(col_cost + [0.0] * len(level_upper))
-        lp.col_lower_ = np.concatenate([lower, np.zeros(len(level_upper))])
-        lp.col_upper_ = np.concatenate([upper, np.array(level_upper)])
-        lp.row_lower_ = np.array([r[2] for r in rows])
-        lp.row_upper_ = np.array([r[3] for r in rows])
-        starts = np.zeros(len(rows) + 1, dtype=np.int32)
-        starts[1:] = np.cumsum([len(r[0]) for r in rows])
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = starts
-        lp.a_matrix_.index_ = np.array([i for r in rows for i in r[0]], dtype=np.int32)
-        lp.a_matrix_.value_ = np.array([v for r in rows for v in r[1]])
+        lp.col_cost_ = col_cost
+        lp.col_lower_ = col_lower
+        lp.col_upper_ = col_upper
         lp.integrality_ = ([highspy.HighsVarType.kInteger] * num_binary
-                           + [highspy.HighsVarType.kContinuous] * len(level_upper))
+                           + [highspy.HighsVarType.kContinuous] * len(level_size))
+        lp.num_row_ = len(rows.lower)
+        lp.row_lower_ = np.array(rows.lower)
+        lp.row_upper_ = np.array(rows.upper)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.array(rows.starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(rows.index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.array(rows.value)
 
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", max(time_limit, 0.01))
         h.setOptionValue("mip_rel_gap", REL_GAP)
-        if all(isinstance(v, int) for v in cost):
+        if all(isinstance(v, int) for v in g.cost):
             h.setOptionValue("mip_abs_gap", 1.0 - 1e-6)
+        # HiGHS 1.15's symmetry handling has pruned the optimum of tensat's bert (tiny
+        # float costs, many restarts) while reporting optimality; it is not needed here.
+        h.setOptionValue("mip_detect_symmetry", False)
         h.passModel(lp)
-        warm = self._warm_start(num_cols, class_col, node_col, level_col)
+        warm = self._warm_start(num_cols, class_col, level_col, components)
         if warm is not None:
-            h.setSolution(_solution(warm))
+            solution = highspy.HighsSolution()
+            solution.col_value = warm
+            solution.value_valid = True
+            h.setSolution(solution)
+        h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.01))
         h.run()
-        status = h.getModelStatus()
-        optimal = status == highspy.HighsModelStatus.kOptimal
+        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         if h.getInfo().primal_solution_status != 2:
-            return None, optimal
+            return None, False
         values = h.getSolution().col_value
         pick = [-1] * g.num_classes
-        for c in classes:
-            ns = members[c]
-            pick[c] = max(ns, key=lambda n: values[node_col[n]])
-        for c, n in free.items():
+        for c in self.classes:
+            pick[c] = self.nodes[max(members[c], key=lambda i: values[i])]
+        for c, n in self.free.items():
             pick[c] = n
         return pick, optimal
 
-    def _warm_start(self, num_cols, class_col, node_col, level_col) -> np.ndarray | None:
+    def _rows(self, class_col: dict[int, int], level_col: dict[int, int],
+              components: list[list[int]], col_upper: np.ndarray) -> _Rows:
+        """The constraints; nodes that can be in no answer get upper bound 0."""
+        members, ncls, nkids = self.members, self.ncls, self.nkids
+        num = len(self.nodes)
+        rows = _Rows()
+
+        def total(group: list[int]) -> list[int]:
+            return _class_columns(group, members, ncls, class_col)
+
+        for c in self.classes:
+            ns = members[c]
+            if len(ns) > 1:
+                rows.add([*ns, class_col[c]], [1.0] * len(ns) + [-1.0], 0.0, 0.0)
+        users: dict[int, list[int]] = {c: [] for c in self.classes}
+        for i, ks in enumerate(nkids):
+            for k in ks:
+                users[k].append(i)
+        pairs = self._cycle_pairs(users)
+        for a, bs in pairs.items():
+            by_class: dict[int, list[int]] = {}
+            for b in bs:
+                if b > a:
+                    by_class.setdefault(ncls[b], []).append(b)
+            for group in by_class.values():
+                cols = [a, *total(group)]
+                rows.add(cols, [1.0] * len(cols), -np.inf, 1.0)
+        exclusive = None
+        if num <= MAX_EXCLUSIVE_NODES:
+            parents_first = [c for comp in reversed(components) for c in comp]
+            exclusive = self._exclusive(users, pairs, parents_first)
+            diagonal = exclusive[np.arange(num), np.arange(num) >> 3] >> (7 - np.arange(num) % 8)
+            col_upper[:num][(diagonal & 1) != 0] = 0.0
+        for k, us in users.items():
+            for group in _cliques(us, exclusive, ncls):
+                cols = total(group)
+                rows.add([*cols, class_col[k]], [1.0] * len(cols) + [-1.0], -np.inf, 0.0)
+        component = {c: j for j, comp in enumerate(components) for c in comp}
+        for c, col in level_col.items():
+            size = float(len(components[component[c]]))
+            by_kid: dict[int, list[int]] = {}
+            for i in members[c]:
+                for k in nkids[i]:
+                    if component[k] == component[c]:
+                        by_kid.setdefault(k, []).append(i)
+            for k, group in by_kid.items():
+                cols = total(group)
+                rows.add([level_col[k], col, *cols], [1.0, -1.0] + [size] * len(cols),
+                         -np.inf, size - 1.0)
+        return rows
+
+    def _warm_start(self, num_cols: int, class_col: dict[int, int], level_col: dict[int, int],
+                    components: list[list[int]]) -> np.ndarray | None:
         """Column values of the start pick (dominated nodes replaced by their
         dominators), or None if it does not fit the pruned model."""
         g = self.graph
+        local = {n: i for i, n in enumerate(self.nodes)}
         pick = list(self.start)
         for c, n in enumerate(pick):
             while n in self.dominator:
@@ -248,29 +395,144 @@ class _Problem:
             order = g.order(pick)
         except ValueError:
             return None
+        component = {c: j for j, comp in enumerate(components) for c in comp}
+        placed = [0] * len(components)
         values = np.zeros(num_cols)
-        for i, c in enumerate(order):
+        for c in order:
             if c in self.free:
                 continue
-            n = pick[c]
-            if n not in node_col:
+            i = local.get(pick[c])
+            if i is None:
                 return None
             values[class_col[c]] = 1.0
-            values[node_col[n]] = 1.0
+            values[i] = 1.0
             if c in level_col:
-                values[level_col[c]] = i
+                values[level_col[c]] = placed[component[c]]
+                placed[component[c]] += 1
         return values
 
 
-def _solution(values: np.ndarray) -> highspy.HighsSolution:
-    sol = highspy.HighsSolution()
-    sol.col_value = values
-    sol.value_valid = True
-    return sol
+def _tolerance(value: Cost) -> Cost:
+    """How far apart two costs may be and still count as equal."""
+    return 0 if isinstance(value, int) else REL_GAP * abs(value)
+
+
+def _acyclic_bounds(graph: Graph, members: dict[int, list[int]]) -> dict:
+    """Class -> a lower bound on the DAG cost of any acyclic term of it (classes with
+    none are absent): ``min(cost(node) + max(bound of each child class))``, as a node
+    is never inside its own children's sub-DAGs. Settled cheapest first, as in
+    :func:`extractors.greedy.greedy_tree`."""
+    kids, cost, node_class = graph.kids, graph.cost, graph.node_class
+    users: dict[int, list[int]] = {}
+    missing: dict[int, int] = {}
+    heap: list = []
+    for c, ns in members.items():
+        for n in ns:
+            missing[n] = len(kids[n])
+            for k in kids[n]:
+                users.setdefault(k, []).append(n)
+            if not kids[n]:
+                heappush(heap, (cost[n], c))
+    below: dict = {}
+    while heap:
+        value, c = heappop(heap)
+        if c in below:
+            continue
+        below[c] = value
+        for n in users.get(c, ()):
+            missing[n] -= 1
+            if not missing[n] and node_class[n] not in below:
+                heappush(heap, (cost[n] + max([below[k] for k in kids[n]]), node_class[n]))
+    return below
+
+
+def _path_costs(graph: Graph, members: dict[int, list[int]], below: dict) -> dict:
+    """Class -> the cheapest chain of nodes leading to it from a root (the nodes that
+    must sit above it in any answer that uses it); unreachable classes are absent."""
+    kids, cost = graph.kids, graph.cost
+    above: dict = {}
+    heap: list = [(0, r) for r in graph.roots if r in below]
+    while heap:
+        value, c = heappop(heap)
+        if c in above:
+            continue
+        above[c] = value
+        for n in members[c]:
+            if all(k in below for k in kids[n]):
+                for k in kids[n]:
+                    if k not in above:
+                        heappush(heap, (value + cost[n], k))
+    return above
+
+
+class _Rows:
+    """Constraint rows in compressed sparse row form."""
+
+    def __init__(self):
+        self.starts = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+
+    def add(self, cols, values, lower: float, upper: float) -> None:
+        self.index.extend(cols)
+        self.value.extend(values)
+        self.starts.append(len(self.index))
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+
+def _class_columns(group, members, ncls, class_col) -> list[int]:
+    """The columns summing the nodes of ``group``, a class's column standing in for all
+    of its nodes."""
+    by_class: dict[int, list[int]] = {}
+    for i in group:
+        by_class.setdefault(ncls[i], []).append(i)
+    cols = []
+    for c, ns in by_class.items():
+        if len(ns) == len(members[c]):
+            cols.append(class_col[c])
+        else:
+            cols.extend(ns)
+    return cols
+
+
+def _cliques(users: list[int], exclusive: np.ndarray | None, ncls: list[int]
+             ) -> list[list[int]]:
+    """``users`` split greedily into groups of pairwise exclusive nodes (by class when
+    there is no ``exclusive`` matrix)."""
+    if len(users) < 2 or exclusive is None:
+        by_class: dict[int, list[int]] = {}
+        for i in users:
+            by_class.setdefault(ncls[i], []).append(i)
+        return list(by_class.values())
+    us = np.array(users)
+    sub = (exclusive[us[:, None], us[None, :] >> 3] >> (7 - (us[None, :] & 7))) & 1
+    groups: list[list[int]] = []
+    for a in range(len(users)):
+        row = sub[a]
+        for group in groups:
+            if row[group].all():
+                group.append(a)
+                break
+        else:
+            groups.append([a])
+    return [[users[a] for a in group] for group in groups]
+
+
+def _transpose(bits: np.ndarray, num: int) -> np.ndarray:
+    """The transpose of a square bit matrix whose rows are packed with ``np.packbits``."""
+    out = np.zeros_like(bits)
+    block = 2048
+    for start in range(0, num, block):
+        rows = np.unpackbits(bits[start:start + block], axis=1, count=num)
+        out[:, start >> 3:(start + len(rows) + 7) >> 3] = np.packbits(rows.T, axis=1)
+    return out
 
 
 def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[list[int]]:
-    """Tarjan's strongly connected components, iteratively."""
+    """Tarjan's strongly connected components, children's components first."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     on_stack: set[int] = set()
@@ -279,10 +541,10 @@ def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[li
     for root in nodes:
         if root in index:
             continue
-        work = [(root, iter(sorted(edges.get(root, ()))))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
+        work = [(root, iter(sorted(edges.get(root, ()))))]
         while work:
             v, it = work[-1]
             for w in it:
@@ -309,3 +571,4 @@ def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[li
                             break
                     out.append(comp)
     return out
+

@@ -150,3 +150,29 @@ def test_local_search_never_worsens_a_whole_program_cost():
     opt = eg.extract(cost)
     assert opt.meta["egraph_report"].validation.ok
     assert opt.meta["egraph_report"].cost_after <= opt.meta["egraph_report"].cost_before
+
+
+def test_dag_and_ilp_extraction_count_shared_subterms_once():
+    from egraph import AstSize, parse
+
+    eg = EGraph()
+    root = eg.add(parse("(f (g x) (g x))"), root=True)
+    eg.union(eg.add(parse("(g x)")), eg.add(parse("(h y z)")))
+    _, tree = eg.extract(AstSize(), root=root)
+    _, dag = eg.extract(AstSize(), root=root, method="dag")
+    ilp_term, ilp = eg.extract(AstSize(), root=root, method="ilp")
+    assert tree == 5  # f + 2 * (g x): a tree cost pays the shared term twice
+    assert ilp == dag == 3  # f, g, x: the shared (g x) once
+    assert eg.lookup(ilp_term) == eg.find(root)
+
+
+def test_ilp_extraction_on_an_fx_graph_is_proven_optimal_and_validated():
+    a, b, c = torch.randn(100, 10), torch.randn(10, 100), torch.randn(100, 10)
+    eg = _eg(lambda a, b, c: (a @ b) @ c, a, b, c)
+    eg.saturate(load_rules("algebra"), iter_limit=4, node_limit=5_000)
+    opt = eg.extract(Flops(), method="ilp")
+    report = opt.meta["egraph_report"]
+    assert report.optimal is True and report.validation.ok
+    assert report.cost_after == pytest.approx(2 * 10 * 100 * 10 * 2, rel=1e-6)
+    with pytest.raises(ValueError, match="target"):
+        eg.extract(Flops(), target="cuda")
