@@ -176,3 +176,16 @@ def test_ilp_extraction_on_an_fx_graph_is_proven_optimal_and_validated():
     assert report.cost_after == pytest.approx(2 * 10 * 100 * 10 * 2, rel=1e-6)
     with pytest.raises(ValueError, match="target"):
         eg.extract(Flops(), target="cuda")
+
+
+def test_user_ranges_replace_observed_ones_for_curvature():
+    from extractors.costs import Curvature
+
+    fn = lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)  # noqa: E731
+    gm = torch.fx.symbolic_trace(fn)
+    small = torch.rand(4, 16)
+    calm = Curvature().program_cost(EGraph.from_fx(gm, (small,)))
+    wild = Curvature().program_cost(EGraph.from_fx(gm, (small,), ranges={"x": (-100, 100)}))
+    assert wild > calm
+    with pytest.raises(ValueError, match="not an input"):
+        EGraph.from_fx(gm, (small,), ranges={"y": (0, 1)})

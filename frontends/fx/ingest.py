@@ -470,12 +470,15 @@ DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
 """Input domains a user can declare; they are proven facts for the rules' conditions."""
 
 
-def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None) -> EGraph:
+def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
+            ranges: dict[str, tuple[float, float]] | None = None) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
     ``domains`` declares input domains (``{"x": "positive"}``, see :data:`DOMAINS`); rules
     whose conditions need them (``exp(log x) -> x`` needs x > 0) may then fire.
+    ``ranges`` gives the value range of inputs (``{"x": (-100.0, 100.0)}``) for the
+    curvature cost, in place of the range observed on the example inputs.
     """
     param_names: dict[str, str] = {}
     module = source
@@ -501,6 +504,13 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None) 
             raise ValueError(f"domains names {name!r}, which is not an input of the graph")
         meta = builder.metas.get(name, Meta("tensor"))
         builder.metas[name] = meta._replace(sign=DOMAINS[domain])
+    for name, (lo, hi) in (ranges or {}).items():
+        if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
+            raise ValueError(f"ranges names {name!r}, which is not an input of the graph")
+        if not lo <= hi:
+            raise ValueError(f"the range of {name!r} must have lo <= hi, got {(lo, hi)}")
+        meta = builder.metas.get(name, Meta("tensor"))
+        builder.metas[name] = meta._replace(lo=float(lo), hi=float(hi))
     builder.run()
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)
