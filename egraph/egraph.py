@@ -503,7 +503,8 @@ class EGraph:
         return self
 
     @classmethod
-    def from_fx(cls, source, example_inputs=None, domains=None, ranges=None) -> EGraph:
+    def from_fx(cls, source, example_inputs=None, domains=None, ranges=None,
+                observe=None) -> EGraph:
         """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
         torch.export program; roots are the graph outputs in order.
 
@@ -514,7 +515,7 @@ class EGraph:
         """
         from frontends.fx import from_fx
 
-        return from_fx(source, example_inputs, domains=domains, ranges=ranges)
+        return from_fx(source, example_inputs, domains=domains, ranges=ranges, observe=observe)
 
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost``.

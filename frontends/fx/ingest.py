@@ -64,6 +64,16 @@ class FxSource:
     example_inputs: tuple | None = None
     initial: dict[int, list[tuple]] = field(default_factory=dict)
     random: bool = False
+    origins: dict[int, str] = field(default_factory=dict)
+
+    def location(self, cid: int, find) -> str | None:
+        """Where in the source a class came from: the FX node, with its module path when
+        the graph records one (``blocks.0.attn: softmax``)."""
+        cid = find(cid)
+        for c, name in self.origins.items():
+            if find(c) == cid:
+                return name
+        return None
 
 
 def _is_inplace(node: fx.Node, module: nn.Module | None) -> bool:
@@ -123,6 +133,35 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
     return out
 
 
+class _RangeRecorder(fx.Interpreter):
+    """Runs the graph on real example inputs and keeps each tensor's observed range."""
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__(gm)
+        self.ranges: dict[str, dict] = {}
+
+    def run_node(self, n: fx.Node):
+        result = super().run_node(n)
+        if isinstance(result, torch.Tensor):
+            self.ranges[n.name] = observed_range(result)
+        return result
+
+
+def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
+    """The value range of every tensor of ``gm`` on ``example_inputs`` (one real run; the
+    caller's RNG state is left as it was). Empty when the graph cannot run on them."""
+    if not example_inputs or not all(not isinstance(x, torch.Tensor) or (
+            x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
+        return {}
+    recorder = _RangeRecorder(gm)
+    try:
+        with torch.random.fork_rng(), torch.no_grad():
+            recorder.run(*example_inputs)
+    except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
+        return {}
+    return recorder.ranges
+
+
 def _meta_of_tensor_meta(tm) -> Meta:
     if hasattr(tm, "shape") and hasattr(tm, "dtype"):
         return Meta("tensor", tuple(int(s) for s in tm.shape), tm.dtype)
@@ -155,6 +194,8 @@ class _Builder:
         self.input_classes: list[int] = []
         self.output: Any = None
         self.random = False
+        self.origins: dict[int, str] = {}
+        self.observed: dict[str, dict] = {}
         self.folded: dict[int, torch.Tensor] = {}
 
     # -- leaves ---------------------------------------------------------------------------
@@ -296,6 +337,12 @@ class _Builder:
                 self.output = fx.node.map_aggregate(node.args[0], self._out)
             else:
                 self.env[node] = self.call(node)
+                self.origins.setdefault(self.env[node], _location(node))
+                seen = self.observed.get(node.name)
+                meta = self.eg.data(self.env[node])
+                if seen and meta is not None and meta.kind == "tensor":
+                    self.eg.set_data(self.env[node], meta._replace(
+                        lo=max(meta.lo, seen["lo"]), hi=min(meta.hi, seen["hi"])))
                 if _is_inplace(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
@@ -372,8 +419,23 @@ def _out_of_place(node: fx.Node):
     return target
 
 
+_MAX_OBSERVED = 1 << 22
+"""Graphs with more input and parameter elements are not run to observe ranges."""
+
 _MAX_FOLDED = 1 << 16
 """Constant subgraphs with larger results stay computed (they would bloat the module)."""
+
+
+def _location(node: fx.Node) -> str:
+    """The FX node's name, prefixed by the module it ran in when the graph knows it."""
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1]
+        path = path[0] if isinstance(path, tuple) else path
+        return f"{path}: {node.name}"
+    if node.op == "call_module":
+        return str(node.target)
+    return node.name
 
 
 def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
@@ -471,14 +533,17 @@ DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
 
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
-            ranges: dict[str, tuple[float, float]] | None = None) -> EGraph:
+            ranges: dict[str, tuple[float, float]] | None = None,
+            observe: bool | None = None) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
     ``domains`` declares input domains (``{"x": "positive"}``, see :data:`DOMAINS`); rules
     whose conditions need them (``exp(log x) -> x`` needs x > 0) may then fire.
     ``ranges`` gives the value range of inputs (``{"x": (-100.0, 100.0)}``) for the
-    curvature cost, in place of the range observed on the example inputs.
+    curvature cost, in place of the range observed on the example inputs. ``observe``
+    runs the graph once on the (real) example inputs to record every tensor's range for
+    the curvature cost; by default only when inputs and parameters are small.
     """
     param_names: dict[str, str] = {}
     module = source
@@ -511,6 +576,12 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             raise ValueError(f"the range of {name!r} must have lo <= hi, got {(lo, hi)}")
         meta = builder.metas.get(name, Meta("tensor"))
         builder.metas[name] = meta._replace(lo=float(lo), hi=float(hi))
+    if observe is None and example_inputs is not None:
+        numel = sum(x.numel() for x in example_inputs if isinstance(x, torch.Tensor))
+        numel += sum(p.numel() for p in gm.parameters())
+        observe = numel <= _MAX_OBSERVED
+    if observe and not ranges:
+        builder.observed = observe_ranges(gm, example_inputs)
     builder.run()
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)
@@ -526,6 +597,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         effects=builder.effects, opaque=builder.opaque, constants=builder.constants,
         example_inputs=tuple(example_inputs) if example_inputs is not None else None,
         initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
+        origins=builder.origins,
     )
     return eg
 
