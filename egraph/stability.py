@@ -12,7 +12,7 @@ reference on the sample inputs, in the working dtype (fp32, fp16 or bf16). Impor
 >>> rewriter = StabilityRewriter()
 >>> fixed = rewriter.optimize(naive, (torch.linspace(-100, 100, 64).reshape(4, 16),))
 >>> print(rewriter.diff(naive, fixed).splitlines()[0])
-log(sum(exp(x), dims=(1,))) -> logsumexp(x, dims=(1,))  at log  [curvature 24.5 -> 1.0 bits]
+log(sum(exp(x), dims=(1,))) -> logsumexp(x, dims=(1,))  at log  [curvature 48.5 -> 1.0 bits]
 >>> report = fixed.meta["stability_report"]
 >>> report.error_after < report.error_before
 True
