@@ -65,6 +65,24 @@ def _materialise(x: Any) -> Any:
     return x
 
 
+def _in_domain(values: torch.Tensor, signs: int | None) -> torch.Tensor:
+    """Move random values into a declared input domain (proven signs of the input)."""
+    from egraph.signs import NEG, POS, ZERO
+
+    if signs is None or not values.is_floating_point():
+        return values
+    magnitude = values.abs()
+    if not signs & ZERO:
+        magnitude = magnitude + magnitude.mean().clamp(min=1e-3) * 1e-2
+    if not signs & NEG:
+        return magnitude
+    if not signs & POS:
+        return -magnitude
+    if not signs & ZERO:
+        return torch.where(values < 0, -magnitude, magnitude)
+    return values
+
+
 def _random_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     if x.dtype == torch.bool:
         return torch.randint(0, 2, x.shape, generator=generator).bool()
@@ -142,8 +160,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
     if numel <= max_numel:
         gen = torch.Generator().manual_seed(0)
         for _ in range(trials):
-            input_sets.append(tuple(_random_like(x, gen) if isinstance(x, torch.Tensor) else x
-                                    for x in inputs))
+            input_sets.append(tuple(
+                _in_domain(_random_like(x, gen), src.domains.get(name))
+                if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
     reference = None
     if not random_ops:

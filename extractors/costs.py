@@ -365,16 +365,25 @@ def _magnitude(meta) -> tuple[float, float]:
 class Curvature(CostModel):
     """Numerical risk in bits of the working precision, summed over ops (finite, additive).
 
-    Per op, from the observed value ranges of its inputs (example inputs or user ranges)
-    and its dtype, clipped to the mantissa width (24 bits in fp32, 11 in fp16):
-    overflow of the output (or of exp above log(max): 88.7 in fp32, 11.09 in fp16) costs
-    every bit; ``exp`` costs ``log2(e^(2 x_max))``, ``log`` ``log2(1 / x_min^2)``, division
-    ``log2(1 / |d|_min^3)`` (the stability design's curvature bounds on a log scale); an
-    addition or subtraction costs the bits lost to cancellation, ``log2(1 + m / w)`` for
-    operands of magnitude at least ``m`` and a result range of width ``w``, unless both
-    operands are exact (inputs, parameters, literals), and the bits of the smaller operand
-    absorbed by a much larger one; fused stable ops (softmax, logsumexp, log1p, ...) cost a
-    bounded 1 bit; other ops half a bit of rounding.
+    Per op, from the value ranges of its inputs (observed on example inputs, or given by
+    the user) and its dtype, clipped to the mantissa width (24 bits in fp32, 11 in fp16):
+
+    * overflow costs every bit: an output bound past the dtype's largest value, or ``exp``
+      of more than ``log(max)`` (88.7 in fp32, 11.09 in fp16);
+    * ``log`` of a range reaching 0, and division by a range containing 0, cost every bit;
+    * an op amplifies the relative error already in an inexact input by its condition
+      number ``k``, costing ``log2(1 + k)`` bits: ``exp`` ``|x|``, ``log`` ``1/|ln x|``,
+      ``pow`` ``|p|``; exact inputs (graph inputs, parameters, literals) carry no error;
+    * ``a +- b`` costs the bits lost to cancellation, ``log2((|a| + |b|) / |a +- b|)``,
+      unless both operands are exact, and the bits of a much smaller operand absorbed by a
+      larger one (``log(1 + x)`` for tiny x);
+    * fused stable ops (softmax, logsumexp, log1p, ...) cost a bounded 1 bit, other ops half
+      a bit of rounding.
+
+    The stability design's curvature bounds (``e^(2x)`` for exp, ``1/x^2`` for log,
+    ``1/|d|^3`` for division) rank programs in the same direction but charge accurate
+    operations on exact inputs; condition numbers of inexact inputs and explicit overflow
+    and cancellation terms track the measured error more closely (benchmarks/stability).
 
     >>> import torch
     >>> from egraph import EGraph
@@ -383,7 +392,7 @@ class Curvature(CostModel):
     >>> stable = lambda x: torch.softmax(x, -1)
     >>> costs = [Curvature().program_cost(EGraph.from_fx(torch.fx.symbolic_trace(f), (x,)))
     ...          for f in (naive, stable)]
-    >>> costs[0] > 40 > 2 > costs[1]
+    >>> costs[0] > 20 > 2 > costs[1]
     True
     """
 
@@ -398,29 +407,39 @@ class Curvature(CostModel):
         if getattr(out, "kind", None) != "tensor":
             return 0.0
         bits, largest = _format(out)
-        if max(abs(getattr(out, "lo", 0.0)), abs(getattr(out, "hi", 0.0))) > largest:
+        # An unbounded range means "not known", not overflow; a finite bound past the
+        # dtype's largest value is an overflow.
+        if any(math.isfinite(v) and abs(v) > largest
+               for v in (getattr(out, "lo", 0.0), getattr(out, "hi", 0.0))):
             return float(bits)
         kids = [_meta(egraph, k) for k in node[1:]]
         if op in _BOUNDED:
             return 1.0
-        if op == "exp":
-            x_max = getattr(kids[0], "hi", math.inf)
-            if x_max > math.log(largest):
-                return float(bits)
-            return min(float(bits), max(0.0, 2.0 * x_max / math.log(2)))
-        if op == "log":
-            x_min = getattr(kids[0], "lo", -math.inf)
-            if x_min <= 0:
-                return float(bits)
-            return min(float(bits), max(0.0, -2.0 * math.log2(x_min)))
-        if op in ("div", "reciprocal"):
-            small, _ = _magnitude(kids[-1])
-            if small == 0:
-                return float(bits)
-            return min(float(bits), max(self.rounding, -3.0 * math.log2(small)))
         if op in ("add", "sub"):
             return min(float(bits), self._cancellation(egraph, node, out, kids))
-        return self.rounding
+        x = kids[0]
+        lo, hi = getattr(x, "lo", -math.inf), getattr(x, "hi", math.inf)
+        exact = _is_exact(egraph, node[1])
+        if op == "exp":
+            if hi > math.log(largest):
+                return float(bits)
+            cond = max(abs(lo), abs(hi))
+        elif op == "log":
+            if lo <= 0:
+                return float(bits)
+            nearest = 1.0 if lo <= 1 <= hi else min(abs(math.log(lo)), abs(math.log(hi)))
+            cond = math.inf if nearest == 1.0 and lo <= 1 <= hi else 1.0 / nearest
+        elif op in ("div", "reciprocal"):
+            small, _ = _magnitude(kids[-1])
+            return float(bits) if small == 0 else self.rounding
+        elif op == "pow":
+            p = getattr(kids[1], "value", None)
+            cond = abs(p) if isinstance(p, (int, float)) else math.inf
+        else:
+            return self.rounding
+        if exact or not math.isfinite(lo) or not math.isfinite(hi):
+            return self.rounding
+        return min(float(bits), max(self.rounding, math.log2(1.0 + cond)))
 
     def _cancellation(self, egraph, node: tuple, out, kids) -> float:
         """Bits lost by ``a +- b``: the condition number ``(|a| + |b|) / |a +- b|`` over

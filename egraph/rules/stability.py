@@ -91,6 +91,10 @@ _stable("var-two-pass-pow",
         "(var ?x ?d #int:0 ?k)", "(x ** 2).mean(-1) - x.mean(-1) ** 2", X,
         when=all_of(literal_is("two", 2), literal_is("two2", 2)),
         description="E[x^2] - E[x]^2 written with powers")
+_stable("var-two-pass-mixed",
+        "(sub (mean (mul ?x ?x) ?d ?k) (pow (mean ?x ?d ?k) ?two))",
+        "(var ?x ?d #int:0 ?k)", "(x * x).mean(-1) - x.mean(-1) ** 2", X,
+        when=literal_is("two", 2), description="E[x*x] - E[x]**2, the two spellings mixed")
 _stable("sqrt-diff", "(sub (sqrt ?a) (sqrt ?b))",
         "(div (sub ?a ?b) (add (sqrt ?a) (sqrt ?b)))", "torch.sqrt(a) - torch.sqrt(b)",
         POS_AB, when=all_of(positive("a"), positive("b")),

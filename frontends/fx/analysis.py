@@ -148,8 +148,10 @@ class TensorAnalysis(Analysis):
         if len(node) == 1:
             if is_literal_op(op):
                 value = literal_value(op)
-                sign = signs.of_value(float(value)) if isinstance(value, (int, float)) else ANY
-                return Meta("literal", value=value, sign=sign)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    v = float(value)
+                    return Meta("literal", value=value, sign=signs.of_value(v), lo=v, hi=v)
+                return Meta("literal", value=value)
             return UNKNOWN
         data = egraph._data
         find = egraph._uf.find
@@ -347,6 +349,8 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
             intervals.append((k.lo, k.hi))
         values.append(k.value)
     op = node[0]
+    if op == "div" and _is_max_abs_of(egraph, node[2], node[1]):
+        return (-1.0, 1.0)  # x / max|x| (relational: interval arithmetic cannot see it)
     extra = None
     if op in ("conv1d", "conv2d") and kids[1].shape:
         extra = math.prod(kids[1].shape[1:])
@@ -360,3 +364,22 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
     if math.isnan(lo) or math.isnan(hi) or lo > hi:
         return (-math.inf, math.inf)
     return (lo, hi)
+
+
+def _is_max_abs_of(egraph: EGraph, candidate: int, x: int, depth: int = 2) -> bool:
+    """True when class ``candidate`` holds ``amax(abs(x), dims, keepdim=True)``, possibly
+    clamped from below by a positive literal."""
+    find = egraph._uf.find
+    x = find(x)
+    for n in egraph._cnodes[find(candidate)] or ():
+        if n[0] == "amax" and any(m[0] == "abs" and find(m[1]) == x
+                                  for m in egraph._cnodes[find(n[1])] or ()):
+            keep = egraph._data[find(n[3])]
+            if keep is not None and keep.value is True:
+                return True
+        if n[0] == "clamp" and depth > 0:
+            low = egraph._data[find(n[2])]
+            if low is not None and isinstance(low.value, (int, float)) and low.value > 0 and (
+                    _is_max_abs_of(egraph, n[1], x, depth - 1)):
+                return True
+    return False

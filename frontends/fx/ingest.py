@@ -65,6 +65,7 @@ class FxSource:
     initial: dict[int, list[tuple]] = field(default_factory=dict)
     random: bool = False
     origins: dict[int, str] = field(default_factory=dict)
+    domains: dict[str, int] = field(default_factory=dict)
 
     def location(self, cid: int, find) -> str | None:
         """Where in the source a class came from: the FX node, with its module path when
@@ -598,6 +599,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         example_inputs=tuple(example_inputs) if example_inputs is not None else None,
         initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
         origins=builder.origins,
+        domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
     )
     return eg
 

@@ -116,6 +116,8 @@ def interval_of(op: str, kids: list[tuple[float, float]], values: list[Any],
         fn = {"sigmoid": _sigmoid, "tanh": math.tanh, "erf": math.erf, "softplus": _softplus,
               "logsigmoid": lambda v: -_softplus(-v)}[op]
         return _monotone(fn, lo, hi)
+    if op in ("sin", "cos"):
+        return (-1.0, 1.0)
     if op == "relu":
         return (max(lo, 0.0), max(hi, 0.0))
     if op in ("gelu", "silu"):
