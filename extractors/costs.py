@@ -355,11 +355,11 @@ def _format(meta) -> tuple[int, float]:
 
 
 def _magnitude(meta) -> tuple[float, float]:
-    """Smallest and largest |value| in the observed range."""
+    """Smallest and largest |value| (observed on the examples, or bounded by the range)."""
     lo, hi = getattr(meta, "lo", -math.inf), getattr(meta, "hi", math.inf)
     top = max(abs(lo), abs(hi))
     bottom = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
-    return bottom, top
+    return max(bottom, getattr(meta, "small", 0.0)), top
 
 
 class Curvature(CostModel):
@@ -375,8 +375,8 @@ class Curvature(CostModel):
       number ``k``, costing ``log2(1 + k)`` bits: ``exp`` ``|x|``, ``log`` ``1/|ln x|``,
       ``pow`` ``|p|``; exact inputs (graph inputs, parameters, literals) carry no error;
     * ``a +- b`` costs the bits lost to cancellation, ``log2((|a| + |b|) / |a +- b|)``,
-      unless both operands are exact, and the bits of a much smaller operand absorbed by a
-      larger one (``log(1 + x)`` for tiny x);
+      unless both operands are exact (``log(1 + x)`` for tiny x is charged at the log,
+      whose condition number ``1/|ln(1 + x)|`` is what amplifies the rounding of 1 + x);
     * fused stable ops (softmax, logsumexp, log1p, ...) cost a bounded 1 bit, other ops half
       a bit of rounding.
 
@@ -425,10 +425,12 @@ class Curvature(CostModel):
                 return float(bits)
             cond = max(abs(lo), abs(hi))
         elif op == "log":
-            if lo <= 0:
+            if lo == hi:
+                return self.rounding  # a constant input: nothing to amplify
+            if lo <= 0 and getattr(x, "small", 0.0) == 0:
                 return float(bits)
-            nearest = 1.0 if lo <= 1 <= hi else min(abs(math.log(lo)), abs(math.log(hi)))
-            cond = math.inf if nearest == 1.0 and lo <= 1 <= hi else 1.0 / nearest
+            smallest_log, _ = _magnitude(out)  # |ln x| at the values seen (or bounded)
+            cond = 1.0 / smallest_log if smallest_log > 0 else math.inf
         elif op in ("div", "reciprocal"):
             small, _ = _magnitude(kids[-1])
             return float(bits) if small == 0 else self.rounding
@@ -443,12 +445,10 @@ class Curvature(CostModel):
 
     def _cancellation(self, egraph, node: tuple, out, kids) -> float:
         """Bits lost by ``a +- b``: the condition number ``(|a| + |b|) / |a +- b|`` over
-        the observed ranges (capped by the dtype's precision), unless both operands are
-        exact; plus the bits of a much smaller operand absorbed by the larger one."""
+        the observed magnitudes (capped by the dtype's precision), unless both operands
+        are exact."""
         (_, a_top), (_, b_top) = _magnitude(kids[0]), _magnitude(kids[1])
         risk = self.rounding
-        if 0 < min(a_top, b_top):
-            risk = max(risk, math.log2(max(a_top, b_top) / min(a_top, b_top)) - 1.0)
         if all(_is_exact(egraph, k) for k in node[1:]) or not math.isfinite(a_top + b_top):
             return risk
         r_low, _ = _magnitude(out)
@@ -460,9 +460,20 @@ class Curvature(CostModel):
         return "Curvature()"
 
 
-def _is_exact(egraph, cid: int) -> bool:
-    """A class that holds a leaf (input, parameter, literal): its value carries no error."""
-    for n in egraph._cnodes[egraph.find(cid)] or ():
+_EXACT_OPS = {"neg", "abs", "reshape", "permute", "transpose", "expand", "unsqueeze",
+              "squeeze", "flatten", "getitem", "relu", "amax", "amin", "clamp", "maximum",
+              "minimum", "where", "masked_fill"}
+
+
+def _is_exact(egraph, cid: int, depth: int = 4) -> bool:
+    """A class whose value carries no rounding error: a leaf (input, parameter, literal),
+    or an operation that only moves, negates or selects exact values."""
+    find = egraph.find
+    for n in egraph._cnodes[find(cid)] or ():
         if len(n) == 1 or n[0] in ("input", "param", "const"):
+            return True
+        if depth and n[0] in _EXACT_OPS and all(
+                _is_exact(egraph, k, depth - 1) for k in n[1:]
+                if getattr(_meta(egraph, k), "kind", None) == "tensor"):
             return True
     return False

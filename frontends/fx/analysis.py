@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 class Meta(NamedTuple):
     """What is known of a class: ``kind`` is tensor, literal, scalar, tuple or unknown;
     ``sign`` the proven signs of its values (:mod:`egraph.signs`); ``lo``/``hi`` the range
-    observed from the example inputs (informs costs only, never rules)."""
+    observed from the example inputs and ``small`` the smallest magnitude (they inform costs
+    only, never rules)."""
 
     kind: str
     shape: tuple | None = None
@@ -44,6 +45,7 @@ class Meta(NamedTuple):
     sign: int = ANY
     lo: float = -math.inf
     hi: float = math.inf
+    small: float = 0.0
 
     @classmethod
     def of(cls, value: Any) -> Meta:
@@ -75,7 +77,8 @@ class Meta(NamedTuple):
 
 
 def observed_range(value: torch.Tensor) -> dict:
-    """``lo``/``hi`` of a real tensor's finite values (nothing for fake or meta tensors)."""
+    """``lo``/``hi`` and the smallest magnitude ``small`` of a real tensor's finite values
+    (nothing for fake or meta tensors)."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     if isinstance(value, FakeTensor) or value.device.type == "meta" or value.numel() == 0:
@@ -86,11 +89,11 @@ def observed_range(value: torch.Tensor) -> dict:
         lo, hi = torch.aminmax(value)  # one pass; filter non-finite values only if present
         lo, hi = float(lo), float(hi)
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            finite = value[torch.isfinite(value)]
-            if finite.numel() == 0:
+            value = value[torch.isfinite(value)]
+            if value.numel() == 0:
                 return {}
-            lo, hi = float(finite.min()), float(finite.max())
-        return {"lo": lo, "hi": hi}
+            lo, hi = float(value.min()), float(value.max())
+        return {"lo": lo, "hi": hi, "small": float(value.abs().min())}
 
 
 def literal_value(op: tuple) -> Any:
@@ -139,9 +142,10 @@ class TensorAnalysis(Analysis):
                 "input", "param", "const", "opaque"):
             lo, hi = _observed_interval(egraph, node, meta)
         lo, hi = _clip_to_sign(lo, hi, sign)
-        if (sign, lo, hi) == (meta.sign, meta.lo, meta.hi):
+        small = max(meta.small, _smallest(lo, hi))
+        if (sign, lo, hi, small) == (meta.sign, meta.lo, meta.hi, meta.small):
             return meta
-        return meta._replace(sign=sign, lo=lo, hi=hi)
+        return meta._replace(sign=sign, lo=lo, hi=hi, small=small)
 
     def _make(self, egraph: EGraph, node: tuple) -> Meta:
         op = node[0]
@@ -211,9 +215,10 @@ class TensorAnalysis(Analysis):
                 raise UnsoundMerge(f"merging a {a.dtype} tensor with a {b.dtype} tensor")
             base = b if a.shape is None and b.shape is not None else a
             lo, hi = _tighter(a.lo, b.lo, max), _tighter(a.hi, b.hi, min)
-            if (base.sign, base.lo, base.hi) == (sign, lo, hi):
+            small = _tighter(a.small, b.small, max)
+            if (base.sign, base.lo, base.hi, base.small) == (sign, lo, hi, small):
                 return base
-            return base._replace(sign=sign, lo=lo, hi=hi)
+            return base._replace(sign=sign, lo=lo, hi=hi, small=small)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.value is not None and b.value is not None and a.value != b.value:
                 raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")
@@ -323,6 +328,11 @@ def _tighter(x: float, y: float, pick) -> float:
     if math.isinf(x):
         return best
     return x if abs(best - x) <= 1e-9 * max(1.0, abs(x)) else best
+
+
+def _smallest(lo: float, hi: float) -> float:
+    """The smallest magnitude in ``[lo, hi]`` (0 when it contains 0)."""
+    return 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
 
 
 def _clip_to_sign(lo: float, hi: float, sign: int) -> tuple[float, float]:

@@ -343,7 +343,8 @@ class _Builder:
                 meta = self.eg.data(self.env[node])
                 if seen and meta is not None and meta.kind == "tensor":
                     self.eg.set_data(self.env[node], meta._replace(
-                        lo=max(meta.lo, seen["lo"]), hi=min(meta.hi, seen["hi"])))
+                        lo=max(meta.lo, seen["lo"]), hi=min(meta.hi, seen["hi"]),
+                        small=max(meta.small, seen["small"])))
                 if _is_inplace(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]

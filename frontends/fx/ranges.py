@@ -123,7 +123,7 @@ def interval_of(op: str, kids: list[tuple[float, float]], values: list[Any],
     if op in ("gelu", "silu"):
         return (lo if lo >= 0 else -0.28, max(hi, 0.0))
     if op == "softmax":
-        return (0.0, 1.0)
+        return (1.0, 1.0) if _reduced(shapes, values) == 1 else (0.0, 1.0)
     if op == "log_softmax":
         n = _reduced(shapes, values)
         return (lo - hi - math.log(n), 0.0) if n else (-INF, 0.0)
