@@ -377,6 +377,9 @@ class Curvature(CostModel):
     * ``a +- b`` costs the bits lost to cancellation, ``log2((|a| + |b|) / |a +- b|)``,
       unless both operands are exact (``log(1 + x)`` for tiny x is charged at the log,
       whose condition number ``1/|ln(1 + x)|`` is what amplifies the rounding of 1 + x);
+    * where the example inputs were run (small graphs, or ``observe=True``), each value's
+      measured sensitivity ``s`` (how much a relative error in it moves the outputs)
+      shifts its bits by ``log2(s)``: risk in a value the outputs ignore does not count;
     * fused stable ops (softmax, logsumexp, log1p, ...) cost a bounded 1 bit, other ops half
       a bit of rounding.
 
@@ -400,6 +403,16 @@ class Curvature(CostModel):
         self.rounding = rounding
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        bits = self._local_bits(egraph, cid, node)
+        sens = getattr(_meta(egraph, cid), "sens", math.nan)
+        if bits <= self.rounding or sens != sens or not math.isfinite(sens):
+            return bits
+        # A value whose relative errors barely reach the outputs (measured on the examples)
+        # puts fewer bits at risk; one the outputs amplify, more (up to the whole mantissa).
+        cap, _ = _format(_meta(egraph, cid))
+        return min(float(cap), max(self.rounding, bits + math.log2(max(sens, 1e-300))))
+
+    def _local_bits(self, egraph, cid: int, node: tuple) -> float:
         op = node[0]
         if len(node) == 1 or not isinstance(op, str) or op in _FREE:
             return 0.0

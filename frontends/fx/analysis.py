@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 class Meta(NamedTuple):
     """What is known of a class: ``kind`` is tensor, literal, scalar, tuple or unknown;
     ``sign`` the proven signs of its values (:mod:`egraph.signs`); ``lo``/``hi`` the range
-    observed from the example inputs and ``small`` the smallest magnitude (they inform costs
-    only, never rules)."""
+    observed from the example inputs, ``small`` the smallest magnitude and ``sens`` how much
+    a relative error in the value moves the outputs (NaN: not measured); they inform costs
+    only, never rules."""
 
     kind: str
     shape: tuple | None = None
@@ -46,6 +47,7 @@ class Meta(NamedTuple):
     lo: float = -math.inf
     hi: float = math.inf
     small: float = 0.0
+    sens: float = math.nan
 
     @classmethod
     def of(cls, value: Any) -> Meta:
@@ -216,9 +218,11 @@ class TensorAnalysis(Analysis):
             base = b if a.shape is None and b.shape is not None else a
             lo, hi = _tighter(a.lo, b.lo, max), _tighter(a.hi, b.hi, min)
             small = _tighter(a.small, b.small, max)
-            if (base.sign, base.lo, base.hi, base.small) == (sign, lo, hi, small):
+            sens = a.sens if a.sens == a.sens else b.sens  # measured on the source, if any
+            if (base.sign, base.lo, base.hi, base.small) == (sign, lo, hi, small) and (
+                    base.sens == sens or base.sens != base.sens and sens != sens):
                 return base
-            return base._replace(sign=sign, lo=lo, hi=hi, small=small)
+            return base._replace(sign=sign, lo=lo, hi=hi, small=small, sens=sens)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.value is not None and b.value is not None and a.value != b.value:
                 raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")

@@ -18,6 +18,7 @@ reordered. In-place ops on intermediates are functionalised (later uses see the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,32 +136,62 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
 
 
 class _RangeRecorder(fx.Interpreter):
-    """Runs the graph on real example inputs and keeps each tensor's observed range."""
+    """Runs the graph on real example inputs and keeps each tensor's observed range, and
+    the tensors themselves for the sensitivity pass."""
 
     def __init__(self, gm: fx.GraphModule):
         super().__init__(gm)
         self.ranges: dict[str, dict] = {}
+        self.values: dict[str, torch.Tensor] = {}
 
     def run_node(self, n: fx.Node):
         result = super().run_node(n)
         if isinstance(result, torch.Tensor):
-            self.ranges[n.name] = observed_range(result)
+            self.ranges[n.name] = observed_range(result.detach())
+            if result.requires_grad and n.op != "output":
+                result.retain_grad()
+                self.values[n.name] = result
         return result
 
 
 def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
-    """The value range of every tensor of ``gm`` on ``example_inputs`` (one real run; the
-    caller's RNG state is left as it was). Empty when the graph cannot run on them."""
+    """The value range of every tensor of ``gm`` on ``example_inputs``, and its relative
+    sensitivity ``sens``: ``max |d L / d v * v|`` with ``L = sum(out / |out|)`` over the
+    outputs, i.e. how much a relative error in that value moves the outputs relatively
+    (one real forward and backward; the caller's RNG state is left as it was). Empty when
+    the graph cannot run on them."""
     if not example_inputs or not all(not isinstance(x, torch.Tensor) or (
             x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
         return {}
     recorder = _RangeRecorder(gm)
+    inputs = [x.detach().clone().requires_grad_(True)
+              if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in example_inputs]
     try:
-        with torch.random.fork_rng(), torch.no_grad():
-            recorder.run(*example_inputs)
+        with torch.random.fork_rng(), torch.enable_grad():
+            out = recorder.run(*inputs)
+            leaves = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
+            if leaves:
+                loss = sum((o * (o.sign() / (o.abs() + 1e-30)).detach()).nan_to_num().sum()
+                           for o in leaves)
+                loss.backward()
     except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
         return {}
+    for name, value in recorder.values.items():
+        grad = value.grad
+        if grad is None or name not in recorder.ranges:
+            continue
+        product = grad * value.detach()
+        if torch.isfinite(product).all():  # overflowed values: sensitivity unknown
+            recorder.ranges[name]["sens"] = float(product.abs().max())
     return recorder.ranges
+
+
+def _tensors(out) -> list:
+    leaves: list = []
+    fx.node.map_aggregate(out, lambda a: leaves.append(a) if isinstance(a, torch.Tensor)
+                          else None)
+    return leaves
 
 
 def _meta_of_tensor_meta(tm) -> Meta:
@@ -343,8 +374,10 @@ class _Builder:
                 meta = self.eg.data(self.env[node])
                 if seen and meta is not None and meta.kind == "tensor":
                     self.eg.set_data(self.env[node], meta._replace(
-                        lo=max(meta.lo, seen["lo"]), hi=min(meta.hi, seen["hi"]),
-                        small=max(meta.small, seen["small"])))
+                        lo=max(meta.lo, seen.get("lo", -math.inf)),
+                        hi=min(meta.hi, seen.get("hi", math.inf)),
+                        small=max(meta.small, seen.get("small", 0.0)),
+                        sens=seen.get("sens", meta.sens)))
                 if _is_inplace(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
