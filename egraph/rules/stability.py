@@ -8,7 +8,15 @@ model's choice (the curvature cost prefers these).
 from __future__ import annotations
 
 from egraph.rules import register
-from egraph.rules.guards import all_of, floating, literal_is, nonzero, positive, value_of
+from egraph.rules.guards import (
+    all_of,
+    floating,
+    literal_is,
+    nonzero,
+    positive,
+    same_shape,
+    value_of,
+)
 
 ONE = literal_is("one", 1)
 
@@ -134,6 +142,8 @@ _stable("log-square", "(log (mul ?x ?x))", "(mul #float:2.0 (log (abs ?x)))",
         "torch.log(x * x)", {"x": ((4, 8), "nonzero")}, when=nonzero("x"),
         description="log(x^2) = 2 log|x| without overflow of x^2")
 _stable("add-sub-cancel", "(sub (add ?a ?b) ?a)", "?b", "(a + b) - a", AB,
-        description="(a + b) - a = b: no cancellation of a large a")
+        when=same_shape("a", "b"),
+        description="(a + b) - a = b: no cancellation of a large a (same shapes, so b alone "
+                    "keeps the result's shape)")
 _stable("add-sub-cancel-right", "(sub (add ?a ?b) ?b)", "?a", "(a + b) - b", AB,
-        description="(a + b) - b = a")
+        when=same_shape("a", "b"), description="(a + b) - b = a")
