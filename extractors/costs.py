@@ -464,6 +464,13 @@ class Curvature(CostModel):
         risk = self.rounding
         if all(_is_exact(egraph, k) for k in node[1:]) or not math.isfinite(a_top + b_top):
             return risk
+        # Operands that always push the same way cannot cancel: the condition number is 1.
+        a_lo, a_hi = getattr(kids[0], "lo", -math.inf), getattr(kids[0], "hi", math.inf)
+        b_lo, b_hi = getattr(kids[1], "lo", -math.inf), getattr(kids[1], "hi", math.inf)
+        if node[0] == "sub":
+            b_lo, b_hi = -b_hi, -b_lo
+        if (a_lo >= 0 and b_lo >= 0) or (a_hi <= 0 and b_hi <= 0):
+            return risk
         r_low, _ = _magnitude(out)
         bits, _ = _format(out)
         floor = (a_top + b_top) * 2.0 ** -bits
