@@ -234,8 +234,8 @@ class StabilityRewriter:
             c = eg.find(c)
             node = choice.get(c)
             if node is not None:
-                per_node.append((name, format_op(node[0]), cost.node_cost(eg, c, node)))
-        return CurvatureReport(cost.program_cost(eg, choice), per_node)
+                per_node.append((name, format_op(node[0]), cost.bits(eg, c, node)))
+        return CurvatureReport(Curvature.to_bits(cost.program_cost(eg, choice)), per_node)
 
     def optimize(self, model, sample_inputs, ranges=None, domains=None, dtype=None):
         """The rewritten GraphModule; its ``meta["stability_report"]`` says what changed.
@@ -250,14 +250,15 @@ class StabilityRewriter:
 
         eg, model, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
         source = {c: nodes[0] for c, nodes in eg.fx.initial.items()}
-        curvature_before = Curvature().program_cost(eg, _canonical(eg, source))
+        curvature_before = Curvature.to_bits(Curvature().program_cost(
+            eg, _canonical(eg, source)))
         eg.saturate(load_rules(*self.families), **self.limits)
         opt = eg.extract(self.cost)
         report = opt.meta["egraph_report"]
         source = _canonical(eg, source)
         chosen = source if report.fell_back else _chosen(eg, self.cost)
         rewrites = _rewrites(eg, source, chosen, list(report.rewrites))
-        curvature_after = Curvature().program_cost(eg, chosen)
+        curvature_after = Curvature.to_bits(Curvature().program_cost(eg, chosen))
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
         ref_model = _float64(model)
@@ -380,9 +381,10 @@ def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple],
     for top in reversed(tops):
         region = _region(eg, chosen, top, changed)
         source_region = _region(eg, source, top, replaced)
-        after_bits = sum(curvature.node_cost(eg, c, chosen[c]) for c in region)
-        before_bits = sum(curvature.node_cost(eg, c, source[c]) for c in source_region
-                          if c in source)
+        after_bits = Curvature.to_bits(sum(curvature.node_cost(eg, c, chosen[c])
+                                           for c in region))
+        before_bits = Curvature.to_bits(sum(curvature.node_cost(eg, c, source[c])
+                                            for c in source_region if c in source))
         new_ops = {chosen[c][0] for c in region}
         used = [r for r in rules if r.replace("-", "_") in {str(o) for o in new_ops}
                 or any(str(o) in r for o in new_ops if isinstance(o, str) and len(o) > 3)]

@@ -155,36 +155,54 @@ class _RangeRecorder(fx.Interpreter):
 
 
 def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
-    """The value range of every tensor of ``gm`` on ``example_inputs``, and its relative
-    sensitivity ``sens``: ``max |d L / d v * v|`` with ``L = sum(out / |out|)`` over the
-    outputs, i.e. how much a relative error in that value moves the outputs relatively
-    (one real forward and backward; the caller's RNG state is left as it was). Empty when
-    the graph cannot run on them."""
+    """The value range of every tensor of ``gm`` on ``example_inputs`` (run as given), and
+    its relative sensitivity ``sens``: ``max |d L / d v * v|`` with ``L = sum(out / |out|)``
+    over the outputs, i.e. how much a relative error in that value moves the outputs,
+    measured in float64 so that overflow in the working dtype does not hide it (one run,
+    one float64 forward and backward; the caller's RNG state is left as it was). Empty
+    when the graph cannot run on them."""
     if not example_inputs or not all(not isinstance(x, torch.Tensor) or (
             x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
         return {}
     recorder = _RangeRecorder(gm)
-    inputs = [x.detach().clone().requires_grad_(True)
+    try:
+        with torch.random.fork_rng(), torch.no_grad():
+            recorder.run(*example_inputs)
+    except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
+        return {}
+    ranges = recorder.ranges
+    for name, sens in _sensitivities(gm, example_inputs).items():
+        if name in ranges:
+            ranges[name]["sens"] = sens
+    return ranges
+
+
+def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
+    import copy
+
+    wide = copy.deepcopy(gm).to(torch.float64)
+    recorder = _RangeRecorder(wide)
+    inputs = [x.detach().to(torch.float64).requires_grad_(True)
               if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
     try:
         with torch.random.fork_rng(), torch.enable_grad():
             out = recorder.run(*inputs)
             leaves = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
-            if leaves:
-                loss = sum((o * (o.sign() / (o.abs() + 1e-30)).detach()).nan_to_num().sum()
-                           for o in leaves)
-                loss.backward()
-    except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
+            if not leaves:
+                return {}
+            loss = sum((o * (o.sign() / (o.abs() + 1e-300)).detach()).nan_to_num().sum()
+                       for o in leaves)
+            loss.backward()
+    except Exception:  # noqa: BLE001 - sensitivities are an optional refinement
         return {}
+    out: dict[str, float] = {}
     for name, value in recorder.values.items():
-        grad = value.grad
-        if grad is None or name not in recorder.ranges:
-            continue
-        product = grad * value.detach()
-        if torch.isfinite(product).all():  # overflowed values: sensitivity unknown
-            recorder.ranges[name]["sens"] = float(product.abs().max())
-    return recorder.ranges
+        if value.grad is not None:
+            product = value.grad * value.detach()
+            if torch.isfinite(product).all():
+                out[name] = float(product.abs().max())
+    return out
 
 
 def _tensors(out) -> list:
