@@ -29,19 +29,23 @@ from egraph import AstSize, EGraph
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(),
                   cost=None, validate: str = "strict", iter_limit: int = 10,
-                  node_limit: int = 50_000, time_limit: float = 10.0) -> torch.fx.GraphModule:
-    """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``."""
+                  node_limit: int = 50_000, time_limit: float = 10.0,
+                  target: str | None = None) -> torch.fx.GraphModule:
+    """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``
+    for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise)."""
     eg = EGraph.from_fx(gm, tuple(example_inputs))
     if rules:
         eg.saturate(rules, iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit)
-    return eg.extract(cost if cost is not None else AstSize(), validate=validate)
+    return eg.extract(cost if cost is not None else AstSize(), validate=validate,
+                      target=target)
 
 
 def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
-    """What makes two graphs compile the same: their code and their inputs' shapes and
-    dtypes (aot_autograd passes parameters as inputs, so the result does not hold them)."""
-    metas = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
-                  for x in example_inputs)
+    """What makes two graphs compile the same: their code and their inputs' shapes, dtypes
+    and devices (aot_autograd passes parameters as inputs, so the result does not hold
+    them)."""
+    metas = tuple((tuple(x.shape), x.dtype, x.device.type) if isinstance(x, torch.Tensor)
+                  else repr(x) for x in example_inputs)
     return gm.code, metas
 
 

@@ -16,6 +16,7 @@ add = torch.add(exp, exp);  exp = None
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,14 @@ from frontends.fx.ingest import FxSource, _Ref
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
+    from backends.triton.regions import Fusion
     from backends.validate import Validation
     from egraph.egraph import EGraph
+    from extractors.costs import Roofline
+
+TARGETS = ("cpu", "cuda")
+"""What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
+kernels, which run as eager torch ops on CPU tensors)."""
 
 
 @dataclass
@@ -49,6 +56,7 @@ class ExtractionReport:
     times: dict[str, float] = field(default_factory=dict)
     nodes_before: int = 0
     nodes_after: int = 0
+    kernels: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [
@@ -63,6 +71,8 @@ class ExtractionReport:
             lines.append("rewrites applied: none")
         if self.validation is not None:
             lines.append(str(self.validation))
+        if self.kernels:
+            lines.append("fused kernels: " + ", ".join(self.kernels))
         if self.fell_back:
             lines.append("validation failed: the original program was returned")
         lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
@@ -71,7 +81,7 @@ class ExtractionReport:
 
 
 class _Emitter:
-    def __init__(self, egraph: EGraph, choice: dict[int, tuple]):
+    def __init__(self, egraph: EGraph, choice: dict[int, tuple], fusions: list[Fusion] = ()):
         self.eg = egraph
         self.src: FxSource = egraph.fx
         self.choice = choice
@@ -80,6 +90,8 @@ class _Emitter:
         self.attrs: dict[str, fx.Node] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.find = egraph.find
+        # class -> the fused kernel call that computes it (CUDA targets)
+        self.fused = {c: f for f in fusions for c in f.members}
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -100,6 +112,15 @@ class _Emitter:
             c = stack[-1]
             if c in self.values:
                 stack.pop()
+                continue
+            fusion = self.fused.get(c)
+            if fusion is not None:
+                missing = [k for k in fusion.inputs if self.find(k) not in self.values]
+                if missing:
+                    stack.extend(reversed(missing))
+                    continue
+                stack.pop()
+                self.call_kernel(fusion)
                 continue
             node = self.choice[c]
             missing = [k for k in map(self.find, node[1:]) if k not in self.values]
@@ -136,6 +157,20 @@ class _Emitter:
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)
+
+    def call_kernel(self, fusion: Fusion) -> None:
+        """One call of a fused kernel; its outputs become the values of their classes."""
+        args = tuple(self.values[self.find(k)] for k in fusion.inputs)
+        names = [self.choice[c][0] for c in fusion.outputs]
+        if len(names) == 1:
+            self.values[fusion.outputs[0]] = self.graph.create_node(
+                "call_function", fusion.kernel, args, name=names[0])
+            return
+        call = self.graph.create_node("call_function", fusion.kernel, args,
+                                      name=fusion.kernel.spec.name)
+        for i, (c, name) in enumerate(zip(fusion.outputs, names)):
+            self.values[c] = self.graph.create_node("call_function", operator.getitem,
+                                                    (call, i), name=name)
 
     def attr(self, name: str) -> fx.Node:
         node = self.attrs.get(name)
@@ -179,10 +214,37 @@ def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> 
         setattr(module, leaf, value)
 
 
-def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
-    """The GraphModule of a choice (class -> chosen e-node) over an e-graph from FX."""
-    emitter = _Emitter(egraph, choice)
+def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
+                 judge: Roofline | None = None) -> fx.GraphModule:
+    """The GraphModule of a choice (class -> chosen e-node) over an e-graph from FX.
+
+    ``target="cuda"`` emits the fusion regions as Triton kernel calls
+    (:mod:`backends.triton`): those ``judge`` (a Roofline model) says pay, or every region
+    that lowers when no judge is given; their kernels are in ``gm.meta["triton_kernels"]``.
+
+    >>> from egraph import EGraph
+    >>> from backends.triton.regions import source_choice
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
+    ...                     (torch.randn(3),))
+    >>> print(build_module(eg, source_choice(eg)).code.strip().splitlines()[-2].strip())
+    mul = torch.mul(exp, 2);  exp = None
+    >>> list(build_module(eg, source_choice(eg), target="cuda").meta["triton_kernels"])
+    ... # doctest: +ELLIPSIS
+    ['fused_exp_mul_...']
+    """
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))}")
+    fusions: list[Fusion] = []
+    if target == "cuda":
+        from backends.triton.regions import plan
+
+        fusions = plan(egraph, choice, judge)
+    emitter = _Emitter(egraph, choice, fusions)
     graph = emitter.run()
+    if fusions:
+        from backends.triton.emit import KernelNames
+
+        graph.set_codegen(KernelNames())
     src = egraph.fx
     holder = nn.Module()
     for name in emitter.attrs:
@@ -203,6 +265,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple]) -> fx.GraphModule:
         _set_path(gm, name, value, buffer=not isinstance(value, nn.Parameter))
     for name, value in emitter.constants.items():
         gm.register_buffer(name, value, persistent=False)
+    if fusions:
+        gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
     return gm
 
 
@@ -229,9 +293,11 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
     if method not in ("greedy", "dag", "ilp"):
         raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
-    if target not in (None, "cpu"):
-        raise ValueError(f"target={target!r}: this build emits eager torch ops (target='cpu'); "
-                         "Triton kernels for CUDA targets are not part of it yet")
+    if target is None:
+        target = _device_target(egraph.fx.example_inputs)
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))} "
+                         "(None: the device of the example inputs)")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     roots = [egraph.find(r) for r in egraph.roots] + [egraph.find(e) for e in egraph.fx.effects]
@@ -262,7 +328,12 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         cost_before = cost.program_cost(egraph, _source_choice(egraph, cost))
     times["extract"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    gm = build_module(egraph, picked)
+    judge = None
+    if target == "cuda":
+        from extractors.costs import Roofline
+
+        judge = cost if isinstance(cost, Roofline) else Roofline()
+    gm = build_module(egraph, picked, target, judge)
     times["emit"] = time.perf_counter() - t1
     rewrites = {}
     if egraph.report is not None:
@@ -270,7 +341,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
     report = ExtractionReport(
         cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
-        nodes_after=_count(gm),
+        nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         t2 = time.perf_counter()
@@ -291,6 +362,14 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         egraph.report.extraction = {"method": method, "cost": cost_after,
                                     "optimal": optimal, "time": round(times["extract"], 6)}
     return gm
+
+
+def _device_target(example_inputs) -> str:
+    """``cuda`` when an example input lives on a CUDA device, ``cpu`` otherwise."""
+    found: list[Any] = []
+    fx.node.map_aggregate(tuple(example_inputs or ()), found.append)
+    cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in found)
+    return "cuda" if cuda else "cpu"
 
 
 def _original_module(src: FxSource) -> fx.GraphModule:

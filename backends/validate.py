@@ -58,10 +58,11 @@ def _materialise(x: Any) -> Any:
     from torch._subclasses.fake_tensor import FakeTensor
 
     if isinstance(x, FakeTensor) or x.device.type == "meta":
+        device = x.device if x.device.type != "meta" else "cpu"
         if x.dtype.is_floating_point:
-            return torch.randn(tuple(x.shape)).to(x.dtype)
+            return torch.randn(tuple(x.shape)).to(device=device, dtype=x.dtype)
         # Values of an integer input are unknown: small ones are valid indices anywhere.
-        return torch.randint(0, 2, tuple(x.shape)).to(x.dtype)
+        return torch.randint(0, 2, tuple(x.shape)).to(device=device, dtype=x.dtype)
     return x
 
 
@@ -84,20 +85,22 @@ def _in_domain(values: torch.Tensor, signs: int | None) -> torch.Tensor:
 
 
 def _random_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Random values like ``x``'s (drawn on the CPU generator, placed on ``x``'s device)."""
     if x.dtype == torch.bool:
-        return torch.randint(0, 2, x.shape, generator=generator).bool()
+        return torch.randint(0, 2, x.shape, generator=generator).bool().to(x.device)
     if not x.is_floating_point():
         if x.numel():
             lo, hi = int(x.min()), int(x.max())
         else:
             lo, hi = 0, 1
-        return torch.randint(lo, hi + 1, x.shape, generator=generator, dtype=x.dtype)
+        return torch.randint(lo, hi + 1, x.shape, generator=generator,
+                             dtype=x.dtype).to(x.device)
     out = torch.randn(x.shape, generator=generator, dtype=torch.float32)
     if x.numel() > 1 and x.device.type != "meta":
         std, mean = x.float().std(), x.float().mean()
         if torch.isfinite(std) and std > 0:
-            out = out * std + mean
-    return out.to(x.dtype)
+            out = out * std.cpu() + mean.cpu()
+    return out.to(device=x.device, dtype=x.dtype)
 
 
 def _flat(out: Any) -> list[Any]:

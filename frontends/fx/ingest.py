@@ -198,7 +198,7 @@ def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for name, value in recorder.values.items():
-        if value.grad is not None:
+        if value.grad is not None and value.numel():
             product = value.grad * value.detach()
             if torch.isfinite(product).all():
                 out[name] = float(product.abs().max())
