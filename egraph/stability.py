@@ -21,7 +21,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from egraph.term import format_op, is_literal_op
 
@@ -72,7 +72,6 @@ class Rewrite:
     after: str
     curvature_before: float
     curvature_after: float
-    rules: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         return (f"{self.before} -> {self.after}  at {self.location}  [curvature "
@@ -257,7 +256,7 @@ class StabilityRewriter:
         report = opt.meta["egraph_report"]
         source = _canonical(eg, source)
         chosen = source if report.fell_back else _chosen(eg, self.cost)
-        rewrites = _rewrites(eg, source, chosen, list(report.rewrites))
+        rewrites = _rewrites(eg, source, chosen)
         curvature_after = Curvature.to_bits(Curvature().program_cost(eg, chosen))
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
@@ -359,8 +358,7 @@ def _chosen(eg, cost) -> dict[int, tuple]:
     return {c: v[1] for c, v in best_nodes(eg, cost).items()}
 
 
-def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple],
-              rules: list[str]) -> list[Rewrite]:
+def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple]) -> list[Rewrite]:
     """Maximal regions of the chosen program whose e-nodes differ from the source's."""
     from extractors.costs import Curvature
     from extractors.fusion import _program
@@ -385,12 +383,9 @@ def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple],
                                            for c in region))
         before_bits = Curvature.to_bits(sum(curvature.node_cost(eg, c, source[c])
                                             for c in source_region if c in source))
-        new_ops = {chosen[c][0] for c in region}
-        used = [r for r in rules if r.replace("-", "_") in {str(o) for o in new_ops}
-                or any(str(o) in r for o in new_ops if isinstance(o, str) and len(o) > 3)]
         out.append(Rewrite(eg.fx.location(top, find) or f"class {top}",
                            _describe(eg, source, top), _describe(eg, chosen, top),
-                           before_bits, after_bits, used))
+                           before_bits, after_bits))
     return out
 
 
