@@ -1,10 +1,13 @@
 """Numerical stability end to end: find and fix unstable formulas, explain, measure.
 
 :class:`StabilityRewriter` traces a module or function, saturates it with the stability and
-fusion rules, extracts the program with the least curvature (then the fewest FLOPs), and
+fusion rules, extracts the program with the least curvature (then the fewest FLOPs), keeps
+each rewrite that the first-order error analysis of the sample inputs
+(:func:`frontends.fx.error_analysis.rounding_error`) predicts to be no less accurate, and
 reports every rewrite: where in the model it applied, the expression before and after, the
-curvature before and after, and the error before and after measured against a float64
-reference on the sample inputs, in the working dtype (fp32, fp16 or bf16). Imports torch.
+curvature (predicted error, in bits of the working precision) before and after, and the
+error before and after measured against a float64 reference on the sample inputs, in the
+working dtype (fp32, fp16 or bf16). Imports torch.
 
 >>> import torch
 >>> from egraph.stability import StabilityRewriter
@@ -12,7 +15,7 @@ reference on the sample inputs, in the working dtype (fp32, fp16 or bf16). Impor
 >>> rewriter = StabilityRewriter()
 >>> fixed = rewriter.optimize(naive, (torch.linspace(-100, 100, 64).reshape(4, 16),))
 >>> print(rewriter.diff(naive, fixed).splitlines()[0])  # doctest: +ELLIPSIS
-log(sum(exp(x), dims=(1,))) -> logsumexp(x, dims=(1,))  at log  [curvature ... -> 1.0 bits]
+log(sum(exp(x), dims=(1,))) -> logsumexp(x, dims=(1,))  at log  [curvature ... -> 0.4 bits]
 >>> report = fixed.meta["stability_report"]
 >>> report.error_after < report.error_before
 True
@@ -21,7 +24,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from egraph.term import format_op, is_literal_op
 
@@ -65,7 +68,9 @@ def _describe(egraph, choice: dict[int, tuple], cid: int, depth: int = 4) -> str
 
 @dataclass
 class Rewrite:
-    """One place where the program changed."""
+    """One place where the program changed: the program's curvature (predicted mean error
+    in bits, :func:`~frontends.fx.error_analysis.rounding_error`) without and with this
+    rewrite alone."""
 
     location: str
     before: str
@@ -80,7 +85,9 @@ class Rewrite:
 
 @dataclass
 class StabilityReport:
-    """What :meth:`StabilityRewriter.optimize` changed and what it bought."""
+    """What :meth:`StabilityRewriter.optimize` changed and what it bought: curvature is
+    the predicted mean error in bits (first-order analysis on the sample inputs), error the
+    measured one (max relative, and mean/worst bits, against float64)."""
 
     rewrites: list[Rewrite]
     curvature_before: float
@@ -92,9 +99,11 @@ class StabilityReport:
     bits_after: float = 0.0
     worst_bits_before: float = 0.0
     worst_bits_after: float = 0.0
+    rejected: list[Rewrite] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [str(r) for r in self.rewrites] or ["no rewrite: the program is already stable"]
+        lines += [f"not applied (predicted less accurate): {r}" for r in self.rejected]
         lines.append(
             f"total curvature {self.curvature_before:.1f} -> {self.curvature_after:.1f} bits; "
             f"max relative error in {self.dtype} vs float64 {self.error_before:.3g} -> "
@@ -136,14 +145,27 @@ def _xml(text: str) -> str:
 
 @dataclass
 class CurvatureReport:
-    """Total and per-node curvature of a program (bits of precision at risk)."""
+    """Total and per-node curvature of a program on sample inputs.
+
+    ``total`` and ``worst``: the predicted error of the outputs in bits of the working
+    precision (mean over output elements, and largest), from the first-order error
+    analysis; ``per_node``: ``(node, op, bits accumulated there, bits it added, bits at
+    risk by the Curvature cost model)`` so the two can be compared; ``risk``: the cost
+    model's total.
+    """
 
     total: float
-    per_node: list[tuple[str, str, float]]
+    worst: float
+    per_node: list[tuple[str, str, float, float, float]]
+    risk: float
 
     def __str__(self) -> str:
-        lines = [f"{name:<24}{op:<16}{bits:6.1f}" for name, op, bits in self.per_node if bits]
-        return "\n".join(lines + [f"{'total':<40}{self.total:6.1f}"])
+        head = f"{'node':<24}{'op':<16}{'bits':>6}{'added':>7}{'risk':>7}"
+        lines = [f"{name:<24}{op:<16}{bits:6.1f}{added:+7.1f}{risk:7.1f}"
+                 for name, op, bits, added, risk in self.per_node if added > 0.05 or risk > 1]
+        return "\n".join([head, *lines, f"{'total (mean)':<40}{self.total:6.2f}",
+                          f"{'worst element':<40}{self.worst:6.2f}",
+                          f"{'cost model, bits at risk':<40}{self.risk:6.1f}"])
 
     def __float__(self) -> float:
         return self.total
@@ -221,59 +243,98 @@ class StabilityRewriter:
         return eg, model, inputs
 
     def curvature(self, model, sample_inputs, ranges=None, dtype=None) -> CurvatureReport:
-        """Total and per-node curvature of ``model`` on inputs like ``sample_inputs``
-        (value ranges observed on them, or ``ranges``: input name -> (lo, hi))."""
-        from extractors.costs import Curvature
+        """Total and per-node curvature of ``model`` on ``sample_inputs`` (or on inputs of
+        their shapes drawn uniformly from ``ranges``: input name -> (lo, hi)).
 
-        eg, _, _ = self._graph(model, sample_inputs, ranges, None, dtype)
+        >>> import torch
+        >>> x = torch.linspace(-100, 100, 64).reshape(4, 16)
+        >>> naive = lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+        >>> report = StabilityRewriter().curvature(naive, (x,))
+        >>> report.worst  # exp overflows fp32 above 88.7: inf / inf loses every bit
+        24.0
+        >>> stable = StabilityRewriter().curvature(lambda x: torch.softmax(x, -1), (x,))
+        >>> round(stable.total), round(stable.worst)  # x - max(x) rounds before the exp
+        (1, 4)
+        """
+        from extractors.costs import Curvature
+        from frontends.fx.error_analysis import rounding_error
+
+        eg, model, inputs = self._graph(model, sample_inputs, ranges, None, dtype)
+        gm = _as_graph_module(model)
+        analysis = rounding_error(gm, _within(inputs, ranges, gm))
         cost = Curvature()
         choice = {c: eg._cnodes[c][0] for c in eg.classes()}
-        per_node = []
-        for c, name in eg.fx.origins.items():
-            c = eg.find(c)
-            node = choice.get(c)
-            if node is not None:
-                per_node.append((name, format_op(node[0]), cost.bits(eg, c, node)))
-        return CurvatureReport(Curvature.to_bits(cost.program_cost(eg, choice)), per_node)
+        risk = {name: cost.bits(eg, eg.find(c), choice[eg.find(c)])
+                for c, name in eg.fx.origins.items() if eg.find(c) in choice}
+        per_node = [(name, op, bits, added, risk.get(name, 0.0))
+                    for name, (op, bits, added) in analysis.per_node.items()]
+        return CurvatureReport(analysis.mean_bits, analysis.worst_bits, per_node,
+                               Curvature.to_bits(cost.program_cost(eg, choice)))
 
     def optimize(self, model, sample_inputs, ranges=None, domains=None, dtype=None):
         """The rewritten GraphModule; its ``meta["stability_report"]`` says what changed.
 
         ``dtype`` (``torch.float16`` / ``torch.bfloat16``) casts the model and inputs first,
-        so costs see the dtype's range and errors are measured in it.
+        so costs see the dtype's range and errors are measured in it. A rewrite the
+        extraction chose is kept only if the first-order error analysis on the sample
+        inputs predicts the program with it no less accurate than without it (mean and
+        worst element); the others are listed in the report's ``rejected``.
         """
         import torch
 
+        from backends.fx import build_module
         from egraph.rules import load_rules
-        from extractors.costs import Curvature
 
         eg, model, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
         source = {c: nodes[0] for c, nodes in eg.fx.initial.items()}
-        curvature_before = Curvature.to_bits(Curvature().program_cost(
-            eg, _canonical(eg, source)))
         eg.saturate(load_rules(*self.families), **self.limits)
         opt = eg.extract(self.cost)
         report = opt.meta["egraph_report"]
         source = _canonical(eg, source)
         chosen = source if report.fell_back else _chosen(eg, self.cost)
-        rewrites = _rewrites(eg, source, chosen)
-        curvature_after = Curvature.to_bits(Curvature().program_cost(eg, chosen))
+        samples = _within(inputs, ranges, _as_graph_module(model))
+        predict = _Predictor(eg, samples)
+        before = predict(source)
+        kept, rejected = [], []
+        for region, rewrite in _rewrites(eg, source, chosen):
+            alone = predict({**source, **{c: chosen[c] for c in region}})
+            if before is None or alone is None:  # nothing to judge by: keep the rewrite
+                kept.append((region, rewrite))
+                continue
+            rewrite.curvature_before, rewrite.curvature_after = (before.mean_bits,
+                                                                 alone.mean_bits)
+            if (alone.mean_bits <= before.mean_bits + _TOLERANCE
+                    and alone.worst_bits <= before.worst_bits + 5 * _TOLERANCE):
+                kept.append((region, rewrite))
+            else:
+                rejected.append(rewrite)
+        final = dict(source)
+        for region, _ in kept:
+            final.update({c: chosen[c] for c in region})
+        if rejected:
+            opt_meta = opt.meta
+            opt = build_module(eg, final)
+            opt.meta.update(opt_meta)
+        after = predict(final)
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
         ref_model = _float64(model)
         with torch.no_grad():
             ref = _flat(ref_model(*[_as64(x) for x in inputs]))
-            before = _flat(model(*inputs))
-            after = _flat(opt(*inputs))
+            got_before = _flat(model(*inputs))
+            got_after = _flat(opt(*inputs))
+        nan = math.nan
         opt.meta["stability_report"] = StabilityReport(
-            rewrites, curvature_before, curvature_after,
-            max(max_relative_error(b, r) for b, r in zip(before, ref)),
-            max(max_relative_error(a, r) for a, r in zip(after, ref)),
+            [r for _, r in kept], before.mean_bits if before else nan,
+            after.mean_bits if after else nan,
+            max(max_relative_error(b, r) for b, r in zip(got_before, ref)),
+            max(max_relative_error(a, r) for a, r in zip(got_after, ref)),
             str(dtype_used).removeprefix("torch."),
-            sum(error_bits(b, r, dtype_used) for b, r in zip(before, ref)) / len(ref),
-            sum(error_bits(a, r, dtype_used) for a, r in zip(after, ref)) / len(ref),
-            max(error_bits(b, r, dtype_used, "max") for b, r in zip(before, ref)),
-            max(error_bits(a, r, dtype_used, "max") for a, r in zip(after, ref)),
+            sum(error_bits(b, r, dtype_used) for b, r in zip(got_before, ref)) / len(ref),
+            sum(error_bits(a, r, dtype_used) for a, r in zip(got_after, ref)) / len(ref),
+            max(error_bits(b, r, dtype_used, "max") for b, r in zip(got_before, ref)),
+            max(error_bits(a, r, dtype_used, "max") for a, r in zip(got_after, ref)),
+            rejected,
         )
         opt.meta["stability_egraph"] = eg
         return opt
@@ -291,6 +352,56 @@ def _traced(model):
     import torch
 
     return torch.fx.symbolic_trace(model)
+
+
+# Bits of predicted error a rewrite may add to the mean (five times that to the worst
+# element) and still count as no less accurate: the probes that estimate the error of
+# softmax-like ops are random.
+_TOLERANCE = 0.05
+
+
+class _Predictor:
+    """The first-order error analysis of a choice over the e-graph, on fixed samples."""
+
+    def __init__(self, eg, samples):
+        self.eg, self.samples = eg, samples
+
+    def __call__(self, choice):
+        from backends.fx import build_module
+        from frontends.fx.error_analysis import rounding_error
+
+        try:
+            return rounding_error(build_module(self.eg, choice), self.samples)
+        except Exception:  # noqa: BLE001 - a program the analysis cannot run is not judged
+            return None
+
+
+def _as_graph_module(model):
+    import torch
+
+    if isinstance(model, torch.fx.GraphModule):
+        return model
+    return torch.fx.symbolic_trace(model)
+
+
+def _within(inputs, ranges, gm) -> tuple:
+    """The sample inputs, or (with ``ranges``: input name -> (lo, hi)) inputs of the same
+    shapes and dtypes drawn uniformly from those ranges (seeded)."""
+    import torch
+
+    if not ranges:
+        return inputs
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    ranges = _by_name(ranges, names)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for name, x in zip(names, inputs):
+        if name in ranges and isinstance(x, torch.Tensor) and x.is_floating_point():
+            lo, hi = ranges[name]
+            x = (torch.rand(x.shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+                 ).to(x.dtype)
+        out.append(x)
+    return tuple(out)
 
 
 def _by_name(spec, names: list[str]) -> dict | None:
@@ -358,9 +469,10 @@ def _chosen(eg, cost) -> dict[int, tuple]:
     return {c: v[1] for c, v in best_nodes(eg, cost).items()}
 
 
-def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple]) -> list[Rewrite]:
-    """Maximal regions of the chosen program whose e-nodes differ from the source's."""
-    from extractors.costs import Curvature
+def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple]
+              ) -> list[tuple[set[int], Rewrite]]:
+    """Maximal regions of the chosen program whose e-nodes differ from the source's, each
+    with its description (curvatures are filled in by the caller)."""
     from extractors.fusion import _program
 
     find = eg.find
@@ -372,21 +484,11 @@ def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple]) -> list[Re
             parents.setdefault(find(k), set()).add(c)
     tops = [c for c in order if c in changed and (c in roots or not parents.get(c, set())
                                                    & changed)]
-    curvature = Curvature()
-    in_program = set(order)
-    replaced = {c for c in source if c not in in_program or chosen.get(c) != source[c]}
-    out = []
-    for top in reversed(tops):
-        region = _region(eg, chosen, top, changed)
-        source_region = _region(eg, source, top, replaced)
-        after_bits = Curvature.to_bits(sum(curvature.node_cost(eg, c, chosen[c])
-                                           for c in region))
-        before_bits = Curvature.to_bits(sum(curvature.node_cost(eg, c, source[c])
-                                            for c in source_region if c in source))
-        out.append(Rewrite(eg.fx.location(top, find) or f"class {top}",
-                           _describe(eg, source, top), _describe(eg, chosen, top),
-                           before_bits, after_bits))
-    return out
+    return [(_region(eg, chosen, top, changed),
+             Rewrite(eg.fx.location(top, find) or f"class {top}",
+                     _describe(eg, source, top), _describe(eg, chosen, top),
+                     math.nan, math.nan))
+            for top in reversed(tops)]
 
 
 def _region(eg, choice: dict[int, tuple], top: int, changed: set[int]) -> set[int]:

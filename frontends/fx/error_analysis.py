@@ -1,0 +1,341 @@
+"""First-order rounding-error analysis of an FX graph on sample inputs.
+
+Every op that rounds its result adds a rounding error of the working dtype to the value it
+produces (uniform within half an ulp, so of standard deviation ``ulp / (2 sqrt 3)``; for a
+sum or matrix product, of the magnitudes it adds up, since each partial sum rounds); every
+op passes on the errors already in its inputs, scaled by its derivative. Rounding errors
+are independent, so their variances add. Both are tracked per element, forward through the
+graph, on values computed in float64:
+
+    var(v) = Σ_inputs (∂v/∂x_i)² · var(x_i)  +  rounding(v)²
+
+The products of squared Jacobians with variances are exact for elementwise ops (one
+forward-mode derivative, ``torch.func.jvp``, squared), sums and means, and matrix products
+and convolutions (the op applied to the squares of its other operands); for ops that mix
+their inputs (softmax, normalisations, attention) they are estimated with random-sign
+probes. A value past the dtype's largest finite number overflows: later ops see an
+infinity there, and whatever they make of it (``1 / inf = 0``, ``inf / inf = nan``) is
+computed, not guessed. A result the dtype represents exactly is not rounded; below the
+smallest normal number the spacing stays that of the smallest. Graph inputs, parameters
+and literals are exact, as are ops that only move, select or negate values.
+
+The result, per output element, is the expected error in bits of the working precision,
+``log2(1 + err / ulp(out))`` (clipped to the mantissa width; every bit where the program
+overflows to inf or nan): the scale of Herbie's error measure
+(``egraph.stability.error_bits``), which is what lets it predict the error a rewrite
+removes. Per node, the bits accumulated there say where precision is lost.
+
+>>> import torch
+>>> naive = torch.fx.symbolic_trace(lambda a, b: torch.sqrt(a) - torch.sqrt(b))
+>>> a = torch.full((4,), 1e6)
+>>> analysis = rounding_error(naive, (a, a + 1))
+>>> round(analysis.mean_bits)  # sqrt(1e6 + 1) - sqrt(1e6) cancels ~20 bits
+19
+>>> stable = torch.fx.symbolic_trace(lambda a, b: (a - b) / (torch.sqrt(a) + torch.sqrt(b)))
+>>> round(rounding_error(stable, (a, a + 1)).mean_bits, 1)
+0.5
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from frontends.fx.vocabulary import lower
+
+# Ops whose result is exactly representable when their inputs are: they move, select,
+# negate or compare values without rounding.
+_EXACT = {"neg", "abs", "reshape", "permute", "transpose", "t", "expand", "unsqueeze",
+          "squeeze", "flatten", "getitem", "relu", "amax", "amin", "max", "min", "clamp",
+          "maximum", "minimum", "where", "masked_fill", "contiguous", "identity", "cat",
+          "stack", "split", "chunk", "gather", "tril", "triu", "embedding", "to"}
+# Ops linear in each tensor argument (matrix products, convolutions): the error in one
+# argument propagates through the absolute values of the others.
+_MULTILINEAR = {"matmul", "linear", "addmm", "conv1d", "conv2d", "einsum"}
+# Reductions that round once per summand: their rounding is half an ulp of the sum of
+# magnitudes, not of the (possibly cancelled) result.
+_SUMMING = {"sum", "mean"} | _MULTILINEAR
+# Ops where an output element depends on many elements of one input in ways that can
+# cancel: their squared Jacobian is estimated with random-sign probes.
+_MIXING = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "var", "std",
+           "sdpa", "batch_norm", "cumsum", "norm", "LayerNorm", "RMSNorm", "Softmax",
+           "LogSoftmax", "MultiheadAttention"}
+_PROBES = 8
+_MODULE_OPS = {torch.nn.Linear: "linear", torch.nn.Conv1d: "conv1d",
+               torch.nn.Conv2d: "conv2d", torch.nn.ReLU: "relu", torch.nn.Identity: "identity",
+               torch.nn.Flatten: "flatten", torch.nn.Dropout: "identity"}
+
+
+@dataclass
+class RoundingError:
+    """The result of :func:`rounding_error`: error bounds in bits of ``dtype``.
+
+    ``mean_bits`` averages over every output element, ``worst_bits`` is the largest;
+    ``per_node`` maps each node name to ``(op, bits accumulated there, bits it added)``.
+    """
+
+    dtype: torch.dtype
+    mean_bits: float
+    worst_bits: float
+    per_node: dict[str, tuple[str, float, float]] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        rows = [f"{name:<24}{op:<16}{bits:6.1f}{added:+7.1f}"
+                for name, (op, bits, added) in self.per_node.items() if added > 0.05]
+        return "\n".join([f"{'node':<24}{'op':<16}{'bits':>6}{'added':>7}", *rows,
+                          f"{'outputs: mean':<40}{self.mean_bits:6.2f}",
+                          f"{'outputs: worst':<40}{self.worst_bits:6.2f}"])
+
+
+def rounding_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None = None
+                   ) -> RoundingError:
+    """First-order error bounds of ``gm`` run in ``dtype`` (default: the dtype of the
+    first floating input) on ``example_inputs`` (see the module docstring).
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.log(1 + x))
+    >>> x = torch.full((8,), 1e-5)
+    >>> rounding_error(gm, (x,)).worst_bits > 10  # 1 + 1e-5 rounds away most of x
+    True
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.log1p(x))
+    >>> rounding_error(gm, (x,)).worst_bits < 1
+    True
+    """
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (
+        example_inputs,)
+    if dtype is None:
+        dtype = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
+                      and x.is_floating_point()), torch.float32)
+    if dtype == torch.float64:
+        raise ValueError("rounding_error measures a working precision below float64 "
+                         "(the reference it computes in); pass dtype=torch.float32, "
+                         "float16 or bfloat16")
+    wide = copy.deepcopy(gm).to(torch.float64)
+    tracer = _ErrorTracer(wide, dtype)
+    with torch.random.fork_rng(), torch.no_grad():
+        out = tracer.run(*[x.detach().to(torch.float64) if isinstance(x, torch.Tensor)
+                           and x.is_floating_point() else x for x in inputs])
+    bits = []
+    output = next(n for n in wide.graph.nodes if n.op == "output")
+    errors = tree_flatten(tracer.error_of(output.args[0]))[0]
+    for value, err in zip(tree_flatten(out)[0], errors):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            b = tracer.bits(value, err)
+            bits.append(b[torch.isfinite(value)])
+    flat = torch.cat([b.reshape(-1) for b in bits]) if bits else torch.zeros(1)
+    if not flat.numel():
+        flat = torch.zeros(1)
+    return RoundingError(dtype, float(flat.mean()), float(flat.max()), tracer.per_node)
+
+
+class _ErrorTracer(fx.Interpreter):
+    """Runs a float64 copy of the graph and keeps, per tensor, the standard deviation of
+    its error in the working dtype (``inf`` where that dtype overflows)."""
+
+    def __init__(self, gm: fx.GraphModule, dtype: torch.dtype):
+        super().__init__(gm)
+        info = torch.finfo(dtype)
+        self.dtype = dtype
+        self.mantissa = round(-math.log2(info.eps)) + 1  # with the hidden bit
+        self.half_ulp = 2.0 ** -self.mantissa
+        self.largest, self.tiny = float(info.max), float(info.tiny)
+        self.errors: dict[str, object] = {}
+        self.per_node: dict[str, tuple[str, float, float]] = {}
+        self.probes = torch.Generator().manual_seed(0)
+
+    def bits(self, value: torch.Tensor, err: torch.Tensor | None) -> torch.Tensor:
+        """Per element error in bits of the working precision."""
+        if err is None:
+            return torch.zeros_like(value)
+        ulp = value.abs().clamp(min=self.tiny) * (2.0 * self.half_ulp)
+        b = torch.log2(1 + err / ulp).nan_to_num(nan=float(self.mantissa))
+        return b.clamp(max=float(self.mantissa))
+
+    def error_of(self, arg):
+        return fx.node.map_aggregate(
+            arg, lambda a: self.errors.get(a.name) if isinstance(a, fx.Node) else None)
+
+    def run_node(self, n: fx.Node):
+        value = super().run_node(n)
+        if n.op in ("call_function", "call_method", "call_module"):
+            op = self._op_name(n)
+            self.errors[n.name] = self._error(n, op, value)
+            self._record(n, op, value)
+        return value
+
+    def _op_name(self, n: fx.Node) -> str:
+        if n.op == "call_module":
+            module = self.fetch_attr(n.target)
+            return _MODULE_OPS.get(type(module), type(module).__name__)
+        lowered = lower(n.target, n.args, n.kwargs, method=n.op == "call_method")
+        if lowered is not None:
+            return lowered[0]
+        return getattr(n.target, "__name__", str(n.target))
+
+    def _error(self, n: fx.Node, op: str, value):
+        leaves, spec = tree_flatten(value)
+        if not any(_floating(v) for v in leaves):
+            return None
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        flat_args, arg_spec = tree_flatten((args, kwargs))
+        flat_errs = tree_flatten(self.error_of((n.args, n.kwargs)))[0]
+        call = self._caller(n, op, arg_spec)
+        variance = self._propagated(op, call, flat_args, flat_errs, leaves)
+        rounding = self._rounding(n, op, call, flat_args, leaves)
+        overflowed = self._with_infinities(call, flat_args, flat_errs, leaves)
+        errors = []
+        for v, var, r, (bad, absorbed) in zip(leaves, variance, rounding, overflowed):
+            if not _floating(v):
+                errors.append(None)
+                continue
+            err = torch.sqrt(var + r * r) + absorbed
+            bad = bad | (torch.isfinite(v) & (v.abs() > self.largest))
+            errors.append(torch.where(bad, math.inf, err))
+        return tree_unflatten(errors, spec)
+
+    def _caller(self, n: fx.Node, op: str, arg_spec):
+        """The node's computation as a function of its flattened arguments; matrix
+        products and convolutions may have their parameters replaced (``weights``)."""
+        module = self.fetch_attr(n.target) if n.op == "call_module" else None
+
+        def call(values, weights=None):
+            args, kwargs = tree_unflatten(list(values), arg_spec)
+            if module is not None:
+                if weights is None:
+                    return module(*args, **kwargs)
+                params = {k: weights(p) for k, p in module.named_parameters(recurse=False)}
+                return torch.func.functional_call(module, params, args, kwargs)
+            if n.op == "call_method":
+                return getattr(args[0], n.target)(*args[1:], **kwargs)
+            return n.target(*args, **kwargs)
+
+        return call
+
+    def _propagated(self, op, call, flat_args, flat_errs, leaves) -> list:
+        """``Σ_i (∂v/∂x_i)² var(x_i)`` per output leaf (zeros where nothing propagates)."""
+        total = [torch.zeros_like(v) if _floating(v) else None for v in leaves]
+        for i, (x, err) in enumerate(zip(flat_args, flat_errs)):
+            if not _floating(x) or err is None:
+                continue
+            sigma = torch.where(torch.isfinite(err), err, 0.0)
+            if not bool((sigma != 0).any()):
+                continue
+            for j, t in enumerate(self._squared_jacobian(op, call, flat_args, i, sigma)):
+                if t is not None and total[j] is not None:
+                    total[j] = total[j] + t.nan_to_num(nan=math.inf)
+        return total
+
+    def _squared_jacobian(self, op, call, flat_args, i, sigma) -> list:
+        """``J_i² · sigma²`` for each output leaf of the op (see the module docstring)."""
+        def along(direction, values=flat_args, weights=None):
+            def f(t):
+                return call(values[:i] + [t] + values[i + 1:], weights)
+            try:
+                _, tangent = torch.func.jvp(f, (flat_args[i],), (direction,))
+            except Exception:  # noqa: BLE001 - an op without forward AD: see below
+                return None
+            return [t if _floating(t) else None for t in tree_flatten(tangent)[0]]
+
+        if op in _MULTILINEAR:
+            squares = [a * a if _floating(a) else a for a in flat_args]
+            result = along(sigma * sigma, squares, lambda p: p * p)
+        elif op in ("sum", "mean"):
+            result = along(sigma * sigma)
+            if result is not None and op == "mean":
+                result = [t * t.numel() / flat_args[i].numel() for t in result]
+        elif op in _MIXING:
+            result = None
+            for _ in range(_PROBES):
+                signs = torch.randint(0, 2, sigma.shape, generator=self.probes) * 2 - 1
+                probe = along(sigma * signs.to(sigma.dtype))
+                if probe is None:
+                    break
+                squared = [t * t / _PROBES for t in probe]
+                result = squared if result is None else [a + b for a, b in zip(result,
+                                                                                squared)]
+        else:
+            result = along(sigma)
+            result = None if result is None else [t * t for t in result]
+        if result is None:  # no forward derivative: relative errors pass through
+            relative = float((sigma / flat_args[i].abs().clamp(min=self.tiny)).max())
+            return [(t.abs() * relative) ** 2 if _floating(t) else None
+                    for t in tree_flatten(call(flat_args))[0]]
+        return result
+
+    def _rounding(self, n, op, call, flat_args, leaves) -> list:
+        """The standard deviation of the op's own rounding: ``ulp / (2 sqrt 3)`` of its
+        result (of the sum of magnitudes, for sums and matrix products); nothing for exact
+        ops or exactly representable results. A softmax rounds ``x - max(x)`` before its
+        ``exp``, which turns that rounding into a relative error of the result."""
+        if op in _EXACT:
+            return [0.0] * len(leaves)
+        magnitude = leaves
+        if op in _SUMMING and len(leaves) == 1:
+            magnitude = [call([a.abs() if _floating(a) else a for a in flat_args],
+                              lambda p: p.abs())]
+        out = []
+        for v, m in zip(leaves, magnitude):
+            if not _floating(v):
+                out.append(None)
+                continue
+            sigma = m.abs().clamp(min=self.tiny) * (self.half_ulp / math.sqrt(3.0))
+            if op in ("softmax", "Softmax"):
+                x = flat_args[0]
+                shift = x - x.amax(self._softmax_dim(n), keepdim=True)
+                shifted = (shift.to(self.dtype).to(shift.dtype) - shift).abs()
+                sigma = torch.sqrt(sigma * sigma + (v * shifted) ** 2)
+            out.append(torch.where(v.to(self.dtype).to(v.dtype) == v, 0.0, sigma))
+        return out
+
+    def _softmax_dim(self, n: fx.Node) -> int:
+        if n.op == "call_module":
+            return self.fetch_attr(n.target).dim
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        return lower(n.target, args, kwargs, method=n.op == "call_method")[1][1]
+
+    def _with_infinities(self, call, flat_args, flat_errs, leaves) -> list:
+        """Where inputs overflowed, run the op on infinities there: ``(non-finite,
+        absorbed error)`` per output leaf, e.g. ``1 / (1 + inf) = 0`` is finite and off
+        by the true value, ``inf / inf`` is nan."""
+        none = [(torch.zeros_like(v, dtype=torch.bool), 0.0) if _floating(v) else (None, 0.0)
+                for v in leaves]
+        if not any(_floating(x) and e is not None and bool(torch.isinf(e).any())
+                   for x, e in zip(flat_args, flat_errs)):
+            return none
+        saturated = [torch.where(torch.isinf(e), torch.copysign(torch.full_like(x, math.inf),
+                                                                 x), x)
+                     if _floating(x) and e is not None else x
+                     for x, e in zip(flat_args, flat_errs)]
+        try:
+            got = tree_flatten(call(saturated))[0]
+        except Exception:  # noqa: BLE001 - an op refusing infinities fails in the dtype too
+            return [(torch.ones_like(v, dtype=torch.bool), 0.0) if _floating(v) else
+                    (None, 0.0) for v in leaves]
+        out = []
+        for v, g in zip(leaves, got):
+            if not _floating(v):
+                out.append((None, 0.0))
+                continue
+            bad = ~torch.isfinite(g) & torch.isfinite(v)
+            out.append((bad, torch.where(bad, 0.0, (g - v).abs())))
+        return out
+
+    def _record(self, n, op, value) -> None:
+        errors = self.errors.get(n.name)
+        leaves = [(v, e) for v, e in zip(tree_flatten(value)[0], tree_flatten(errors)[0])
+                  if _floating(v) and e is not None and v.numel()]
+        if not leaves:
+            return
+        bits = max(float(self.bits(v, e).mean()) for v, e in leaves)
+        before = [self.per_node[a.name][1] for a in n.all_input_nodes
+                  if a.name in self.per_node]
+        self.per_node[n.name] = (op, bits, bits - max(before, default=0.0))
+
+
+def _floating(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
