@@ -87,7 +87,8 @@ class Rewrite:
 class StabilityReport:
     """What :meth:`StabilityRewriter.optimize` changed and what it bought: curvature is
     the predicted mean error in bits (first-order analysis on the sample inputs), error the
-    measured one (max relative, and mean/worst bits, against float64)."""
+    measured one (max relative, and mean/worst bits, against float64); risk the bits at
+    risk by the extraction's :class:`~extractors.costs.Curvature` cost model."""
 
     rewrites: list[Rewrite]
     curvature_before: float
@@ -100,6 +101,8 @@ class StabilityReport:
     worst_bits_before: float = 0.0
     worst_bits_after: float = 0.0
     rejected: list[Rewrite] = field(default_factory=list)
+    risk_before: float = 0.0
+    risk_after: float = 0.0
 
     def __str__(self) -> str:
         lines = [str(r) for r in self.rewrites] or ["no rewrite: the program is already stable"]
@@ -284,6 +287,7 @@ class StabilityRewriter:
 
         from backends.fx import build_module
         from egraph.rules import load_rules
+        from extractors.costs import Curvature
 
         eg, model, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
         source = {c: nodes[0] for c, nodes in eg.fx.initial.items()}
@@ -335,6 +339,8 @@ class StabilityRewriter:
             max(error_bits(b, r, dtype_used, "max") for b, r in zip(got_before, ref)),
             max(error_bits(a, r, dtype_used, "max") for a, r in zip(got_after, ref)),
             rejected,
+            Curvature.to_bits(Curvature().program_cost(eg, source)),
+            Curvature.to_bits(Curvature().program_cost(eg, final)),
         )
         opt.meta["stability_egraph"] = eg
         return opt

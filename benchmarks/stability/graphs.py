@@ -3,10 +3,12 @@
 Each graph composes random idioms (naive softmax, logsumexp, log(1+x), exp(x)-1, one-pass
 variance, sigmoid and softplus from exponentials, differences of square roots, plain
 arithmetic and elementwise functions) over random inputs at random scales. For each one
-``StabilityRewriter`` reports the curvature before and after, and we measure the error in
-bits of fp32 against the same program evaluated at 60 digits with mpmath (a float64
-evaluation of a naive program is itself wrong where it cancels); then we correlate
-curvature reduction with error reduction.
+``StabilityRewriter`` reports the curvature before and after (the predicted error of the
+first-order analysis, ``frontends.fx.error_analysis``, and the bits at risk by the
+extraction's ``Curvature`` cost model), and we measure the error in bits of fp32 against
+the same program evaluated at 60 digits with mpmath (a float64 evaluation of a naive
+program is itself wrong where it cancels); then we correlate curvature reduction with
+error reduction, for both notions of curvature.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
         points.append({
             "graph": i, "curvature_before": report.curvature_before,
             "curvature_after": report.curvature_after,
+            "risk_before": report.risk_before, "risk_after": report.risk_after,
             "bits_before": error_bits(before, exact, torch.float32),
             "bits_after": error_bits(after, exact, torch.float32),
             "worst_before": error_bits(before, exact, torch.float32, "max"),
@@ -155,18 +158,22 @@ def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
         })
     good = [p for p in points if "error" not in p]
     dc = np.array([p["curvature_before"] - p["curvature_after"] for p in good])
+    drisk = np.array([p["risk_before"] - p["risk_after"] for p in good])
     mean_gain = np.array([p["bits_before"] - p["bits_after"] for p in good])
     worst_gain = np.array([p["worst_before"] - p["worst_after"] for p in good])
     result = {"graphs": len(points), "failed": len(points) - len(good),
-              "rewritten": sum(1 for p in good if p["rewrites"])}
+              "rewritten": sum(1 for p in good if p["rewrites"]),
+              "worse": sum(1 for p in good if p["bits_after"] > p["bits_before"] + 0.1)}
     for name, gain in (("mean", mean_gain), ("worst", worst_gain)):
         result[f"pearson_{name}"] = float(np.corrcoef(dc, gain)[0, 1])
         result[f"spearman_{name}"] = _spearman(dc, gain)
+        result[f"risk_spearman_{name}"] = _spearman(drisk, gain)
     with open(out / "correlation.csv", "w") as f:
-        f.write("graph,curvature_before,curvature_after,bits_before,bits_after,"
-                "worst_bits_before,worst_bits_after,rewrites\n")
+        f.write("graph,curvature_before,curvature_after,risk_before,risk_after,bits_before,"
+                "bits_after,worst_bits_before,worst_bits_after,rewrites\n")
         for p in good:
             f.write(f"{p['graph']},{p['curvature_before']:.4f},{p['curvature_after']:.4f},"
+                    f"{p['risk_before']:.4f},{p['risk_after']:.4f},"
                     f"{p['bits_before']:.4f},{p['bits_after']:.4f},{p['worst_before']:.4f},"
                     f"{p['worst_after']:.4f},{p['rewrites']}\n")
     _scatter(out / "correlation-mean.svg", dc, mean_gain, result["pearson_mean"],
@@ -187,7 +194,7 @@ def _scatter(path: Path, x: np.ndarray, y: np.ndarray, pearson: float,
         'fill="#337ab7" fill-opacity="0.6"/>' for a, b in zip(x, y))
     path.write_text(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">'
-        f'<text x="{m}" y="20" font-size="12">curvature reduction (x, bits at risk) vs {kind} '
+        f'<text x="{m}" y="20" font-size="12">curvature reduction (x, predicted bits) vs {kind} '
         f'error reduction (y, bits); Pearson {pearson:.2f}, Spearman {spearman:.2f}</text>'
         f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>'
         f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>{dots}</svg>')

@@ -134,7 +134,10 @@ def main() -> None:
               f"{summary['rewritten']} rewritten; curvature reduction vs mean-error reduction: "
               f"Pearson {summary['pearson_mean']:.3f}, Spearman {summary['spearman_mean']:.3f}; "
               f"vs worst-element error reduction: Pearson {summary['pearson_worst']:.3f}, "
-              f"Spearman {summary['spearman_worst']:.3f}")
+              f"Spearman {summary['spearman_worst']:.3f}; {summary['worse']} graphs with a "
+              "worse mean error after; the cost model's bits at risk instead: Spearman "
+              f"{summary['risk_spearman_mean']:.3f} (mean), "
+              f"{summary['risk_spearman_worst']:.3f} (worst)")
     print(f"tables and plots in {out}")
 
 
