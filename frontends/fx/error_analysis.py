@@ -1,11 +1,10 @@
 """First-order rounding-error analysis of an FX graph on sample inputs.
 
-Every op that rounds its result adds a rounding error of the working dtype to the value it
-produces (uniform within half an ulp, so of standard deviation ``ulp / (2 sqrt 3)``; for a
-sum or matrix product, of the magnitudes it adds up, since each partial sum rounds); every
-op passes on the errors already in its inputs, scaled by its derivative. Rounding errors
-are independent, so their variances add. Both are tracked per element, forward through the
-graph, on values computed in float64:
+Every op that rounds its result adds its own rounding error to the value it produces (the
+rounding of the exact result to the working dtype; a float32 sum or matrix product also
+rounds its partial sums); every op passes on the errors already in its inputs, scaled by
+its derivative. Rounding errors are independent, so their variances add. Both are tracked
+per element, forward through the graph, on values computed in float64:
 
     var(v) = Σ_inputs (∂v/∂x_i)² · var(x_i)  +  rounding(v)²
 
@@ -15,9 +14,8 @@ and convolutions (the op applied to the squares of its other operands); for ops 
 their inputs (softmax, normalisations, attention) they are estimated with random-sign
 probes. A value past the dtype's largest finite number overflows: later ops see an
 infinity there, and whatever they make of it (``1 / inf = 0``, ``inf / inf = nan``) is
-computed, not guessed. A result the dtype represents exactly is not rounded; below the
-smallest normal number the spacing stays that of the smallest. Graph inputs, parameters
-and literals are exact, as are ops that only move, select or negate values.
+computed, not guessed. Graph inputs, parameters and literals are exact, as are ops that
+only move, select or negate values.
 
 The result, per output element, is the expected error in bits of the working precision,
 ``log2(1 + err / ulp(out))`` (clipped to the mantissa width; every bit where the program
@@ -30,7 +28,7 @@ removes. Per node, the bits accumulated there say where precision is lost.
 >>> a = torch.full((4,), 1e6)
 >>> analysis = rounding_error(naive, (a, a + 1))
 >>> round(analysis.mean_bits)  # sqrt(1e6 + 1) - sqrt(1e6) cancels ~20 bits
-19
+18
 >>> stable = torch.fx.symbolic_trace(lambda a, b: (a - b) / (torch.sqrt(a) + torch.sqrt(b)))
 >>> round(rounding_error(stable, (a, a + 1)).mean_bits, 1)
 0.5
@@ -268,29 +266,37 @@ class _ErrorTracer(fx.Interpreter):
         return result
 
     def _rounding(self, n, op, call, flat_args, leaves) -> list:
-        """The standard deviation of the op's own rounding: ``ulp / (2 sqrt 3)`` of its
-        result (of the sum of magnitudes, for sums and matrix products); nothing for exact
-        ops or exactly representable results. A softmax rounds ``x - max(x)`` before its
-        ``exp``, which turns that rounding into a relative error of the result."""
+        """The op's own rounding error: for an op that rounds its result once, the
+        rounding of the exact result to the dtype (zero where the dtype represents it);
+        for sums and matrix products in fp32, whose partial sums round too, also the
+        standard deviation ``ulp / (2 sqrt 3)`` of ``sqrt(log2 n)`` times the root sum of
+        squares of the ``n`` terms (pairwise summation; float16 and bfloat16 reductions accumulate in
+        float32 and round once). A softmax also rounds ``x - max(x)`` before its ``exp``,
+        which turns that rounding into a relative error of the result."""
         if op in _EXACT:
             return [0.0] * len(leaves)
-        magnitude = leaves
-        if op in _SUMMING and len(leaves) == 1:
-            magnitude = [call([a.abs() if _floating(a) else a for a in flat_args],
-                              lambda p: p.abs())]
         out = []
-        for v, m in zip(leaves, magnitude):
+        for v in leaves:
             if not _floating(v):
                 out.append(None)
                 continue
-            sigma = m.abs().clamp(min=self.tiny) * (self.half_ulp / math.sqrt(3.0))
+            err = self._rounded(v)
             if op in ("softmax", "Softmax"):
                 x = flat_args[0]
                 shift = x - x.amax(self._softmax_dim(n), keepdim=True)
-                shifted = (shift.to(self.dtype).to(shift.dtype) - shift).abs()
-                sigma = torch.sqrt(sigma * sigma + (v * shifted) ** 2)
-            out.append(torch.where(v.to(self.dtype).to(v.dtype) == v, 0.0, sigma))
+                err = torch.sqrt(err * err + (v * self._rounded(shift)) ** 2)
+            out.append(err)
+        if op in _SUMMING and len(out) == 1 and self.dtype == torch.float32:
+            squares = call([a * a if _floating(a) else a for a in flat_args], lambda p: p * p)
+            terms = call([torch.ones_like(a) if _floating(a) else a for a in flat_args],
+                         torch.ones_like)
+            variance = squares * torch.log2(terms.clamp(min=2.0)) * (self.half_ulp ** 2 / 3)
+            out[0] = torch.sqrt(out[0] ** 2 + variance)
         return out
+
+    def _rounded(self, v: torch.Tensor) -> torch.Tensor:
+        """The rounding error of storing ``v`` in the working dtype."""
+        return (v.to(self.dtype).to(v.dtype) - v).abs()
 
     def _softmax_dim(self, n: fx.Node) -> int:
         if n.op == "call_module":
