@@ -43,7 +43,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
 def test_predicted_error_is_close_to_the_measured_error(name, dtype):
     fn, sample = CASES[name]
     x = sample(torch.Generator().manual_seed(0)).to(dtype)
@@ -142,3 +143,14 @@ def test_curvature_on_input_ranges():
     wide = rewriter.curvature(naive, (x,), ranges={"x": (80.0, 100.0)})
     assert wide.worst == 24 and math.isfinite(wide.risk)
     assert "cost model" in str(wide)
+
+
+def test_bfloat16_pipeline_fixes_the_one_pass_variance():
+    naive = lambda x: (x * x).mean(-1) - x.mean(-1) ** 2  # noqa: E731
+    x = torch.randn((8, 64), generator=torch.Generator().manual_seed(0)) + 30.0
+    fixed = StabilityRewriter().optimize(naive, (x,), dtype=torch.bfloat16)
+    report = fixed.meta["stability_report"]
+    assert report.dtype == "bfloat16" and report.rewrites
+    assert report.curvature_after < report.curvature_before
+    assert report.bits_after + 1 < report.bits_before
+    assert fixed(x.bfloat16()).dtype == torch.bfloat16

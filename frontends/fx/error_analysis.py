@@ -270,9 +270,10 @@ class _ErrorTracer(fx.Interpreter):
         rounding of the exact result to the dtype (zero where the dtype represents it);
         for sums and matrix products in fp32, whose partial sums round too, also the
         standard deviation ``ulp / (2 sqrt 3)`` of ``sqrt(log2 n)`` times the root sum of
-        squares of the ``n`` terms (pairwise summation; float16 and bfloat16 reductions accumulate in
-        float32 and round once). A softmax also rounds ``x - max(x)`` before its ``exp``,
-        which turns that rounding into a relative error of the result."""
+        squares of the ``n`` terms (pairwise summation). A float32 softmax also rounds
+        ``x - max(x)`` before its ``exp``, which turns that rounding into a relative error
+        of the result. float16 and bfloat16 reductions and softmaxes compute in float32 and
+        round once."""
         if op in _EXACT:
             return [0.0] * len(leaves)
         out = []
@@ -281,7 +282,7 @@ class _ErrorTracer(fx.Interpreter):
                 out.append(None)
                 continue
             err = self._rounded(v)
-            if op in ("softmax", "Softmax"):
+            if op in ("softmax", "Softmax") and self.dtype == torch.float32:
                 x = flat_args[0]
                 shift = x - x.amax(self._softmax_dim(n), keepdim=True)
                 err = torch.sqrt(err * err + (v * self._rounded(shift)) ** 2)
