@@ -1,6 +1,7 @@
 """Experiment 2: real blocks as people write them, on adversarial but realistic inputs.
 
-Attention with large logits, layer norm on large activations, batch norm (eval), cross
+Attention with large logits, layer norm on large activations (and on activations where
+the naive form stays finite but cancels most of its bits), batch norm (eval), cross
 entropy from probabilities with large logits, and a GPT-style block; fp32 and fp16. Each is
 rewritten by ``StabilityRewriter``; the error is the normwise relative error
 ``max|got - ref| / max|ref|`` against the float64 reference (inf where a finite reference
@@ -81,6 +82,10 @@ def _blocks(dtype: torch.dtype):
                                                             1.0))
     yield "layer-norm", NaiveLayerNorm(d), (torch.randn((8, 32, d), generator=g) * 0.5 + (
         300.0 if half else 3000.0),)
+    # a smaller offset: the one-pass variance stays positive and the naive output finite,
+    # but most of its bits cancel
+    yield "layer-norm (finite)", NaiveLayerNorm(d), (torch.randn((8, 32, d), generator=g) * 0.5
+                                                     + (10.0 if half else 100.0),)
     bn = BatchNormBlock(16).eval()
     with torch.no_grad():
         bn.bn.running_mean.uniform_(-1, 1, generator=g)
