@@ -182,7 +182,7 @@ class _ErrorTracer(fx.Interpreter):
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         flat_args, arg_spec = tree_flatten((args, kwargs))
         flat_errs = tree_flatten(self.error_of((n.args, n.kwargs)))[0]
-        call = self._caller(n, op, arg_spec)
+        call = self._caller(n, arg_spec)
         variance = self._propagated(op, call, flat_args, flat_errs, leaves)
         rounding = self._rounding(n, op, call, flat_args, leaves)
         overflowed = self._with_infinities(call, flat_args, flat_errs, leaves)
@@ -196,7 +196,7 @@ class _ErrorTracer(fx.Interpreter):
             errors.append(torch.where(bad, math.inf, err))
         return tree_unflatten(errors, spec)
 
-    def _caller(self, n: fx.Node, op: str, arg_spec):
+    def _caller(self, n: fx.Node, arg_spec):
         """The node's computation as a function of its flattened arguments; matrix
         products and convolutions may have their parameters replaced (``weights``)."""
         module = self.fetch_attr(n.target) if n.op == "call_module" else None
