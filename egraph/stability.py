@@ -238,12 +238,12 @@ class StabilityRewriter:
         from egraph.egraph import EGraph
 
         model, inputs = _cast(self._trace(model), sample_inputs, dtype)
-        gm = model if hasattr(model, "graph") else None
-        names = [n.name for n in (gm or _traced(model)).graph.nodes if n.op == "placeholder"]
+        gm = _as_graph_module(model)
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         ranges = _by_name(ranges, names)
         domains = _by_name(domains, names)
         eg = EGraph.from_fx(model, inputs, domains=domains, ranges=ranges, observe=True)
-        return eg, model, inputs
+        return eg, model, gm, inputs
 
     def curvature(self, model, sample_inputs, ranges=None, dtype=None) -> CurvatureReport:
         """Total and per-node curvature of ``model`` on ``sample_inputs`` (or on inputs of
@@ -262,8 +262,7 @@ class StabilityRewriter:
         from extractors.costs import Curvature
         from frontends.fx.error_analysis import rounding_error
 
-        eg, model, inputs = self._graph(model, sample_inputs, ranges, None, dtype)
-        gm = _as_graph_module(model)
+        eg, _, gm, inputs = self._graph(model, sample_inputs, ranges, None, dtype)
         analysis = rounding_error(gm, _within(inputs, ranges, gm))
         cost = Curvature()
         choice = {c: eg._cnodes[c][0] for c in eg.classes()}
@@ -289,14 +288,14 @@ class StabilityRewriter:
         from egraph.rules import load_rules
         from extractors.costs import Curvature
 
-        eg, model, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
+        eg, model, gm, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
         source = {c: nodes[0] for c, nodes in eg.fx.initial.items()}
         eg.saturate(load_rules(*self.families), **self.limits)
         opt = eg.extract(self.cost)
         report = opt.meta["egraph_report"]
         source = _canonical(eg, source)
         chosen = source if report.fell_back else _chosen(eg, self.cost)
-        samples = _within(inputs, ranges, _as_graph_module(model))
+        samples = _within(inputs, ranges, gm)
         predict = _Predictor(eg, samples)
         before = predict(source)
         kept, rejected = [], []
@@ -352,12 +351,6 @@ class StabilityRewriter:
         if report is None:
             raise ValueError("diff(before, after) needs `after` from StabilityRewriter.optimize")
         return "\n".join(str(r) for r in report.rewrites) or "no rewrite"
-
-
-def _traced(model):
-    import torch
-
-    return torch.fx.symbolic_trace(model)
 
 
 # Bits of predicted error a rewrite may add to the mean (five times that to the worst
