@@ -14,6 +14,7 @@ False
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from egraph.signs import NEG, POS, ZERO, describe
@@ -59,12 +60,21 @@ def not_none(var: str) -> Guard:
     return _named(guard, f"{var} is given")
 
 
+def exact_value_of(egraph, cid: int) -> Any:
+    """The exact value of a numeric class (a Fraction, :mod:`egraph.scalars`) where the
+    analysis knows it, else its plain value (e-graphs without the tensor analysis)."""
+    meta = _meta(egraph, cid)
+    exact = getattr(meta, "exact", None)
+    return exact if exact is not None else value_of(egraph, cid)
+
+
 def literal_is(var: str, *values: float) -> Guard:
-    """``?var`` is a literal equal to one of ``values`` (within 1e-9 relative)."""
+    """``?var`` is a number exactly equal to one of ``values``: ``1e-12`` is not 0, and
+    ``1e-5 * 1e5`` (a folded product that is not exactly 1) is not 1."""
     def guard(egraph, subst) -> bool:
-        v = value_of(egraph, subst[var])
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and any(
-            abs(v - target) <= 1e-9 * max(1.0, abs(target)) for target in values)
+        v = exact_value_of(egraph, subst[var])
+        return isinstance(v, (int, float, Fraction)) and not isinstance(v, bool) and any(
+            v == target for target in values)
     facts = {var: ("value", values[0])} if len(values) == 1 else {}
     return _named(guard, f"{var} in {values}", **facts)
 

@@ -16,7 +16,6 @@ raises :class:`~egraph.egraph.UnsoundMerge`. Scalar arithmetic on known values (
 from __future__ import annotations
 
 import math
-import operator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -24,6 +23,7 @@ import torch
 from egraph import signs
 from egraph.analysis import Analysis
 from egraph.egraph import UnsoundMerge
+from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, POS, ZERO
 from egraph.term import is_literal_op, literal
 from frontends.fx.vocabulary import SPECS
@@ -48,6 +48,7 @@ class Meta(NamedTuple):
     hi: float = math.inf
     small: float = 0.0
     sens: float = math.nan
+    exact: Any = None
 
     @classmethod
     def of(cls, value: Any) -> Meta:
@@ -62,7 +63,7 @@ class Meta(NamedTuple):
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v) for v in value))
         if isinstance(value, (bool, int, float)):
-            return cls("scalar", value=value, sign=signs.of_value(float(value)))
+            return _number("scalar", exact_of(value), value)
         return cls("unknown")
 
     def example(self) -> Any:
@@ -114,15 +115,19 @@ class _Unknown(Exception):
 
 UNKNOWN = Meta("unknown")
 
-SCALAR_OPS = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
-    "pow": operator.pow, "neg": operator.neg, "eq": operator.eq, "ne": operator.ne,
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-    "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "sin": math.sin,
-    "cos": math.cos, "floor": math.floor, "ceil": math.ceil, "abs": abs,
-    "floordiv": operator.floordiv, "remainder": operator.mod,
-}
-"""Python implementations of ops on scalars (shape arithmetic), used to fold and to emit."""
+SCALAR_OPS = FLOAT_OPS
+"""Python implementations of ops on scalars (shape arithmetic), used to emit."""
+
+
+def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
+    """The meta of a known number: its exact value (None if not known exactly) and the
+    value Python computes; the sign and range follow the exact value when there is one."""
+    if isinstance(value, bool) or value is None:
+        return Meta(kind, value=value)
+    v = float(exact) if exact is not None and representable(exact) else float(value)
+    sign = signs.of_value(float(value)) if exact is None else (
+        POS if exact > 0 else NEG if exact < 0 else ZERO)
+    return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact)
 
 
 class TensorAnalysis(Analysis):
@@ -155,8 +160,7 @@ class TensorAnalysis(Analysis):
             if is_literal_op(op):
                 value = literal_value(op)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    v = float(value)
-                    return Meta("literal", value=value, sign=signs.of_value(v), lo=v, hi=v)
+                    return _number("literal", exact_of(value), value)
                 return Meta("literal", value=value)
             return UNKNOWN
         data = egraph._data
@@ -178,17 +182,11 @@ class TensorAnalysis(Analysis):
             return items[index] if -len(items) <= index < len(items) else UNKNOWN
         if op == "size" and kids[0].kind == "tensor" and kids[0].shape is None:
             return Meta("scalar")
-        if all(k.kind in ("literal", "scalar") for k in kids):
-            fn = SCALAR_OPS.get(op)
-            values = [k.value for k in kids]
-            if fn is not None:
-                if not all(isinstance(v, (int, float)) for v in values):
-                    return Meta("scalar")
-                try:
-                    value = fn(*values)
-                except (ArithmeticError, ValueError, TypeError):
-                    return Meta("scalar")
-                return Meta("scalar", value=value, sign=signs.of_value(float(value)))
+        if all(k.kind in ("literal", "scalar") for k in kids) and op in FLOAT_OPS:
+            if not all(isinstance(k.value, (int, float)) for k in kids):
+                return Meta("scalar")
+            exact, value = fold(op, [(k.exact, k.value) for k in kids])
+            return _number("scalar", exact, value)
         spec = SPECS.get(op)
         if spec is None:
             return UNKNOWN
@@ -224,21 +222,35 @@ class TensorAnalysis(Analysis):
                 return base
             return base._replace(sign=sign, lo=lo, hi=hi, small=small, sens=sens)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
-            if a.value is not None and b.value is not None and a.value != b.value:
-                raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")
-            return a if a.value is not None else b
+            if a.exact is not None and b.exact is not None:
+                if a.exact != b.exact:
+                    raise UnsoundMerge(f"merging the value {a.value!r} with {b.value!r}")
+                return a
+            if a.exact is None and b.exact is not None:
+                return b  # the exact value is the better description of the class
+            # Two values known only approximately (sqrt(48) evaluated two ways) may differ
+            # by roundings, even by cancellation: keep the first, never refuse.
+            return b if a.value is None and b.value is not None else a
         if {a.kind, b.kind} & {"literal", "scalar"} and {a.kind, b.kind} & {"tensor"}:
             raise UnsoundMerge(f"merging a {a.kind} with a {b.kind}")
         return a
 
     def modify(self, egraph: EGraph, cid: int) -> None:
+        """A folded number becomes a literal only when the literal is exactly its value (a
+        float literal for ``1e-5 * 1e5``, which is not a float, would change the program);
+        otherwise the class keeps computing it as written."""
         meta = egraph.data(cid)
         if meta is None or meta.kind != "scalar" or meta.value is None:
             return
         value = meta.value
-        if isinstance(value, bool) or isinstance(value, (int, float)):
+        if isinstance(value, bool):
             leaf = egraph.add_node(literal(value))
-            egraph._union(cid, leaf, "constant-fold")
+        elif representable(meta.exact):
+            number = int(meta.exact) if isinstance(value, int) else float(meta.exact)
+            leaf = egraph.add_node(literal(number))
+        else:
+            return
+        egraph._union(cid, leaf, "constant-fold")
 
 
 def _same_shape_ops() -> dict[str, Any]:

@@ -1,0 +1,129 @@
+"""Float constants are exact values: folding never gives one class two floats, a literal is
+zero only when it is zero, and validation judges each output at its own magnitude."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.validate import ValidationError, relative_error
+from egraph import EGraph, rewrite
+from egraph.rules import load_rules
+from egraph.scalars import fold, representable
+from extractors import AstSize, Flops
+
+RULES = load_rules("all")
+
+PROGRAMS = {
+    "scale and unscale": lambda x: (x * 1e-5 + 1) * 1e5,
+    "two inexact factors": lambda x: x * 0.1 * 3,
+    "exp minus one": lambda x: torch.exp(x * 0.3) - 1,
+    "tiny term": lambda x: x * 1e-12 + x,
+    "tiny factor": lambda x: x * 1e-9,
+    "third": lambda x: x + 1 / 3,
+    "positive times tiny": lambda x: torch.exp(x) * 1e-12,
+    "products of tenths": lambda x: x * 0.1 * 0.2 * 0.3 + x * 1e-7 * 1e7,
+    "huge and tiny": lambda x: x * 1e12 * 1e-12 - x * 1e-12 * 1e12,
+    "cancelling constants": lambda x: x + 1e16 - 1e16 + 1,
+}
+
+
+def _optimise(fn, x, cost=None):
+    gm = torch.fx.symbolic_trace(fn)
+    eg = EGraph.from_fx(gm, (x,)).saturate(RULES, iter_limit=8, node_limit=5000)
+    return eg.extract(cost or AstSize(), validate="raise")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_float_constants_saturate_and_stay_correct(name):
+    fn = PROGRAMS[name]
+    x = torch.randn(4, 8)
+    for cost in (AstSize(), Flops()):
+        opt = _optimise(fn, x, cost)
+        y = torch.randn(4, 8)
+        ref = fn(y.double())
+        assert relative_error(opt(y), ref) <= 2 * relative_error(fn(y), ref) + 1e-5
+
+
+def test_a_tiny_literal_is_not_zero():
+    x = torch.randn(4, 8)
+    for fn in (PROGRAMS["tiny term"], PROGRAMS["tiny factor"]):
+        opt = _optimise(fn, x)
+        assert "zeros_like" not in opt.code
+        assert torch.equal(opt(x), fn(x))
+
+
+def test_a_folded_product_near_one_is_not_one():
+    """(x * 1e-5) * 1e5 reassociated is x * (1e-5 * 1e5): not exactly 1, so not x."""
+    exact, approx = fold("mul", [(Fraction(1e-5), 1e-5), (Fraction(1e5), 1e5)])
+    assert exact != 1 and not representable(exact)
+    x = torch.randn(4, 8)
+    gm = torch.fx.symbolic_trace(lambda x: x * 1e-5 * 1e5)
+    eg = EGraph.from_fx(gm, (x,)).saturate(RULES, iter_limit=8, node_limit=5000)
+    assert not eg.equiv(eg.roots[0], eg.fx.input_classes[0])
+
+
+def _scaled_by(c: float):
+    return lambda x: x * c
+
+
+def test_validation_judges_a_scaled_result_at_its_own_scale():
+    """A wrong rule turning x * c into zeros is caught however small c is."""
+    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)")
+    x = torch.randn(4, 8)
+    for c in (1e-3, 1e-9, 1e-20):
+        gm = torch.fx.symbolic_trace(_scaled_by(c))
+        with pytest.raises(ValidationError, match="relative error"):
+            EGraph.from_fx(gm, (x,)).saturate([bad]).extract(Flops(), validate="raise")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt = EGraph.from_fx(gm, (x,)).saturate([bad]).extract(Flops())
+        assert any("drop-small-factor" in str(w.message) for w in caught)
+        assert opt.meta["egraph_report"].fell_back
+        assert torch.equal(opt(x), x * c)
+
+
+def test_relative_error_floors_at_the_smallest_normal():
+    ref = torch.tensor([0.0, 1e-30, 1.0], dtype=torch.float64)
+    assert relative_error(ref.float(), ref) < torch.finfo(torch.float32).eps  # rounding only
+    got = torch.tensor([0.0, 2e-30, 1.0])
+    assert relative_error(got, ref) == pytest.approx(1.0, rel=1e-6)
+    below_normal = torch.tensor([1e-40], dtype=torch.float64)  # subnormal in float32
+    assert relative_error(torch.tensor([0.0]), below_normal) < 1e-2
+    assert relative_error(torch.tensor([float("inf")]), torch.tensor([1.0])) == math.inf
+
+
+_MAGNITUDES = st.sampled_from([1e-12, 1e-9, 1e-5, 1e-3, 0.1, 1 / 3, 0.7978845608, 1.0, 3.0,
+                               7.0, 1e3, 1e5, 1e9, 1e12])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["mul", "add", "sub", "div"]), _MAGNITUDES),
+                min_size=2, max_size=5))
+def test_random_constant_chains_never_crash_and_validate(steps):
+    """Chains like ((x * c1 + c2) / c3 - c4) through every rule: no crash, and the result
+    is no worse than the source against float64."""
+    def fn(x):
+        for op, c in steps:
+            x = {"mul": x * c, "add": x + c, "sub": x - c, "div": x / c}[op]
+        return x
+
+    x = torch.rand(3, 5) + 0.5
+    _optimise(fn, x, Flops())
+
+
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False).filter(bool), min_size=3, max_size=3))
+def test_exact_folding_is_associative(values):
+    a, b, c = ((Fraction(v), v) for v in values)
+    left = fold("mul", [fold("mul", [a, b]), c])
+    right = fold("mul", [a, fold("mul", [b, c])])
+    assert left[0] == right[0]
+    left = fold("add", [fold("add", [a, b]), c])
+    right = fold("add", [a, fold("add", [b, c])])
+    assert left[0] == right[0]
