@@ -82,13 +82,14 @@ class Meta(NamedTuple):
 def observed_range(value: torch.Tensor) -> dict:
     """``lo``/``hi`` and the smallest magnitude ``small`` of a real tensor's finite values
     (nothing for fake or meta tensors)."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
     if isinstance(value, FakeTensor) or value.device.type == "meta" or value.numel() == 0:
         return {}
     if value.dtype == torch.bool or value.is_complex():
         return {}
-    with torch.no_grad():
+    # A real constant inside torch.compile's fake mode: measure it as the real tensor it is.
+    with torch.no_grad(), unset_fake_temporarily():
         lo, hi = torch.aminmax(value)  # one pass; filter non-finite values only if present
         lo, hi = float(lo), float(hi)
         if not (math.isfinite(lo) and math.isfinite(hi)):

@@ -559,7 +559,9 @@ def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
         return ex("batch_norm", b.value(x), p("running_mean"), p("running_var"), p("weight"),
                   p("bias"), lit(float(module.eps)))
     if isinstance(module, nn.Embedding) and len(node.args) == 1 and module.max_norm is None:
-        return ex("embedding", b.value(x), p("weight"))
+        if module.scale_grad_by_freq or module.sparse:
+            return None
+        return ex("embedding", b.value(x), p("weight"), lit(module.padding_idx))
     if isinstance(module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)):
         if module.training and module.p > 0:
             return None

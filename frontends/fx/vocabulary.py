@@ -140,6 +140,14 @@ def _norm_shape(values: list, metas: list) -> list:
     return values
 
 
+def _norm_padding_idx(values: list, metas: list) -> list:
+    rows = getattr(metas[1], "shape", None)
+    p = values[2]
+    if isinstance(p, int) and p < 0:
+        values[2] = p + rows[0] if rows else p
+    return values
+
+
 def _reduce_call(x, dim, keepdim):
     return (x,), {"dim": dim, "keepdim": keepdim}
 
@@ -188,7 +196,10 @@ op("layer_norm", "x shape weight bias eps", F.layer_norm)
 op("rms_norm", "x shape weight eps", F.rms_norm)
 op("batch_norm", "x mean var weight bias eps", F.batch_norm,
    lambda x, m, v, w, b, eps: ((x, m, v, w, b), {"training": False, "eps": eps}))
-op("embedding", "indices weight", F.embedding)
+# padding_idx changes only the gradient (that row gets none), but the emitted module may be
+# trained, so it is kept: None, or the non-negative row index.
+op("embedding", "indices weight padding_idx", F.embedding,
+   lambda i, w, p: ((i, w), {} if p is None else {"padding_idx": p}), _norm_padding_idx)
 op("conv1d", "x weight bias stride padding dilation groups", F.conv1d)
 op("conv2d", "x weight bias stride padding dilation groups", F.conv2d)
 op("sdpa", "q k v mask causal scale", F.scaled_dot_product_attention,
@@ -229,7 +240,7 @@ Lowered = tuple[str, list]
 
 
 def _binary(name: str):
-    def lower(input, other, *, alpha=1, out=None, rounding_mode=None):
+    def lower(input, other, alpha=1, *, out=None, rounding_mode=None):
         if rounding_mode is not None:
             raise _Unsupported(f"{name} with rounding_mode={rounding_mode!r}")
         if alpha != 1:
@@ -329,7 +340,15 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                scale_grad_by_freq=False, sparse=False):
     if max_norm is not None:
         raise _Unsupported("embedding with max_norm (it renormalises the weight in place)")
-    return ("embedding", [input, weight])
+    if scale_grad_by_freq or sparse:
+        raise _Unsupported("embedding with scale_grad_by_freq or sparse gradients")
+    return ("embedding", [input, weight, padding_idx])
+
+
+def _aten_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``aten.embedding`` and ``torch.embedding`` take the weight first; -1 is no padding."""
+    return _embedding(indices, weight, None if padding_idx == -1 else padding_idx,
+                      scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
 
 def _conv(name: str):
@@ -651,8 +670,21 @@ _spell(_binary("maximum"), aten.maximum.default)
 _spell(_binary("minimum"), aten.minimum.default)
 _spell(_rsub, aten.rsub.Scalar, aten.rsub.Tensor)
 _spell(_var, aten.var.correction, aten.var.dim)
-_spell(_softmax("softmax"), aten._softmax.default, aten.softmax.int)
-_spell(_softmax("log_softmax"), aten._log_softmax.default, aten.log_softmax.int)
+
+
+def _aten_softmax(name: str, half_to_float: bool):
+    """``aten._softmax(x, dim, half_to_float)`` and ``aten.softmax.int(x, dim, dtype)``:
+    the third positional argument is not torch.softmax's."""
+    def lower(input, dim, third=None):
+        if half_to_float:
+            return _softmax(name)(input, dim, dtype=torch.float32 if third else None)
+        return _softmax(name)(input, dim, dtype=third)
+    return lower
+
+
+for _n in ("softmax", "log_softmax"):
+    _spell(_aten_softmax(_n, True), getattr(aten, f"_{_n}").default)
+    _spell(_aten_softmax(_n, False), getattr(aten, _n).int)
 _spell(_matmul, aten.mm.default, aten.bmm.default, aten.matmul.default)
 _spell(_addmm, aten.addmm.default)
 _spell(_linear, aten.linear.default)
