@@ -373,7 +373,11 @@ def _device_target(example_inputs) -> str:
 
 
 def _original_module(src: FxSource) -> fx.GraphModule:
+    """The source program with the emitted module's signature (the user's inputs)."""
     gm = src.graph_module
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if placeholders != list(src.inputs) and isinstance(src.module, fx.GraphModule):
+        return src.module  # a torch.export program's graph takes its parameters as inputs
     return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
 
 

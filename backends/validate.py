@@ -150,6 +150,52 @@ def _tolerance(dtype: torch.dtype) -> float:
     return 64 * torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
 
 
+class _Float64Interpreter(fx.Interpreter):
+    """Runs a graph with every floating value in float64: dtype arguments that name a
+    floating dtype become float64 and dtype assertions are skipped, so graphs with explicit
+    casts and checks (torch.export's ``_assert_tensor_metadata``, ``to(float32)``) still
+    give a float64 reference."""
+
+    _ASSERTS = {torch.ops.aten._assert_tensor_metadata.default}
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n.op == "call_function" and n.target in self._ASSERTS:
+            return None
+        return super().run_node(n)
+
+    def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[tuple, dict]:
+        args, kwargs = super().fetch_args_kwargs_from_env(n)
+        return fx.node.map_aggregate((args, kwargs), _promote)
+
+
+def _promote(x: Any) -> Any:
+    if isinstance(x, torch.dtype) and x.is_floating_point:
+        return torch.float64
+    return _to64(x)
+
+
+def _float64_reference(original: nn.Module):
+    """A function from inputs to the flat float64 outputs of ``original`` (None where the
+    program cannot run in float64): the module promoted to float64, or else its graph run
+    by :class:`_Float64Interpreter`."""
+    wide = copy.deepcopy(original).to(torch.float64)
+    interpreter = _Float64Interpreter(wide) if isinstance(wide, fx.GraphModule) else None
+
+    def run(xs: tuple) -> list | None:
+        xs = [_to64(x) for x in xs]
+        try:
+            return _flat(wide(*xs))
+        except Exception:  # noqa: BLE001 - explicit casts or checks: interpret instead
+            if interpreter is None:
+                return None
+        try:
+            return _flat(interpreter.run(*xs))
+        except Exception:  # noqa: BLE001 - a program that cannot run in float64
+            return None
+
+    return run
+
+
 def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
                     max_numel: int = 1 << 22) -> Validation:
     """Check ``new`` against the source program of ``src`` (see the module docstring)."""
@@ -175,12 +221,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                 _in_domain(_random_like(x, gen), src.domains.get(name))
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
-    reference = None
-    if not random_ops:
-        reference = copy.deepcopy(original)
-        if isinstance(reference, nn.Module):
-            reference = reference.to(torch.float64)
+    reference = None if random_ops else _float64_reference(original)
     worst_before = worst_after = 0.0
+    kind = "float64" if reference is not None else "same-seed original"
     with torch.no_grad():
         for xs in input_sets:
             torch.manual_seed(0)
@@ -190,13 +233,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the output structure changed")
-            if reference is not None:
-                try:
-                    out_ref = _flat(reference(*[_to64(x) for x in xs]))
-                except Exception:  # noqa: BLE001 - a program that cannot run in float64
-                    out_ref = out_before
-            else:
-                out_ref = out_before
+            out_ref = reference(xs) if reference is not None else None
+            if out_ref is None:
+                out_ref, kind = out_before, "original (it cannot run in float64)"
             for b, a, r in zip(out_before, out_after, out_ref):
                 if not isinstance(b, torch.Tensor):
                     if b != a:
@@ -213,6 +252,5 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                 if e_after > 2 * e_before + _tolerance(b.dtype):
                     return Validation(False, worst_before, worst_after, len(input_sets),
                                       f"max relative error {e_after:.3g} vs {e_before:.3g} "
-                                      "for the original")
-    kind = "float64" if reference is not None else "same-seed original"
+                                      "for the original", reference=kind)
     return Validation(True, worst_before, worst_after, len(input_sets), reference=kind)

@@ -127,3 +127,32 @@ def test_exact_folding_is_associative(values):
     left = fold("add", [fold("add", [a, b]), c])
     right = fold("add", [a, fold("add", [b, c])])
     assert left[0] == right[0]
+
+
+class _CastingBlock(torch.nn.Module):
+    """Explicit casts, as real models write them (Llama's RMS norm upcasts to float32):
+    torch.export records them with dtype assertions."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x).to(torch.float32)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return (h * torch.rsqrt(variance + 1e-6)).to(x.dtype) * 0.1 * 3
+
+
+def test_export_programs_validate_against_float64_and_fall_back_with_their_signature():
+    x = torch.randn(2, 4, 8)
+    program = torch.export.export(_CastingBlock(), (x,))
+    opt = EGraph.from_fx(program).saturate(RULES, iter_limit=6).extract(Flops(),
+                                                                         validate="raise")
+    assert opt.meta["egraph_report"].validation.reference == "float64"
+    assert opt.meta["egraph_report"].validation.error_before > 0  # a real reference
+    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        fallback = EGraph.from_fx(program).saturate([bad]).extract(Flops())
+    assert fallback.meta["egraph_report"].fell_back
+    torch.testing.assert_close(fallback(x), program.module()(x))
