@@ -28,7 +28,7 @@ import torch.nn as nn
 from egraph.extract import best_nodes
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.ingest import FxSource, _Ref
+from frontends.fx.ingest import FxSource, SubmoduleRef, _Ref
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class _Emitter:
         self.values: dict[int, Any] = {}
         self.attrs: dict[str, fx.Node] = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.submodules: set[str] = set()  # regions of higher-order ops, replayed as is
         self.find = egraph.find
         # class -> the fused kernel call that computes it (CUDA targets)
         self.fused = {c: f for f in fusions for c in f.members}
@@ -182,6 +183,9 @@ class _Emitter:
         call = self.src.opaque[token]
 
         def resolve(a):
+            if isinstance(a, SubmoduleRef):
+                self.submodules.add(a.target)
+                return self.attr(a.target)
             return self.values[self.find(a.cid)] if isinstance(a, _Ref) else a
 
         args = fx.node.map_aggregate(call.args, resolve)
@@ -248,7 +252,10 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     src = egraph.fx
     holder = nn.Module()
     for name in emitter.attrs:
-        if name in emitter.constants:
+        if name in emitter.submodules:
+            owner, leaf = _owner(holder, name)
+            owner.add_module(leaf, src.graph_module.get_submodule(name))
+        elif name in emitter.constants:
             _set_path(holder, name, emitter.constants[name], buffer=True)
         else:
             _set_path(holder, name, _fetch(src.module, name), buffer=True)

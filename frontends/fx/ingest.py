@@ -352,7 +352,10 @@ class _Builder:
 
         def mark(a):
             if isinstance(a, fx.Node):
-                arg_classes.append(self.value(a))
+                value = self.value(a)
+                if isinstance(value, SubmoduleRef):
+                    return value
+                arg_classes.append(value)
                 return _Ref(arg_classes[-1])
             return a
 
@@ -420,8 +423,10 @@ class _Builder:
             return None
         return self.gm.get_submodule(node.target)
 
-    def get_attr(self, node: fx.Node) -> int:
+    def get_attr(self, node: fx.Node) -> int | SubmoduleRef:
         value = _fetch_attr(self.gm, node.target)
+        if isinstance(value, nn.Module):
+            return SubmoduleRef(node.target)  # the body of a higher-order op's region
         if isinstance(value, torch.Tensor):
             name = self.param_names.get(node.target, node.target)
             return self.leaf("param", name, Meta.of(value))
@@ -494,6 +499,15 @@ def _location(node: fx.Node) -> str:
 def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
     """The arguments of F.dropout / torch.dropout (the latter names `training` `train`)."""
     return {"input": input, "p": p, "train": training if train is None else train}
+
+
+@dataclass(frozen=True)
+class SubmoduleRef:
+    """A submodule passed to a call, by its path: the region of a higher-order op of a
+    torch.export graph (``wrap_with_autocast``, ``wrap_with_set_grad_enabled``). Such a
+    call stays opaque, so the region keeps its autocast or grad mode."""
+
+    target: str
 
 
 @dataclass(frozen=True)

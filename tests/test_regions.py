@@ -1,0 +1,42 @@
+"""torch.export graphs with higher-order ops (autocast and grad-mode regions, as Llama's
+rotary embedding writes them) are ingested, kept as regions, and emitted runnable."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from egraph import EGraph
+from egraph.rules import load_rules
+from extractors import Flops
+
+
+class RotaryBlock(nn.Module):
+    """A region under ``torch.autocast(enabled=False)`` and one under ``no_grad``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.rand(4))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1]).float()
+        with torch.autocast("cpu", enabled=False):
+            freqs = positions[:, None] * self.inv_freq[None, :]
+            emb = torch.cat([freqs, freqs], -1)
+            cos, sin = emb.cos(), emb.sin()
+        with torch.no_grad():
+            total = x.sum(-1, keepdim=True)
+        return self.proj(x) * cos + sin + total
+
+
+def test_higher_order_regions_stay_regions_and_run():
+    x = torch.randn(2, 5, 8)
+    program = torch.export.export(RotaryBlock().eval(), (x,))
+    assert any("wrap_with" in str(n.target) for n in program.graph_module.graph.nodes)
+    opt = EGraph.from_fx(program).saturate(load_rules("all"), iter_limit=6).extract(
+        Flops(), validate="raise")
+    assert "wrap_with_autocast" in opt.code and "wrap_with_set_grad_enabled" in opt.code
+    torch.testing.assert_close(opt(x), program.module()(x))
+    reloaded = torch.fx.GraphModule(opt, opt.graph)  # the regions are submodules of it
+    torch.testing.assert_close(reloaded(x), opt(x))
