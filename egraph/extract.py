@@ -49,8 +49,9 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                nodes_of: dict[int, list[tuple]] | None = None) -> dict[int, tuple[Any, tuple]]:
     """For every class with a finite term: ``(best cost, chosen e-node tuple)``.
 
-    ``nodes_of`` restricts the choice to some e-nodes per class (for example the ones a
-    source program had before saturation).
+    Ties go to the smaller term (fewer e-nodes), so an equally cheap program is never a
+    larger one. ``nodes_of`` restricts the choice to some e-nodes per class (for example the
+    ones a source program had before saturation).
     """
     from egraph.egraph import ENode, _canonical
 
@@ -70,6 +71,7 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
     # A cost model that reads the analysis binds to the e-graph: (class, e-node, costs).
     bound = cost.bind(egraph) if hasattr(cost, "bind") else None
     best: dict[int, tuple[Any, tuple]] = {}
+    size: dict[int, int] = {}  # term size of each class's choice: the tie-breaker
     changed = True
     while changed:
         changed = False
@@ -85,10 +87,16 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                     value = bound(c, n, child_costs)
                 else:
                     value = cost(ENode(n[0], kids), child_costs)
-                if current is None or value < current[0]:
-                    current = (value, n)
-                    best[c] = current
-                    changed = True
+                if current is not None and not value < current[0]:
+                    if value != current[0]:
+                        continue
+                    n_size = 1 + sum(size[k] for k in kids)
+                    if n_size >= size[c]:
+                        continue
+                current = (value, n)
+                best[c] = current
+                size[c] = 1 + sum(size[k] for k in kids)
+                changed = True
     return best
 
 

@@ -288,3 +288,19 @@ def test_extraction_gym_files_load_and_round_trip(path):
     assert eg.num_classes <= len(classes)
     back = EGraph.from_json(eg.to_json())
     assert back.num_classes == eg.num_classes and back.num_nodes == eg.num_nodes
+
+
+def test_extraction_ties_go_to_the_smaller_term():
+    """Under a cost that does not count some ops, an equally cheap larger term is never
+    chosen over a smaller one."""
+    from egraph import EGraph, parse
+
+    def multiplications(enode, child_costs):
+        return (enode.op == "*") + sum(child_costs)
+
+    eg = EGraph()
+    big = eg.add(parse("(+ (+ y z) (- y z))"))
+    small = eg.add(parse("w"))
+    eg.union(big, small)
+    term, cost = eg.extract(multiplications, root=big)
+    assert (str(term), cost) == ("w", 0)
