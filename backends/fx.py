@@ -28,7 +28,7 @@ import torch.nn as nn
 from egraph.extract import best_nodes
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.ingest import FxSource, SubmoduleRef, _Ref
+from frontends.fx.ingest import SHAPE_PARAMS, FxSource, SubmoduleRef, _Ref
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class _Emitter:
         self.find = egraph.find
         # class -> the fused kernel call that computes it (CUDA targets)
         self.fused = {c: f for f in fusions for c in f.members}
+        # literal target shapes the program holds (``reshape to (2, 16, 4, 16)``)
+        self.baked: list[str] = []
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -154,6 +156,10 @@ class _Emitter:
         if op == "opaque":
             return self.replay(kids[0])
         spec = SPECS[op]
+        if op in SHAPE_PARAMS:
+            shape = kids[SHAPE_PARAMS[op]]
+            if isinstance(shape, tuple) and all(type(d) is int for d in shape):
+                self.baked.append(f"{op} to {shape}")
         args, kwargs = spec.arguments(kids)
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
@@ -250,6 +256,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
 
         graph.set_codegen(KernelNames())
     src = egraph.fx
+    if emitter.baked:
+        _explain_sizes(graph, egraph, emitter.baked)
     holder = nn.Module()
     for name in emitter.attrs:
         if name in emitter.submodules:
@@ -275,6 +283,64 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if fusions:
         gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
     return gm
+
+
+class SizeMismatch(RuntimeError):
+    """An emitted module that holds literal sizes of its example inputs was called with
+    inputs of other sizes, and failed."""
+
+
+def _explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]) -> None:
+    """Make the generated ``forward`` explain a failure on inputs of other sizes than the
+    ones the program was built for (it holds literal target shapes: ``baked``): the body
+    runs in a ``try``, and a RuntimeError on inputs whose shapes differ from the
+    example's becomes a :class:`SizeMismatch` that names them. Free on the normal path."""
+    names = [n.name for n in graph.nodes if n.op == "placeholder"]
+    shapes = {}
+    for name, cid in zip(names, egraph.fx.input_classes):
+        shape = getattr(egraph.data(cid), "shape", None)
+        if shape is not None:
+            shapes[name] = tuple(shape)
+    if not shapes:
+        return
+    held = sorted(set(baked))[:3]
+
+    def make(previous):
+        def transform(body: list[str]) -> list[str]:
+            if previous is not None:
+                body = previous(body)
+            lines = "".join(body).split("\n")
+            inner = "\n".join("    " + line if line.strip() else line for line in lines)
+            return [
+                f"_egraph_inputs = ({', '.join(names)},)\n", "try:\n", inner,
+                "except RuntimeError as _egraph_error:\n",
+                "    from backends.fx import check_sizes\n",
+                f"    check_sizes(_egraph_error, {tuple(names)!r}, _egraph_inputs, {shapes!r}, "
+                f"{held!r})\n",
+                "    raise\n",
+            ]
+        return transform
+
+    graph.on_generate_code(make)
+
+
+def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
+                held: list[str]) -> None:
+    """Raise :class:`SizeMismatch` (from ``error``) when an input's shape differs from
+    the shape the module was built for; return otherwise (the caller re-raises)."""
+    wrong = [(name, tuple(x.shape), built[name]) for name, x in zip(names, inputs)
+             if name in built and isinstance(x, torch.Tensor) and tuple(x.shape) != built[name]]
+    if not wrong:
+        return
+    got = "; ".join(f"input {name!r} has shape {shape}, the module was built for {want}"
+                    for name, shape, want in wrong)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    raise SizeMismatch(
+        f"{got}. The optimised program holds sizes of its example inputs "
+        f"({', '.join(held)}), so it runs only on inputs of those sizes: build it again "
+        "from an example of this shape, or compute sizes from the input in the source "
+        f"(x.size(0), x.shape[-1]) so that they stay symbolic. (torch: {first})"
+    ) from error
 
 
 def _fetch(module: nn.Module, path: str):

@@ -37,7 +37,10 @@ class Meta(NamedTuple):
     ``sign`` the proven signs of its values (:mod:`egraph.signs`); ``lo``/``hi`` the range
     observed from the example inputs, ``small`` the smallest magnitude and ``sens`` how much
     a relative error in the value moves the outputs (NaN: not measured); they inform costs
-    only, never rules."""
+    only, never rules. ``from_size``: a number (or tuple, slice) computed from a tensor's
+    size (``x.size(0)``, ``C // nh``, a SymInt): it keeps the example's value for guards
+    and normalisation, but is never replaced by a literal, so the emitted program
+    recomputes it from its input and runs on other sizes."""
 
     kind: str
     shape: tuple | None = None
@@ -49,19 +52,22 @@ class Meta(NamedTuple):
     small: float = 0.0
     sens: float = math.nan
     exact: Any = None
+    from_size: bool = False
 
     @classmethod
     def of(cls, value: Any) -> Meta:
         """The meta of a concrete, fake or meta tensor, a tuple of them, or a scalar;
         a real tensor's observed range comes with it."""
         if isinstance(value, torch.Tensor):
-            try:
-                shape = tuple(int(s) for s in value.shape)
-            except (TypeError, ValueError):
-                shape = None  # symbolic sizes
+            # Symbolic sizes stay unknown: int() of a SymInt would make dynamo guard on
+            # (specialise) the example's size.
+            shape = tuple(int(s) for s in value.shape) if all(
+                _concrete(s) for s in value.shape) else None
             return cls("tensor", shape, value.dtype)._replace(**observed_range(value))
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v) for v in value))
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return cls("scalar", from_size=True)  # symbolic: value unknown, never baked
         if isinstance(value, (bool, int, float)):
             return _number("scalar", exact_of(value), value)
         return cls("unknown")
@@ -77,6 +83,15 @@ class Meta(NamedTuple):
                 raise _Unknown
             return self.value
         raise _Unknown
+
+
+def _concrete(size: Any) -> bool:
+    """True for a size that is a plain number (a SymInt only when it is a constant)."""
+    if not isinstance(size, torch.SymInt):
+        return True
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    return is_concrete_int(size)
 
 
 def observed_range(value: torch.Tensor) -> dict:
@@ -142,6 +157,9 @@ class TensorAnalysis(Analysis):
 
     def make(self, egraph: EGraph, node: tuple) -> Meta:
         meta = self._make(egraph, node)
+        if len(node) > 1 and meta.kind in ("scalar", "literal", "tuple") and _from_size(
+                egraph, node):
+            meta = _sized(meta)
         if len(node) == 1 or meta.kind not in ("tensor", "scalar"):
             return meta
         sign = _sign(egraph, node) & meta.sign
@@ -241,7 +259,7 @@ class TensorAnalysis(Analysis):
         float literal for ``1e-5 * 1e5``, which is not a float, would change the program);
         otherwise the class keeps computing it as written."""
         meta = egraph.data(cid)
-        if meta is None or meta.kind != "scalar" or meta.value is None:
+        if meta is None or meta.kind != "scalar" or meta.value is None or meta.from_size:
             return
         value = meta.value
         if isinstance(value, bool):
@@ -252,6 +270,22 @@ class TensorAnalysis(Analysis):
         else:
             return
         egraph._union(cid, leaf, "constant-fold")
+
+
+def _from_size(egraph: EGraph, node: tuple) -> bool:
+    """True when an e-node's (non-tensor) value is computed from a tensor's size."""
+    if node[0] == "size":
+        return True
+    find = egraph._uf.find
+    return any(getattr(egraph._data[find(c)], "from_size", False) for c in node[1:])
+
+
+def _sized(meta: Meta) -> Meta:
+    """``meta`` marked as computed from sizes (the items of a tuple too)."""
+    if meta.kind == "tuple" and isinstance(meta.value, tuple):
+        return meta._replace(from_size=True, value=tuple(
+            _sized(m) if isinstance(m, Meta) else m for m in meta.value))
+    return meta if meta.from_size else meta._replace(from_size=True)
 
 
 def _same_shape_ops() -> dict[str, Any]:

@@ -18,6 +18,7 @@ reordered. In-place ops on intermediates are functionalised (later uses see the 
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,6 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.fx.passes.shape_prop import ShapeProp
 
 from egraph.egraph import EGraph
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
@@ -37,6 +37,11 @@ from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, SPECS, UNKNOWN_VAL
 
 class UntraceableModel(ValueError):
     """The model cannot be captured as a static graph; the message says how to proceed."""
+
+
+class InputMismatch(ValueError):
+    """The example inputs do not fit the model (their number, or a shape or dtype the first
+    op that rejects them says it cannot take); the message names them and the op."""
 
 
 @dataclass
@@ -124,15 +129,150 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
+    run = _Propagation(gm, mode)
     try:
-        ShapeProp(gm, fake_mode=mode).propagate(*fakes)
-    except Exception:
+        with _quiet("torch._subclasses.fake_tensor"):
+            run.run(*fakes)
+    except Exception as err:  # noqa: BLE001 - sorted below: a mismatch, or fake's limits
+        if not _fake_limit(err):
+            _check_inputs_fit(gm, example_inputs, run.node, err)
         return out  # shapes stay unknown where fake propagation cannot run
-    for n in gm.graph.nodes:
-        if "tensor_meta" in n.meta:
-            tm = n.meta["tensor_meta"]
-            out[n.name] = _meta_of_tensor_meta(tm)
+    for name, value in run.values.items():
+        meta = _meta_of_value(value)
+        if meta is not None:
+            out[name] = meta
     return out
+
+
+class _Propagation(fx.Interpreter):
+    """Runs the graph on fake tensors, keeping every node's value (the user's graph and
+    its nodes' metadata are left as they are) and the node that is running."""
+
+    def __init__(self, gm: fx.GraphModule, mode=None):
+        super().__init__(gm)
+        self.mode = mode
+        self.values: dict[str, Any] = {}
+        self.node: fx.Node | None = None
+
+    def run_node(self, n: fx.Node):
+        self.node = n
+        if self.mode is None:
+            result = super().run_node(n)
+        else:
+            with self.mode:
+                result = super().run_node(n)
+        self.values[n.name] = result
+        return result
+
+
+def _meta_of_value(value: Any) -> Meta | None:
+    """The meta of a propagated value holding tensors (shape and dtype), else None."""
+    if isinstance(value, torch.Tensor):
+        return Meta.of(value)
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        return Meta("tuple", value=tuple(_meta_of_value(v) or Meta("unknown") for v in value))
+    return None
+
+
+def _fake_limit(err: Exception) -> bool:
+    """True for errors that say fake tensors cannot run an op (data-dependent shapes, no
+    meta kernel), not that the inputs are wrong."""
+    from torch._subclasses import fake_tensor
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    limits = (NotImplementedError, GuardOnDataDependentSymNode,
+              fake_tensor.DataDependentOutputException,
+              fake_tensor.DynamicOutputShapeException,
+              fake_tensor.UnsupportedOperatorException,
+              fake_tensor.UnsupportedFakeTensorException)
+    return isinstance(err, limits)
+
+
+class _quiet:
+    """Drops a torch logger's records for a while (fake propagation logs every op it
+    cannot run at ERROR level, with a traceback, before raising)."""
+
+    def __init__(self, name: str):
+        self.logger = logging.getLogger(name)
+
+    def __enter__(self):
+        self.logger.addFilter(_drop)
+
+    def __exit__(self, *exc):
+        self.logger.removeFilter(_drop)
+        return False
+
+
+def _drop(record) -> bool:
+    return False
+
+
+def _check_inputs_fit(gm: fx.GraphModule, example_inputs, node: fx.Node | None,
+                      err: Exception) -> None:
+    """Raise :class:`InputMismatch` for the error fake propagation met at ``node``, after
+    confirming it on the real inputs where they are real (fake tensors cannot run some
+    ops that real ones can: then the shapes just stay unknown)."""
+    real = all(not isinstance(x, torch.Tensor) or (type(x) is torch.Tensor and
+                                                    x.device.type != "meta")
+               for x in example_inputs)
+    if real:
+        run = _Propagation(gm)
+        inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
+                  for x in example_inputs]
+        try:
+            with torch.random.fork_rng(), torch.no_grad():
+                run.run(*inputs)
+        except Exception as real_err:  # noqa: BLE001 - the real op's own complaint
+            node, err = run.node, real_err
+        else:
+            return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = dict(zip(placeholders, example_inputs))
+    used = _inputs_of(node) if node is not None else set()
+    named = [n for n in values if n in used] or list(values)
+    described = ", ".join(f"input {n.target!r} {_describe_value(values[n])}" for n in named)
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    where = f"{_describe_node(node)} rejects it" if node is not None else "the model rejects it"
+    raise InputMismatch(
+        f"the example inputs do not fit the model: {described}; {where}: {message}. "
+        "Pass example inputs of the shapes and dtypes the model takes."
+    ) from None
+
+
+def _inputs_of(node: fx.Node) -> set[fx.Node]:
+    """The placeholders ``node`` depends on."""
+    seen: set[fx.Node] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return {n for n in seen if n.op == "placeholder"}
+
+
+def _describe_value(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"of shape {tuple(x.shape)} ({str(x.dtype).removeprefix('torch.')})"
+    return f"= {x!r}"
+
+
+def _describe_node(node: fx.Node) -> str:
+    """An FX node as a reader knows it: its name and what it calls."""
+    if node.op == "call_module":
+        what = f"module {node.target!r}"
+    elif node.op == "call_method":
+        what = f"method .{node.target}()"
+    elif node.op == "call_function":
+        name = getattr(node.target, "__qualname__", None)
+        module = str(getattr(node.target, "__module__", "") or "").replace("_operator",
+                                                                             "operator")
+        what = f"{module}.{name}" if name and module and not hasattr(
+            node.target, "_schema") else str(node.target)  # aten ops: aten.mm.default
+    else:
+        what = node.op
+    return f"FX node {node.name!r} ({what})"
 
 
 class _RangeRecorder(fx.Interpreter):
@@ -212,14 +352,6 @@ def _tensors(out) -> list:
     return leaves
 
 
-def _meta_of_tensor_meta(tm) -> Meta:
-    if hasattr(tm, "shape") and hasattr(tm, "dtype"):
-        return Meta("tensor", tuple(int(s) for s in tm.shape), tm.dtype)
-    if isinstance(tm, (tuple, list)):
-        return Meta("tuple", value=tuple(_meta_of_tensor_meta(t) for t in tm))
-    return Meta("unknown")
-
-
 class _Builder:
     """Walks the FX graph once and adds each node's canonical expression."""
 
@@ -259,7 +391,7 @@ class _Builder:
         if isinstance(value, tuple):
             if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                 return eg.add_node(literal(value))
-            return eg.add_node("tuple", [self.value(v) for v in value])
+            return self._tuple([self.value(v) for v in value])
         if isinstance(value, slice):
             return eg.add_node("slice", [self.literal(value.start), self.literal(value.stop),
                                          self.literal(value.step)])
@@ -296,6 +428,11 @@ class _Builder:
         kids = [self.expr(v) if _is_expr(v) else self.value(v) for v in values]
         if name == "identity":
             return kids[0]
+        shaped = self._shape_value(name, kids)
+        if shaped is not None:
+            return shaped
+        if name in SHAPE_PARAMS:
+            kids[SHAPE_PARAMS[name]] = self._whole_shape(kids[SHAPE_PARAMS[name]])
         spec = SPECS[name]
         if spec.normalize is not None:
             kids = self._normalized(spec, kids)
@@ -304,12 +441,83 @@ class _Builder:
             return folded
         return self.eg.add_node(name, kids)
 
+    # -- sizes: ``x.size()`` is the tuple of its dims, each computed from the input -------
+
+    def _elements(self, cid: int) -> list[int] | None:
+        """The classes of the items of a tuple-valued class (a shape), or None."""
+        for n in self.eg.nodes(cid):
+            if n.op == "tuple":
+                return list(n.children)
+        meta = self.eg.data(cid)
+        if meta is not None and meta.kind == "literal" and isinstance(meta.value, tuple) and all(
+                type(v) is int for v in meta.value):
+            return [self.literal(v) for v in meta.value]
+        return None
+
+    def _tuple(self, items: list[int]) -> int:
+        """A tuple of classes: a literal when every item is a plain int literal."""
+        metas = [self.eg.data(c) for c in items]
+        if all(m is not None and m.kind == "literal" and type(m.value) is int for m in metas):
+            return self.literal(tuple(m.value for m in metas))
+        return self.eg.add_node("tuple", items)
+
+    def _shape_value(self, name: str, kids: list[int]) -> int | None:
+        """Size arithmetic resolved at ingest, so each dim stays its own ``size(x, d)``:
+        ``x.size()`` (rank known) is the tuple of the dims, ``shape[i]`` and
+        ``shape[a:b]`` pick items, ``shape[:-1] + (nh, hd)`` concatenates. None when
+        ``name`` is not such an operation."""
+        eg = self.eg
+        if name == "size":
+            meta, dim = eg.data(kids[0]), eg.data(kids[1])
+            shape = getattr(meta, "shape", None)
+            if dim is not None and dim.kind == "literal" and dim.value is None and (
+                    shape is not None):
+                return self._tuple([eg.add_node("size", [kids[0], self.literal(d)])
+                                    for d in range(len(shape))])
+            return None
+        if name == "getitem":
+            index = eg.data(kids[1])
+            if index is None or index.kind != "literal" or index.from_size:
+                return None
+            items = self._elements(kids[0])
+            if items is not None:
+                if type(index.value) is int and -len(items) <= index.value < len(items):
+                    return items[index.value]
+                if isinstance(index.value, slice):
+                    return self._tuple(items[index.value])
+                return None
+            if type(index.value) is int:
+                for n in eg.nodes(kids[0]):
+                    dim = eg.data(n.children[1]) if n.op == "size" else None
+                    if dim is not None and dim.kind == "literal" and dim.value is None:
+                        return eg.add_node("size", [n.children[0], self.literal(index.value)])
+            return None
+        if name == "add":
+            left, right = self._elements(kids[0]), self._elements(kids[1])
+            if left is not None and right is not None:
+                return self._tuple(left + right)
+        return None
+
+    def _whole_shape(self, cid: int) -> int:
+        """A shape given as one value (``x.view(shape)``, ``x.expand(y.size())``) arrives as
+        a one-item tuple holding it: the shape itself, as a tuple of its dims."""
+        items = self._elements(cid)
+        if items is not None and len(items) == 1:
+            inner = self._elements(items[0])
+            if inner is not None:
+                return self._tuple(inner)
+        return cid
+
     def _fold(self, spec, kids: list[int]) -> int | None:
         """A constant leaf for an op whose inputs are all constants (literals or constant
-        tensors made in the graph, never parameters or buffers); None otherwise."""
+        tensors made in the graph, never parameters or buffers); None otherwise. Values
+        computed from sizes are not constants: a tensor made from ``x.size(1)`` stays
+        computed, so the program follows the input's size."""
         values = []
         for k in kids:
             meta = self.eg.data(k)
+            if meta is not None and meta.from_size:
+                return None
             if meta is not None and meta.kind in ("literal", "scalar") and (
                     meta.value is not None or meta.kind == "literal"):
                 values.append(meta.value)
@@ -332,14 +540,17 @@ class _Builder:
 
     def _normalized(self, spec, kids: list[int]) -> list[int]:
         """Attributes in normal form (positive dims, concrete shapes) so that the same
-        operation always hashes the same."""
+        operation always hashes the same. An attribute computed from sizes (``x.view(B,
+        T, nh, -1)`` with ``B, T, C = x.size()``) stays as computed: its literal would
+        bake the example's size into the program."""
         metas = [self.eg.data(k) for k in kids]
         values: list[Any] = [
             m.value if m is not None and m.kind in ("literal", "scalar") and m.value is not None
             else UNKNOWN_VALUE for m in metas
         ]
         normalized = spec.normalize(list(values), metas)
-        return [k if v is UNKNOWN_VALUE else self.literal(v) for k, v in zip(kids, normalized)]
+        return [k if v is UNKNOWN_VALUE or (m is not None and m.from_size) else self.literal(v)
+                for k, v, m in zip(kids, normalized, metas)]
 
     def opaque_call(self, node: fx.Node, random: bool = False) -> int:
         """Keep ``node`` as is: a unique token, chained after the previous opaque call.
@@ -476,6 +687,9 @@ def _out_of_place(node: fx.Node):
                 return twin
     return target
 
+
+SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
+"""Ops whose parameter at that position is a whole target shape."""
 
 _MAX_OBSERVED = 1 << 22
 """Graphs with more input and parameter elements are not run to observe ranges."""
@@ -629,6 +843,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         )
     if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
+    if example_inputs is not None:
+        _check_count(gm, example_inputs, param_names)
     builder = _Builder(gm, example_inputs, param_names)
     for name, domain in (domains or {}).items():
         if domain not in DOMAINS:
@@ -670,6 +886,25 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
     )
     return eg
+
+
+def _check_count(gm: fx.GraphModule, example_inputs, param_names: dict[str, str]) -> None:
+    """Raise :class:`InputMismatch` when the number of example inputs is not one the
+    graph takes (inputs with defaults may be left out)."""
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.name not in param_names]
+    if any(n.target.startswith("*") for n in inputs):
+        return  # *args: any number
+    required = [n for n in inputs if not n.args]
+    if len(required) <= len(example_inputs) <= len(inputs):
+        return
+    names = ", ".join(n.target for n in inputs)
+    takes = (f"{len(inputs)}" if len(required) == len(inputs)
+             else f"{len(required)} to {len(inputs)}")
+    raise InputMismatch(
+        f"the model takes {takes} input{'s' if len(inputs) != 1 else ''} ({names}), but "
+        f"{len(example_inputs)} example input{'s were' if len(example_inputs) != 1 else ' was'}"
+        " given; pass one example per input, in order"
+    )
 
 
 def _user_outputs(program, outputs):

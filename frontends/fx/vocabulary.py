@@ -218,7 +218,8 @@ op("tril", "x diagonal", torch.tril)
 op("triu", "x diagonal", torch.triu)
 op("to", "x dtype", "to")
 op("getitem", "x index", operator.getitem)
-op("size", "x dim", "size", lambda x, d: ((x,) if d is None else (x, d), {}))
+op("size", "x dim", "size", lambda x, d: ((x,) if d is None else (x, d), {}),
+   normalize=_norm_dim(1))
 op("split", "x size dim", torch.split)
 op("chunk", "x chunks dim", torch.chunk)
 op("max_dim", "x dim keepdim", torch.max, normalize=_norm_dim(1))
@@ -450,6 +451,12 @@ def _size(input, dim=None):
     return ("size", [input, dim])
 
 
+def _getattr(obj, name, *default):
+    if name != "shape":
+        raise _Unsupported(f"attribute {name!r}")
+    return ("size", [obj, None])
+
+
 def _split(tensor, split_size_or_sections, dim=0):
     size = split_size_or_sections
     return ("split", [tensor, tuple(size) if isinstance(size, list) else size, dim])
@@ -640,6 +647,7 @@ for _m, _dt in [("float", torch.float32), ("half", torch.float16), ("double", to
                 ("bool", torch.bool)]:
     _spell(_dtype_method(_dt), methods=(_m,))
 _spell(_size, methods=("size",))
+_spell(_getattr, getattr)  # x.shape
 _spell(_split, torch.split, methods=("split",))
 _spell(_chunk, torch.chunk, methods=("chunk",))
 _spell(_max, torch.max, methods=("max",))
@@ -693,6 +701,7 @@ _spell(_unary("silu"), aten.silu.default)
 _spell(_where, aten.where.self)
 _spell(_masked_fill, aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 _spell(_reshape, aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+_spell(_size, aten.sym_size.int)
 _spell(_permute, aten.permute.default)
 _spell(_transpose, aten.transpose.int)
 _spell(_t, aten.t.default)

@@ -1,0 +1,408 @@
+"""Sizes: dynamic shapes in the torch.compile backend, emitted modules on other batch sizes,
+the backend's registration, and example inputs that do not fit the model."""
+
+import copy
+import logging
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from backends.compile import hinted_inputs, make_backend
+from backends.fx import SizeMismatch
+from egraph import AstSize, EGraph, rewrite
+from egraph.examples.zoo import build
+from egraph.rules import load_rules
+from egraph.term import literal
+from frontends.fx.ingest import InputMismatch
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """A transformer block written as nanoGPT writes it (causal self-attention)."""
+
+    def __init__(self, n_embd=16, n_head=2, block_size=16):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
+        self.n_head = n_head
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+
+    def attn(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class HFAttention(nn.Module):
+    """Head split as Hugging Face writes it (``view(*x.shape[:-1], nh, hd)``)."""
+
+    def __init__(self, hidden=16, n_head=2):
+        super().__init__()
+        self.q_proj = nn.Linear(hidden, hidden)
+        self.o_proj = nn.Linear(hidden, hidden)
+        self.n_head, self.head_dim = n_head, hidden // n_head
+
+    def forward(self, x):
+        input_shape = x.shape[:-1]
+        q = self.q_proj(x).view(*input_shape, self.n_head, self.head_dim).transpose(1, 2)
+        att = torch.softmax(q @ q.transpose(-2, -1) / math.sqrt(self.head_dim), dim=-1)
+        y = (att @ q).transpose(1, 2).reshape(*input_shape, -1).contiguous()
+        return self.o_proj(y)
+
+
+class Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, idx):
+        return F.log_softmax(self.head(self.emb(idx)), dim=-1)
+
+
+def _input(name, batch, length):
+    if name == "mlp":
+        return torch.randn(batch, 8)
+    if name == "embed":
+        return torch.randint(0, 10, (batch, length))
+    return torch.randn(batch, length, 16)
+
+
+MAKERS = {"mlp": MLP, "block": Block, "hf": HFAttention, "embed": Embed}
+
+
+def _check_train_step(model, reference, compiled, x):
+    out, expected = compiled(x), reference(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    out.pow(2).sum().backward()
+    expected.pow(2).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    model.zero_grad()
+    reference.zero_grad()
+
+
+# -- 1. the compile backend with dynamic shapes -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_dynamic_true_compiles_once_and_trains_like_eager(name):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MAKERS[name]()
+    reference = copy.deepcopy(model)
+    backend = make_backend(rules=load_rules("all"), validate="raise", iter_limit=4)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for batch, length in [(2, 5), (3, 7), (5, 6)]:  # (sizes 0 and 1 are specialised)
+        _check_train_step(model, reference, compiled, _input(name, batch, length))
+    # one forward and one backward graph serve every size: nothing was specialised
+    assert len(backend.cache) == 2
+    for key, fn in backend.cache.items():
+        hash(key)
+        assert "'s" in repr(key[1])  # symbolic sizes count by their expression
+        report = fn.module.meta["egraph_report"]
+        assert report.validation.ok and not report.fell_back
+
+
+def test_automatic_dynamic_after_a_batch_change():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    backend = make_backend()
+    compiled = torch.compile(model, backend=backend)
+    for batch, length in [(2, 5), (3, 5), (4, 5)]:
+        _check_train_step(model, reference, compiled, _input("block", batch, length))
+    # a static compile, then one recompile with a dynamic batch (forward and backward each)
+    assert len(backend.cache) == 4
+    for batch, length in [(5, 7), (2, 6)]:
+        _check_train_step(model, reference, compiled, _input("block", batch, length))
+    assert len(backend.cache) == 6  # and one more once the length changes too
+
+
+def _aot_graphs(model, x):
+    """The forward graphs (and example inputs) aot_autograd hands a backend, dynamic."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return make_boxed_func(gm)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=aot_autograd(fw_compiler=keep), dynamic=True)(x)
+    return graphs
+
+
+def test_symint_inputs_stay_symbolic_scalars_the_program_reads():
+    model = Block()
+    (gm, example_inputs), = _aot_graphs(model, torch.randn(2, 5, 16))
+    symbolic = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.SymInt)]
+    assert symbolic
+    eg = EGraph.from_fx(gm, hinted_inputs(example_inputs), observe=False)
+    for i in symbolic:
+        cid = eg.fx.input_classes[i]
+        meta = eg.data(cid)
+        assert meta.kind == "scalar" and meta.value is None
+        assert all(n.op == "input" for n in eg.nodes(cid))  # never unioned with a literal
+    opt = eg.extract(AstSize())
+    names = [eg.fx.inputs[i] for i in symbolic]
+    assert any(f"({names[0]}, " in line for line in opt.code.splitlines()
+               if "reshape" in line)  # the batch is read from the SymInt input
+    # the same module serves another batch size: SymInts 3 and 7 with tensors to match
+    (gm_other, other), = _aot_graphs(model, torch.randn(3, 7, 16))
+    assert gm_other.code == gm.code
+    inputs = hinted_inputs(other)
+    assert [x for x in inputs if type(x) is int][:2] == [3, 7]
+    torch.testing.assert_close(opt(*inputs), gm(*inputs))
+
+
+def test_hinted_inputs_are_real_values_of_the_hinted_sizes():
+    (gm, example_inputs), = _aot_graphs(MLP(), torch.randn(3, 8))
+    inputs = hinted_inputs(example_inputs)
+    assert any(isinstance(x, torch.SymInt) for x in example_inputs)
+    for fake, real in zip(example_inputs, inputs):
+        if isinstance(fake, torch.SymInt):
+            assert real == 3 and type(real) is int
+        else:
+            assert type(real) is torch.Tensor and real.dtype == fake.dtype
+            assert real.shape == tuple(3 if isinstance(s, torch.SymInt) else s
+                                       for s in fake.shape)
+
+
+# -- 2. emitted modules on other batch sizes ----------------------------------------------------
+
+
+class Spellings(nn.Module):
+    """Sizes spelled the ways real code spells them."""
+
+    def __init__(self):
+        super().__init__()
+        self.nh = 2
+
+    def forward(self, x):
+        B, T, C = x.size()
+        a = x.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        b = x.view(x.shape[0], T, self.nh, -1).transpose(1, 2)
+        c = x.view(x.shape[:-1] + (self.nh, x.size(-1) // self.nh)).transpose(1, 2)
+        flat = x.reshape(x.size(0), -1)
+        wide = x[:, :1].expand(x.shape[0], T, x.size(-1))
+        mask = torch.ones((T, T)).tril() + torch.arange(T)
+        zeros = torch.zeros((x.size(0), 1, 3)) + torch.full((1, T, 1), 2.0)
+        return a + b + c, flat, wide + x, mask, zeros
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_emitted_module_runs_on_other_sizes_for_every_spelling(rules):
+    model = Spellings()
+    eg = EGraph.from_fx(model, (torch.randn(2, 3, 4),))
+    if rules:
+        eg.saturate(load_rules("all"), iter_limit=6, node_limit=20_000)
+    opt = eg.extract(AstSize(), validate="raise")
+    for shape in [(1, 3, 4), (4, 5, 6), (3, 2, 8)]:
+        x = torch.randn(shape)
+        for got, want in zip(opt(x), model(x)):
+            torch.testing.assert_close(got, want)
+    assert "try:" not in opt.code  # no literal sizes held: nothing to explain
+
+
+@pytest.mark.parametrize("name", ["gpt_block", "gpt", "naive_transformer"])
+def test_zoo_transformers_run_on_other_batch_and_sequence_lengths(name):
+    model, (x,) = build(name)
+    eg = EGraph.from_fx(model, (x,)).saturate(load_rules("all"), iter_limit=6,
+                                               node_limit=50_000)
+    opt = eg.extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    for batch, length in [(1, 16), (4, 16), (3, 8)]:
+        y = (torch.randint(0, 512, (batch, length)) if not x.is_floating_point()
+             else torch.randn(batch, length, x.shape[-1]))
+        with torch.no_grad():
+            torch.testing.assert_close(opt(y), model(y), rtol=1e-4, atol=1e-4)
+
+
+def test_demo_still_fuses_and_runs_on_other_batch_sizes():
+    model, inputs = build("naive_transformer")
+    eg = EGraph.from_fx(model, inputs).saturate(load_rules("all"), iter_limit=8,
+                                                 node_limit=100_000, time_limit=60.0)
+    opt = eg.extract(AstSize())
+    called = {getattr(n.target, "__name__", "") for n in opt.graph.nodes}
+    assert {"layer_norm", "scaled_dot_product_attention", "gelu"} <= called
+    for batch in (1, 4):
+        y = torch.randn(batch, 16, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(opt(y), model(y), rtol=1e-4, atol=1e-4)
+
+
+def test_sizes_keep_their_values_for_the_analysis_but_not_as_literals():
+    gm = torch.fx.symbolic_trace(lambda x: x.view(x.size(0), 2, -1) * x.size(-1))
+    eg = EGraph.from_fx(gm, (torch.randn(3, 8),))
+    sizes = [c for c in eg.classes() if any(n.op == "size" for n in eg.nodes(c))]
+    assert {eg.data(c).value for c in sizes} == {3, 8}
+    for c in sizes:
+        assert eg.data(c).from_size
+        assert not any(n.op != "size" for n in eg.nodes(c))  # no literal in the class
+    # the same operation still hashes the same
+    gm2 = torch.fx.symbolic_trace(lambda x: x.view(x.size(0), 2, -1) + x.view(x.size(0), 2, -1))
+    eg2 = EGraph.from_fx(gm2, (torch.randn(3, 8),))
+    assert sum(1 for c in eg2.classes() for n in eg2.nodes(c) if n.op == "reshape") == 1
+
+
+def test_an_export_program_with_dynamic_dims_reads_its_sizes():
+    model = HFAttention()
+    dims = {"x": {0: torch.export.Dim("batch"), 1: torch.export.Dim("length")}}
+    program = torch.export.export(model, (torch.randn(2, 5, 16),), dynamic_shapes=dims)
+    opt = EGraph.from_fx(program).extract(AstSize())
+    assert "sym_size" not in opt.code and ".size(0)" in opt.code
+    x = torch.randn(3, 7, 16)
+    torch.testing.assert_close(opt(x), model(x))
+
+
+def _baking_rule():
+    """A rule whose right side builds a literal shape from the example's sizes."""
+    def bake(egraph, subst):
+        first = egraph.data(subst["s"]).value[0]
+        rest = math.prod(egraph.data(subst["x"]).shape) // first
+        return egraph.add_node("reshape", [subst["x"], egraph.add_node(literal((first, rest)))])
+
+    return rewrite("bake-shape", "(reshape ?x ?s)", bake)
+
+
+def test_a_baked_size_fails_with_a_clear_error_naming_the_input():
+    gm = torch.fx.symbolic_trace(lambda x: torch.relu(x.reshape(x.size(0), -1)))
+    before = gm.code
+    eg = EGraph.from_fx(gm, (torch.randn(2, 3, 4),)).saturate([_baking_rule()], iter_limit=2)
+    opt = eg.extract(AstSize())
+    assert "(2, 12)" in opt.code
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(opt(x), gm(x))  # the size it was built for still runs
+    with pytest.raises(SizeMismatch) as info:
+        opt(torch.randn(3, 3, 4))
+    message = str(info.value)
+    assert "'x'" in message and "(3, 3, 4)" in message and "(2, 3, 4)" in message
+    assert "reshape to (2, 12)" in message
+    assert isinstance(info.value, RuntimeError)  # what callers catching torch's error see
+    assert gm.code == before  # the user's graph is untouched
+    with pytest.raises(SizeMismatch):
+        copy.deepcopy(opt)(torch.randn(4, 3, 4))
+
+
+def test_ingest_leaves_the_users_graph_as_it_was():
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x).sum(-1))
+    metas = {n.name: dict(n.meta) for n in gm.graph.nodes}
+    EGraph.from_fx(gm, (torch.randn(3, 4),)).extract(AstSize())
+    assert {n.name: dict(n.meta) for n in gm.graph.nodes} == metas
+
+
+# -- 3. the backend's registration, in a fresh process ------------------------------------------
+
+_COMPILE = ("m = torch.nn.Linear(4, 4); x = torch.randn(2, 4); "
+            "assert torch.allclose(torch.compile(m, backend='egraph')(x), m(x)); ")
+
+
+@pytest.mark.parametrize("code", [
+    "import torch; " + _COMPILE,
+    "import torch; import backends.compile; " + _COMPILE,
+    "import torch; " + _COMPILE + "import backends.compile; torch._dynamo.reset(); " + _COMPILE,
+    "import torch; from backends.compile import egraph_backend; torch._dynamo.list_backends(); "
+    + _COMPILE,
+    # where no entry point is installed, importing the module registers the name
+    "import importlib.metadata as md; orig = md.entry_points; "
+    "md.entry_points = lambda **kw: md.EntryPoints(()) "
+    "if kw.get('group') == 'torch_dynamo_backends' else orig(**kw); "
+    "import torch; import backends.compile; " + _COMPILE,
+], ids=["compile-only", "import-then-compile", "compile-then-import", "listed-first",
+        "no-entry-point"])
+def test_backend_name_works_in_a_fresh_process_in_any_order(code, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code + "print('ok')"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+    assert "duplicate name" not in result.stderr
+
+
+# -- 4. example inputs that do not fit the model ------------------------------------------------
+
+
+def test_inputs_of_the_wrong_shape_are_refused_clearly(caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(InputMismatch) as info:
+        EGraph.from_fx(nn.Linear(4, 4), (torch.randn(3, 5),))
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "'input'" in message and "(3, 5)" in message
+    assert "linear" in message and "3x5 and 4x4" in message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_first_op_that_rejects_the_inputs_is_named():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(6, 2))
+    with pytest.raises(InputMismatch) as info:
+        EGraph.from_fx(model, (torch.randn(3, 4),))
+    assert "module '2'" in str(info.value) and "(3, 4)" in str(info.value)
+    gm = torch.fx.symbolic_trace(lambda x, y, z: (x @ y, z.exp()))
+    with pytest.raises(InputMismatch) as info:
+        EGraph.from_fx(gm, (torch.randn(2, 3), torch.randn(4, 5), torch.randn(2)))
+    assert "'x'" in str(info.value) and "'y'" in str(info.value)
+    assert "'z'" not in str(info.value)  # z does not flow into the matmul
+    with pytest.raises(InputMismatch, match="int64|Long"):
+        EGraph.from_fx(nn.Embedding(10, 4), (torch.randn(3),))
+
+
+def test_a_wrong_number_of_inputs_is_refused_clearly():
+    with pytest.raises(InputMismatch, match=r"takes 1 input \(input\), but 2 example inputs"):
+        EGraph.from_fx(nn.Linear(4, 4), (torch.randn(3, 4), torch.randn(3, 4)))
+    with pytest.raises(InputMismatch, match="but 0 example inputs"):
+        EGraph.from_fx(nn.Linear(4, 4), ())
+
+    class WithDefault(nn.Module):
+        def forward(self, x, scale=2.0):
+            return x * scale
+
+    EGraph.from_fx(WithDefault(), (torch.randn(3),))  # defaults may be left out
+    with pytest.raises(InputMismatch, match="takes 1 to 2 inputs"):
+        EGraph.from_fx(WithDefault(), (torch.randn(3), 2.0, 3.0))
+
+
+def test_ops_fake_tensors_cannot_run_leave_shapes_unknown_without_error(caplog):
+    caplog.set_level(logging.DEBUG)
+    gm = torch.fx.symbolic_trace(lambda x: torch.nonzero(x > 0).float().sum() + x)
+    opt = EGraph.from_fx(gm, (torch.randn(5),)).extract(AstSize())
+    x = torch.randn(5)
+    torch.testing.assert_close(opt(x), gm(x))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
