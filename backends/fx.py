@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from backends.sizes import explain_sizes, probe_sizes, require_sizes
 from egraph.extract import best_nodes
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
@@ -57,6 +58,7 @@ class ExtractionReport:
     nodes_before: int = 0
     nodes_after: int = 0
     kernels: list[str] = field(default_factory=list)
+    built_for: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [
@@ -75,6 +77,10 @@ class ExtractionReport:
             lines.append("fused kernels: " + ", ".join(self.kernels))
         if self.fell_back:
             lines.append("validation failed: the original program was returned")
+        if self.built_for:
+            lines.append("runs only on inputs of the example's sizes: " + ", ".join(
+                f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
+                for d, n in dims.items()) + " (a rewrite computed with them)")
         lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                            for k, v in self.times.items()))
         return "\n".join(lines)
@@ -257,7 +263,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         graph.set_codegen(KernelNames())
     src = egraph.fx
     if emitter.baked:
-        _explain_sizes(graph, egraph, emitter.baked)
+        explain_sizes(graph, egraph, emitter.baked)
     holder = nn.Module()
     for name in emitter.attrs:
         if name in emitter.submodules:
@@ -283,64 +289,6 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if fusions:
         gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
     return gm
-
-
-class SizeMismatch(RuntimeError):
-    """An emitted module that holds literal sizes of its example inputs was called with
-    inputs of other sizes, and failed."""
-
-
-def _explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]) -> None:
-    """Make the generated ``forward`` explain a failure on inputs of other sizes than the
-    ones the program was built for (it holds literal target shapes: ``baked``): the body
-    runs in a ``try``, and a RuntimeError on inputs whose shapes differ from the
-    example's becomes a :class:`SizeMismatch` that names them. Free on the normal path."""
-    names = [n.name for n in graph.nodes if n.op == "placeholder"]
-    shapes = {}
-    for name, cid in zip(names, egraph.fx.input_classes):
-        shape = getattr(egraph.data(cid), "shape", None)
-        if shape is not None:
-            shapes[name] = tuple(shape)
-    if not shapes:
-        return
-    held = sorted(set(baked))[:3]
-
-    def make(previous):
-        def transform(body: list[str]) -> list[str]:
-            if previous is not None:
-                body = previous(body)
-            lines = "".join(body).split("\n")
-            inner = "\n".join("    " + line if line.strip() else line for line in lines)
-            return [
-                f"_egraph_inputs = ({', '.join(names)},)\n", "try:\n", inner,
-                "except RuntimeError as _egraph_error:\n",
-                "    from backends.fx import check_sizes\n",
-                f"    check_sizes(_egraph_error, {tuple(names)!r}, _egraph_inputs, {shapes!r}, "
-                f"{held!r})\n",
-                "    raise\n",
-            ]
-        return transform
-
-    graph.on_generate_code(make)
-
-
-def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
-                held: list[str]) -> None:
-    """Raise :class:`SizeMismatch` (from ``error``) when an input's shape differs from
-    the shape the module was built for; return otherwise (the caller re-raises)."""
-    wrong = [(name, tuple(x.shape), built[name]) for name, x in zip(names, inputs)
-             if name in built and isinstance(x, torch.Tensor) and tuple(x.shape) != built[name]]
-    if not wrong:
-        return
-    got = "; ".join(f"input {name!r} has shape {shape}, the module was built for {want}"
-                    for name, shape, want in wrong)
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    raise SizeMismatch(
-        f"{got}. The optimised program holds sizes of its example inputs "
-        f"({', '.join(held)}), so it runs only on inputs of those sizes: build it again "
-        "from an example of this shape, or compute sizes from the input in the source "
-        f"(x.size(0), x.shape[-1]) so that they stay symbolic. (torch: {first})"
-    ) from error
 
 
 def _fetch(module: nn.Module, path: str):
@@ -430,6 +378,12 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
                           "returning the original", stacklevel=3)
             report.fell_back = True
             gm = _original_module(egraph.fx)
+        else:
+            t3 = time.perf_counter()
+            report.built_for = probe_sizes(egraph, picked, roots, gm)
+            if report.built_for:
+                require_sizes(gm, report.built_for, egraph.fx)
+            report.times["sizes"] = time.perf_counter() - t3
     gm.meta["egraph_report"] = report
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,

@@ -16,7 +16,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from backends.compile import hinted_inputs, make_backend
-from backends.fx import SizeMismatch
+from backends.sizes import SizeMismatch
 from egraph import AstSize, EGraph, rewrite
 from egraph.examples.zoo import build
 from egraph.rules import load_rules
@@ -305,20 +305,47 @@ def _baking_rule():
 def test_a_baked_size_fails_with_a_clear_error_naming_the_input():
     gm = torch.fx.symbolic_trace(lambda x: torch.relu(x.reshape(x.size(0), -1)))
     before = gm.code
-    eg = EGraph.from_fx(gm, (torch.randn(2, 3, 4),)).saturate([_baking_rule()], iter_limit=2)
-    opt = eg.extract(AstSize())
-    assert "(2, 12)" in opt.code
-    x = torch.randn(2, 3, 4)
-    torch.testing.assert_close(opt(x), gm(x))  # the size it was built for still runs
-    with pytest.raises(SizeMismatch) as info:
-        opt(torch.randn(3, 3, 4))
-    message = str(info.value)
-    assert "'x'" in message and "(3, 3, 4)" in message and "(2, 3, 4)" in message
-    assert "reshape to (2, 12)" in message
-    assert isinstance(info.value, RuntimeError)  # what callers catching torch's error see
+    for validate in ("strict", "off"):  # probed on other sizes, or not
+        eg = EGraph.from_fx(gm, (torch.randn(2, 3, 4),))
+        opt = eg.saturate([_baking_rule()], iter_limit=2).extract(AstSize(), validate=validate)
+        assert "(2, 12)" in opt.code
+        x = torch.randn(2, 3, 4)
+        torch.testing.assert_close(opt(x), gm(x))  # the size it was built for still runs
+        with pytest.raises(SizeMismatch) as info:
+            opt(torch.randn(3, 3, 4))
+        message = str(info.value)
+        assert "'x'" in message and "(3, 3, 4)" in message and "(2, 3, 4)" in message
+        assert isinstance(info.value, RuntimeError)  # what callers catching torch's see
+        with pytest.raises(SizeMismatch):
+            copy.deepcopy(opt)(torch.randn(4, 3, 4))
+    # unprobed, the module explains torch's own error when it meets it
+    assert "reshape to (2, 12)" in message and "invalid for input of size 36" in message
     assert gm.code == before  # the user's graph is untouched
-    with pytest.raises(SizeMismatch):
-        copy.deepcopy(opt)(torch.randn(4, 3, 4))
+
+
+def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_sizes():
+    def count(egraph, subst):  # sum over a broadcast dim = x times its length, baked
+        length = float(egraph.data(subst["s"]).value[0])
+        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
+
+    rule = rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+    gm = torch.fx.symbolic_trace(lambda x: x[:1].expand(x.size(0), 4).sum(0, keepdim=True))
+    opt = EGraph.from_fx(gm, (torch.randn(2, 4),)).saturate([rule], iter_limit=2).extract(
+        AstSize())
+    report = opt.meta["egraph_report"]
+    assert report.rewrites == {"bake-count": 1} and report.built_for == {"x": {0: 2}}
+    assert "x dim 0 = 2" in str(report)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(opt(x), gm(x))
+    with pytest.raises(SizeMismatch) as info:  # not a silently wrong result
+        opt(torch.randn(5, 4))
+    assert "'x'" in str(info.value) and "(5, 4)" in str(info.value)
+    assert "(2, 4)" in str(info.value)
+    # a sum the source computes from the input's size needs no such check
+    plain = EGraph.from_fx(gm, (torch.randn(2, 4),)).extract(AstSize())
+    assert plain.meta["egraph_report"].built_for == {}
+    y = torch.randn(5, 4)
+    torch.testing.assert_close(plain(y), gm(y))
 
 
 def test_ingest_leaves_the_users_graph_as_it_was():
