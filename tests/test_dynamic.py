@@ -21,7 +21,7 @@ from egraph import AstSize, EGraph, rewrite
 from egraph.examples.zoo import build
 from egraph.rules import load_rules
 from egraph.term import literal
-from frontends.fx.ingest import InputMismatch
+from frontends.fx import InputMismatch
 
 # -- models ---------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """torch.fx ingest: graphs, modules and torch.export programs become e-graphs."""
 
 from frontends.fx.analysis import Meta, TensorAnalysis
-from frontends.fx.ingest import FxSource, UntraceableModel, from_fx, trace
+from frontends.fx.ingest import FxSource, InputMismatch, UntraceableModel, from_fx, trace
 
-__all__ = ["FxSource", "Meta", "TensorAnalysis", "UntraceableModel", "from_fx", "trace"]
+__all__ = ["FxSource", "InputMismatch", "Meta", "TensorAnalysis", "UntraceableModel", "from_fx",
+           "trace"]
