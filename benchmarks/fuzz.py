@@ -1,0 +1,185 @@
+"""The pipeline fuzzer's soak: many seeded random programs through the whole pipeline.
+
+    .venv/bin/python benchmarks/fuzz.py --n 10000 --seed 0 [--compile-every 10]
+
+Program ``i`` of seed ``s`` is ``tests/fuzzer.program(s, i)`` (reproducible); each goes
+through ``EGraph.from_fx -> saturate(load_rules("all")) -> extract`` under every cost model
+(strict validation), every ``--compile-every``-th also through ``torch.compile`` with the
+``egraph`` backend, and every result is judged on fresh inputs against the source
+evaluated in float64 (see ``tests/fuzzer.py``). Prints a progress line every
+``--progress`` programs, each failing program with its source and errors, the counts per
+category, the distinct kinds of failure with the smallest program that still shows each
+(a slice of the failing one), and the total time; writes the counts, the kinds and the
+command to ``benchmarks/results/fuzz.md``.
+
+Outcome categories: ``ok``; ``fallback`` (validation refused the optimised program and
+the original came back, with the reason); ``clear-refusal`` (a documented clear error,
+such as an emitted module asked to run on a batch size other than the one it was built
+for); ``wrong`` (a result worse than the source's own against float64, elementwise, or
+not finite where the source is); ``crash`` (an exception: ingest, saturate, extract, run,
+compile); ``invalid`` (the generated program itself does not run: a fuzzer bug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import fuzzer  # noqa: E402
+import torch  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "fuzz.md"
+
+
+def _failure_lines(result: fuzzer.Result) -> list[str]:
+    """Each distinct failure of one program once, with the paths that showed it."""
+    seen: dict[tuple, list] = {}
+    for o in result.failures:
+        seen.setdefault(o.key() + (o.error if o.category == "wrong" else "",), []).append(o)
+    lines = []
+    for group in seen.values():
+        o = group[0]
+        paths = sorted({g.path or "-" for g in group})
+        wheres = sorted({g.where for g in group})
+        lines.append(f"  {o.category.upper()} at {', '.join(wheres)} [{', '.join(paths)}]")
+        lines += ["    " + line for line in o.error.splitlines()]
+        if o.rewrites:
+            lines.append("    rewrites: " + ", ".join(o.rewrites))
+    return lines
+
+
+def _kinds_report(summary: dict, shrunk: dict) -> list[str]:
+    lines = []
+    order = {"crash": 0, "wrong": 0, "invalid": 0, "fallback": 1, "clear-refusal": 2}
+    kinds = sorted(summary["kinds"].items(), key=lambda kv: (order[kv[0][0]], -len(kv[1])))
+    for n, (key, hits) in enumerate(kinds, 1):
+        category, where, kind, msg = key
+        programs = sorted({r.program.index for r, _ in hits})
+        r, o = hits[0]
+        lines.append(f"### {n}. {category} at {where}: {kind} ({len(hits)} checks, "
+                     f"{len(programs)} programs)")
+        lines.append("")
+        if msg:
+            lines.append(f"    {msg}")
+        lines.append(f"programs: {', '.join(map(str, programs[:20]))}"
+                     f"{' ...' if len(programs) > 20 else ''}")
+        if category == "clear-refusal":
+            lines.append("")
+            continue
+        prog = shrunk.get(key, r.program)
+        if prog is not r.program and prog.source != r.program.source:
+            lines.append(f"(cut down from {r.program.label}, {len(r.program.stmts)} "
+                         "statements)")
+        lines += ["", "```python", prog.describe().rstrip(), "```", "",
+                  f"{o.path or '-'} at {o.where}:", "", "```"]
+        lines += o.error.splitlines()
+        if o.rewrites:
+            lines.append("rewrites: " + ", ".join(o.rewrites))
+        lines.append("```")
+        if o.code:
+            lines += ["", "emitted:", "", "```python", o.code.strip(), "```"]
+        lines.append("")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=1000, help="programs to run")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="first program index")
+    ap.add_argument("--compile-every", type=int, default=10,
+                    help="every k-th program also through torch.compile (0: never)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1)")
+    ap.add_argument("--progress", type=int, default=100, help="a progress line every N")
+    ap.add_argument("--no-shrink", action="store_true",
+                    help="do not cut failing programs down to a minimal slice")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (markdown)")
+    args = ap.parse_args(argv)
+    if args.jobs != 1:
+        ap.error("--jobs 1 only: one program at a time")
+    command = "benchmarks/fuzz.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"# {command}\n# torch {torch.__version__}, python {platform.python_version()}, "
+          f"limits {fuzzer.LIMITS}, cost models: "
+          f"{', '.join(n for n, _ in fuzzer.cost_models())}", flush=True)
+    fuzzer.rules()  # load once, outside the timings
+    results: list[fuzzer.Result] = []
+    t0 = time.perf_counter()
+    for i in range(args.start, args.start + args.n):
+        prog = fuzzer.program(args.seed, i)
+        compile_it = args.compile_every > 0 and i % args.compile_every == 0
+        result = fuzzer.check(prog, torch_compile=compile_it)
+        results.append(result)
+        if result.failures:
+            print(f"\n=== {result.worst.upper()}: {prog.label} "
+                  f"({result.seconds:.2f}s)", flush=True)
+            print(prog.describe().rstrip())
+            print("\n".join(_failure_lines(result)), flush=True)
+        elif result.worst == "fallback":
+            o = next(o for o in result.outcomes if o.category == "fallback")
+            print(f"--- fallback: {prog.label} [{o.path}] {o.error[:300]}", flush=True)
+        done = len(results)
+        if done % args.progress == 0 or done == args.n:
+            counts = fuzzer.summarize(results)["per_program"]
+            elapsed = time.perf_counter() - t0
+            print(f"[{done:>6}/{args.n}] {elapsed:7.1f}s  {elapsed / done:.3f}s/program  "
+                  + "  ".join(f"{c}={counts[c]}" for c in fuzzer.CATEGORIES), flush=True)
+    total = time.perf_counter() - t0
+    summary = fuzzer.summarize(results)
+    shrunk: dict = {}
+    if not args.no_shrink:
+        for key, hits in summary["kinds"].items():
+            if key[0] in ("wrong", "crash", "fallback"):
+                r, o = min(hits, key=lambda h: (len(h[0].program.stmts),
+                                                len(h[0].program.source)))
+                costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
+                shrunk[key] = fuzzer.shrink(r.program, o, costs=costs,
+                                            torch_compile=o.path.startswith("torch.compile"))
+                # the representative is the smallest failing program of the kind
+                summary["kinds"][key] = [(r, o)] + [h for h in hits if h[1] is not o]
+    compiled = sum(1 for r in results for o in r.outcomes if o.path.startswith("torch.compile")
+                   and o.category in ("ok", "fallback", "wrong"))
+    lines = [
+        "# Pipeline fuzzer", "",
+        f"Command: `.venv/bin/python {command}`", "",
+        f"{len(results)} programs (seed {args.seed}, programs {args.start}.."
+        f"{args.start + args.n - 1}), every {args.compile_every}th also through "
+        f"torch.compile; {total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
+        f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
+        f"{fuzzer.LIMITS}.", "",
+        "Per program (its worst outcome) and per check (one extraction under one cost "
+        "model, or one torch.compile run, judged on fresh inputs):", "",
+        "| category | programs | checks |", "|---|---:|---:|",
+    ]
+    lines += [f"| {c} | {summary['per_program'][c]} | {summary['per_check'][c]} |"
+              for c in fuzzer.CATEGORIES]
+    lines += ["", f"Cost models: {', '.join(n for n, _ in fuzzer.cost_models())}; "
+              f"torch.compile checks that ran: {compiled}.", ""]
+    if summary["fallback_reasons"]:
+        lines += ["## Fallback reasons", "", "| checks | reason |", "|---:|---|"]
+        for reason, count in sorted(summary["fallback_reasons"].items(),
+                                    key=lambda kv: -kv[1]):
+            lines.append(f"| {count} | {reason.replace('|', '/')} |")
+        lines.append("")
+    lines += ["## Distinct kinds (failures, then fallbacks and clear refusals)", "",
+              "Each with the smallest program of the kind, cut down further while it still "
+              "shows the same kind (slices to one output, statements bypassed).", ""]
+    kinds = _kinds_report(summary, shrunk)
+    lines += kinds or ["None.", ""]
+    text = "\n".join(lines)
+    print("\n" + text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
+          f"; total {total:.1f}s ({total / max(len(results), 1):.3f}s per program)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
