@@ -380,7 +380,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
             gm = _original_module(egraph.fx)
         else:
             t3 = time.perf_counter()
-            report.built_for = probe_sizes(egraph, picked, roots, gm)
+            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
             if report.built_for:
                 require_sizes(gm, report.built_for, egraph.fx)
             report.times["sizes"] = time.perf_counter() - t3

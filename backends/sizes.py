@@ -110,16 +110,19 @@ MAX_PROBED = 1 << 20
 
 
 def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
-                gm: fx.GraphModule, max_numel: int = MAX_PROBED) -> dict[str, dict[int, int]]:
+                gm: fx.GraphModule, rewritten: bool = True,
+                max_numel: int = MAX_PROBED) -> dict[str, dict[int, int]]:
     """The input dims whose example size the emitted program ``gm`` depends on where the
     source does not: ``{input: {dim: size}}``.
 
-    Only programs that hold literals the source did not (a rule made them) are probed, on
-    real example inputs of known sizes (graphs from torch.compile have fake ones or
-    symbolic sizes: dynamo guards the sizes, or the program reads them). Each size of the
-    example inputs (the dims of one size together, then one by one where the source
-    refuses that) is grown by half; where the source runs on such inputs, the program
-    must agree with it (the validation's float64 judgement).
+    Only programs that rewrites changed (``rewritten``: a rule's condition may have held
+    for the example's sizes only, as ``expand`` to a batch of 1 is no expand) or that hold
+    literals the source did not are probed, on real example inputs of known sizes (graphs
+    from torch.compile have fake ones or symbolic sizes: dynamo guards the sizes, or the
+    program reads them). Each size of the example inputs (the dims of one size together,
+    then one by one where the source refuses that) is grown by half (1 becomes 2); where
+    the source runs on such inputs, the program must agree with it (the validation's
+    float64 judgement).
     """
     src = egraph.fx
     inputs = src.example_inputs or ()
@@ -130,7 +133,7 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
     if any(getattr(egraph.data(src.input_classes[i]), "shape", None) is None
            for i, _ in tensors):
         return {}  # symbolic sizes (dynamic shapes): the program reads them all
-    if not _new_literals(egraph, choice, roots):
+    if not rewritten and not _new_literals(egraph, choice, roots):
         return {}
     original = src.graph_module if src.module is None else src.module
     numel = sum(x.numel() for _, x in tensors)
@@ -140,7 +143,7 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
     groups: dict[int, list[tuple[int, int]]] = {}
     for i, x in tensors:
         for d, n in enumerate(x.shape):
-            if n > 1:
+            if n > 0:
                 groups.setdefault(int(n), []).append((i, d))
     fixed: dict[str, dict[int, int]] = {}
     for size, members in sorted(groups.items()):

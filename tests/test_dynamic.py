@@ -348,6 +348,20 @@ def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_size
     torch.testing.assert_close(plain(y), gm(y))
 
 
+def test_a_condition_that_held_only_for_the_example_size_is_caught():
+    # expand to the batch is no expand for a batch of 1: true of the example only
+    rule = rewrite("drop-expand", "(expand ?x ?s)", "?x",
+                   when=lambda eg, s: eg.data(s["x"]).shape == eg.data(s["s"]).value)
+    gm = torch.fx.symbolic_trace(lambda x: x[:1].expand(x.size(0), 4).sum(0) + x.sum(0))
+    opt = EGraph.from_fx(gm, (torch.randn(1, 4),)).saturate([rule], iter_limit=2).extract(
+        AstSize())
+    assert "expand" not in opt.code and opt.meta["egraph_report"].built_for == {"x": {0: 1}}
+    x = torch.randn(1, 4)
+    torch.testing.assert_close(opt(x), gm(x))
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\)"):
+        opt(torch.randn(5, 4))
+
+
 def test_ingest_leaves_the_users_graph_as_it_was():
     gm = torch.fx.symbolic_trace(lambda x: torch.exp(x).sum(-1))
     metas = {n.name: dict(n.meta) for n in gm.graph.nodes}
