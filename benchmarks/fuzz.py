@@ -62,7 +62,7 @@ def _kinds_report(summary: dict, shrunk: dict) -> list[str]:
     for n, (key, hits) in enumerate(kinds, 1):
         category, where, kind, msg = key
         programs = sorted({r.program.index for r, _ in hits})
-        r, o = hits[0]
+        r, o, prog = shrunk.get(key, (*hits[0], hits[0][0].program))
         lines.append(f"### {n}. {category} at {where}: {kind} ({len(hits)} checks, "
                      f"{len(programs)} programs)")
         lines.append("")
@@ -73,7 +73,6 @@ def _kinds_report(summary: dict, shrunk: dict) -> list[str]:
         if category == "clear-refusal":
             lines.append("")
             continue
-        prog = shrunk.get(key, r.program)
         if prog is not r.program and prog.source != r.program.source:
             lines.append(f"(cut down from {r.program.label}, {len(r.program.stmts)} "
                          "statements)")
@@ -97,6 +96,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-every", type=int, default=10,
                     help="every k-th program also through torch.compile (0: never)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1)")
+    ap.add_argument("--iter-limit", type=int, default=fuzzer.LIMITS["iter_limit"],
+                    help="saturation iterations per program")
+    ap.add_argument("--node-limit", type=int, default=fuzzer.LIMITS["node_limit"],
+                    help="saturation e-nodes per program")
     ap.add_argument("--progress", type=int, default=100, help="a progress line every N")
     ap.add_argument("--no-shrink", action="store_true",
                     help="do not cut failing programs down to a minimal slice")
@@ -104,9 +107,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.jobs != 1:
         ap.error("--jobs 1 only: one program at a time")
+    limits = {**fuzzer.LIMITS, "iter_limit": args.iter_limit, "node_limit": args.node_limit}
     command = "benchmarks/fuzz.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# {command}\n# torch {torch.__version__}, python {platform.python_version()}, "
-          f"limits {fuzzer.LIMITS}, cost models: "
+          f"limits {limits}, cost models: "
           f"{', '.join(n for n, _ in fuzzer.cost_models())}", flush=True)
     fuzzer.rules()  # load once, outside the timings
     results: list[fuzzer.Result] = []
@@ -114,7 +118,7 @@ def main(argv=None) -> int:
     for i in range(args.start, args.start + args.n):
         prog = fuzzer.program(args.seed, i)
         compile_it = args.compile_every > 0 and i % args.compile_every == 0
-        result = fuzzer.check(prog, torch_compile=compile_it)
+        result = fuzzer.check(prog, torch_compile=compile_it, limits=limits)
         results.append(result)
         if result.failures:
             print(f"\n=== {result.worst.upper()}: {prog.label} "
@@ -139,10 +143,14 @@ def main(argv=None) -> int:
                 r, o = min(hits, key=lambda h: (len(h[0].program.stmts),
                                                 len(h[0].program.source)))
                 costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
-                shrunk[key] = fuzzer.shrink(r.program, o, costs=costs,
-                                            torch_compile=o.path.startswith("torch.compile"))
-                # the representative is the smallest failing program of the kind
-                summary["kinds"][key] = [(r, o)] + [h for h in hits if h[1] is not o]
+                compile_it = o.path.startswith("torch.compile")
+                small = fuzzer.shrink(r.program, o, costs=costs, limits=limits,
+                                      torch_compile=compile_it)
+                # the cut-down program's own failure (its error and emitted code)
+                again = fuzzer.check(small, costs=costs, limits=limits,
+                                     torch_compile=compile_it)
+                o = next((o2 for o2 in again.outcomes if o2.key() == key), o)
+                shrunk[key] = (r, o, small)
     compiled = sum(1 for r in results for o in r.outcomes if o.path.startswith("torch.compile")
                    and o.category in ("ok", "fallback", "wrong"))
     lines = [
@@ -152,7 +160,7 @@ def main(argv=None) -> int:
         f"{args.start + args.n - 1}), every {args.compile_every}th also through "
         f"torch.compile; {total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
         f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
-        f"{fuzzer.LIMITS}.", "",
+        f"{limits}.", "",
         "Per program (its worst outcome) and per check (one extraction under one cost "
         "model, or one torch.compile run, judged on fresh inputs):", "",
         "| category | programs | checks |", "|---|---:|---:|",

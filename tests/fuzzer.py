@@ -1324,13 +1324,20 @@ class Outcome:
     code: str = ""       # the emitted module's code (extraction paths)
 
     def key(self) -> tuple:
-        """What makes two failures the same kind (numbers blanked out)."""
-        msg = self.error.split("\n")[0] if self.category != "wrong" else ""
+        """What makes two failures the same kind (numbers blanked out; for an error that
+        wraps another, as torch.compile's BackendCompilerFailed does, the inner one)."""
+        kind, msg = self.kind, ""
+        if self.category != "wrong":
+            lines = [line for line in self.error.split("\n") if line.strip()]
+            msg = lines[0] if lines else ""
+            if msg.endswith("raised:") and len(lines) > 1:
+                msg = lines[1]
+                kind = f"{kind}({msg.split(':')[0]})"
         msg = msg.split("; rewrites involved")[0]
         msg = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "#", msg)
         msg = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", msg)[:160]
         where = self.where.split("(")[0]
-        return (self.category, where, self.kind, msg)
+        return (self.category, where, kind, msg)
 
 
 @dataclass
