@@ -1,0 +1,369 @@
+"""A corpus of real architectures from ``transformers``, small and randomly initialised.
+
+Every entry builds the library's own model class from a small config (2 layers, hidden size
+64, vocabulary 1000, 32x32 images in 8x8 patches): nothing is downloaded. Weights and inputs
+are seeded, so a build is the same in every run. Models are in eval mode with every dropout
+probability at 0 (so ``model.train()`` gives a deterministic training graph too), decoders
+have ``use_cache=False`` (torch.export cannot return a ``DynamicCache``), and attention is
+``"eager"`` unless ``attn="sdpa"`` is asked for.
+
+Each model is wrapped in a small ``nn.Module`` that takes its inputs as positional tensors
+and returns plain tensors (one tensor, or a tuple for several outputs), so torch.export,
+``EGraph.from_fx`` and torch.compile all see tensors in and tensors out.
+
+>>> import torch
+>>> from benchmarks.corpus import MODELS, build
+>>> case = build("gpt2")
+>>> out = case.model(*case.inputs)
+>>> tuple(out.shape)                                    # (batch, sequence, vocabulary)
+(2, 8, 1000)
+>>> tuple(case.model(*case.second_inputs()).shape)      # a second sequence length
+(2, 12, 1000)
+>>> "llama" in MODELS and "whisper_encoder" in MODELS
+True
+
+``python benchmarks/corpus.py`` builds every entry and prints its inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+VOCAB = 1000
+HIDDEN = 64
+HEADS = 4
+FFN = 128
+LAYERS = 2
+POSITIONS = 64
+IMAGE = 32
+PATCH = 8
+BATCH = 2
+SEQ = 8
+SEQ2 = 12       # the second sequence length
+BATCH2 = 3      # the second batch size, for models whose sequence length is fixed
+SEED = 0
+
+
+class TensorModel(nn.Module):
+    """A transformers model taking positional tensors and returning plain tensors.
+
+    ``names`` are the keyword names of the positional inputs; ``outputs`` the attributes of
+    the model output to return (one: a tensor, several: a tuple of tensors).
+    """
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...], outputs: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+        self.outputs = tuple(outputs)
+
+    def forward(self, *inputs: torch.Tensor):
+        out = self.model(**dict(zip(self.names, inputs)))
+        values = tuple(getattr(out, name) for name in self.outputs)
+        return values[0] if len(values) == 1 else values
+
+
+@dataclass
+class Case:
+    """One built corpus entry: the wrapped model, its example inputs, and the inputs for
+    other sizes (``make_inputs(batch, seq)``; sequence models honour ``seq``, image and
+    audio models have a fixed sequence length and honour ``batch`` only)."""
+
+    name: str
+    model: TensorModel
+    inputs: tuple[torch.Tensor, ...]
+    make_inputs: Callable[[int, int], tuple[torch.Tensor, ...]]
+    varies: str                       # "seq" or "batch": what second_inputs() changes
+
+    def second_inputs(self) -> tuple[torch.Tensor, ...]:
+        """Inputs of a second size: another sequence length (or batch size where the
+        sequence length is fixed by the architecture)."""
+        if self.varies == "seq":
+            return self.make_inputs(BATCH, SEQ2)
+        return self.make_inputs(BATCH2, SEQ)
+
+
+# --- inputs ----------------------------------------------------------------------------
+
+def _generator(batch: int, seq: int) -> torch.Generator:
+    return torch.Generator().manual_seed(SEED + 1000 * batch + seq)
+
+
+def _ids(batch: int, seq: int, g: torch.Generator, low: int = 3) -> torch.Tensor:
+    """Token ids avoiding the special ids 0-2 (pad, bos, eos in most configs)."""
+    return torch.randint(low, VOCAB, (batch, seq), generator=g)
+
+
+def _mask(batch: int, seq: int) -> torch.Tensor:
+    """An attention mask with padding: the last row has its last quarter padded."""
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if batch > 1:
+        mask[-1, seq - max(1, seq // 4):] = 0
+    return mask
+
+
+def ids_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    return (_ids(batch, seq, _generator(batch, seq)),)
+
+
+def ids_mask_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    return (_ids(batch, seq, _generator(batch, seq)), _mask(batch, seq))
+
+
+def seq2seq_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    """Encoder ids and decoder ids (the decoder half as long, at least 2 tokens)."""
+    g = _generator(batch, seq)
+    return _ids(batch, seq, g), _ids(batch, max(2, seq // 2), g)
+
+
+def clip_text_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    """Ids ending in the end-of-text token (id 2), which CLIP's pooler looks for."""
+    ids = _ids(batch, seq, _generator(batch, seq))
+    ids[:, -1] = 2
+    return (ids,)
+
+
+def image_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    g = _generator(batch, 0)
+    return (torch.randn(batch, 3, IMAGE, IMAGE, generator=g),)
+
+
+WHISPER_MELS = 16
+WHISPER_POSITIONS = 16      # the encoder takes exactly 2 * max_source_positions frames
+
+
+def audio_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+    g = _generator(batch, 0)
+    return (torch.randn(batch, WHISPER_MELS, 2 * WHISPER_POSITIONS, generator=g),)
+
+
+# --- configs ---------------------------------------------------------------------------
+
+def _decoder_only(config_cls, **extra):
+    """Llama-family config: 2 layers, hidden 64, 4 heads (2 key/value heads), no cache."""
+    fields = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  num_key_value_heads=2, max_position_embeddings=POSITIONS,
+                  attention_dropout=0.0, use_cache=False, tie_word_embeddings=False,
+                  pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    fields.update(extra)
+    return config_cls(**fields)
+
+
+def _gpt2(t):
+    config = t.GPT2Config(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=HIDDEN,
+                          n_layer=LAYERS, n_head=HEADS, n_inner=FFN, resid_pdrop=0.0,
+                          embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                          bos_token_id=1, eos_token_id=2)
+    return t.GPT2LMHeadModel, config, ("input_ids",), ("logits",), ids_inputs, "seq"
+
+
+def _bert_fields():
+    return dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                num_attention_heads=HEADS, intermediate_size=FFN,
+                max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+
+
+def _bert(t):
+    config = t.BertConfig(**_bert_fields())
+    return (t.BertModel, config, ("input_ids", "attention_mask"),
+            ("last_hidden_state", "pooler_output"), ids_mask_inputs, "seq")
+
+
+def _roberta(t):
+    config = t.RobertaConfig(**_bert_fields(), pad_token_id=1)
+    return (t.RobertaModel, config, ("input_ids", "attention_mask"), ("last_hidden_state",),
+            ids_mask_inputs, "seq")
+
+
+def _distilbert(t):
+    config = t.DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
+                                hidden_dim=FFN, max_position_embeddings=POSITIONS,
+                                dropout=0.0, attention_dropout=0.0)
+    return (t.DistilBertModel, config, ("input_ids", "attention_mask"), ("last_hidden_state",),
+            ids_mask_inputs, "seq")
+
+
+def _albert(t):
+    fields = _bert_fields()
+    fields.pop("classifier_dropout")
+    config = t.AlbertConfig(**fields, embedding_size=32, classifier_dropout_prob=0.0)
+    return (t.AlbertModel, config, ("input_ids", "attention_mask"), ("last_hidden_state",),
+            ids_mask_inputs, "seq")
+
+
+def _t5_config(t):
+    return t.T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
+                      num_layers=LAYERS, num_decoder_layers=LAYERS, num_heads=HEADS,
+                      relative_attention_num_buckets=8, relative_attention_max_distance=32,
+                      dropout_rate=0.0, use_cache=False, decoder_start_token_id=0)
+
+
+def _t5_encoder(t):
+    return (t.T5EncoderModel, _t5_config(t), ("input_ids",), ("last_hidden_state",),
+            ids_inputs, "seq")
+
+
+def _t5(t):
+    return (t.T5ForConditionalGeneration, _t5_config(t), ("input_ids", "decoder_input_ids"),
+            ("logits",), seq2seq_inputs, "seq")
+
+
+def _bart(t):
+    config = t.BartConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS,
+                          decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                          decoder_attention_heads=HEADS, encoder_ffn_dim=FFN,
+                          decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS,
+                          dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                          use_cache=False)
+    return (t.BartModel, config, ("input_ids", "decoder_input_ids"), ("last_hidden_state",),
+            seq2seq_inputs, "seq")
+
+
+def _llama(t):
+    return (t.LlamaForCausalLM, _decoder_only(t.LlamaConfig), ("input_ids",), ("logits",),
+            ids_inputs, "seq")
+
+
+def _mistral(t):
+    return (t.MistralModel, _decoder_only(t.MistralConfig, sliding_window=None),
+            ("input_ids",), ("last_hidden_state",), ids_inputs, "seq")
+
+
+def _qwen2(t):
+    return (t.Qwen2Model, _decoder_only(t.Qwen2Config), ("input_ids",),
+            ("last_hidden_state",), ids_inputs, "seq")
+
+
+def _gemma(t):
+    return (t.GemmaModel, _decoder_only(t.GemmaConfig, head_dim=HIDDEN // HEADS),
+            ("input_ids",), ("last_hidden_state",), ids_inputs, "seq")
+
+
+def _phi(t):
+    config = _decoder_only(t.PhiConfig, num_key_value_heads=HEADS, resid_pdrop=0.0,
+                           embd_pdrop=0.0)
+    return t.PhiModel, config, ("input_ids",), ("last_hidden_state",), ids_inputs, "seq"
+
+
+def _mixtral(t):
+    config = _decoder_only(t.MixtralConfig, num_local_experts=4, num_experts_per_tok=2,
+                           router_jitter_noise=0.0)
+    return t.MixtralModel, config, ("input_ids",), ("last_hidden_state",), ids_inputs, "seq"
+
+
+def _qwen2_moe(t):
+    config = _decoder_only(t.Qwen2MoeConfig, num_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=32, shared_expert_intermediate_size=64)
+    return t.Qwen2MoeModel, config, ("input_ids",), ("last_hidden_state",), ids_inputs, "seq"
+
+
+def _vit(t):
+    config = t.ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                         num_attention_heads=HEADS, intermediate_size=FFN, image_size=IMAGE,
+                         patch_size=PATCH, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+    return (t.ViTModel, config, ("pixel_values",), ("last_hidden_state", "pooler_output"),
+            image_inputs, "batch")
+
+
+def _clip_text(t):
+    config = t.CLIPTextConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                              projection_dim=HIDDEN, num_hidden_layers=LAYERS,
+                              num_attention_heads=HEADS, max_position_embeddings=POSITIONS,
+                              attention_dropout=0.0, pad_token_id=0, bos_token_id=1,
+                              eos_token_id=2)
+    return (t.CLIPTextModel, config, ("input_ids",), ("last_hidden_state", "pooler_output"),
+            clip_text_inputs, "seq")
+
+
+def _clip_vision(t):
+    config = t.CLIPVisionConfig(hidden_size=HIDDEN, intermediate_size=FFN,
+                                projection_dim=HIDDEN, num_hidden_layers=LAYERS,
+                                num_attention_heads=HEADS, image_size=IMAGE,
+                                patch_size=PATCH, attention_dropout=0.0)
+    return (t.CLIPVisionModel, config, ("pixel_values",), ("last_hidden_state", "pooler_output"),
+            image_inputs, "batch")
+
+
+def _whisper_encoder(t):
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = t.WhisperConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS,
+                             decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                             decoder_attention_heads=HEADS, encoder_ffn_dim=FFN,
+                             decoder_ffn_dim=FFN, num_mel_bins=WHISPER_MELS,
+                             max_source_positions=WHISPER_POSITIONS,
+                             max_target_positions=POSITIONS, dropout=0.0,
+                             attention_dropout=0.0, activation_dropout=0.0, use_cache=False,
+                             pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                             decoder_start_token_id=1)
+    return (WhisperEncoder, config, ("input_features",), ("last_hidden_state",), audio_inputs,
+            "batch")
+
+
+_SPECS: dict[str, Callable] = {
+    "gpt2": _gpt2,
+    "bert": _bert,
+    "roberta": _roberta,
+    "distilbert": _distilbert,
+    "albert": _albert,
+    "t5_encoder": _t5_encoder,
+    "t5": _t5,
+    "bart": _bart,
+    "llama": _llama,
+    "mistral": _mistral,
+    "qwen2": _qwen2,
+    "gemma": _gemma,
+    "phi": _phi,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen2_moe,
+    "vit": _vit,
+    "clip_text": _clip_text,
+    "clip_vision": _clip_vision,
+    "whisper_encoder": _whisper_encoder,
+}
+
+MODELS: tuple[str, ...] = tuple(_SPECS)
+ATTENTION = ("eager", "sdpa")
+
+
+def build(name: str, attn: str = "eager") -> Case:
+    """Build corpus entry ``name`` (one of :data:`MODELS`) with attention implementation
+    ``attn`` ("eager" or "sdpa"): the wrapped model in eval mode, seeded weights, example
+    inputs of batch 2 and sequence length 8."""
+    if name not in _SPECS:
+        raise KeyError(f"unknown corpus model {name!r}; choose from {', '.join(MODELS)}")
+    if attn not in ATTENTION:
+        raise ValueError(f"attn={attn!r}: use one of {ATTENTION}")
+    import transformers
+
+    model_cls, config, names, outputs, make_inputs, varies = _SPECS[name](transformers)
+    config._attn_implementation = attn
+    torch.manual_seed(SEED)
+    model = model_cls(config)
+    model.eval()
+    wrapped = TensorModel(model, names, outputs).eval()
+    label = name if attn == "eager" else f"{name}@{attn}"
+    return Case(label, wrapped, make_inputs(BATCH, SEQ), make_inputs, varies)
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
+    return "(" + ", ".join(_describe(v) for v in x) + ")"
+
+
+if __name__ == "__main__":
+    for model_name in MODELS:
+        case = build(model_name)
+        with torch.no_grad():
+            result = case.model(*case.inputs)
+        params = sum(p.numel() for p in case.model.parameters())
+        print(f"{model_name:<16} params {params:>8}  in {_describe(case.inputs):<40} "
+              f"out {_describe(result)}")

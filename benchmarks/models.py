@@ -1,0 +1,414 @@
+"""Real architectures (the ``transformers`` corpus of benchmarks/corpus.py) through the
+pipeline, against eager and Inductor in one run.
+
+    .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile]
+                                          [--attn eager] [--repeat 20] [--no-inductor]
+
+One row per model and entry point:
+
+- ``export``: torch.export -> ``EGraph.from_fx`` -> ``saturate(load_rules("all"))`` ->
+  ``extract(Flops())`` (validation strict: a mismatch falls back and is counted);
+- ``compile``: ``torch.compile(model, backend=make_backend(rules=..., cost=Flops()))``,
+  inference, then a second sequence length (or batch) through the same compiled model;
+- ``train`` (only when asked for): the same backend on a training step (forward, a loss,
+  backward).
+
+Columns: whether it works (or the exception), the second size (compile), graphs compiled
+and how many fell back, graph nodes before -> after and the distinct rules / total
+rewrites applied (summed over the graphs of the first call), the pipeline's seconds
+(ingest, saturate, extract, emit and validation, summed over those graphs), the first
+call's seconds (torch.export or dynamo and aot_autograd included), Inductor's cold
+compile seconds on the same model in the same run (default ``torch.compile`` after
+``torch._dynamo.reset()``, caches disabled), and median run times in ms of eager, ours and
+Inductor (one intra-op thread unless ``--threads``). Geometric means close each entry
+point. The table is printed and written to benchmarks/results/models.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+# A cold compile means no Inductor cache from an earlier run.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
+
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import backends.compile as compile_backend  # noqa: E402
+from benchmarks.corpus import MODELS, Case, build  # noqa: E402
+from egraph import EGraph  # noqa: E402
+from egraph.rules import load_rules  # noqa: E402
+from extractors import Flops  # noqa: E402
+
+LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
+TOL = dict(rtol=1e-4, atol=1e-5)
+ENTRIES = ("export", "compile", "train")
+
+
+def median_ms(fn, repeat: int) -> float:
+    """Median wall time of ``fn()`` in ms over ``repeat`` calls, after two warm-up calls."""
+    fn()
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _flat(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _loss(out) -> torch.Tensor:
+    return sum(o.square().mean() for o in _flat(out))
+
+
+def _error(exc: BaseException, width: int = 160) -> str:
+    text = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _reports(reports: list, row: dict) -> None:
+    """Sum what the pipeline reports over the graphs it compiled."""
+    rewrites: dict[str, int] = {}
+    for r in reports:
+        for name, n in r.rewrites.items():
+            rewrites[name] = rewrites.get(name, 0) + n
+    row.update(graphs=len(reports), fallbacks=sum(bool(r.fell_back) for r in reports),
+               nodes_before=sum(r.nodes_before for r in reports),
+               nodes_after=sum(r.nodes_after for r in reports),
+               rules=len(rewrites), rewrites=sum(rewrites.values()), rewrite_names=rewrites)
+
+
+@contextlib.contextmanager
+def _timed_pipeline(seconds: list):
+    """Time every graph the e-graph backend compiles (``compile_graph`` is the one place
+    the backend runs the pipeline)."""
+    original = compile_backend.compile_graph
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    compile_backend.compile_graph = timed
+    try:
+        yield
+    finally:
+        compile_backend.compile_graph = original
+
+
+def run_export(case: Case, rules, repeat: int) -> dict:
+    row: dict = {}
+    model, inputs = case.model.eval(), case.inputs
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        program = torch.export.export(model, inputs)
+        t1 = time.perf_counter()
+        eg = EGraph.from_fx(program, inputs).saturate(rules, **LIMITS)
+        opt = eg.extract(Flops(), validate="strict")
+        t2 = time.perf_counter()
+        torch.testing.assert_close(opt(*inputs), model(*inputs), **TOL)
+        row.update(pipeline_s=t2 - t1, first_s=t2 - t0)
+        _reports([opt.meta["egraph_report"]], row)
+        row["ours_ms"] = median_ms(lambda: opt(*inputs), repeat)
+    return row
+
+
+def run_compile(case: Case, rules, repeat: int) -> dict:
+    row: dict = {}
+    model, inputs = case.model.eval(), case.inputs
+    backend = compile_backend.make_backend(rules=rules, cost=Flops(), validate="strict",
+                                           **LIMITS)
+    seconds: list[float] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad(), warnings.catch_warnings(), _timed_pipeline(seconds):
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        out = compiled(*inputs)
+        row["first_s"] = time.perf_counter() - t0
+        row["pipeline_s"] = sum(seconds)
+        _reports([entry.module.meta["egraph_report"] for entry in backend.cache.values()], row)
+        torch.testing.assert_close(out, model(*inputs), **TOL)
+        row["ours_ms"] = median_ms(lambda: compiled(*inputs), repeat)
+        second = case.second_inputs()
+        try:
+            torch.testing.assert_close(compiled(*second), model(*second), **TOL)
+            row["second"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - a row of the table
+            row["second"] = _error(exc)
+    return row
+
+
+def _train_step(model, inputs):
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss = _loss(model(*inputs))
+        loss.backward()
+        return loss
+    return step
+
+
+def run_train(case: Case, rules, repeat: int) -> dict:
+    row: dict = {}
+    model, inputs = case.model.train(), case.inputs
+    backend = compile_backend.make_backend(rules=rules, cost=Flops(), validate="strict",
+                                           **LIMITS)
+    seconds: list[float] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with warnings.catch_warnings(), _timed_pipeline(seconds):
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        loss = _train_step(compiled, inputs)()
+        row["first_s"] = time.perf_counter() - t0
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        expected = _train_step(model, inputs)()
+        torch.testing.assert_close(loss, expected, **TOL)
+        for key, p in model.named_parameters():
+            if p.grad is not None:
+                torch.testing.assert_close(grads[key], p.grad, **TOL,
+                                           msg=lambda m, k=key: f"gradient of {k}: {m}")
+        row["ours_ms"] = median_ms(_train_step(compiled, inputs), repeat)
+    row["pipeline_s"] = sum(seconds)
+    _reports([entry.module.meta["egraph_report"] for entry in backend.cache.values()], row)
+    return row
+
+
+def run_eager(case: Case, train: bool, repeat: int) -> float:
+    if train:
+        return median_ms(_train_step(case.model.train(), case.inputs), repeat)
+    model = case.model.eval()
+    with torch.no_grad():
+        return median_ms(lambda: model(*case.inputs), repeat)
+
+
+def run_inductor(case: Case, train: bool, repeat: int) -> dict:
+    """Inductor's cold compile (the first call after a reset, caches disabled) and its
+    median run time."""
+    torch._inductor.config.fx_graph_cache = False
+    torch._inductor.config.force_disable_caches = True
+    torch._dynamo.reset()
+    model = case.model.train() if train else case.model.eval()
+    compiled = torch.compile(model)
+    with warnings.catch_warnings(), (contextlib.nullcontext() if train else torch.no_grad()):
+        warnings.simplefilter("ignore")
+        fn = _train_step(compiled, case.inputs) if train else (lambda: compiled(*case.inputs))
+        t0 = time.perf_counter()
+        fn()
+        cold = time.perf_counter() - t0
+        ms = median_ms(fn, repeat)
+    torch._dynamo.reset()
+    return {"inductor_s": cold, "inductor_ms": ms}
+
+
+RUNNERS = {"export": run_export, "compile": run_compile, "train": run_train}
+
+
+def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
+              inductor: bool) -> list[dict]:
+    rows = []
+    eager: dict[bool, float] = {}
+    peer: dict[bool, dict] = {}
+    for entry in entries:
+        train = entry == "train"
+        label = name if attn == "eager" else f"{name}@{attn}"
+        row: dict = {"model": label, "entry": entry, "status": "ok"}
+        try:
+            if train not in eager:
+                eager[train] = run_eager(build(name, attn), train, repeat)
+            row["eager_ms"] = eager[train]
+            torch._dynamo.reset()
+            row.update(RUNNERS[entry](build(name, attn), rules, repeat))
+        except Exception as exc:  # noqa: BLE001 - a row of the table
+            row["status"] = _error(exc)
+        finally:
+            torch._dynamo.reset()
+        if inductor:
+            if train not in peer:
+                try:
+                    peer[train] = run_inductor(build(name, attn), train, repeat)
+                except Exception as exc:  # noqa: BLE001
+                    peer[train] = {"inductor_error": _error(exc)}
+            row.update(peer[train])
+        rows.append(row)
+    return rows
+
+
+COLUMNS = [
+    ("model", "model"), ("entry", "entry"), ("status", "works"), ("second", "2nd size"),
+    ("graphs", "graphs"), ("fallbacks", "fallbacks"), ("nodes", "nodes before->after"),
+    ("rw", "rules/rewrites"), ("pipeline_s", "pipeline s"), ("first_s", "first call s"),
+    ("inductor_s", "Inductor cold s"), ("eager_ms", "eager ms"), ("ours_ms", "ours ms"),
+    ("inductor_ms", "Inductor ms"), ("ours_x", "ours/eager"), ("inductor_x", "Inductor/eager"),
+]
+
+
+def _cells(row: dict) -> dict[str, str]:
+    out = {}
+    for key, _ in COLUMNS:
+        if key == "nodes":
+            value = (f"{row['nodes_before']}->{row['nodes_after']}"
+                     if "nodes_before" in row else "")
+        elif key == "rw":
+            value = f"{row['rules']}/{row['rewrites']}" if "rules" in row else ""
+        elif key == "ours_x":
+            value = (f"{row['ours_ms'] / row['eager_ms']:.2f}"
+                     if "ours_ms" in row and row.get("eager_ms") else "")
+        elif key == "inductor_x":
+            value = (f"{row['inductor_ms'] / row['eager_ms']:.2f}"
+                     if "inductor_ms" in row and row.get("eager_ms") else "")
+        elif key == "inductor_s" and "inductor_error" in row:
+            value = row["inductor_error"]
+        elif key.endswith("_s") and key in row:
+            value = f"{row[key]:.2f}"
+        elif key.endswith("_ms") and key in row:
+            value = f"{row[key]:.3f}"
+        else:
+            value = str(row.get(key, ""))
+        out[key] = value
+    return out
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def geomean_rows(rows: list[dict]) -> list[dict]:
+    """One row per entry point: geometric means over the models where it worked."""
+    out = []
+    for entry in ENTRIES:
+        ok = [r for r in rows if r["entry"] == entry and r["status"] == "ok"]
+        if not any(r["entry"] == entry for r in rows):
+            continue
+        summary: dict = {"model": "geomean", "entry": entry,
+                         "status": f"{len(ok)}/{sum(r['entry'] == entry for r in rows)} ok"}
+        for key in ("pipeline_s", "first_s", "inductor_s", "eager_ms", "ours_ms",
+                    "inductor_ms"):
+            value = _geomean([r.get(key) for r in ok])
+            if value is not None:
+                summary[key] = value
+        cells = {}
+        for key, num in (("ours_x", "ours_ms"), ("inductor_x", "inductor_ms")):
+            value = _geomean([r[num] / r["eager_ms"] for r in ok if num in r and r.get("eager_ms")])
+            if value is not None:
+                cells[key] = f"{value:.2f}"
+        summary["_cells"] = cells
+        out.append(summary)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |",
+             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for row in rows + geomean_rows(rows):
+        cells = _cells(row)
+        cells.update(row.get("_cells", {}))
+        if row["model"] == "geomean":
+            cells = {k: (f"**{v}**" if v else v) for k, v in cells.items()}
+        lines.append("| " + " | ".join(cells[k].replace("|", "\\|") for k, _ in COLUMNS)
+                     + " |")
+    return "\n".join(lines)
+
+
+def rewrites_section(rows: list[dict]) -> str:
+    lines = []
+    for row in rows:
+        names = row.get("rewrite_names")
+        if names:
+            top = ", ".join(f"{n} x{c}" for n, c in sorted(names.items(), key=lambda kv: -kv[1]))
+            lines.append(f"- {row['model']} ({row['entry']}): {top}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated, from: {', '.join(MODELS)}")
+    parser.add_argument("--entries", default="export,compile",
+                        help=f"comma-separated, from: {', '.join(ENTRIES)}")
+    parser.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per median")
+    parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: on a shared machine more "
+                             "threads than idle cores make every parallel op stall)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    entries = [e for e in args.entries.split(",") if e]
+    unknown = [n for n in names if n not in MODELS] + [e for e in entries if e not in ENTRIES]
+    if unknown:
+        parser.error(f"unknown model or entry point: {', '.join(unknown)}")
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    rules = load_rules("all")
+    start = time.perf_counter()
+    rows: list[dict] = []
+    for name in names:
+        for row in run_model(name, entries, args.attn, rules, args.repeat,
+                             not args.no_inductor):
+            rows.append(row)
+            cells = _cells(row)
+            print(f"{cells['model']:<16} {cells['entry']:<8} {cells['status'][:60]:<60} "
+                  f"pipeline {cells['pipeline_s']:>6} s  Inductor cold "
+                  f"{cells['inductor_s'][:20]:>6} s  eager/ours/Inductor "
+                  f"{cells['eager_ms']}/{cells['ours_ms']}/{cells['inductor_ms']} ms",
+                  flush=True)
+    total = time.perf_counter() - start
+    text = table(rows)
+    header = (
+        "# Real architectures: pipeline vs eager and Inductor\n\n"
+        f"Models from `transformers` {transformers.__version__} built from small configs "
+        "(benchmarks/corpus.py: 2 layers, hidden 64, vocabulary 1000, batch 2, sequence 8; "
+        f"random weights), attention `{args.attn}`; torch {torch.__version__}, "
+        f"{platform.machine()} CPU, {torch.get_num_threads()} threads. "
+        f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
+        f"{','.join(entries)} --attn {args.attn} --repeat {args.repeat}"
+        f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
+        "Rules `all`, cost `Flops()`, saturation limits "
+        f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
+        "(a mismatch falls back to the source and counts under fallbacks). `pipeline s`: "
+        "ingest + saturate + extract + emit + validation, summed over the graphs of the first "
+        "call (a second size compiles more: dynamic shapes); `first "
+        "call s`: the whole first call (torch.export, or dynamo and aot_autograd, "
+        "included); `Inductor cold s`: default `torch.compile` on the same model, first "
+        "call after a reset with caches disabled. Run times are medians over "
+        f"{args.repeat} calls; ratios below 1 are faster than eager. Geometric means are "
+        "over the models where the entry point worked.\n\n"
+    )
+    document = header + text + "\n\nRewrites applied, by rule:\n\n" + rewrites_section(rows) + "\n"
+    print()
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(document)
+    print(f"\nwritten to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Real architectures from ``transformers`` through every entry point of the pipeline.
+
+The corpus (``benchmarks/corpus.py``) builds small randomly initialised models (2 layers,
+hidden 64, vocabulary 1000) from configs: nothing is downloaded. For each one:
+
+- torch.export -> ``EGraph.from_fx`` -> ``saturate(load_rules("all"))`` ->
+  ``extract(Flops(), validate="raise")``: the outputs equal eager's, no fallback;
+- ``torch.compile`` with the e-graph backend (``validate="raise"``): inference equals eager,
+  then a second sequence length (or batch) through the same compiled model;
+- a training step for some: the loss and every parameter's gradient equal eager's.
+
+The whole module is skipped when transformers is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from backends.compile import make_backend  # noqa: E402
+from benchmarks.corpus import MODELS, build  # noqa: E402
+from egraph import EGraph  # noqa: E402
+from egraph.rules import load_rules  # noqa: E402
+from extractors import Flops  # noqa: E402
+
+LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
+# Rewrites may reassociate float arithmetic (validation judges that against float64): the
+# comparison with eager allows float32 rounding noise, far below any wrong rewrite's error.
+TOL = dict(rtol=1e-4, atol=1e-5)
+TRAINED = ("gpt2", "bert", "llama", "mixtral")
+# attention through torch's scaled_dot_product_attention: every model through torch.export
+# (cheap), one through torch.compile
+SDPA_COMPILED = ("llama",)
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules("all")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """These models are tiny: one intra-op thread runs them as fast, and no parallel op
+    stalls waiting for a core that another process holds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _flat(out) -> tuple[torch.Tensor, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _assert_no_fallback(backend) -> None:
+    assert backend.cache, "the backend compiled no graph"
+    for entry in backend.cache.values():
+        report = entry.module.meta["egraph_report"]
+        assert not report.fell_back, str(report)
+        assert report.validation is None or report.validation.ok, str(report)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", MODELS)
+def test_export_pipeline(name, attn, rules):
+    case = build(name, attn)
+    program = torch.export.export(case.model, case.inputs)
+    eg = EGraph.from_fx(program, case.inputs).saturate(rules, **LIMITS)
+    opt = eg.extract(Flops(), validate="raise")
+    report = opt.meta["egraph_report"]
+    assert not report.fell_back, str(report)
+    assert report.validation is not None and report.validation.ok, str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(*case.inputs), case.model(*case.inputs), **TOL)
+
+
+def _compiled_inference(name: str, attn: str, rules) -> None:
+    case = build(name, attn)
+    backend = make_backend(rules=rules, validate="raise", **LIMITS)
+    compiled = torch.compile(case.model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*case.inputs), case.model(*case.inputs), **TOL)
+        first = len(backend.cache)
+        second = case.second_inputs()
+        torch.testing.assert_close(compiled(*second), case.model(*second), **TOL)
+    assert len(backend.cache) >= first
+    _assert_no_fallback(backend)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compile_inference(name, rules):
+    _compiled_inference(name, "eager", rules)
+
+
+@pytest.mark.parametrize("name", SDPA_COMPILED)
+def test_compile_inference_sdpa(name, rules):
+    _compiled_inference(name, "sdpa", rules)
+
+
+def _loss(out) -> torch.Tensor:
+    return sum(o.square().mean() for o in _flat(out))
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_compile_training_step(name, rules):
+    case = build(name)
+    model = case.model.train()     # every dropout probability is 0: deterministic
+    backend = make_backend(rules=rules, validate="raise", **LIMITS)
+    compiled = torch.compile(model, backend=backend)
+    loss = _loss(compiled(*case.inputs))
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    expected = _loss(model(*case.inputs))
+    expected.backward()
+    torch.testing.assert_close(loss, expected, **TOL)
+    eager_grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == eager_grads.keys()
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(grads[key], grad, **TOL, msg=lambda m, k=key: f"{k}: {m}")
+    _assert_no_fallback(backend)
+    # the backward graph went through the backend too
+    assert len(backend.cache) >= 2
