@@ -157,8 +157,10 @@ def main(argv=None) -> int:
         "# Pipeline fuzzer", "",
         f"Command: `.venv/bin/python {command}`", "",
         f"{len(results)} programs (seed {args.seed}, programs {args.start}.."
-        f"{args.start + args.n - 1}), every {args.compile_every}th also through "
-        f"torch.compile; {total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
+        f"{args.start + args.n - 1}), "
+        + (f"1 in {args.compile_every} also through torch.compile; " if args.compile_every
+           else "none through torch.compile; ")
+        + f"{total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
         f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
         f"{limits}.", "",
         "Per program (its worst outcome) and per check (one extraction under one cost "
