@@ -178,13 +178,20 @@ class _Float64Interpreter(fx.Interpreter):
     """Runs a graph with every floating value in float64: dtype arguments that name a
     floating dtype become float64 and dtype assertions are skipped, so graphs with explicit
     casts and checks (torch.export's ``_assert_tensor_metadata``, ``to(float32)``) still
-    give a float64 reference."""
+    give a float64 reference. The regions of higher-order ops (``wrap_with_autocast``,
+    ``wrap_with_set_grad_enabled``) are interpreted the same way, without autocast: the
+    reference is the exact computation, not a lower-precision one."""
 
     _ASSERTS = {torch.ops.aten._assert_tensor_metadata.default}
 
     def run_node(self, n: fx.Node) -> Any:
         if n.op == "call_function" and n.target in self._ASSERTS:
             return None
+        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator):
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            body = next((i for i, a in enumerate(args) if isinstance(a, fx.GraphModule)), None)
+            if body is not None:
+                return _Float64Interpreter(args[body]).run(*args[body + 1:])
         return super().run_node(n)
 
     def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[tuple, dict]:

@@ -40,3 +40,27 @@ def test_higher_order_regions_stay_regions_and_run():
     torch.testing.assert_close(opt(x), program.module()(x))
     reloaded = torch.fx.GraphModule(opt, opt.graph)  # the regions are submodules of it
     torch.testing.assert_close(reloaded(x), opt(x))
+
+
+class NoGradBuffer(nn.Module):
+    """A cast inside a grad-mode region: torch.export asserts its dtype there too."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 16))
+
+    def forward(self, x, z):
+        with torch.no_grad():
+            y = self.table.float()
+        return y * x + y * z
+
+
+def test_regions_are_validated_against_float64():
+    """The float64 reference runs inside regions too; without it, validation compared with
+    the float32 source and refused the factored form a*(x + z) as less accurate."""
+    x, z = torch.randn(16, 16), torch.randn(16, 16)
+    program = torch.export.export(NoGradBuffer(), (x, z))
+    opt = EGraph.from_fx(program, (x, z)).saturate(load_rules("all")).extract(
+        Flops(), validate="raise")
+    assert opt.meta["egraph_report"].validation.reference == "float64"
+    torch.testing.assert_close(opt(x, z), program.module()(x, z))
