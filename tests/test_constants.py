@@ -156,3 +156,18 @@ def test_export_programs_validate_against_float64_and_fall_back_with_their_signa
         fallback = EGraph.from_fx(program).saturate([bad]).extract(Flops())
     assert fallback.meta["egraph_report"].fell_back
     torch.testing.assert_close(fallback(x), program.module()(x))
+
+
+def test_an_underflowed_constant_proves_no_sign():
+    """exp(-1000) folds to 0.0 in floating point, but it is positive: it must neither
+    contradict exp's proven sign nor count as the literal 0 (found by the fuzzer)."""
+    def shifted_logsumexp(x0):
+        v0 = x0 - 1e3
+        m = v0.amax(1, keepdim=True)
+        return m + torch.log(torch.exp(v0 - m).sum(1, keepdim=True))
+
+    x = torch.randn(2, 4, 16) * 3
+    gm = torch.fx.symbolic_trace(shifted_logsumexp)
+    eg = EGraph.from_fx(gm, (x,)).saturate(RULES, iter_limit=4, node_limit=3000)
+    opt = eg.extract(Flops(), validate="raise")
+    torch.testing.assert_close(opt(x), shifted_logsumexp(x))

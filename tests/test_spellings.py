@@ -161,3 +161,18 @@ def test_padding_rows_get_no_gradient(entry):
     for name, p in module.named_parameters():
         torch.testing.assert_close(grads[name], p.grad, msg=name)
     assert torch.count_nonzero(module.tok.weight.grad[0]) == 0
+
+
+def test_compile_validates_index_inputs_it_never_saw():
+    """Inside torch.compile the backend sees fake integer inputs; generated indices that
+    the source cannot take (1 into a dim of size 1) are replaced, not a crash (found by
+    the fuzzer)."""
+    def pick(x0, i0):
+        v1 = x0.reshape(x0.shape[0], 2, -1)
+        m = v1.amax(-1, keepdim=True)
+        return torch.gather(m + torch.log(torch.exp(v1 - m).sum(-1, keepdim=True)), -1, i0)
+
+    x, i = torch.randn(2, 16) * 100, torch.zeros(2, 2, 1, dtype=torch.long)
+    torch._dynamo.reset()
+    compiled = torch.compile(pick, backend=make_backend(rules=RULES, validate="raise"))
+    torch.testing.assert_close(compiled(x, i), pick(x, i))

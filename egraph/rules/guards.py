@@ -62,10 +62,12 @@ def not_none(var: str) -> Guard:
 
 def exact_value_of(egraph, cid: int) -> Any:
     """The exact value of a numeric class (a Fraction, :mod:`egraph.scalars`) where the
-    analysis knows it, else its plain value (e-graphs without the tensor analysis)."""
+    analysis tracks exactness (None for a value known only approximately, such as an
+    underflowed ``exp(-1000)``), else its plain value (analyses without exactness)."""
     meta = _meta(egraph, cid)
-    exact = getattr(meta, "exact", None)
-    return exact if exact is not None else value_of(egraph, cid)
+    if hasattr(meta, "exact"):
+        return meta.exact
+    return value_of(egraph, cid)
 
 
 def literal_is(var: str, *values: float) -> Guard:

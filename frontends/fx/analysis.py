@@ -137,12 +137,15 @@ SCALAR_OPS = FLOAT_OPS
 
 def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
     """The meta of a known number: its exact value (None if not known exactly) and the
-    value Python computes; the sign and range follow the exact value when there is one."""
+    value Python computes; the sign and range follow the exact value when there is one.
+    An approximate zero proves no sign: ``math.exp(-1000)`` underflows to 0.0 but is > 0."""
     if isinstance(value, bool) or value is None:
         return Meta(kind, value=value)
     v = float(exact) if exact is not None and representable(exact) else float(value)
-    sign = signs.of_value(float(value)) if exact is None else (
-        POS if exact > 0 else NEG if exact < 0 else ZERO)
+    if exact is None:
+        sign = signs.of_value(float(value)) if value != 0 else ANY
+    else:
+        sign = POS if exact > 0 else NEG if exact < 0 else ZERO
     return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact)
 
 
