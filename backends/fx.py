@@ -324,7 +324,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
     roots = [egraph.find(r) for r in egraph.roots] + [egraph.find(e) for e in egraph.fx.effects]
     optimal = None
     if method == "greedy":
-        choice = best_nodes(egraph, cost)
+        choice = best_nodes(egraph, cost, prefer=egraph.fx.initial)
         missing = [r for r in roots if r not in choice]
         if missing:
             raise ValueError(f"classes {missing} have no finite program under {cost!r}")

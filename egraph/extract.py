@@ -46,12 +46,15 @@ class AstDepth:
 
 
 def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
-               nodes_of: dict[int, list[tuple]] | None = None) -> dict[int, tuple[Any, tuple]]:
+               nodes_of: dict[int, list[tuple]] | None = None,
+               prefer: dict[int, list[tuple]] | None = None) -> dict[int, tuple[Any, tuple]]:
     """For every class with a finite term: ``(best cost, chosen e-node tuple)``.
 
     Ties go to the smaller term (fewer e-nodes), so an equally cheap program is never a
-    larger one. ``nodes_of`` restricts the choice to some e-nodes per class (for example the
-    ones a source program had before saturation).
+    larger one, and then to the e-nodes of ``prefer`` (class -> e-nodes, such as the source
+    program's), so a rewrite that does not pay is not made: reassociating a float sum
+    for nothing can lose bits where it cancels. ``nodes_of`` restricts the choice to some
+    e-nodes per class (for example the ones a source program had before saturation).
     """
     from egraph.egraph import ENode, _canonical
 
@@ -70,6 +73,8 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
         cnodes = {c: list(g) for c, g in groups.items()}
     # A cost model that reads the analysis binds to the e-graph: (class, e-node, costs).
     bound = cost.bind(egraph) if hasattr(cost, "bind") else None
+    preferred = set() if prefer is None else {
+        _canonical(n, egraph.find) for nodes in prefer.values() for n in nodes}
     best: dict[int, tuple[Any, tuple]] = {}
     size: dict[int, int] = {}  # term size of each class's choice: the tie-breaker
     changed = True
@@ -87,17 +92,38 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                     value = bound(c, n, child_costs)
                 else:
                     value = cost(ENode(n[0], kids), child_costs)
-                if current is not None and not value < current[0]:
-                    if value != current[0]:
+                if current is not None and not cheaper(value, current[0]):
+                    if not _tied(value, current[0]):
                         continue
                     n_size = 1 + sum(size[k] for k in kids)
-                    if n_size >= size[c]:
+                    if n_size > size[c] or n_size == size[c] and (
+                            n not in preferred or current[1] in preferred):
                         continue
                 current = (value, n)
                 best[c] = current
                 size[c] = 1 + sum(size[k] for k in kids)
                 changed = True
     return best
+
+
+_TIE = 1e-9
+"""Float costs within this relative difference are equal: summing the same costs in
+another order must not decide between two programs."""
+
+
+def _tied(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= _TIE * max(abs(a), abs(b))
+    return a == b
+
+
+def cheaper(a: Any, b: Any) -> bool:
+    """``a < b`` by more than float noise (costs summed in another order tie).
+
+    >>> cheaper(0.1 + 0.2 + 0.3, 0.3 + 0.2 + 0.1), cheaper(1.0, 2.0)
+    (False, True)
+    """
+    return a < b and not _tied(a, b)
 
 
 def build_term(egraph: EGraph, choice: dict[int, tuple[Any, tuple]], root: int) -> Term:

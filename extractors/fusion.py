@@ -96,19 +96,27 @@ def regions(egraph, choice: dict[int, tuple] | None = None) -> list[Region]:
             region = Region(library=True)
             out.append(region)
         else:
-            # Join the region of a fusible producer (through views) whose values stay
-            # inside; a new region otherwise.
-            region = None
+            # Join the regions of the fusible producers (through views) whose values stay
+            # inside, merged into one kernel when there are several; a new region otherwise.
+            joined: list[Region] = []
             for k in kids:
                 producer = _through_views(egraph, choice, k)
                 r = region_of.get(producer)
-                if r is not None and not r.library and consumers.get(producer, set()) <= {
-                        c} | _view_users(egraph, choice, consumers, producer):
-                    region = r
-                    break
-            if region is None:
+                if r is not None and not r.library and all(r is not j for j in joined) and (
+                        consumers.get(producer, set()) <= {c} | _view_users(
+                            egraph, choice, consumers, producer)):
+                    joined.append(r)
+            if not joined:
                 region = Region()
                 out.append(region)
+            else:
+                region = joined[0]
+                for other in joined[1:]:
+                    for member in other.classes:
+                        region_of[member] = region
+                    region.classes.extend(other.classes)
+                    region.ops.extend(other.ops)
+                    out.remove(other)
         region.classes.append(c)
         region.ops.append(op)
         region_of[c] = region

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from egraph.extract import cheaper
+
 
 def _acyclic(egraph, choice: dict[int, tuple], roots: list[int]) -> bool:
     find = egraph.find
@@ -69,7 +71,7 @@ def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
                     continue
                 evaluations += 1
                 value = cost.program_cost(egraph, trial)
-                if value < best_cost:
+                if cheaper(value, best_cost):
                     best, best_cost, improved = trial, value, True
         if not improved or evaluations >= budget:
             break

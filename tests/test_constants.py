@@ -171,3 +171,21 @@ def test_an_underflowed_constant_proves_no_sign():
     eg = EGraph.from_fx(gm, (x,)).saturate(RULES, iter_limit=4, node_limit=3000)
     opt = eg.extract(Flops(), validate="raise")
     torch.testing.assert_close(opt(x), shifted_logsumexp(x))
+
+
+def test_a_float_sum_is_not_reassociated_for_nothing():
+    """(x0 - x1) + 2 x2 and (2 x2 - x1) + x0 fuse into one kernel alike, so extraction keeps
+    the source's order: reassociated, it loses bits where x0 and x1 cancel (found by the
+    fuzzer under Roofline)."""
+    from extractors import Roofline
+
+    def f(x0, x1, x2):
+        return torch.add(x0 - x1, x2, alpha=2)
+
+    xs = tuple(torch.randn(4) for _ in range(3))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(f), xs).saturate(RULES, iter_limit=4,
+                                                                 node_limit=3000)
+    for cost in (Roofline("H100"), Flops(), AstSize()):
+        opt = eg.extract(cost, validate="raise")
+        cancelling = (torch.tensor([0.75]), torch.tensor([0.7499]), torch.tensor([1e-5]))
+        assert torch.equal(opt(*cancelling), f(*cancelling)), cost
