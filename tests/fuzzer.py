@@ -18,7 +18,7 @@ the ``egraph`` backend) and judges each result on *fresh* inputs (new seeds, and
 batch size) against the source evaluated in float64. The judge is elementwise and
 relative, ``|got - ref| <= tol * max(|ref|, tiny)`` (``tiny``: the dtype's smallest
 normal), and only as generous as the source itself: an element is wrong when the result's
-error exceeds ``2 * err_src + 8 * eps``, where ``err_src`` is the worst error of the source
+error exceeds ``2 * err_src + 64 * eps``, where ``err_src`` is the worst error of the source
 in its own dtype, run as written and in a few Monte Carlo runs that move each inexact op's
 result by up to an ulp (samples of the source's own rounding errors: an element that
 cancels in the source is as uncertain there as the source makes it), or when the result is
@@ -1517,7 +1517,8 @@ def _judge_float(g, s, r, spread) -> tuple[str, str] | None:
     for sp in spread:
         err_src = torch.maximum(err_src, rel(sp))
     err = rel(g)
-    wrong = fin & (err > 2 * err_src + 8 * eps)
+    # 64 roundings: what the project lets a rewrite change (README, "Float constants").
+    wrong = fin & (err > 2 * err_src + 64 * eps)
     nonfinite = fin & torch.isfinite(s) & ~torch.isfinite(g)
     # Where the reference overflows and the source agrees with it, the result may be
     # finite (a stable form) but not NaN or the other infinity.
