@@ -25,7 +25,7 @@ from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from egraph import AstSize, EGraph
+from egraph import EGraph
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -42,14 +42,34 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
     sizes from its inputs; validation runs on real inputs of the sizes dynamo hints.
     """
     example_inputs = tuple(example_inputs)
+    if cost is None:
+        cost = default_cost(example_inputs)
     if any(_is_symbolic(x) for x in example_inputs):
         eg = EGraph.from_fx(gm, hinted_inputs(example_inputs), observe=False)
     else:
         eg = EGraph.from_fx(gm, example_inputs)
     if rules:
         eg.saturate(rules, iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit)
-    return eg.extract(cost if cost is not None else AstSize(), validate=validate,
-                      target=target)
+    return eg.extract(cost, validate=validate, target=target)
+
+
+def default_cost(example_inputs: Sequence[Any]):
+    """The cost model fit for the device the inputs live on: the time on the measured CPU
+    profile with each op its own kernel (CPU emission calls eager torch ops), or on the GPU's
+    profile with fusion regions as kernels (CUDA emission fuses them into Triton kernels).
+
+    >>> default_cost((torch.randn(2),))
+    Roofline('cpu', fused=False)
+    """
+    from extractors import Roofline
+    from extractors.hardware import HARDWARE
+
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
+                   and x.device.type == "cuda"), None)
+    if device is None:
+        return Roofline("cpu", fused=False)
+    name = torch.cuda.get_device_name(device)
+    return Roofline(next((p for p in HARDWARE if p != "cpu" and p in name), "H100"))
 
 
 def _is_symbolic(x: Any) -> bool:
@@ -111,12 +131,24 @@ def _expression(s: Any) -> Any:
     return str(s.node.expr) if isinstance(s, _SYMBOLIC) else s
 
 
-def make_backend(rules=(), cost=None, validate: str = "strict", **limits) -> Callable:
-    """A torch.compile backend with chosen rules, cost model and validation mode.
+def make_backend(rules=None, cost=None, validate: str = "strict", **limits) -> Callable:
+    """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
+    for none), cost model (default: :func:`default_cost` for the inputs' device) and
+    validation mode; ``limits`` bound saturation (``iter_limit``, ``node_limit``,
+    ``time_limit``).
 
     Repeated compiles of the same graph (a recompile, a second model with the same
     architecture) hit a cache instead of saturating again.
+
+    >>> backend = make_backend(rules=(), validate="raise")
+    >>> f = torch.compile(lambda x: torch.exp(x) + torch.exp(x), backend=backend)
+    >>> torch.allclose(f(torch.ones(3)), 2 * torch.exp(torch.ones(3)))
+    True
     """
+    if rules is None:
+        from egraph.rules import load_rules
+
+        rules = load_rules("all")
     cache: dict[tuple, Callable] = {}
 
     def compiler(gm: torch.fx.GraphModule, example_inputs):
@@ -133,12 +165,19 @@ def make_backend(rules=(), cost=None, validate: str = "strict", **limits) -> Cal
     return backend
 
 
-_default = make_backend()
+_backends: dict[str, Callable] = {}
 
 
-def egraph_backend(gm: torch.fx.GraphModule, example_inputs):
-    """The default ``egraph`` backend: aot_autograd around the e-graph pipeline."""
-    return _default(gm, example_inputs)
+def egraph_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """The ``egraph`` backend: aot_autograd around the e-graph pipeline, with the rule
+    library, the cost model of the inputs' device and strict validation.
+    ``torch.compile(model, backend="egraph", options={...})`` passes ``options`` to
+    :func:`make_backend` (``rules``, ``cost``, ``validate``, limits)."""
+    key = repr(sorted((options or {}).items(), key=lambda kv: kv[0]))
+    backend = _backends.get(key)
+    if backend is None:
+        backend = _backends[key] = make_backend(**(options or {}))
+    return backend(gm, example_inputs)
 
 
 def _register() -> None:

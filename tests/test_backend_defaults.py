@@ -1,0 +1,50 @@
+"""``torch.compile(model, backend="egraph")`` applies the rule library with the cost model of
+the inputs' device, validated; ``options`` choose otherwise."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from backends import compile as backend_module
+from backends.compile import default_cost
+from extractors import Roofline
+
+
+class NaiveLayerNorm(nn.Module):
+    """A layer norm written out with the one-pass variance."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mean * mean
+        return (x - mean) / torch.sqrt(var + 1e-5)
+
+
+def _emitted(options_key: str) -> list[str]:
+    backend = backend_module._backends[options_key]
+    return [entry.module.code for entry in backend.cache.values()]
+
+
+def test_the_default_backend_applies_the_rule_library():
+    torch._dynamo.reset()
+    backend_module._backends.clear()
+    model, x = NaiveLayerNorm(), torch.randn(4, 32)
+    compiled = torch.compile(model, backend="egraph")
+    torch.testing.assert_close(compiled(x), model(x))
+    codes = _emitted(repr([]))
+    assert any("layer_norm" in code for code in codes), codes
+
+
+def test_options_choose_the_rules():
+    torch._dynamo.reset()
+    backend_module._backends.clear()
+    model, x = NaiveLayerNorm(), torch.randn(4, 32)
+    compiled = torch.compile(model, backend="egraph", options={"rules": ()})
+    torch.testing.assert_close(compiled(x), model(x))
+    (key,) = backend_module._backends
+    assert not any("layer_norm" in code for code in _emitted(key))
+
+
+def test_the_default_cost_is_the_cpu_profile_unfused_on_cpu_inputs():
+    cost = default_cost((torch.randn(2), 3))
+    assert isinstance(cost, Roofline) and cost.hardware.name == "cpu" and not cost.fused
