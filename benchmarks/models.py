@@ -31,7 +31,6 @@ import contextlib
 import math
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 import backends.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import MODELS, Case, build  # noqa: E402
 from egraph import EGraph  # noqa: E402
+from egraph.__main__ import median_seconds  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import Flops  # noqa: E402
 
@@ -58,15 +58,8 @@ ENTRIES = ("export", "compile", "train")
 
 
 def median_ms(fn, repeat: int) -> float:
-    """Median wall time of ``fn()`` in ms over ``repeat`` calls, after two warm-up calls."""
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    """Median wall time of ``fn()`` in ms over ``repeat`` calls, after a warm-up call."""
+    return median_seconds(fn, repeat) * 1e3
 
 
 def _flat(out) -> tuple:
