@@ -556,8 +556,12 @@ class _Builder:
         """Keep ``node`` as is: a unique token, chained after the previous opaque call.
 
         ``random``: the call draws random numbers (validation then compares under a seed).
+        A call that torch's op schema says is functional (:func:`is_functional`) is pure
+        instead: keyed by its target and arguments, so equal calls share one class (CSE),
+        and outside the effect chain, so an unused one is dropped.
         """
         self.random = self.random or random
+        pure = not random and is_functional(node.target)
         token = node.name
         arg_classes: list[int] = []
 
@@ -572,14 +576,18 @@ class _Builder:
 
         args = fx.node.map_aggregate(node.args, mark)
         kwargs = fx.node.map_aggregate(node.kwargs, mark)
-        self.opaque[token] = OpaqueCall(node.op, node.target, args, kwargs, node.name)
+        if pure:
+            token = f"{node.target}{args!r}{sorted(kwargs.items())!r}"
+        self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name))
         meta = self.metas.get(node.name)
         if meta is not None:
-            self.analysis.leaves[f"opaque:{token}"] = meta
+            self.analysis.leaves.setdefault(f"opaque:{token}", meta)
         eg = self.eg
-        prev = self.effect if self.effect is not None else eg.add_node(literal(None))
+        none = eg.add_node(literal(None))
+        prev = none if pure or self.effect is None else self.effect
         cid = eg.add_node("opaque", [eg.add_node(literal(token)), prev, *arg_classes])
-        self.effect = cid
+        if not pure:
+            self.effect = cid
         return cid
 
     # -- the walk -------------------------------------------------------------------------
@@ -713,6 +721,23 @@ def _location(node: fx.Node) -> str:
 def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
     """The arguments of F.dropout / torch.dropout (the latter names `training` `train`)."""
     return {"input": input, "p": p, "train": training if train is None else train}
+
+
+def is_functional(target: Any) -> bool:
+    """True for an aten operator whose schema mutates nothing and draws no random numbers
+    (``aten.arange``, ``aten._assert_tensor_metadata``, ``aten.to.dtype_layout``): its result
+    depends only on its arguments, so equal calls may be shared and unused ones dropped.
+
+    >>> is_functional(torch.ops.aten.arange.default), is_functional(torch.ops.aten.add_.Tensor)
+    (True, False)
+    >>> is_functional(torch.ops.aten.rand.default), is_functional(print)
+    (False, False)
+    """
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return not target._schema.is_mutable
 
 
 @dataclass(frozen=True)
