@@ -18,7 +18,9 @@ the ``egraph`` backend) and judges each result on *fresh* inputs (new seeds, and
 batch size) against the source evaluated in float64. The judge is elementwise and
 relative, ``|got - ref| <= tol * max(|ref|, tiny)`` (``tiny``: the dtype's smallest
 normal), and only as generous as the source itself: an element is wrong when the result's
-error exceeds ``2 * err_src + 64 * eps``, where ``err_src`` is the worst error of the source
+error breaks the contract validation promises (normwise within twice the source's, each
+element within ``ELEMENTWISE_SLACK`` times the source's worst, plus 64 roundings), where
+the source's error ``err_src`` is the worst error of the source
 in its own dtype, run as written and in a few Monte Carlo runs that move each inexact op's
 result by up to an ulp (samples of the source's own rounding errors: an element that
 cancels in the source is as uncertain there as the source makes it), or when the result is
@@ -51,6 +53,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+
+from backends.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK
 
 __all__ = [
     "CATEGORIES", "Chooser", "DrawChooser", "InputSpec", "Outcome", "Program", "RandomChooser",
@@ -1517,8 +1521,21 @@ def _judge_float(g, s, r, spread) -> tuple[str, str] | None:
     for sp in spread:
         err_src = torch.maximum(err_src, rel(sp))
     err = rel(g)
-    # 64 roundings: what the project lets a rewrite change (README, "Float constants").
-    wrong = fin & (err > 2 * err_src + 64 * eps)
+    # The contract validation promises (README, "Float constants"), on inputs validation
+    # never saw: each element within ELEMENTWISE_SLACK times the source's worst element,
+    # the output normwise within twice the source's, plus 64 roundings either way.
+    tol = 64 * eps
+    worst_src = float(err_src[fin].max()) if fin.any() else 0.0
+    wrong = fin & (err > ELEMENTWISE_SLACK * worst_src + tol)
+    if fin.any():
+        scale = r[fin].abs().max().clamp(min=tiny)
+
+        def normwise(a):
+            return float(((a.double() - r)[fin]).abs().nan_to_num(nan=math.inf).max() / scale)
+
+        if normwise(g) > NORMWISE_SLACK["given"] * max(map(normwise, [s, *spread])) + tol:
+            difference = (g.double() - r).abs().nan_to_num(nan=math.inf)
+            wrong = wrong | (fin & (difference == difference[fin].max()))
     nonfinite = fin & torch.isfinite(s) & ~torch.isfinite(g)
     # Where the reference overflows and the source agrees with it, the result may be
     # finite (a stable form) but not NaN or the other infinity.
