@@ -53,10 +53,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
     return eg.extract(cost, validate=validate, target=target)
 
 
-def default_cost(example_inputs: Sequence[Any]):
+def default_cost(example_inputs: Sequence[Any], fused: bool = False):
     """The cost model fit for the device the inputs live on: the time on the measured CPU
-    profile with each op its own kernel (CPU emission calls eager torch ops), or on the GPU's
-    profile with fusion regions as kernels (CUDA emission fuses them into Triton kernels).
+    profile with each op its own kernel (CPU emission calls eager torch ops; ``fused``
+    where Inductor generates the code), or on the GPU's profile with fusion regions as
+    kernels (CUDA emission fuses them into Triton kernels).
 
     >>> default_cost((torch.randn(2),))
     Roofline('cpu', fused=False)
@@ -67,7 +68,7 @@ def default_cost(example_inputs: Sequence[Any]):
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
                    and x.device.type == "cuda"), None)
     if device is None:
-        return Roofline("cpu", fused=False)
+        return Roofline("cpu", fused=fused)
     name = torch.cuda.get_device_name(device)
     return Roofline(next((p for p in HARDWARE if p != "cpu" and p in name), "H100"))
 
@@ -131,20 +132,33 @@ def _expression(s: Any) -> Any:
     return str(s.node.expr) if isinstance(s, _SYMBOLIC) else s
 
 
-def make_backend(rules=None, cost=None, validate: str = "strict", **limits) -> Callable:
+CODEGENS = ("eager", "inductor")
+"""Who generates the code of the optimised graph: ``eager`` runs it as the ordinary torch
+calls we emit (Triton kernels for fusion regions on CUDA), through aot_autograd so the
+backward graph is optimised too; ``inductor`` hands the optimised graph to Inductor
+(``compile_fx``), so the e-graph's rewrites come on top of Inductor's fusion and code
+generation (its compile time too)."""
+
+
+def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str = "eager",
+                 **limits) -> Callable:
     """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
-    for none), cost model (default: :func:`default_cost` for the inputs' device) and
-    validation mode; ``limits`` bound saturation (``iter_limit``, ``node_limit``,
-    ``time_limit``).
+    for none), cost model (default: :func:`default_cost` for the inputs' device), validation
+    mode and code generation (:data:`CODEGENS`); ``limits`` bound saturation
+    (``iter_limit``, ``node_limit``, ``time_limit``).
 
     Repeated compiles of the same graph (a recompile, a second model with the same
-    architecture) hit a cache instead of saturating again.
+    architecture) hit a cache instead of saturating again. ``backend.cache`` maps each
+    graph's signature to its compiled function, whose ``.module`` is the emitted
+    GraphModule (with its ``meta["egraph_report"]``).
 
     >>> backend = make_backend(rules=(), validate="raise")
     >>> f = torch.compile(lambda x: torch.exp(x) + torch.exp(x), backend=backend)
     >>> torch.allclose(f(torch.ones(3)), 2 * torch.exp(torch.ones(3)))
     True
     """
+    if codegen not in CODEGENS:
+        raise ValueError(f"codegen={codegen!r}: use one of {', '.join(map(repr, CODEGENS))}")
     if rules is None:
         from egraph.rules import load_rules
 
@@ -154,15 +168,34 @@ def make_backend(rules=None, cost=None, validate: str = "strict", **limits) -> C
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         key = _signature(gm, example_inputs)
         if key not in cache:
-            module = compile_graph(gm, example_inputs, rules, cost, validate, **limits)
-            cache[key] = make_boxed_func(module)
-            cache[key].module = module
+            graph_cost = cost if cost is not None else default_cost(
+                example_inputs, fused=codegen == "inductor")
+            module = compile_graph(gm, example_inputs, rules, graph_cost, validate, **limits)
+            if codegen == "inductor":
+                from torch._inductor.compile_fx import compile_fx
+
+                cache[key] = _Compiled(compile_fx(module, list(example_inputs)), module)
+            else:
+                cache[key] = make_boxed_func(module)
+                cache[key].module = module
         return cache[key]
 
-    compiler.cache = cache
-    backend = aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
-    backend.cache = cache  # each entry's ``.module`` is the emitted GraphModule
+    if codegen == "inductor":
+        backend = compiler  # Inductor runs aot_autograd itself
+    else:
+        backend = aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
+    backend.cache = cache
     return backend
+
+
+class _Compiled:
+    """Inductor's compiled function of an emitted module, which it keeps as ``module``."""
+
+    def __init__(self, run: Callable, module: torch.fx.GraphModule):
+        self.run, self.module = run, module
+
+    def __call__(self, *args):
+        return self.run(*args)
 
 
 _backends: dict[str, Callable] = {}

@@ -48,3 +48,33 @@ def test_options_choose_the_rules():
 def test_the_default_cost_is_the_cpu_profile_unfused_on_cpu_inputs():
     cost = default_cost((torch.randn(2), 3))
     assert isinstance(cost, Roofline) and cost.hardware.name == "cpu" and not cost.fused
+
+
+class ProjectedLayerNorm(NaiveLayerNorm):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        return super().forward(self.proj(x))
+
+
+def test_inductor_generates_the_code_of_the_optimised_graph():
+    """codegen="inductor": the e-graph's rewrites (the fused layer norm), then Inductor's
+    code generation; inference and training equal eager."""
+    from backends.compile import make_backend
+
+    torch._dynamo.reset()
+    model, x = ProjectedLayerNorm(), torch.randn(4, 32)
+    backend = make_backend(codegen="inductor", validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    (entry,) = backend.cache.values()
+    assert "layer_norm" in entry.module.code
+    out.square().sum().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(grads[k], p.grad, rtol=1e-4, atol=1e-5)
