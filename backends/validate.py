@@ -223,7 +223,8 @@ def _float64_reference(original: nn.Module):
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
         try:
-            return _flat(wide(*xs))
+            # forward itself: a GraphModule's __call__ prints the traceback of a failure
+            return _flat(wide.forward(*xs))
         except Exception:  # noqa: BLE001 - explicit casts or checks: interpret instead
             if interpreter is None:
                 return None

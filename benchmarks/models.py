@@ -1,7 +1,7 @@
 """Real architectures (the ``transformers`` corpus of benchmarks/corpus.py) through the
 pipeline, against eager and Inductor in one run.
 
-    .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile]
+    .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
 
 One row per model and entry point:
@@ -10,6 +10,8 @@ One row per model and entry point:
   ``extract(Flops())`` (validation strict: a mismatch falls back and is counted);
 - ``compile``: ``torch.compile(model, backend=make_backend(rules=..., cost=Flops()))``,
   inference, then a second sequence length (or batch) through the same compiled model;
+- ``inductor``: the same with ``codegen="inductor"`` (ours + Inductor: the optimised graph
+  handed to Inductor's code generation, under the fused CPU cost model);
 - ``train`` (only when asked for): the same backend on a training step (forward, a loss,
   backward).
 
@@ -54,7 +56,7 @@ from extractors import Flops  # noqa: E402
 
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 TOL = dict(rtol=1e-4, atol=1e-5)
-ENTRIES = ("export", "compile", "train")
+ENTRIES = ("export", "compile", "inductor", "train")
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -126,11 +128,12 @@ def run_export(case: Case, rules, repeat: int) -> dict:
     return row
 
 
-def run_compile(case: Case, rules, repeat: int) -> dict:
+def run_compile(case: Case, rules, repeat: int, codegen: str = "eager") -> dict:
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
-    backend = compile_backend.make_backend(rules=rules, cost=Flops(), validate="strict",
-                                           **LIMITS)
+    cost = Flops() if codegen == "eager" else None  # Inductor's: fused regions as kernels
+    backend = compile_backend.make_backend(rules=rules, cost=cost, validate="strict",
+                                           codegen=codegen, **LIMITS)
     seconds: list[float] = []
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
@@ -214,7 +217,12 @@ def run_inductor(case: Case, train: bool, repeat: int) -> dict:
     return {"inductor_s": cold, "inductor_ms": ms}
 
 
-RUNNERS = {"export": run_export, "compile": run_compile, "train": run_train}
+def run_compile_inductor(case: Case, rules, repeat: int) -> dict:
+    return run_compile(case, rules, repeat, codegen="inductor")
+
+
+RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
+           "train": run_train}
 
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
@@ -340,7 +348,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated, from: {', '.join(MODELS)}")
-    parser.add_argument("--entries", default="export,compile",
+    parser.add_argument("--entries", default="export,compile,inductor",
                         help=f"comma-separated, from: {', '.join(ENTRIES)}")
     parser.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per median")

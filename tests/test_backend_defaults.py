@@ -78,3 +78,28 @@ def test_inductor_generates_the_code_of_the_optimised_graph():
     model(x).square().sum().backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(grads[k], p.grad, rtol=1e-4, atol=1e-5)
+
+
+class Conv1DStyle(nn.Module):
+    """GPT-2's Conv1D: the output shape built from the input's, passed whole to view."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 24))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (24,)
+        return (x.view(-1, x.size(-1)) @ self.weight).view(size_out)
+
+
+def test_a_whole_symbolic_shape_stays_one_shape_for_inductor():
+    """With dynamic sizes (the second sequence length), dynamo's graph passes
+    ``x.size()[:-1] + (24,)`` as one value: it was wrapped as a one-item shape."""
+    from backends.compile import make_backend
+
+    torch._dynamo.reset()
+    model = Conv1DStyle()
+    compiled = torch.compile(model, backend=make_backend(codegen="inductor", validate="raise"))
+    for length in (8, 12):
+        x = torch.randn(2, length, 16)
+        torch.testing.assert_close(compiled(x), model(x))

@@ -365,7 +365,16 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return ("sdpa", [query, key, value, attn_mask, is_causal, scale])
 
 
+def _holds_shape(value) -> bool:
+    """True for an FX node whose value is a whole shape (a ``torch.Size`` with symbolic
+    sizes in the graphs torch.compile hands over: ``x.view(x.size()[:-1] + (nf,))``)."""
+    meta = getattr(value, "meta", None) or {}
+    return isinstance(meta.get("example_value", meta.get("val")), (torch.Size, tuple, list))
+
+
 def _reshape(input, *shape):
+    if len(shape) == 1 and _holds_shape(shape[0]):
+        return ("reshape", [input, shape[0]])
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = tuple(shape[0])
     return ("reshape", [input, tuple(shape)])
@@ -386,6 +395,8 @@ def _t(input):
 
 
 def _expand(input, *sizes, implicit=False):
+    if len(sizes) == 1 and _holds_shape(sizes[0]):
+        return ("expand", [input, sizes[0]])
     if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
         sizes = tuple(sizes[0])
     return ("expand", [input, tuple(sizes)])
