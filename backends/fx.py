@@ -162,6 +162,11 @@ class _Emitter:
         if op == "opaque":
             return self.replay(kids[0])
         spec = SPECS[op]
+        if op in ("add", "mul") and isinstance(kids[0], (int, float)) and isinstance(
+                kids[1], fx.Node):
+            # tensor first: torch.mul(3e12, half_tensor) rounds 3e12 to float16 (inf) before
+            # multiplying, torch.mul(half_tensor, 3e12) computes in float32 as x * 3e12 does
+            kids = [kids[1], kids[0]]
         if op in SHAPE_PARAMS:
             shape = kids[SHAPE_PARAMS[op]]
             if isinstance(shape, tuple) and all(type(d) is int for d in shape):

@@ -295,6 +295,10 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                                                             relative_errors(a, r))
                 worst_before = max(worst_before, e_before)
                 worst_after = max(worst_after, e_after)
+                if b.is_floating_point() and _overflow_changed(a, b, r):
+                    return Validation(False, worst_before, float("inf"), len(input_sets),
+                                      "a value the original overflows to inf becomes NaN or "
+                                      "the other infinity", reference=kind)
                 tol = _tolerance(b.dtype)
                 if n_after > normwise_slack * n_before + tol or (
                         e_after > ELEMENTWISE_SLACK * e_before + tol):
@@ -307,6 +311,17 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                           "the source program raises on every generated input set; pass real "
                           "example inputs", reference=kind)
     return Validation(True, worst_before, worst_after, checked, reference=kind)
+
+
+def _overflow_changed(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor) -> bool:
+    """True where the source's result is non-finite though the reference is finite (an
+    overflow in the working dtype) and the new result is another non-finite value: inf
+    becoming NaN (``a*b - a*c`` for ``a*(b - c)`` when both products overflow) changes
+    what later code sees (isinf checks, clamps). A finite result there is an improvement."""
+    ref = ref.to(new.device)
+    changed = torch.isfinite(ref) & ~torch.isfinite(source) & ~torch.isfinite(new) & ~(
+        (new == source) | (torch.isnan(new) & torch.isnan(source)))
+    return bool(changed.any())
 
 
 def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:

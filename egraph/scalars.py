@@ -33,6 +33,27 @@ from typing import Any
 
 __all__ = ["Fraction", "exact_of", "fold", "representable", "FLOAT_OPS"]
 
+def _ieee(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` with IEEE results where Python raises: a tensor program's ``exp(1000)`` is
+    inf and ``log(0)`` is -inf, so an emitted program that computes a constant in Python
+    must not raise where the source computed it in torch."""
+    def scalar_op(*args):
+        try:
+            return fn(*args)
+        except (OverflowError, ZeroDivisionError, ValueError):
+            import numpy  # IEEE semantics, as torch computes
+
+            with numpy.errstate(all="ignore"):
+                return float(getattr(numpy, _NUMPY[name])(*map(numpy.float64, args)))
+    scalar_op.__name__ = scalar_op.__qualname__ = f"scalar_{name}"
+    return scalar_op
+
+
+_NUMPY = {"div": "true_divide", "pow": "power", "sqrt": "sqrt", "exp": "exp", "log": "log",
+          "floor": "floor", "ceil": "ceil", "floordiv": "floor_divide",
+          "remainder": "remainder", "mul": "multiply", "add": "add", "sub": "subtract"}
+
+
 FLOAT_OPS: dict[str, Callable[..., Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
     "pow": operator.pow, "neg": operator.neg, "eq": operator.eq, "ne": operator.ne,
@@ -41,7 +62,13 @@ FLOAT_OPS: dict[str, Callable[..., Any]] = {
     "cos": math.cos, "floor": math.floor, "ceil": math.ceil, "abs": abs,
     "floordiv": operator.floordiv, "remainder": operator.mod,
 }
-"""Python implementations of ops on scalars (shape arithmetic), as a program evaluates them."""
+FLOAT_OPS.update({name: _ieee(FLOAT_OPS[name], name) for name in _NUMPY})
+"""Python implementations of ops on scalars (shape arithmetic), as a program evaluates them:
+IEEE results (inf, nan) where Python would raise.
+
+>>> FLOAT_OPS["exp"](1000.0), FLOAT_OPS["div"](1.0, 0.0), FLOAT_OPS["log"](0.0)
+(inf, inf, -inf)
+"""
 
 _EXACT_OPS: dict[str, Callable[..., Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,

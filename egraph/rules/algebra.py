@@ -19,6 +19,7 @@ from egraph.rules.guards import (
     nonzero,
     positive,
     rank_is,
+    same_dtype,
     value_of,
 )
 from egraph.term import literal
@@ -69,14 +70,15 @@ def _scalar(var: str):
 
 _alg("comm-add", "(add ?a ?b)", "(add ?b ?a)", "a + b", ABC, description="a + b = b + a")
 _alg("comm-mul", "(mul ?a ?b)", "(mul ?b ?a)", "a * b", ABC, description="ab = ba")
+ONE_DTYPE = same_dtype("a", "b", "c")
 _alg("assoc-add", "(add ?a (add ?b ?c))", "(add (add ?a ?b) ?c)", "a + (b + c)", ABC,
-     description="addition reassociates")
+     when=ONE_DTYPE, description="addition reassociates")
 _alg("assoc-mul", "(mul ?a (mul ?b ?c))", "(mul (mul ?a ?b) ?c)", "a * (b * c)", ABC,
-     description="multiplication reassociates")
+     when=ONE_DTYPE, description="multiplication reassociates")
 _alg("distribute", "(mul ?a (add ?b ?c))", "(add (mul ?a ?b) (mul ?a ?c))", "a * (b + c)", ABC,
-     description="a(b + c) = ab + ac")
+     when=ONE_DTYPE, description="a(b + c) = ab + ac")
 _alg("factor", "(add (mul ?a ?b) (mul ?a ?c))", "(mul ?a (add ?b ?c))", "a * b + a * c", ABC,
-     description="ab + ac = a(b + c)")
+     when=ONE_DTYPE, description="ab + ac = a(b + c)")
 _alg("sub-canon", "(sub ?a ?b)", "(add ?a (neg ?b))", "a - b", ABC,
      description="subtraction as adding the negation")
 _alg("add-neg", "(add ?a (neg ?b))", "(sub ?a ?b)", "a + (-b)", ABC,

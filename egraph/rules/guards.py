@@ -142,6 +142,17 @@ def same_shape(a: str, b: str) -> Guard:
     return _named(guard, f"shape {a} == shape {b}")
 
 
+def same_dtype(*names: str) -> Guard:
+    """The tensors among ``?names`` share one dtype (numbers adopt it): type promotion is
+    not associative across dtypes (a 0-dim float32 tensor does not promote a float16 one,
+    a full float32 tensor does), so regrouping mixed dtypes could change the result's."""
+    def guard(egraph, subst) -> bool:
+        dtypes = {getattr(m, "dtype", None) for m in (_meta(egraph, subst[n]) for n in names)
+                  if getattr(m, "kind", None) == "tensor"}
+        return len(dtypes - {None}) <= 1
+    return _named(guard, f"one dtype among {', '.join(names)}")
+
+
 def rank_is(var: str, *ranks: int) -> Guard:
     """``?var`` is a tensor of one of the given ranks."""
     def guard(egraph, subst) -> bool:
