@@ -189,3 +189,64 @@ def test_a_float_sum_is_not_reassociated_for_nothing():
         opt = eg.extract(cost, validate="raise")
         cancelling = (torch.tensor([0.75]), torch.tensor([0.7499]), torch.tensor([1e-5]))
         assert torch.equal(opt(*cancelling), f(*cancelling)), cost
+
+
+def test_an_overflowing_constant_is_emitted_as_inf_not_an_error():
+    """logsumexp rules split exp(x + 1e3) into exp(x) * exp(1e3): computed in Python,
+    exp(1000) overflows; the emitted program gets inf as torch would (found by the soak)."""
+    from egraph.scalars import FLOAT_OPS
+
+    assert FLOAT_OPS["exp"](1000.0) == math.inf and FLOAT_OPS["log"](0.0) == -math.inf
+    assert math.isnan(FLOAT_OPS["div"](0.0, 0.0))
+
+    def shifted(x0):
+        v7 = x0 + 1e3
+        v8 = v7.amax(0, keepdim=True)
+        return v8 + torch.log(torch.exp(v7 - v8).sum(0, keepdim=True))
+
+    x = torch.rand(3, 6) + 0.1
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(shifted), (x,)).saturate(
+        RULES, iter_limit=4, node_limit=3000)
+    from extractors import Curvature, Lexicographic, Memory
+
+    for cost in (Curvature(), Flops() + 1e-3 * Memory(), Lexicographic(Curvature(), Flops())):
+        opt = eg.extract(cost)
+        torch.testing.assert_close(opt(x), shifted(x))
+
+
+def test_a_half_tensor_times_a_large_constant_keeps_the_sources_rounding():
+    """relu(x) / (1/3) * 1e12 * 1e-12 in float16: reassociated to 3e12 * relu(x), the
+    scalar-first call rounds 3e12 to float16 inf and 0 * inf is NaN; emitted tensor first
+    it computes as the source does (found by the soak)."""
+    def program(x0):
+        return torch.sqrt((x0.relu().div(1 / 3) * 1e12 * 1e-12).abs())
+
+    x = (torch.rand(3, 6) * 0.45 + 0.05).half()
+    opt = _optimise(program, x)
+    y = torch.randn(3, 6).half()
+    assert torch.equal(opt(y).isnan(), program(y).isnan())
+
+
+def test_mixed_dtypes_are_not_regrouped():
+    """a * (b * c) with a float16 tensor, b an int64 tensor and c a float: b * c is float32
+    and a * (b * c) float32, but (a * b) * c stays float16 (found by the soak)."""
+    def program(x0, i0):
+        v1 = x0 * (i0 - i0)
+        return v1 * 0.3 + v1 * 1e-8
+
+    x, i = torch.randn(2, 4).half(), torch.randint(-8, 8, (2, 4))
+    gm = torch.fx.symbolic_trace(program)
+    opt = EGraph.from_fx(gm, (x, i)).saturate(RULES, iter_limit=4, node_limit=3000).extract(
+        Flops(), validate="raise")
+    assert opt(x, i).dtype == program(x, i).dtype
+
+
+def test_validation_refuses_an_overflow_turned_into_nan():
+    """a * (b - c) overflowing to inf is not a * b - a * c = inf - inf = NaN."""
+    from backends.validate import _overflow_changed
+
+    ref = torch.tensor([1e5], dtype=torch.float64)
+    source = torch.tensor([float("inf")], dtype=torch.float16)
+    assert _overflow_changed(torch.tensor([float("nan")]).half(), source, ref)
+    assert not _overflow_changed(torch.tensor([float("inf")]).half(), source, ref)
+    assert not _overflow_changed(torch.tensor([1e4]).half(), source, ref)
