@@ -90,8 +90,16 @@ def _in_domain(values: torch.Tensor, signs: int | None) -> torch.Tensor:
     return values
 
 
-def _random_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Random values like ``x``'s (drawn on the CPU generator, placed on ``x``'s device)."""
+STRESS_SCALE = 8.0
+"""The last random input set spreads floating values this many times wider than the
+examples': a rewrite that overflows sooner than the source (``exp(a) * exp(-b)`` for
+``exp(a - b)``) shows there, not only at the examples' magnitudes."""
+
+
+def _random_like(x: torch.Tensor, generator: torch.Generator | None,
+                 scale: float = 1.0) -> torch.Tensor:
+    """Random values like ``x``'s (drawn on the CPU generator, placed on ``x``'s device),
+    their spread around the mean widened by ``scale``."""
     if x.dtype == torch.bool:
         return torch.randint(0, 2, x.shape, generator=generator).bool().to(x.device)
     if not x.is_floating_point():
@@ -105,7 +113,7 @@ def _random_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Te
     if x.numel() > 1 and x.device.type != "meta":
         std, mean = x.float().std(), x.float().mean()
         if torch.isfinite(std) and std > 0:
-            out = out * std.cpu() + mean.cpu()
+            out = out * (std.cpu() * scale) + mean.cpu()
     return out.to(device=x.device, dtype=x.dtype)
 
 
@@ -253,15 +261,17 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                    if isinstance(y, torch.Tensor))
     normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]
     input_sets = [inputs]
+    stressed = [False]
     numel = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
     if isinstance(original, nn.Module):
         numel += sum(p.numel() for p in original.parameters())
     # Extra random input sets where cheap: each one runs the model three times.
     if numel <= max_numel:
         gen = torch.Generator().manual_seed(0)
-        for _ in range(trials):
+        for scale in [1.0] * trials + [STRESS_SCALE]:
+            stressed.append(scale != 1.0)
             input_sets.append(tuple(
-                _in_domain(_random_like(x, gen), src.domains.get(name))
+                _in_domain(_random_like(x, gen, scale), src.domains.get(name))
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
     reference = None if random_ops else _float64_reference(original)
@@ -269,7 +279,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
     kind = "float64" if reference is not None else "same-seed original"
     checked = 0
     with torch.no_grad():
-        for xs in input_sets:
+        for xs, stress in zip(input_sets, stressed):
             xs, out_before = _run_source(original, xs)
             if out_before is None:
                 continue  # generated integers the source cannot take (an index too large)
@@ -291,6 +301,14 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                 if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
                                       "an output's shape or dtype changed")
+                if stress:
+                    # wide inputs: both may lose accuracy; only a new overflow counts
+                    if b.is_floating_point() and _overflows_sooner(a, b, r):
+                        return Validation(False, worst_before, float("inf"),
+                                          len(input_sets), "a value overflows where the "
+                                          f"original's does not (inputs {STRESS_SCALE:g} times "
+                                          "wider than the examples)", reference=kind)
+                    continue
                 (e_before, n_before), (e_after, n_after) = (relative_errors(b, r),
                                                             relative_errors(a, r))
                 worst_before = max(worst_before, e_before)
@@ -322,6 +340,13 @@ def _overflow_changed(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor
     changed = torch.isfinite(ref) & ~torch.isfinite(source) & ~torch.isfinite(new) & ~(
         (new == source) | (torch.isnan(new) & torch.isnan(source)))
     return bool(changed.any())
+
+
+def _overflows_sooner(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor) -> bool:
+    """True where the new result is non-finite but the source's and the reference are
+    finite."""
+    ref = ref.to(new.device)
+    return bool((torch.isfinite(ref) & torch.isfinite(source) & ~torch.isfinite(new)).any())
 
 
 def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:

@@ -45,13 +45,13 @@ def _ieee(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
             with numpy.errstate(all="ignore"):
                 return float(getattr(numpy, _NUMPY[name])(*map(numpy.float64, args)))
-    scalar_op.__name__ = scalar_op.__qualname__ = f"scalar_{name}"
+    scalar_op.__name__ = scalar_op.__qualname__ = name
     return scalar_op
 
 
-_NUMPY = {"div": "true_divide", "pow": "power", "sqrt": "sqrt", "exp": "exp", "log": "log",
-          "floor": "floor", "ceil": "ceil", "floordiv": "floor_divide",
-          "remainder": "remainder", "mul": "multiply", "add": "add", "sub": "subtract"}
+# The math functions that raise where torch gives inf or NaN; Python's operators stay (the
+# emitted code reads ``size ** 0.5``), as shape arithmetic does not divide by zero.
+_NUMPY = {"sqrt": "sqrt", "exp": "exp", "log": "log"}
 
 
 FLOAT_OPS: dict[str, Callable[..., Any]] = {
@@ -66,8 +66,8 @@ FLOAT_OPS.update({name: _ieee(FLOAT_OPS[name], name) for name in _NUMPY})
 """Python implementations of ops on scalars (shape arithmetic), as a program evaluates them:
 IEEE results (inf, nan) where Python would raise.
 
->>> FLOAT_OPS["exp"](1000.0), FLOAT_OPS["div"](1.0, 0.0), FLOAT_OPS["log"](0.0)
-(inf, inf, -inf)
+>>> FLOAT_OPS["exp"](1000.0), FLOAT_OPS["sqrt"](-1.0), FLOAT_OPS["log"](0.0)
+(inf, nan, -inf)
 """
 
 _EXACT_OPS: dict[str, Callable[..., Any]] = {
