@@ -2,6 +2,10 @@
 
 import os
 
+# The Triton tests run every kernel in Triton's interpreter (the CPU has no GPU); the mode is
+# read when a kernel is decorated, so it is set before any test module imports triton.
+os.environ["TRITON_INTERPRET"] = "1"
+
 
 def pytest_addoption(parser):
     parser.addoption("--soak", type=int, default=None,
