@@ -391,7 +391,7 @@ class Curvature(CostModel):
     and cancellation terms track the measured error more closely (benchmarks/stability).
     What a whole program's error is on sample inputs, per element, is measured by
     :func:`frontends.fx.error_analysis.rounding_error`; that is what
-    ``egraph.stability.StabilityRewriter`` reports as curvature and checks each rewrite
+    ``compiler.stability.StabilityRewriter`` reports as curvature and checks each rewrite
     against, and experiment 3 correlates both with the error measured at 60 digits.
 
     >>> import torch

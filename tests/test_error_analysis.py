@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egraph.stability import StabilityRewriter, error_bits
+from compiler.stability import StabilityRewriter, error_bits
 from frontends.fx.error_analysis import rounding_error
 
 

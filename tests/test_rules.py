@@ -10,7 +10,7 @@ import torch
 from egraph import EGraph, Pattern
 from egraph.egraph import UnsoundMerge
 from egraph.rules import REGISTRY, library, load_rules, register
-from egraph.testing import check_rule, mutants, sympy_proof
+from compiler.soundness import check_rule, mutants, sympy_proof
 
 # CI runs 100 random instances per rule; EGRAPH_SOAK=N multiplies that.
 EXAMPLES = 100 * int(os.environ.get("EGRAPH_SOAK", "1"))

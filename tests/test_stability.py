@@ -8,7 +8,7 @@ import torch
 
 from benchmarks.stability.blocks import NaiveAttention, NaiveCrossEntropy, NaiveLayerNorm
 from benchmarks.stability.formulas import FORMULAS
-from egraph.stability import StabilityRewriter, error_bits
+from compiler.stability import StabilityRewriter, error_bits
 
 SMALL = ["softmax", "logsumexp", "log1p", "variance-one-pass", "sqrt-difference",
          "log-one-minus-sigmoid", "attention-fp16"]

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from egraph.examples.zoo import NaiveTransformer
-from egraph.stability import StabilityRewriter
+from compiler.stability import StabilityRewriter
 
 
 class NaiveAttention(nn.Module):

@@ -20,7 +20,7 @@ import mpmath as mp
 import numpy as np
 import torch
 
-from egraph.stability import StabilityRewriter, error_bits
+from compiler.stability import StabilityRewriter, error_bits
 
 mp.mp.dps = 60
 

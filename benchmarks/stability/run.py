@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from egraph.stability import StabilityRewriter, error_bits  # noqa: E402
+from compiler.stability import StabilityRewriter, error_bits  # noqa: E402
 
 
 def _nonfinite(got, ref) -> int:

@@ -20,7 +20,7 @@ only move, select or negate values.
 The result, per output element, is the expected error in bits of the working precision,
 ``log2(1 + err / ulp(out))`` (clipped to the mantissa width; every bit where the program
 overflows to inf or nan): the scale of Herbie's error measure
-(``egraph.stability.error_bits``), which is what lets it predict the error a rewrite
+(``compiler.stability.error_bits``), which is what lets it predict the error a rewrite
 removes. Per node, the bits accumulated there say where precision is lost.
 
 >>> import torch

@@ -10,7 +10,7 @@ error before and after measured against a float64 reference on the sample inputs
 working dtype (fp32, fp16 or bf16). Imports torch.
 
 >>> import torch
->>> from egraph.stability import StabilityRewriter
+>>> from compiler.stability import StabilityRewriter
 >>> naive = lambda x: torch.log(torch.exp(x).sum(-1))
 >>> rewriter = StabilityRewriter()
 >>> fixed = rewriter.optimize(naive, (torch.linspace(-100, 100, 64).reshape(4, 16),))
