@@ -17,73 +17,26 @@ add = torch.add(exp, exp);  exp = None
 from __future__ import annotations
 
 import operator
-import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.sizes import explain_sizes, probe_sizes, require_sizes
-from egraph.extract import best_nodes
+from backends.sizes import explain_sizes
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.ingest import SHAPE_PARAMS, FxSource, SubmoduleRef, _Ref
+from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, SubmoduleRef
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
     from backends.triton.regions import Fusion
-    from backends.validate import Validation
     from egraph.egraph import EGraph
     from extractors.costs import Roofline
 
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
 kernels, which run as eager torch ops on CPU tensors)."""
-
-
-@dataclass
-class ExtractionReport:
-    """What ``extract`` did to an FX program; ``print(report)`` reads as a summary."""
-
-    cost_before: Any
-    cost_after: Any
-    method: str
-    rewrites: dict[str, int] = field(default_factory=dict)
-    optimal: bool | None = None
-    validation: Validation | None = None
-    fell_back: bool = False
-    times: dict[str, float] = field(default_factory=dict)
-    nodes_before: int = 0
-    nodes_after: int = 0
-    kernels: list[str] = field(default_factory=list)
-    built_for: dict[str, dict[int, int]] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        lines = [
-            f"cost {self.cost_before} -> {self.cost_after} ({self.method}"
-            + (", proven optimal" if self.optimal else "") + ")",
-            f"graph nodes {self.nodes_before} -> {self.nodes_after}",
-        ]
-        if self.rewrites:
-            lines.append("rewrites applied: " + ", ".join(
-                f"{name} x{n}" for name, n in sorted(self.rewrites.items())))
-        else:
-            lines.append("rewrites applied: none")
-        if self.validation is not None:
-            lines.append(str(self.validation))
-        if self.kernels:
-            lines.append("fused kernels: " + ", ".join(self.kernels))
-        if self.fell_back:
-            lines.append("validation failed: the original program was returned")
-        if self.built_for:
-            lines.append("runs only on inputs of the example's sizes: " + ", ".join(
-                f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
-                for d, n in dims.items()) + " (a rewrite computed with them)")
-        lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
-                                           for k, v in self.times.items()))
-        return "\n".join(lines)
 
 
 class _Emitter:
@@ -109,7 +62,7 @@ class _Emitter:
         for effect in src.effects:
             self.value(effect)
         out = fx.node.map_aggregate(src.output, lambda a: self.value(a.cid)
-                                    if isinstance(a, _Ref) else a)
+                                    if isinstance(a, ClassRef) else a)
         self.graph.output(out)
         return self.graph
 
@@ -203,7 +156,7 @@ class _Emitter:
             if isinstance(a, SubmoduleRef):
                 self.submodules.add(a.target)
                 return self.attr(a.target)
-            return self.values[self.find(a.cid)] if isinstance(a, _Ref) else a
+            return self.values[self.find(a.cid)] if isinstance(a, ClassRef) else a
 
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)
@@ -244,12 +197,12 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     that lowers when no judge is given; their kernels are in ``gm.meta["triton_kernels"]``.
 
     >>> from egraph import EGraph
-    >>> from backends.triton.regions import source_choice
+    >>> from egraph.extract import source_program
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
     ...                     (torch.randn(3),))
-    >>> print(build_module(eg, source_choice(eg)).code.strip().splitlines()[-2].strip())
+    >>> print(build_module(eg, source_program(eg)).code.strip().splitlines()[-2].strip())
     mul = torch.mul(exp, 2);  exp = None
-    >>> list(build_module(eg, source_choice(eg), target="cuda").meta["triton_kernels"])
+    >>> list(build_module(eg, source_program(eg), target="cuda").meta["triton_kernels"])
     ... # doctest: +ELLIPSIS
     ['fused_exp_mul_...']
     """
@@ -301,126 +254,3 @@ def _fetch(module: nn.Module, path: str):
     for part in path.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def _source_choice(egraph: EGraph, cost) -> dict[int, tuple]:
-    """The source program's own e-nodes (the cheapest where CSE merged two)."""
-    return {c: v[1] for c, v in best_nodes(egraph, cost, nodes_of=egraph.fx.initial).items()}
-
-
-def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
-                   target: str | None = None, time_limit: float = 60.0) -> fx.GraphModule:
-    """Extract the best program under ``cost``, emit it, validate it, and report."""
-    import warnings
-
-    from backends.validate import ValidationError, validate_module
-
-    if validate not in ("strict", "raise", "off"):
-        raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
-    if method not in ("greedy", "dag", "ilp"):
-        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
-    if target is None:
-        target = _device_target(egraph.fx.example_inputs)
-    if target not in TARGETS:
-        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))} "
-                         "(None: the device of the example inputs)")
-    times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    roots = [egraph.find(r) for r in egraph.roots] + [egraph.find(e) for e in egraph.fx.effects]
-    optimal = None
-    if method == "greedy":
-        choice = best_nodes(egraph, cost, prefer=egraph.fx.initial)
-        missing = [r for r in roots if r not in choice]
-        if missing:
-            raise ValueError(f"classes {missing} have no finite program under {cost!r}")
-        picked = {c: v[1] for c, v in choice.items()}
-    else:
-        from extractors.methods import choose
-
-        picked, dag_cost, optimal = choose(egraph, cost, method, roots, time_limit)
-    if method != "greedy" and getattr(cost, "local", True):
-        cost_after = dag_cost
-        cost_before = cost.program_cost(egraph, _source_choice(egraph, cost))
-    elif getattr(cost, "local", True):
-        cost_after = sum_cost(choice, roots)
-        before = best_nodes(egraph, cost, nodes_of=egraph.fx.initial)
-        cost_before = sum_cost(before, roots)
-    else:
-        # a whole-program cost: the proxy's choice, improved under the exact cost
-        from extractors.local_search import improve
-
-        picked = improve(egraph, picked, cost)
-        cost_after = cost.program_cost(egraph, picked)
-        cost_before = cost.program_cost(egraph, _source_choice(egraph, cost))
-    times["extract"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    judge = None
-    if target == "cuda":
-        from extractors.costs import Roofline
-
-        judge = cost if isinstance(cost, Roofline) else Roofline()
-    gm = build_module(egraph, picked, target, judge)
-    times["emit"] = time.perf_counter() - t1
-    rewrites = {}
-    if egraph.report is not None:
-        rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
-    report = ExtractionReport(
-        cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
-        optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
-        nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
-    )
-    if validate != "off" and egraph.fx.example_inputs is not None:
-        t2 = time.perf_counter()
-        result = validate_module(egraph.fx, gm)
-        report.times["validate"] = time.perf_counter() - t2
-        report.validation = result
-        if not result.ok:
-            why = (f"{result.reason}; rewrites involved: "
-                   + (", ".join(sorted(rewrites)) or "none (emission itself)"))
-            if validate == "raise":
-                raise ValidationError(why)
-            warnings.warn(f"egraph: the optimised program failed validation ({why}); "
-                          "returning the original", stacklevel=3)
-            report.fell_back = True
-            gm = _original_module(egraph.fx)
-        else:
-            t3 = time.perf_counter()
-            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
-            if report.built_for:
-                require_sizes(gm, report.built_for, egraph.fx)
-            report.times["sizes"] = time.perf_counter() - t3
-    gm.meta["egraph_report"] = report
-    if egraph.report is not None:
-        egraph.report.extraction = {"method": method, "cost": cost_after,
-                                    "optimal": optimal, "time": round(times["extract"], 6)}
-    return gm
-
-
-def _device_target(example_inputs) -> str:
-    """``cuda`` when an example input lives on a CUDA device, ``cpu`` otherwise."""
-    found: list[Any] = []
-    fx.node.map_aggregate(tuple(example_inputs or ()), found.append)
-    cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in found)
-    return "cuda" if cuda else "cpu"
-
-
-def _original_module(src: FxSource) -> fx.GraphModule:
-    """The source program with the emitted module's signature (the user's inputs)."""
-    gm = src.graph_module
-    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    if placeholders != list(src.inputs) and isinstance(src.module, fx.GraphModule):
-        return src.module  # a torch.export program's graph takes its parameters as inputs
-    return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
-
-
-def _count(gm: fx.GraphModule) -> int:
-    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr"))
-
-
-def sum_cost(choice: dict[int, tuple[Any, tuple]], roots: list[int]):
-    """Total tree cost of the roots (each root's best cost, added once per root class)."""
-    total = None
-    for r in dict.fromkeys(roots):
-        c = choice[r][0]
-        total = c if total is None else total + c
-    return total

@@ -47,10 +47,10 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import backends.compile as compile_backend  # noqa: E402
+import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import MODELS, Case, build  # noqa: E402
+from compiler.cli import median_seconds  # noqa: E402
 from egraph import EGraph  # noqa: E402
-from egraph.__main__ import median_seconds  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import Flops  # noqa: E402
 

@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from compiler.cli import median_seconds  # noqa: E402
 from egraph import AstSize, EGraph  # noqa: E402
-from egraph.__main__ import median_seconds  # noqa: E402
 from egraph.examples.zoo import MODELS, build  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def run(name: str, rules, inductor: bool) -> dict:
         t2 = time.perf_counter()
         opt = eg.extract(AstSize(), validate="off")
         t3 = time.perf_counter()
-        from backends.validate import validate_module
+        from compiler.validate import validate_module
 
         check = validate_module(eg.fx, opt)
         t4 = time.perf_counter()

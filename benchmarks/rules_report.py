@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from compiler.soundness import check_rule, mutants, sympy_proof  # noqa: E402
 from egraph.egraph import UnsoundMerge  # noqa: E402
 from egraph.rules import library  # noqa: E402
-from compiler.soundness import check_rule, mutants, sympy_proof  # noqa: E402
 
 
 def main() -> None:

@@ -25,8 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from egraph.extract import best_nodes, program_order, program_roots, source_program
 from egraph.term import format_op, is_literal_op
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**"}
 
@@ -114,36 +119,49 @@ class StabilityReport:
             f"{self.bits_after:.2f} bits")
         return "\n".join(lines)
 
+    def chart(self) -> Figure:
+        """The report as a matplotlib figure (:mod:`compiler.charts`; needs the ``plot``
+        extra): the predicted error (curvature, bits) of the program without and with each
+        rewrite and with all of them, next to the error measured against float64 (mean and
+        worst element, bits of the working dtype), before and after. Save it with
+        :func:`compiler.charts.save` (PNG or SVG).
+
+        >>> report = StabilityReport([Rewrite("log", "log((1 + x))", "log1p(x)", 3.2, 0.1)],
+        ...                          3.2, 0.1, 1e-3, 1e-7, "float32", 2.1, 0.1, 9.0, 0.5)
+        >>> [ax.get_title() for ax in report.chart().axes]
+        ['predicted error (curvature) per rewrite', 'measured error in float32 vs float64']
+        """
+        from compiler import charts
+
+        curvature, measured = charts.panels(2, size=(6.0, 1.6 + 0.5 * len(self.rewrites)))
+        charts.before_after_bars(
+            [r.location for r in self.rewrites] + ["all rewrites"],
+            [r.curvature_before for r in self.rewrites] + [self.curvature_before],
+            [r.curvature_after for r in self.rewrites] + [self.curvature_after],
+            title="predicted error (curvature) per rewrite", unit="bits (mean)",
+            ax=curvature)
+        charts.before_after_bars(
+            ["mean", "worst element"], [self.bits_before, self.worst_bits_before],
+            [self.bits_after, self.worst_bits_after],
+            title=f"measured error in {self.dtype} vs float64", unit=f"bits of {self.dtype}",
+            ax=measured)
+        fig = curvature.figure
+        fig.suptitle(f"max relative error {self.error_before:.3g} -> {self.error_after:.3g}")
+        return fig
+
     def to_svg(self, path: str | None = None) -> str:
-        """A bar chart of curvature per rewrite and of the error before and after (SVG
-        text; written to ``path`` when given)."""
-        bars = [(r.location, r.curvature_before, r.curvature_after) for r in self.rewrites]
-        bars.append(("total", self.curvature_before, self.curvature_after))
-        height = 40 + 28 * len(bars) + 60
-        top = max([b for _, b, _ in bars] + [1.0])
-        rows = []
-        for i, (label, before, after) in enumerate(bars):
-            y = 30 + 28 * i
-            rows.append(f'<text x="5" y="{y + 12}" font-size="11">{_xml(label)[:28]}</text>')
-            rows.append(f'<rect x="190" y="{y}" width="{300 * before / top:.1f}" height="10" '
-                        'fill="#d9534f"/>')
-            rows.append(f'<rect x="190" y="{y + 11}" width="{300 * after / top:.1f}" '
-                        'height="10" fill="#5cb85c"/>')
-        y = 40 + 28 * len(bars)
-        rows.append(f'<text x="5" y="{y + 10}" font-size="11">error (bits, mean): '
-                    f'{self.bits_before:.2f} before (red) -> {self.bits_after:.2f} after '
-                    '(green)</text>')
-        svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="520" height="{height}">'
-               '<text x="5" y="15" font-size="13">curvature per rewrite (bits at risk): '
-               'before red, after green</text>' + "".join(rows) + "</svg>")
+        """:meth:`chart` as SVG text, written to ``path`` when given.
+
+        >>> report = StabilityReport([], 0.2, 0.2, 1e-7, 1e-7, "float32")
+        >>> "max relative error 1e-07 -&gt; 1e-07" in report.to_svg()  # XML escapes ">"
+        True
+        """
+        from compiler import charts
+
+        fig = self.chart()
         if path is not None:
-            with open(path, "w") as f:
-                f.write(svg)
-        return svg
-
-
-def _xml(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            charts.save(fig, path)
+        return charts.svg_text(fig)
 
 
 @dataclass
@@ -265,7 +283,7 @@ class StabilityRewriter:
         eg, _, gm, inputs = self._graph(model, sample_inputs, ranges, None, dtype)
         analysis = rounding_error(gm, _within(inputs, ranges, gm))
         cost = Curvature()
-        choice = {c: eg._cnodes[c][0] for c in eg.classes()}
+        choice = source_program(eg)
         risk = {name: cost.bits(eg, eg.find(c), choice[eg.find(c)])
                 for c, name in eg.fx.origins.items() if eg.find(c) in choice}
         per_node = [(name, op, bits, added, risk.get(name, 0.0))
@@ -289,11 +307,10 @@ class StabilityRewriter:
         from extractors.costs import Curvature
 
         eg, model, gm, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
-        source = {c: nodes[0] for c, nodes in eg.fx.initial.items()}
         eg.saturate(load_rules(*self.families), **self.limits)
         opt = eg.extract(self.cost)
         report = opt.meta["egraph_report"]
-        source = _canonical(eg, source)
+        source = source_program(eg)
         chosen = source if report.fell_back else _chosen(eg, self.cost)
         samples = _within(inputs, ranges, gm)
         predict = _Predictor(eg, samples)
@@ -451,20 +468,8 @@ def _flat(out) -> list:
     return leaves
 
 
-def _canonical(eg, choice: dict[int, tuple]) -> dict[int, tuple]:
-    from egraph.egraph import _canonical as canon
-
-    find = eg.find
-    out: dict[int, tuple] = {}
-    for c, node in choice.items():
-        out.setdefault(find(c), canon(node, find))
-    return out
-
-
 def _chosen(eg, cost) -> dict[int, tuple]:
     """The choice greedy extraction makes under ``cost`` (deterministic, as in extract)."""
-    from egraph.extract import best_nodes
-
     return {c: v[1] for c, v in best_nodes(eg, cost).items()}
 
 
@@ -472,10 +477,8 @@ def _rewrites(eg, source: dict[int, tuple], chosen: dict[int, tuple]
               ) -> list[tuple[set[int], Rewrite]]:
     """Maximal regions of the chosen program whose e-nodes differ from the source's, each
     with its description (curvatures are filled in by the caller)."""
-    from extractors.fusion import _program
-
     find = eg.find
-    _, order, roots = _program(eg, chosen)
+    order, roots = program_order(eg, chosen), program_roots(eg)
     changed = {c for c in order if chosen[c] != source.get(c)}
     parents: dict[int, set[int]] = {}
     for c in order:

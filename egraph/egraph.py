@@ -513,7 +513,7 @@ class EGraph:
         >>> [str(n) for n in eg.nodes(eg.roots[0])]
         ['(linear #1 #3 #5)']
         """
-        from frontends.fx import from_fx
+        from compiler.fx import from_fx
 
         return from_fx(source, example_inputs, domains=domains, ranges=ranges, observe=observe)
 
@@ -528,7 +528,7 @@ class EGraph:
         ``gm.meta["egraph_report"]``.
         """
         if self.fx is not None and root is None:
-            from backends.fx import extract_module
+            from compiler.fx import extract_module
 
             return extract_module(self, cost, **options)
         from egraph.extract import extract
@@ -538,7 +538,7 @@ class EGraph:
     def pareto(self, cost_a, cost_b, root: int | None = None, **options) -> list:
         """The non-dominated programs under two costs, with both costs each
         (``extractors.pareto``): terms on a plain e-graph, GraphModules from FX."""
-        from extractors.pareto import pareto
+        from egraph.extract.pareto import pareto
 
         return pareto(self, cost_a, cost_b, root=root, **options)
 

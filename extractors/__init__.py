@@ -1,12 +1,14 @@
-"""Extraction: what "best" means (cost models) and how it is found (algorithms).
+"""Cost models: what "best" means for a tensor program.
 
-Cost models: ``AstSize`` and ``AstDepth`` (the engine's tree costs), :class:`Flops`,
-:class:`Memory`, :class:`PeakMemory`, :class:`Curvature`, :class:`Roofline` (hardware
-profiles in :data:`HARDWARE`), combined with ``+``, ``*`` and :class:`Lexicographic`.
+:class:`CostModel` is the protocol (:mod:`extractors.costs` says what a model gives and
+shows a user's own); the models: ``AstSize`` and ``AstDepth`` (the engine's tree costs),
+:class:`Flops`, :class:`Memory`, :class:`PeakMemory`, :class:`Curvature`,
+:class:`Roofline` (hardware profiles in :data:`HARDWARE`), combined with ``+``, ``*`` and
+:class:`Lexicographic`; the fusion regions they charge are in :mod:`extractors.fusion`.
 ``eg.extract(cost, method="greedy" | "dag" | "ilp")`` and ``eg.pareto(cost_a, cost_b)``
-use them. :func:`extract_serialized`
-extracts from e-graphs in the egraph-serialize JSON format (nodes carry their costs) by
-tree-cost greedy, DAG-aware greedy or optimal ILP, returning an :class:`Extraction`.
+use them. How a program is found lives in the engine (:mod:`egraph.extract`);
+:func:`extract_serialized` (extraction from the egraph-serialize JSON format, nodes
+carrying their costs) and :func:`pareto` are re-exported from there.
 
 >>> from extractors import extract_serialized
 >>> data = {"nodes": {"x": {"op": "x", "eclass": "x", "cost": 1},
@@ -18,6 +20,8 @@ tree-cost greedy, DAG-aware greedy or optimal ILP, returning an :class:`Extracti
 """
 
 from egraph.extract import AstDepth, AstSize
+from egraph.extract.pareto import pareto
+from egraph.extract.serialized import Extraction, extract_serialized
 from extractors.costs import (
     CostModel,
     Curvature,
@@ -28,8 +32,6 @@ from extractors.costs import (
     Roofline,
 )
 from extractors.hardware import HARDWARE, Hardware
-from extractors.pareto import pareto
-from extractors.serialized import Extraction, extract_serialized
 
 __all__ = [
     "HARDWARE",

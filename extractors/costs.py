@@ -26,22 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from egraph.extract.program import program_order, program_roots, source_program
+from egraph.ops.table import TABLE, names
+from extractors.fusion import regions
 from extractors.hardware import HARDWARE, Hardware
 
-_FREE = {
-    "input", "param", "const", "opaque", "reshape", "permute", "transpose", "expand",
-    "unsqueeze", "squeeze", "flatten", "getitem", "size", "tuple", "slice", "split", "chunk",
-    "to", "embedding", "gather", "full", "arange", "ones_like", "zeros_like", "full_like",
-    "cat", "stack", "tril", "triu",
-}
-_VIEWS = {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "flatten",
-          "getitem", "split", "chunk"}
-# Per output element: simple arithmetic is 1 flop; these formulas cost a few.
-_ELEMENT_FLOPS = {"gelu": 8, "silu": 4, "sigmoid": 4, "softplus": 4, "logsigmoid": 5,
-                  "logaddexp": 4, "hypot": 3, "where": 1, "masked_fill": 1}
-_REDUCTION_FLOPS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "var": 3, "logsumexp": 4}
-_ROW_FLOPS = {"softmax": 5, "log_softmax": 5, "layer_norm": 8, "rms_norm": 5, "batch_norm": 2,
-              "cumsum": 1}
+# From the op table: ops that compute nothing, views, and ops that move no bytes.
+_FREE = names(flops=0.0)
+_VIEWS = names(kind="view")
+_NO_TRAFFIC = _VIEWS | names(kind="leaf") | names(kind="shape")
 
 
 def _meta(egraph, cid: int):
@@ -69,35 +62,20 @@ def flops(egraph, cid: int, node: tuple) -> float:
         return 0.0
     kids = [_meta(egraph, k) for k in node[1:]]
     n = _numel(out)
-    if op == "matmul":
-        shape = getattr(kids[0], "shape", None)
-        return 2.0 * n * (shape[-1] if shape else 0)
-    if op == "linear":
-        shape = getattr(kids[0], "shape", None)
-        has_bias = getattr(kids[2], "kind", None) == "tensor"
-        return 2.0 * n * (shape[-1] if shape else 0) + (n if has_bias else 0)
-    if op in ("conv1d", "conv2d"):
-        w = getattr(kids[1], "shape", None) or ()
-        per_output = math.prod(w[1:]) if w else 0
-        return 2.0 * n * per_output + (n if getattr(kids[2], "kind", None) == "tensor" else 0)
-    if op == "sdpa":
-        q, k = getattr(kids[0], "shape", None), getattr(kids[1], "shape", None)
-        if not q or not k:
-            return 0.0
-        scores = math.prod(q[:-1]) * k[-2]
-        return 4.0 * scores * q[-1] + 5.0 * scores
-    if op in _REDUCTION_FLOPS:
-        return float(_REDUCTION_FLOPS[op] * _numel(kids[0]))
-    if op in _ROW_FLOPS:
-        return float(_ROW_FLOPS[op] * _numel(kids[0]))
-    return float(_ELEMENT_FLOPS.get(op, 1) * n)
+    entry = TABLE.get(op)
+    if entry is None:  # an op of another vocabulary: one per element
+        return float(n)
+    if callable(entry.flops):
+        return entry.flops(n, kids)
+    # Reductions and library ops count per input element, pointwise ops per output one.
+    per = _numel(kids[0]) if entry.kind in ("reduction", "library") else n
+    return float(entry.flops * per)
 
 
 def bytes_moved(egraph, cid: int, node: tuple) -> float:
     """Bytes one e-node reads and writes as its own kernel (0 for views and leaves)."""
     op = node[0]
-    if len(node) == 1 or op in _VIEWS or op in ("input", "param", "const", "size", "tuple",
-                                                  "slice") or not isinstance(op, str):
+    if len(node) == 1 or op in _NO_TRAFFIC or not isinstance(op, str):
         return 0.0
     out = _meta(egraph, cid)
     if getattr(out, "kind", None) != "tensor":
@@ -108,21 +86,59 @@ def bytes_moved(egraph, cid: int, node: tuple) -> float:
 
 
 class CostModel:
-    """A sum of local e-node costs; subclasses define :meth:`node_cost`.
+    """What a cost model gives extraction: the protocol every model here follows.
 
-    ``bind(egraph)`` gives the function extraction calls:
-    ``(class id, e-node tuple, child costs) -> cost``. A model whose true cost is not a sum
-    over e-nodes (``local = False``: fusion-aware time, peak memory) uses its node costs as
-    the proxy extraction optimises, and :meth:`program_cost` as the exact cost that a
-    local search over the choices then improves.
+    A model is a class with:
+
+    * ``node_cost(egraph, cid, node) -> cost``: the cost of one e-node on its own, not
+      counting its children. ``cid`` is the canonical class the e-node is in, ``node`` the
+      e-node as a tuple ``(op, child class, ...)``; ``egraph.data(cid)`` is what the
+      analysis knows of the class (for a tensor program: ``kind``, ``shape``, ``dtype``,
+      value range), and of each child class alike. Greedy extraction adds an e-node's cost
+      to its children's (a tree cost); DAG and ILP extraction, the report and
+      :meth:`program_cost` count each chosen e-node once (a DAG cost).
+    * Costs are numbers ``>= 0`` (int or float, finite) that add with ``+`` and compare with
+      ``<``; a leaf should cost something (or every e-node above it should) so that a
+      cycle never looks free. Greedy extraction also accepts any other value that adds and
+      compares (:class:`Lexicographic` gives tuples compared in order); DAG and ILP
+      extraction need plain numbers.
+    * Optionally, ``program_cost(egraph, choice=None) -> cost``: the cost of a whole
+      program (``choice``: class -> chosen e-node; default the source program,
+      :func:`egraph.extract.source_program`). The default sums :meth:`node_cost` over the
+      e-nodes reached from the roots, each once. A model whose true cost is not such a sum
+      (fusion-aware time, peak memory) overrides it and sets ``local = False``: extraction
+      then optimises the node costs as a proxy and improves the result under
+      ``program_cost`` by local search.
+
+    Subclassing :class:`CostModel` gives the default ``program_cost``, ``+`` and ``*``
+    (weighted sums). A user's own model, counting each call of ``exp`` as ten ops and
+    every other op as one:
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> class ExpHeavy(CostModel):
+    ...     def node_cost(self, egraph, cid, node):
+    ...         if len(node) == 1 or node[0] in ("input", "param", "const"):
+    ...             return 0  # literals, and the leaves that name an input or a weight
+    ...         return 10 if node[0] == "exp" else 1
+    >>> f = lambda x: torch.exp(x) * torch.exp(x)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(f), (torch.randn(4),))
+    >>> ExpHeavy().program_cost(eg)  # exp computed once, then squared
+    11
+    >>> opt = eg.extract(ExpHeavy() + 0.5 * Flops())
+    >>> opt.meta["egraph_report"].cost_after < 20
+    True
     """
 
     local = True
 
     def node_cost(self, egraph, cid: int, node: tuple) -> Any:
-        raise NotImplementedError
+        """The cost of one e-node, without its children (see the class docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} must define node_cost")
 
     def bind(self, egraph) -> Callable[[int, tuple, list], Any]:
+        """The function greedy extraction calls: ``(class id, e-node, child costs) ->
+        node_cost + sum(child costs)``."""
         node_cost = self.node_cost
 
         def total(cid: int, node: tuple, child_costs: list) -> Any:
@@ -134,24 +150,13 @@ class CostModel:
         return total
 
     def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> Any:
-        """DAG cost of a program: each chosen e-node of the roots' sub-DAG counted once
-        (default choice: the first e-node of each class, the source program itself)."""
-        find = egraph.find
+        """DAG cost of a program: each chosen e-node reached from the roots (and effects)
+        counted once; default choice: the source program."""
         if choice is None:
-            choice = {c: egraph._cnodes[c][0] for c in egraph.classes()}
-        seen: set[int] = set()
-        stack = [find(r) for r in egraph.roots]
-        if getattr(egraph, "fx", None) is not None:
-            stack += [find(e) for e in egraph.fx.effects]
-        total: Any = 0.0
-        while stack:
-            c = stack.pop()
-            if c in seen:
-                continue
-            seen.add(c)
-            node = choice[c]
-            total = total + self.node_cost(egraph, c, node)
-            stack.extend(find(k) for k in node[1:])
+            choice = source_program(egraph)
+        total: Any = 0
+        for c in program_order(egraph, choice):
+            total = total + self.node_cost(egraph, c, choice[c])
         return total
 
     def __add__(self, other: CostModel) -> CostModel:
@@ -267,10 +272,8 @@ class Roofline(CostModel):
     def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
         if not self.fused:
             return super().program_cost(egraph, choice)
-        from extractors.fusion import regions
-
         if choice is None:
-            choice = {c: egraph._cnodes[c][0] for c in egraph.classes()}
+            choice = source_program(egraph)
         hw = self.hardware
         total = 0.0
         for region in regions(egraph, choice):
@@ -312,9 +315,9 @@ class PeakMemory(CostModel):
         return float(_bytes(_meta(egraph, cid))) + 1e-6
 
     def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
-        from extractors.fusion import _program
-
-        choice, order, roots = _program(egraph, choice)
+        if choice is None:
+            choice = source_program(egraph)
+        order, roots = program_order(egraph, choice), program_roots(egraph)
         find = egraph.find
         last_use: dict[int, int] = {}
         for i, c in enumerate(order):
@@ -344,9 +347,7 @@ class PeakMemory(CostModel):
 # Mantissa bits and largest finite value of each working dtype.
 _FORMATS = {"float64": (53, 1.7976931348623157e308), "float32": (24, 3.4028234663852886e38),
             "float16": (11, 65504.0), "bfloat16": (8, 3.3895313892515355e38)}
-_BOUNDED = {"softmax", "log_softmax", "logsumexp", "log1p", "expm1", "softplus", "sigmoid",
-            "logsigmoid", "layer_norm", "rms_norm", "var", "hypot", "logaddexp", "tanh",
-            "gelu", "silu", "sdpa", "relu", "abs", "erf"}
+_BOUNDED = names(stable=True)  # the op table's fused, numerically stable ops
 
 
 def _format(meta) -> tuple[int, float]:
@@ -499,9 +500,7 @@ class Curvature(CostModel):
         return "Curvature()"
 
 
-_EXACT_OPS = {"neg", "abs", "reshape", "permute", "transpose", "expand", "unsqueeze",
-              "squeeze", "flatten", "getitem", "relu", "amax", "amin", "clamp", "maximum",
-              "minimum", "where", "masked_fill"}
+_EXACT_OPS = names(exact=True)  # the op table's ops that never round
 
 
 def _is_exact(egraph, cid: int, depth: int = 4) -> bool:

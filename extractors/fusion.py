@@ -20,19 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POINTWISE = {
-    "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "pow", "sin",
-    "cos", "tanh", "sigmoid", "relu", "silu", "gelu", "erf", "log1p", "expm1", "reciprocal",
-    "sign", "logsigmoid", "softplus", "maximum", "minimum", "where", "masked_fill", "clamp",
-    "eq", "ne", "lt", "le", "gt", "ge", "logaddexp", "hypot", "to", "floor", "ceil",
-    "bitwise_not", "logical_not",
-}
-REDUCTIONS = {"sum", "mean", "amax", "amin", "var", "logsumexp", "softmax", "log_softmax",
-              "layer_norm", "rms_norm"}
-VIEWS = {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "flatten",
-         "getitem", "split", "chunk"}
-LIBRARY = {"matmul", "linear", "conv1d", "conv2d", "sdpa", "embedding", "gather", "batch_norm",
-           "cat", "stack", "cumsum", "tril", "triu"}
+from egraph.extract.program import program_order, program_roots, source_program
+from egraph.ops.table import names
+
+VIEWS = names(kind="view")
+"""Ops that move no data (the op table's views)."""
+LIBRARY = names(kind="library") | names(kind="opaque")
+"""Ops that run as their own kernel: library kernels, and calls kept as they were."""
 
 
 @dataclass
@@ -47,29 +41,6 @@ class Region:
     library: bool = False
 
 
-def _program(egraph, choice):
-    find = egraph.find
-    if choice is None:
-        choice = {c: egraph._cnodes[c][0] for c in egraph.classes()}
-    roots = [find(r) for r in egraph.roots]
-    if getattr(egraph, "fx", None) is not None:
-        roots += [find(e) for e in egraph.fx.effects]
-    order: list[int] = []
-    seen: set[int] = set()
-    stack: list[tuple[int, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        c, done = stack.pop()
-        if done:
-            order.append(c)
-            continue
-        if c in seen:
-            continue
-        seen.add(c)
-        stack.append((c, True))
-        stack.extend((find(k), False) for k in reversed(choice[c][1:]))
-    return choice, order, roots
-
-
 def _is_tensor(egraph, cid: int) -> bool:
     meta = egraph._data[egraph.find(cid)]
     return getattr(meta, "kind", None) == "tensor"
@@ -78,7 +49,9 @@ def _is_tensor(egraph, cid: int) -> bool:
 def regions(egraph, choice: dict[int, tuple] | None = None) -> list[Region]:
     """The kernels of the program ``choice`` (default: the source program), in order."""
     find = egraph.find
-    choice, order, roots = _program(egraph, choice)
+    if choice is None:
+        choice = source_program(egraph)
+    order, roots = program_order(egraph, choice), program_roots(egraph)
     consumers: dict[int, set[int]] = {}
     for c in order:
         for k in choice[c][1:]:
@@ -92,7 +65,7 @@ def regions(egraph, choice: dict[int, tuple] | None = None) -> list[Region]:
                 egraph, c) or op in ("input", "param", "const"):
             continue
         kids = [find(k) for k in node[1:] if _is_tensor(egraph, k)]
-        if op in LIBRARY or op == "opaque":
+        if op in LIBRARY:
             region = Region(library=True)
             out.append(region)
         else:

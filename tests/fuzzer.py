@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from backends.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK
+from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK
 
 __all__ = [
     "CATEGORIES", "Chooser", "DrawChooser", "InputSpec", "Outcome", "Program", "RandomChooser",
@@ -1691,7 +1691,7 @@ def _check_compile(prog: Program, cases: list[_Case], res: Result, limits: dict,
                    cost: tuple[str, Any] | None) -> None:
     import torch._dynamo
 
-    from backends.compile import make_backend
+    from compiler.compile import make_backend
 
     torch._dynamo.reset()
     name, model = cost if cost is not None else ("default", None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from backends import compile as backend_module
-from backends.compile import default_cost
+from compiler import compile as backend_module
+from compiler.compile import default_cost
 from extractors import Roofline
 
 
@@ -52,7 +52,7 @@ def test_the_default_cost_is_the_cpu_profile_unfused_on_cpu_inputs():
 
 _INDUCTOR_CHECKS = """
 import torch, torch.nn as nn
-from backends.compile import make_backend
+from compiler.compile import make_backend
 
 class ProjectedLayerNorm(nn.Module):
     def __init__(self):

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.validate import ValidationError, relative_error
+from compiler.validate import ValidationError, relative_error
 from egraph import EGraph, rewrite
 from egraph.rules import load_rules
 from egraph.scalars import fold, representable
@@ -243,7 +243,7 @@ def test_mixed_dtypes_are_not_regrouped():
 
 def test_validation_refuses_an_overflow_turned_into_nan():
     """a * (b - c) overflowing to inf is not a * b - a * c = inf - inf = NaN."""
-    from backends.validate import _overflow_changed
+    from compiler.validate import _overflow_changed
 
     ref = torch.tensor([1e5], dtype=torch.float64)
     source = torch.tensor([float("inf")], dtype=torch.float16)

@@ -138,7 +138,7 @@ def test_peak_memory_frees_values_after_their_last_use():
 
 
 def test_local_search_never_worsens_a_whole_program_cost():
-    from extractors.local_search import improve
+    from egraph.extract.local_search import improve
 
     model_fn = lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True) * 2  # noqa: E731
     eg = _eg(model_fn, torch.randn(64, 128))

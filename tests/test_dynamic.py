@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from backends.compile import hinted_inputs, make_backend
+from compiler.compile import hinted_inputs, make_backend
 from backends.sizes import SizeMismatch
 from egraph import AstSize, EGraph, rewrite
 from egraph.examples.zoo import build
@@ -377,15 +377,15 @@ _COMPILE = ("m = torch.nn.Linear(4, 4); x = torch.randn(2, 4); "
 
 @pytest.mark.parametrize("code", [
     "import torch; " + _COMPILE,
-    "import torch; import backends.compile; " + _COMPILE,
-    "import torch; " + _COMPILE + "import backends.compile; torch._dynamo.reset(); " + _COMPILE,
-    "import torch; from backends.compile import egraph_backend; torch._dynamo.list_backends(); "
+    "import torch; import compiler.compile; " + _COMPILE,
+    "import torch; " + _COMPILE + "import compiler.compile; torch._dynamo.reset(); " + _COMPILE,
+    "import torch; from compiler.compile import egraph_backend; torch._dynamo.list_backends(); "
     + _COMPILE,
     # where no entry point is installed, importing the module registers the name
     "import importlib.metadata as md; orig = md.entry_points; "
     "md.entry_points = lambda **kw: md.EntryPoints(()) "
     "if kw.get('group') == 'torch_dynamo_backends' else orig(**kw); "
-    "import torch; import backends.compile; " + _COMPILE,
+    "import torch; import compiler.compile; " + _COMPILE,
 ], ids=["compile-only", "import-then-compile", "compile-then-import", "listed-first",
         "no-entry-point"])
 def test_backend_name_works_in_a_fresh_process_in_any_order(code, tmp_path):

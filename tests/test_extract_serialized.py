@@ -13,18 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import extractors
+from egraph.extract import dag, graph, greedy, ilp, serialized
 from egraph.serialize import SerializedFormatError
-from extractors import (
-    AstDepth,
-    AstSize,
-    Extraction,
-    dag,
-    extract_serialized,
-    graph,
-    greedy,
-    ilp,
-    serialized,
-)
+from extractors import AstDepth, AstSize, Extraction, extract_serialized
 
 GYM = Path(__file__).resolve().parents[2] / "shared" / "data" / "extraction-gym"
 METHODS = ("greedy", "dag", "ilp")

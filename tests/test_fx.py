@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from backends.validate import ValidationError
+from compiler.validate import ValidationError
 from egraph import AstSize, EGraph, UnsoundMerge, rewrite
 from egraph.examples.zoo import MODELS, build
 from frontends.fx import UntraceableModel
@@ -230,7 +230,7 @@ def test_export_program_is_ingested_with_parameter_names():
 
 
 def test_torch_compile_backend_inference_and_training():
-    import backends.compile  # noqa: F401 - registers the "egraph" backend
+    import compiler.compile  # noqa: F401 - registers the "egraph" backend
 
     torch._dynamo.reset()
     model, inputs = build("gpt_block")
@@ -255,7 +255,7 @@ def test_torch_compile_backend_inference_and_training():
 
 
 def test_compile_backend_caches_repeated_graphs():
-    from backends.compile import make_backend
+    from compiler.compile import make_backend
 
     torch._dynamo.reset()
     calls = []

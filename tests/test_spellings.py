@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from backends.compile import make_backend
+from compiler.compile import make_backend
 from egraph import EGraph
 from egraph.rules import load_rules
 from extractors import Flops

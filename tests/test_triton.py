@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from backends.fx import build_module  # noqa: E402
-from backends.triton import Blocks, FusedKernel, kernels, plan, source_choice  # noqa: E402
+from backends.triton import Blocks, FusedKernel, kernels, plan  # noqa: E402
 from backends.triton import launch as triton_launch  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.examples.zoo import build  # noqa: E402
+from egraph.extract import source_program  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import Roofline  # noqa: E402
 
@@ -57,7 +58,7 @@ def fused(fn, *inputs):
     if fn.__module__ != __name__:  # torch.exp, F.silu: trace a call, not their insides
         fn = {1: lambda f: lambda x: f(x), 2: lambda f: lambda x, y: f(x, y)}[len(inputs)](fn)
     eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs)
-    return build_module(eg, source_choice(eg), target="cuda")
+    return build_module(eg, source_program(eg), target="cuda")
 
 
 def tensor(shape, dtype, layout="contiguous", low=-2.0, high=2.0, seed=0):
@@ -398,7 +399,7 @@ def test_training_through_torch_compile_emits_kernels_for_both_graphs(kernels_on
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
-    from backends.compile import compile_graph
+    from compiler.compile import compile_graph
 
     graphs = []
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 import torch.fx as fx
 
 from backends.triton.launch import BLOCKS, Blocks, FusedKernel, interpreting, kernel_for
-from backends.triton.regions import Fusion, KernelSpec, lower, pays, plan, source_choice
+from backends.triton.regions import Fusion, KernelSpec, lower, pays, plan
 from backends.triton.templates import Unsupported
 
 __all__ = ["BLOCKS", "Blocks", "FusedKernel", "Fusion", "KernelSpec", "Unsupported",
-           "interpreting", "kernel_for", "kernels", "lower", "pays", "plan", "source_choice"]
+           "interpreting", "kernel_for", "kernels", "lower", "pays", "plan"]
 
 
 def kernels(gm: fx.GraphModule) -> list[FusedKernel]:

@@ -7,10 +7,10 @@ FX names a called function after its module path (``backends_triton_launch_fused
 >>> import torch
 >>> from egraph import EGraph
 >>> from backends.fx import build_module
->>> from backends.triton.regions import source_choice
+>>> from egraph.extract import source_program
 >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1),
 ...                     (torch.randn(3),))
->>> gm = build_module(eg, source_choice(eg), target="cuda")
+>>> gm = build_module(eg, source_program(eg), target="cuda")
 >>> isinstance(gm.graph._codegen, KernelNames)
 True
 """
@@ -30,10 +30,10 @@ class KernelNames(fx.graph.CodeGen):
     >>> import torch
     >>> from egraph import EGraph
     >>> from backends.fx import build_module
-    >>> from backends.triton.regions import source_choice
+    >>> from egraph.extract import source_program
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
     ...                     (torch.randn(3),))
-    >>> code = build_module(eg, source_choice(eg), target="cuda").code
+    >>> code = build_module(eg, source_program(eg), target="cuda").code
     >>> "mul = fused_exp_mul_" in code
     True
     """

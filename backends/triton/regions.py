@@ -40,6 +40,7 @@ from backends.triton.templates import (
     attributes_of,
     compute_type,
 )
+from egraph.extract.program import program_roots, source_program
 from egraph.term import is_literal_op
 from extractors.costs import Roofline, flops
 from extractors.fusion import VIEWS, Region, regions
@@ -141,7 +142,7 @@ def pays(egraph: EGraph, choice: dict[int, tuple], region: Region, judge: Roofli
     >>> from extractors.fusion import regions
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
     ...                     (torch.randn(64, 64),))
-    >>> choice = source_choice(eg)
+    >>> choice = source_program(eg)
     >>> [pays(eg, choice, r, Roofline()) for r in regions(eg, choice)]
     [True]
     """
@@ -167,9 +168,7 @@ class _Consumers:
 
     def __init__(self, egraph: EGraph, choice: dict[int, tuple]):
         find = egraph.find
-        self.roots = {find(r) for r in egraph.roots}
-        if getattr(egraph, "fx", None) is not None:
-            self.roots |= {find(e) for e in egraph.fx.effects}
+        self.roots = set(program_roots(egraph))
         self.users: dict[int, set[int]] = {}
         seen: set[int] = set()
         stack = list(self.roots)
@@ -468,17 +467,6 @@ class _Lowering:
         return spec, list(self.inputs), outputs
 
 
-def source_choice(egraph: EGraph) -> dict[int, tuple]:
-    """The program an e-graph was built from (each class's first e-node), as a choice.
-
-    >>> from egraph import EGraph
-    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x + 1), (torch.randn(2),))
-    >>> sorted(node[0] for node in source_choice(eg).values() if isinstance(node[0], str))
-    ['add', 'input']
-    """
-    return {c: (n.op, *n.children) for c in egraph.classes() for n in egraph.nodes(c)[:1]}
-
-
 def lower(egraph: EGraph, choice: dict[int, tuple], region: Region) -> Fusion:
     """The fused kernel of ``region`` (raises :class:`Unsupported` with the reason when it
     cannot be generated).
@@ -487,7 +475,7 @@ def lower(egraph: EGraph, choice: dict[int, tuple], region: Region) -> Fusion:
     >>> from extractors.fusion import regions
     >>> fn = lambda x: (x - x.mean(-1, keepdim=True)).exp()
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (torch.randn(4, 8),))
-    >>> choice = source_choice(eg)
+    >>> choice = source_program(eg)
     >>> print("\\n".join(lower(eg, choice, regions(eg, choice)[0]).kernel.spec.describe()))
     v0 = mean(x0, (1,), True)
     v1 = sub(x0, v0)
@@ -539,7 +527,7 @@ def plan(egraph: EGraph, choice: dict[int, tuple] | None = None,
     (1, 0)
     """
     if choice is None:
-        choice = source_choice(egraph)
+        choice = source_program(egraph)
     out = []
     consumers = _Consumers(egraph, choice)
     for region in regions(egraph, choice):

@@ -16,8 +16,8 @@ import math
 import torch
 import torch.nn as nn
 
-from egraph.examples.zoo import NaiveTransformer
 from compiler.stability import StabilityRewriter
+from egraph.examples.zoo import NaiveTransformer
 
 
 class NaiveAttention(nn.Module):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,14 @@ from egraph.egraph import EGraph
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
-from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, SPECS, UNKNOWN_VALUE, lower
+from frontends.fx.vocabulary import (
+    IMPURE,
+    SCALAR_FUNCTIONS,
+    SPECS,
+    UNKNOWN_VALUE,
+    lower,
+    module_op,
+)
 
 
 class UntraceableModel(ValueError):
@@ -355,7 +363,8 @@ def _tensors(out) -> list:
 class _Builder:
     """Walks the FX graph once and adds each node's canonical expression."""
 
-    def __init__(self, gm: fx.GraphModule, example_inputs, param_names: dict[str, str]):
+    def __init__(self, gm: fx.GraphModule, example_inputs, param_names: dict[str, str],
+                 make_egraph: Callable[..., EGraph] = EGraph):
         self.gm = gm
         self.metas = _metas(gm, example_inputs)
         # Observed ranges of the example inputs (they inform costs, never rules).
@@ -365,7 +374,7 @@ class _Builder:
             if isinstance(value, torch.Tensor) and node.name in self.metas:
                 self.metas[node.name] = self.metas[node.name]._replace(**observed_range(value))
         self.analysis = TensorAnalysis()
-        self.eg = EGraph(analysis=self.analysis)
+        self.eg = make_egraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
         self.param_names = param_names
         self.opaque: dict[str, OpaqueCall] = {}
@@ -428,6 +437,11 @@ class _Builder:
         kids = [self.expr(v) if _is_expr(v) else self.value(v) for v in values]
         if name == "identity":
             return kids[0]
+        return self.apply(name, kids)
+
+    def apply(self, name: str, kids: list[int]) -> int:
+        """The class of op ``name`` over the classes ``kids``: sizes resolved, attributes
+        normalised, constant inputs folded."""
         shaped = self._shape_value(name, kids)
         if shaped is not None:
             return shaped
@@ -571,7 +585,7 @@ class _Builder:
                 if isinstance(value, SubmoduleRef):
                     return value
                 arg_classes.append(value)
-                return _Ref(arg_classes[-1])
+                return ClassRef(arg_classes[-1])
             return a
 
         args = fx.node.map_aggregate(node.args, mark)
@@ -634,7 +648,7 @@ class _Builder:
 
     def _out(self, arg):
         if isinstance(arg, fx.Node):
-            return _Ref(self.env[arg])
+            return ClassRef(self.env[arg])
         return arg
 
     def _module(self, node: fx.Node) -> nn.Module | None:
@@ -750,7 +764,7 @@ class SubmoduleRef:
 
 
 @dataclass(frozen=True)
-class _Ref:
+class ClassRef:
     """An e-class id standing where an FX node was, in an opaque call's arguments."""
 
     cid: int
@@ -768,71 +782,32 @@ def _fetch_attr(gm: nn.Module, target: str):
     return obj
 
 
-def _param(builder: _Builder, node: fx.Node, attr: str) -> int | None:
+def _param(builder: _Builder, node: fx.Node, attr: str) -> int:
     value = getattr(builder.gm.get_submodule(node.target), attr)
-    if value is None:
-        return None
     name = f"{node.target}.{attr}"
     return builder.leaf("param", builder.param_names.get(name, name), Meta.of(value))
 
 
 def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
-    """A module call as canonical ops over parameter leaves, or None (kept opaque)."""
-    if node.kwargs or not node.args:
+    """A module call as the canonical op the op table lowers it to, over parameter leaves
+    (None: kept opaque)."""
+    found = module_op(module)
+    if found is None or node.kwargs or len(node.args) != 1:
         return None
-    x = node.args[0]
-    none = b.literal(None)
-
-    def p(attr):
-        cid = _param(b, node, attr)
-        return none if cid is None else cid
-
-    def ex(name, *kids):
-        return b.eg.add_node(name, kids)
-
-    lit = b.literal
-    if isinstance(module, nn.Linear) and len(node.args) == 1:
-        return ex("linear", b.value(x), p("weight"), p("bias"))
-    if isinstance(module, (nn.Conv1d, nn.Conv2d)) and len(node.args) == 1:
-        if module.padding_mode != "zeros" or isinstance(module.padding, str):
-            return None
-        name = "conv1d" if isinstance(module, nn.Conv1d) else "conv2d"
-        return ex(name, b.value(x), p("weight"), p("bias"), lit(tuple(module.stride)),
-                  lit(tuple(module.padding)), lit(tuple(module.dilation)), lit(module.groups))
-    if isinstance(module, nn.LayerNorm) and len(node.args) == 1:
-        return ex("layer_norm", b.value(x), lit(tuple(module.normalized_shape)), p("weight"),
-                  p("bias"), lit(float(module.eps)))
-    if isinstance(module, nn.RMSNorm) and len(node.args) == 1:
-        eps = module.eps
-        return ex("rms_norm", b.value(x), lit(tuple(module.normalized_shape)), p("weight"),
-                  lit(None if eps is None else float(eps)))
-    if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d)) and len(node.args) == 1:
-        if module.training or not module.track_running_stats:
-            return None
-        return ex("batch_norm", b.value(x), p("running_mean"), p("running_var"), p("weight"),
-                  p("bias"), lit(float(module.eps)))
-    if isinstance(module, nn.Embedding) and len(node.args) == 1 and module.max_norm is None:
-        if module.scale_grad_by_freq or module.sparse:
-            return None
-        return ex("embedding", b.value(x), p("weight"), lit(module.padding_idx))
-    if isinstance(module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)):
-        if module.training and module.p > 0:
-            return None
-        return b.value(x)
-    if isinstance(module, nn.Identity):
-        return b.value(x)
-    if isinstance(module, nn.Flatten) and len(node.args) == 1:
-        return b.expr(("flatten", [x, module.start_dim, module.end_dim]))
-    simple = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu"}
-    for cls, name in simple.items():
-        if type(module) is cls and len(node.args) == 1:
-            return b.expr((name, [x]))
-    if type(module) is nn.GELU and len(node.args) == 1:
-        return b.expr(("gelu", [x, module.approximate]))
-    if type(module) in (nn.Softmax, nn.LogSoftmax) and len(node.args) == 1:
-        name = "softmax" if type(module) is nn.Softmax else "log_softmax"
-        return b.expr((name, [x, module.dim if module.dim is not None else -1]))
-    return None
+    name, entry = found
+    kids = []
+    for source in entry.args:
+        if source == "input":
+            kids.append(b.value(node.args[0]))
+            continue
+        value = getattr(module, source)
+        if isinstance(value, torch.Tensor):
+            kids.append(_param(b, node, source))
+        else:
+            kids.append(b.literal(tuple(value) if isinstance(value, list) else value))
+    if name == "identity":
+        return kids[0]
+    return b.apply(name, kids)
 
 
 DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
@@ -842,10 +817,12 @@ DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             ranges: dict[str, tuple[float, float]] | None = None,
-            observe: bool | None = None) -> EGraph:
+            observe: bool | None = None, make_egraph: Callable[..., EGraph] = EGraph) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
+    ``make_egraph(analysis=...)`` makes the empty e-graph to fill (``EGraph.from_fx``
+    passes the pipeline's :class:`compiler.fx.FxEGraph`).
     ``domains`` declares input domains (``{"x": "positive"}``, see :data:`DOMAINS`); rules
     whose conditions need them (``exp(log x) -> x`` needs x > 0) may then fire.
     ``ranges`` gives the value range of inputs (``{"x": (-100.0, 100.0)}``) for the
@@ -870,7 +847,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         example_inputs = (example_inputs,)
     if example_inputs is not None:
         _check_count(gm, example_inputs, param_names)
-    builder = _Builder(gm, example_inputs, param_names)
+    builder = _Builder(gm, example_inputs, param_names, make_egraph)
     for name, domain in (domains or {}).items():
         if domain not in DOMAINS:
             raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
@@ -899,7 +876,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     eg.rebuild()
     outputs: list[int] = []
     fx.node.map_aggregate(builder.output, lambda a: outputs.append(a.cid)
-                          if isinstance(a, _Ref) else None)
+                          if isinstance(a, ClassRef) else None)
     eg._roots = list(outputs)
     eg.fx = FxSource(
         module=module, graph_module=gm, inputs=builder.inputs,

@@ -19,10 +19,17 @@ user sees the trade-off (for example curvature against roofline time).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_Point = tuple  # (cost_a, cost_b, node, child point refs)
+from egraph.extract.tree import build_term
+
+if TYPE_CHECKING:
+    from egraph.egraph import EGraph
+
+Point = tuple
+"""A frontier point: ``(cost_a, cost_b, e-node, ((child class, point index), ...))``."""
 
 
 @dataclass
@@ -45,9 +52,9 @@ def _bind(cost, egraph):
     return lambda cid, node, kids: cost(ENode(node[0], node[1:]), kids)
 
 
-def _prune(points: list[_Point], limit: int) -> list[_Point]:
+def _prune(points: list[Point], limit: int) -> list[Point]:
     points = sorted(points, key=lambda p: (p[0], p[1]))
-    frontier: list[_Point] = []
+    frontier: list[Point] = []
     for p in points:
         if not frontier or p[1] < frontier[-1][1]:
             frontier.append(p)
@@ -57,13 +64,13 @@ def _prune(points: list[_Point], limit: int) -> list[_Point]:
     return [frontier[round(i * step)] for i in range(limit)]
 
 
-def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[_Point]]:
+def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[Point]]:
     """Per class, its frontier of points ``(a, b, node, child refs)``."""
     egraph.rebuild()
     fa, fb = _bind(cost_a, egraph), _bind(cost_b, egraph)
     classes = egraph.classes()
     cnodes = egraph._cnodes
-    front: dict[int, list[_Point]] = {}
+    front: dict[int, list[Point]] = {}
     changed = True
     while changed:
         changed = False
@@ -88,7 +95,7 @@ def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[_Point]]
     return front
 
 
-def _choice(front: dict[int, list[_Point]], root: int, index: int) -> dict[int, tuple]:
+def _choice(front: dict[int, list[Point]], root: int, index: int) -> dict[int, tuple]:
     """One e-node per class following a root point (a class reached twice keeps the first
     point's e-node, so the program is a DAG)."""
     choice: dict[int, tuple] = {}
@@ -103,37 +110,22 @@ def _choice(front: dict[int, list[_Point]], root: int, index: int) -> dict[int, 
     return choice
 
 
-def pareto(egraph, cost_a, cost_b, root: int | None = None, limit: int = 8,
-           validate: str = "strict") -> list[ParetoPoint]:
+def pareto(egraph: EGraph, cost_a, cost_b, root: int | None = None, limit: int = 8,
+           build: Callable[[dict[int, tuple], int], Any] | None = None) -> list[ParetoPoint]:
     """The non-dominated programs of ``root`` (default: the first root) under two costs.
 
-    Programs are terms on a plain e-graph and GraphModules on an e-graph from FX (each
-    validated like ``extract``, with its report in ``gm.meta``).
+    Each program is ``build(choice, root)``; by default the term the choice spells
+    (an e-graph built from PyTorch builds validated GraphModules instead).
     """
     root = egraph.find(root if root is not None else egraph.roots[0])
     front = frontiers(egraph, cost_a, cost_b, limit)
     if root not in front:
         raise ValueError(f"class {root} has no finite program")
+    if build is None:
+        def build(choice, root):
+            return build_term(egraph, {c: (None, n) for c, n in choice.items()}, root)
     out = []
     for i, point in enumerate(front[root]):
         choice = _choice(front, root, i)
-        out.append(ParetoPoint(_program(egraph, choice, root, validate), (point[0], point[1]),
-                               choice))
+        out.append(ParetoPoint(build(choice, root), (point[0], point[1]), choice))
     return out
-
-
-def _program(egraph, choice: dict[int, tuple], root: int, validate: str):
-    if getattr(egraph, "fx", None) is None:
-        from egraph.extract import build_term
-
-        return build_term(egraph, {c: (None, n) for c, n in choice.items()}, root)
-    from backends.fx import build_module
-    from backends.validate import validate_module
-
-    full = dict(choice)
-    for c in egraph.classes():  # other outputs and effects: their first e-node
-        full.setdefault(c, egraph._cnodes[c][0])
-    gm = build_module(egraph, full)
-    if validate != "off" and egraph.fx.example_inputs is not None:
-        gm.meta["egraph_validation"] = validate_module(egraph.fx, gm)
-    return gm

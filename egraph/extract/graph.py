@@ -172,7 +172,7 @@ def acyclic(graph: Graph, pick: list[int], safe_pick: list[int],
     ``pick`` once that node's child classes are settled; when every remaining class waits
     on a cycle, the first of them in ``safe_order`` is settled with its ``safe_pick`` node
     (an acyclic pick whose nodes only use classes earlier in ``safe_order``, such as
-    :func:`extractors.greedy.greedy_tree`'s). An acyclic ``pick`` comes back unchanged
+    :func:`egraph.extract.greedy.greedy_tree`'s). An acyclic ``pick`` comes back unchanged
     on every class it reaches from the roots.
 
     >>> g = Graph.load({"nodes": {"x": {"op": "x", "eclass": "a"},

@@ -3,19 +3,20 @@
 A cost function is any callable ``(enode, child_costs) -> cost`` whose costs compare with
 ``<``; :class:`AstSize` and :class:`AstDepth` are the classic ones. Each class's cost is
 the best over its e-nodes, iterated to a fixed point, so shared subterms are counted once
-per use (a tree cost). DAG-aware and optimal (ILP) extraction live in ``extractors``.
+per use (a tree cost). DAG-aware and optimal (ILP) extraction are in
+:mod:`egraph.extract.methods`.
 
 >>> from egraph import EGraph, parse
 >>> eg = EGraph()
 >>> a = eg.add(parse("(+ (* x 1) 0)"))
 >>> _ = eg.union(a, eg.add(parse("x")))
->>> eg.extract(AstSize(), root=a)
+>>> choice = best_nodes(eg, AstSize())
+>>> build_term(eg, choice, a), choice[eg.find(a)][0]
 (Term('x'), 1)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -56,25 +57,25 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
     for nothing can lose bits where it cancels. ``nodes_of`` restricts the choice to some
     e-nodes per class (for example the ones a source program had before saturation).
     """
-    from egraph.egraph import ENode, _canonical
+    from egraph.egraph import ENode
 
     egraph.rebuild()
+    find = egraph.find
     if nodes_of is None:
         classes = egraph.classes()
         cnodes = egraph._cnodes
     else:
-        find = egraph.find
         groups: dict[int, dict[tuple, None]] = {}
         for c, nodes in nodes_of.items():
             group = groups.setdefault(find(c), {})
             for n in nodes:
-                group[_canonical(n, find)] = None
+                group[(n[0], *map(find, n[1:]))] = None
         classes = list(groups)
         cnodes = {c: list(g) for c, g in groups.items()}
     # A cost model that reads the analysis binds to the e-graph: (class, e-node, costs).
     bound = cost.bind(egraph) if hasattr(cost, "bind") else None
     preferred = set() if prefer is None else {
-        _canonical(n, egraph.find) for nodes in prefer.values() for n in nodes}
+        (n[0], *map(find, n[1:])) for nodes in prefer.values() for n in nodes}
     best: dict[int, tuple[Any, tuple]] = {}
     size: dict[int, int] = {}  # term size of each class's choice: the tie-breaker
     changed = True
@@ -152,41 +153,3 @@ def build_term(egraph: EGraph, choice: dict[int, tuple[Any, tuple]], root: int) 
         on_path.discard(c)
         built[c] = Term(node[0], tuple(built[k] for k in node[1:]))
     return built[find(root)]
-
-
-def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy",
-            time_limit: float = 60.0):
-    """``(term, cost)`` of the best term of ``root`` (default: the first root).
-
-    ``method="greedy"``: tree cost, bottom-up (in the engine). ``"dag"`` and ``"ilp"``
-    count a shared subterm once (from the ``extractors`` package; ILP on HiGHS).
-    """
-    if method not in ("greedy", "dag", "ilp"):
-        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
-    if root is None:
-        roots = egraph.roots
-        if not roots:
-            raise ValueError(
-                "no root to extract: pass root=<class id> or add a term with root=True"
-            )
-        root = roots[0]
-    start = time.perf_counter()
-    root = egraph.find(root)
-    optimal = None
-    if method == "greedy":
-        choice = best_nodes(egraph, cost)
-        if root not in choice:
-            raise ValueError(f"class {root} has no finite term (every e-node in it is cyclic)")
-        value = choice[root][0]
-    else:
-        from extractors.methods import choose
-
-        picked, value, optimal = choose(egraph, cost, method, [root], time_limit)
-        choice = {c: (None, n) for c, n in picked.items()}
-    term = build_term(egraph, choice, root)
-    if egraph.report is not None:
-        egraph.report.extraction = {
-            "method": method, "cost": value, "optimal": optimal,
-            "time": round(time.perf_counter() - start, 6),
-        }
-    return term, value

@@ -33,10 +33,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from extractors.dag import greedy_dag, improve
-from extractors.graph import Cost, Graph, acyclic
-from extractors.greedy import greedy_tree
-from extractors.ilp import solve_ilp
+from egraph.extract.dag import greedy_dag, improve
+from egraph.extract.graph import Cost, Graph, acyclic
+from egraph.extract.greedy import greedy_tree
+from egraph.extract.ilp import solve_ilp
 
 METHODS = ("greedy", "dag", "ilp")
 

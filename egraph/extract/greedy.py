@@ -6,7 +6,7 @@ fixed point can be settled in one pass, cheapest class first (Knuth's generalisa
 Dijkstra's algorithm): a node is evaluated once, when the last of its child classes is
 settled. Classes are settled after the classes their choice uses, so the pick is acyclic.
 
->>> from extractors.graph import Graph
+>>> from egraph.extract.graph import Graph
 >>> g = Graph.load({"nodes": {"x": {"op": "x", "eclass": "x"},
 ...                           "f": {"op": "f", "children": ["x"], "eclass": "r"},
 ...                           "g": {"op": "g", "children": ["f"], "eclass": "r"}},
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from extractors.graph import Graph
+from egraph.extract.graph import Graph
 
 
 def greedy_tree(graph: Graph, paid: dict[int, int] | None = None) -> tuple[list[int], list[int]]:

@@ -10,7 +10,8 @@ on the whole program, are optimised.
 >>> from egraph import EGraph
 >>> from extractors.costs import Roofline
 >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2), (torch.randn(4),))
->>> choice = {c: eg._cnodes[c][0] for c in eg.classes()}
+>>> from egraph.extract import source_program
+>>> choice = source_program(eg)
 >>> improve(eg, choice, Roofline("H100")) == choice  # nothing else to choose
 True
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from egraph.extract import cheaper
+from egraph.extract.program import program_order, program_roots
+from egraph.extract.tree import cheaper
 
 
 def _acyclic(egraph, choice: dict[int, tuple], roots: list[int]) -> bool:
@@ -49,16 +51,14 @@ def _acyclic(egraph, choice: dict[int, tuple], roots: list[int]) -> bool:
 def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
             rounds: int = 3) -> dict[int, tuple]:
     """A choice at least as good as ``choice`` under ``cost.program_cost``."""
-    from extractors.fusion import _program
-
     find = egraph.find
     best = dict(choice)
-    _, order, roots = _program(egraph, best)
+    roots = program_roots(egraph)
     best_cost: Any = cost.program_cost(egraph, best)
     evaluations = 0
     for _ in range(rounds):
         improved = False
-        _, order, roots = _program(egraph, best)
+        order = program_order(egraph, best, roots)
         for c in order:
             for alt in egraph._cnodes[c]:
                 if alt == best[c] or evaluations >= budget:

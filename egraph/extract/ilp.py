@@ -25,8 +25,8 @@ the sum of the chosen nodes' costs (the DAG cost). What makes it solve fast:
   strongly connected component of the class graph, constrained on the edges inside it.
 * A warm start from the DAG-aware heuristic's answer.
 
->>> from extractors.graph import Graph
->>> from extractors.greedy import greedy_tree
+>>> from egraph.extract.graph import Graph
+>>> from egraph.extract.greedy import greedy_tree
 >>> g = Graph.load({"nodes": {
 ...     "x": {"op": "x", "eclass": "x", "cost": 5}, "y": {"op": "y", "eclass": "y", "cost": 9},
 ...     "fx": {"op": "f", "children": ["x"], "eclass": "b"},
@@ -48,7 +48,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from extractors.graph import Cost, Graph
+from egraph.extract.graph import Cost, Graph
 
 #: Relative optimality gap at which a float-cost answer counts as proven optimal.
 REL_GAP = 1e-6
@@ -63,7 +63,7 @@ def solve_ilp(graph: Graph, start: list[int], safe_order: list[int],
               time_limit: float = 60.0) -> tuple[list[int], bool]:
     """``(pick, proven optimal?)`` of the minimum DAG cost, starting from the acyclic
     ``start`` pick. ``safe_order`` lists the classes that have an acyclic term (as
-    :func:`extractors.greedy.greedy_tree` settles them). Returns ``start``, unproven,
+    :func:`egraph.extract.greedy.greedy_tree` settles them). Returns ``start``, unproven,
     when the solver finds nothing better within ``time_limit`` seconds."""
     deadline = time.perf_counter() + time_limit
     try:
@@ -421,7 +421,7 @@ def _acyclic_bounds(graph: Graph, members: dict[int, list[int]]) -> dict:
     """Class -> a lower bound on the DAG cost of any acyclic term of it (classes with
     none are absent): ``min(cost(node) + max(bound of each child class))``, as a node
     is never inside its own children's sub-DAGs. Settled cheapest first, as in
-    :func:`extractors.greedy.greedy_tree`."""
+    :func:`egraph.extract.greedy.greedy_tree`."""
     kids, cost, node_class = graph.kids, graph.cost, graph.node_class
     users: dict[int, list[int]] = {}
     missing: dict[int, int] = {}

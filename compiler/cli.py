@@ -1,8 +1,8 @@
 """Command line: the demo, the engine demo, and optimising a user's module.
 
-    python -m egraph                         # the PyTorch demo on the bundled naive transformer
-    python -m egraph math                    # the engine alone on egg's math suite
-    python -m egraph optimize FILE.py:Class --shape 2,16,64 [--rules all] [--save out.pt]
+    python -m compiler                       # the PyTorch demo on the bundled naive transformer
+    python -m compiler math                  # the engine alone on egg's math suite
+    python -m compiler optimize FILE.py:Class --shape 2,16,64 [--rules all] [--save out.pt]
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from pathlib import Path
 
 
 def median_seconds(fn, repeat: int = 20) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` calls, after one warm-up call."""
+    """Median wall time of ``fn()`` over ``repeat`` calls, after one warm-up call.
+
+    >>> median_seconds(lambda: None, repeat=3) < 1.0
+    True
+    """
     fn()
     times = []
     for _ in range(repeat):
@@ -135,7 +139,8 @@ def optimise_cli(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m egraph", description=__doc__.splitlines()[0])
+    """Run the command line (``python -m compiler --help``)."""
+    parser = argparse.ArgumentParser(prog="python -m compiler", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("demo", help="the PyTorch demo (default)")
     sub.add_parser("math", help="the engine demo on egg's math suite")
@@ -154,6 +159,3 @@ def main(argv: list[str] | None = None) -> None:
     else:
         demo()
 
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ node whose set has the lowest total. Nodes are re-evaluated on a priority queue 
 child class improves, cheapest candidates first. Each class decides alone, so sharing
 that pays only when several classes switch together is left to :func:`improve`.
 
->>> from extractors.graph import Graph
+>>> from egraph.extract.graph import Graph
 >>> g = Graph.load({"nodes": {
 ...     "x": {"op": "x", "eclass": "x", "cost": 5}, "y": {"op": "y", "eclass": "y", "cost": 9},
 ...     "fx": {"op": "f", "children": ["x"], "eclass": "b"},
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from extractors.graph import Graph
-from extractors.greedy import greedy_tree
+from egraph.extract.graph import Graph
+from egraph.extract.greedy import greedy_tree
 
 
 def greedy_dag(graph: Graph) -> list[int]:
     """The pick (class -> node, ``-1`` where none) of the DAG-aware greedy; it may be
-    cyclic, so callers pass it through :func:`extractors.graph.acyclic`."""
+    cyclic, so callers pass it through :func:`egraph.extract.graph.acyclic`."""
     node_class, cost, kids = graph.node_class, graph.cost, graph.kids
     num_classes = graph.num_classes
     parents = graph.parents()

@@ -1,0 +1,259 @@
+"""The FX e-graph: a PyTorch program in an e-graph, with its extraction policy.
+
+``EGraph.from_fx`` returns an :class:`FxEGraph`: the engine's e-graph plus what the
+pipeline knows of the source (``eg.fx``: inputs, output structure, side effects, opaque
+calls, the e-nodes it was built with). Its ``extract(cost)`` chooses the program (greedy,
+DAG-aware or ILP, then local search for whole-program costs), emits it as a GraphModule
+(:mod:`backends.fx`), validates it against the source (:mod:`compiler.validate`), checks
+which sizes it holds (:mod:`compiler.sizes`) and reports what happened
+(``gm.meta["egraph_report"]``: the DAG costs of the source and of the emitted program).
+
+>>> import torch
+>>> from egraph import EGraph
+>>> from extractors import Flops
+>>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) + torch.exp(x)),
+...                     (torch.randn(3),))
+>>> type(eg).__name__
+'FxEGraph'
+>>> report = eg.extract(Flops()).meta["egraph_report"]
+>>> report.cost_before == report.cost_after  # exp is computed once: nothing to gain
+True
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from backends.fx import TARGETS, build_module
+from backends.sizes import require_sizes
+from compiler.sizes import probe_sizes
+from compiler.validate import Validation, ValidationError, validate_module
+from egraph.egraph import EGraph
+from egraph.extract import best_nodes, choose, program_roots, source_program
+from egraph.extract.local_search import improve
+from egraph.extract.pareto import ParetoPoint
+from egraph.extract.pareto import pareto as pareto_frontier
+from egraph.extract.program import dag_cost
+from extractors.costs import Roofline
+from frontends.fx.ingest import FxSource
+from frontends.fx.ingest import from_fx as ingest
+
+
+class FxEGraph(EGraph):
+    """An e-graph built from a PyTorch program (``EGraph.from_fx``).
+
+    Besides the engine's API: ``fx`` (the source, :class:`~frontends.fx.FxSource`),
+    ``effects`` (classes of side effects every program keeps, in order) and ``initial``
+    (the e-nodes each class had when built: the source program,
+    :func:`egraph.extract.source_program`). ``extract`` and ``pareto`` give GraphModules.
+
+    >>> import torch
+    >>> eg = from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> eg.effects, len(eg.initial) == eg.num_classes
+    ([], True)
+    """
+
+    fx: FxSource
+
+    @property
+    def effects(self) -> list[int]:
+        """Classes of the source's side effects (opaque calls kept in order)."""
+        return self.fx.effects
+
+    @property
+    def initial(self) -> dict[int, list[tuple]]:
+        """The e-nodes of each class when the e-graph was built (before saturation)."""
+        return self.fx.initial
+
+    def extract(self, cost, root: int | None = None, **options):
+        """The best program under ``cost`` as a validated ``torch.fx.GraphModule``
+        (:func:`extract_module`); with ``root``: ``(term, cost)`` of that class, as on a
+        plain e-graph."""
+        if root is not None:
+            return super().extract(cost, root=root, **options)
+        return extract_module(self, cost, **options)
+
+    def pareto(self, cost_a, cost_b, root: int | None = None, limit: int = 8,
+               validate: str = "strict") -> list[ParetoPoint]:
+        """The non-dominated programs under two costs, each a GraphModule (validated
+        unless ``validate="off"``, the result in ``gm.meta["egraph_validation"]``)."""
+        source = source_program(self)
+
+        def build(choice: dict[int, tuple], root: int) -> fx.GraphModule:
+            # other outputs and effects: the source's e-nodes
+            gm = build_module(self, {**source, **choice})
+            if validate != "off" and self.fx.example_inputs is not None:
+                gm.meta["egraph_validation"] = validate_module(self.fx, gm)
+            return gm
+
+        return pareto_frontier(self, cost_a, cost_b, root=root, limit=limit, build=build)
+
+
+def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
+            ranges: dict[str, tuple[float, float]] | None = None,
+            observe: bool | None = None) -> FxEGraph:
+    """The :class:`FxEGraph` of a GraphModule, an nn.Module or a torch.export program
+    (what ``EGraph.from_fx`` returns; arguments as :func:`frontends.fx.from_fx`).
+
+    >>> import torch
+    >>> eg = from_fx(torch.nn.ReLU(), (torch.randn(2),))
+    >>> [str(n) for n in eg.nodes(eg.roots[0])]
+    ['(relu #1)']
+    """
+    return ingest(source, example_inputs, domains=domains, ranges=ranges, observe=observe,
+                  make_egraph=FxEGraph)
+
+
+@dataclass
+class ExtractionReport:
+    """What ``extract`` did to an FX program; ``print(report)`` reads as a summary.
+
+    ``cost_before`` and ``cost_after`` are the DAG costs (each e-node once, whatever the
+    extraction method) of the source program and of the emitted one.
+    """
+
+    cost_before: Any
+    cost_after: Any
+    method: str
+    rewrites: dict[str, int] = field(default_factory=dict)
+    optimal: bool | None = None
+    validation: Validation | None = None
+    fell_back: bool = False
+    times: dict[str, float] = field(default_factory=dict)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    kernels: list[str] = field(default_factory=list)
+    built_for: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [
+            f"cost {self.cost_before} -> {self.cost_after} ({self.method}"
+            + (", proven optimal" if self.optimal else "") + ")",
+            f"graph nodes {self.nodes_before} -> {self.nodes_after}",
+        ]
+        if self.rewrites:
+            lines.append("rewrites applied: " + ", ".join(
+                f"{name} x{n}" for name, n in sorted(self.rewrites.items())))
+        else:
+            lines.append("rewrites applied: none")
+        if self.validation is not None:
+            lines.append(str(self.validation))
+        if self.kernels:
+            lines.append("fused kernels: " + ", ".join(self.kernels))
+        if self.fell_back:
+            lines.append("validation failed: the original program was returned")
+        if self.built_for:
+            lines.append("runs only on inputs of the example's sizes: " + ", ".join(
+                f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
+                for d, n in dims.items()) + " (a rewrite computed with them)")
+        lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                           for k, v in self.times.items()))
+        return "\n".join(lines)
+
+
+def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
+                   target: str | None = None, time_limit: float = 60.0) -> fx.GraphModule:
+    """Extract the best program under ``cost``, emit it, validate it, and report: the
+    extraction policy of :meth:`FxEGraph.extract`.
+
+    ``method``: ``"greedy"`` (tree cost, ties to the source's e-nodes), ``"dag"`` or
+    ``"ilp"`` (each shared e-node paid once); a whole-program cost (``cost.local`` False)
+    is then improved by local search. ``validate``: ``"strict"`` (fall back to the source
+    with a warning on a mismatch), ``"raise"`` or ``"off"``. ``target``: ``"cpu"`` or
+    ``"cuda"`` (default: the device of the example inputs).
+    """
+    if validate not in ("strict", "raise", "off"):
+        raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
+    if method not in ("greedy", "dag", "ilp"):
+        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
+    if target is None:
+        target = _device_target(egraph.fx.example_inputs)
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))} "
+                         "(None: the device of the example inputs)")
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    roots = program_roots(egraph)
+    optimal = None
+    if method == "greedy":
+        choice = best_nodes(egraph, cost, prefer=egraph.initial)
+        missing = [r for r in roots if r not in choice]
+        if missing:
+            raise ValueError(f"classes {missing} have no finite program under {cost!r}")
+        picked = {c: v[1] for c, v in choice.items()}
+    else:
+        picked, _, optimal = choose(egraph, cost, method, roots, time_limit)
+    if not getattr(cost, "local", True):
+        # a whole-program cost: the proxy's choice, improved under the exact cost
+        picked = improve(egraph, picked, cost)
+    # What a user reads is the cost of the program run: its DAG, each e-node once.
+    cost_after = dag_cost(egraph, cost, picked)
+    cost_before = dag_cost(egraph, cost, source_program(egraph, cost))
+    times["extract"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    judge = None
+    if target == "cuda":
+        judge = cost if isinstance(cost, Roofline) else Roofline()
+    gm = build_module(egraph, picked, target, judge)
+    times["emit"] = time.perf_counter() - t1
+    rewrites = {}
+    if egraph.report is not None:
+        rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
+    report = ExtractionReport(
+        cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
+        optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
+        nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
+    )
+    if validate != "off" and egraph.fx.example_inputs is not None:
+        t2 = time.perf_counter()
+        result = validate_module(egraph.fx, gm)
+        report.times["validate"] = time.perf_counter() - t2
+        report.validation = result
+        if not result.ok:
+            why = (f"{result.reason}; rewrites involved: "
+                   + (", ".join(sorted(rewrites)) or "none (emission itself)"))
+            if validate == "raise":
+                raise ValidationError(why)
+            warnings.warn(f"egraph: the optimised program failed validation ({why}); "
+                          "returning the original", stacklevel=3)
+            report.fell_back = True
+            gm = _original_module(egraph.fx)
+        else:
+            t3 = time.perf_counter()
+            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
+            if report.built_for:
+                require_sizes(gm, report.built_for, egraph.fx)
+            report.times["sizes"] = time.perf_counter() - t3
+    gm.meta["egraph_report"] = report
+    if egraph.report is not None:
+        egraph.report.extraction = {"method": method, "cost": cost_after,
+                                    "optimal": optimal, "time": round(times["extract"], 6)}
+    return gm
+
+
+def _device_target(example_inputs) -> str:
+    """``cuda`` when an example input lives on a CUDA device, ``cpu`` otherwise."""
+    found: list[Any] = []
+    fx.node.map_aggregate(tuple(example_inputs or ()), found.append)
+    cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in found)
+    return "cuda" if cuda else "cpu"
+
+
+def _original_module(src: FxSource) -> fx.GraphModule:
+    """The source program with the emitted module's signature (the user's inputs)."""
+    gm = src.graph_module
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if placeholders != list(src.inputs) and isinstance(src.module, fx.GraphModule):
+        return src.module  # a torch.export program's graph takes its parameters as inputs
+    return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
+
+
+def _count(gm: fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr"))
