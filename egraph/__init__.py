@@ -11,6 +11,7 @@
 """
 
 from egraph.analysis import Analysis, ConstantFolding
+from egraph.diagnose import Diagnosis, diagnose
 from egraph.egraph import EGraph, ENode, UnsoundMerge
 from egraph.explain import Explanation
 from egraph.extract import AstDepth, AstSize
@@ -25,6 +26,7 @@ __all__ = [
     "AstSize",
     "BackoffScheduler",
     "ConstantFolding",
+    "Diagnosis",
     "EGraph",
     "ENode",
     "Explanation",
@@ -38,6 +40,7 @@ __all__ = [
     "UnsoundMerge",
     "Var",
     "birewrite",
+    "diagnose",
     "parse",
     "rewrite",
     "vars",
