@@ -69,6 +69,11 @@ def test_curvature_reduction_tracks_error_reduction_on_random_graphs(tmp_path):
     assert summary["spearman_mean"] > 0.7 and summary["pearson_mean"] > 0.9
     assert summary["worse"] == 0
     assert (tmp_path / "correlation.csv").exists()
+    for kind in ("mean", "worst"):
+        assert (tmp_path / f"correlation-{kind}.png").read_bytes().startswith(b"\x89PNG")
+        svg = (tmp_path / f"correlation-{kind}.svg").read_text()
+        assert f"Pearson r = {summary[f'pearson_{kind}']:.2f}" in svg
+        assert f"Spearman {summary[f'spearman_{kind}']:.2f}" in svg
 
 
 def test_diff_curvature_and_report_render():
@@ -81,6 +86,8 @@ def test_diff_curvature_and_report_render():
     assert before.total > float(rewriter.curvature(fixed, (x,)))
     report = fixed.meta["stability_report"]
     assert "total curvature" in str(report)
-    assert report.to_svg().startswith("<svg")
+    svg = report.to_svg()
+    assert "</svg>" in svg and "predicted error (curvature) per rewrite" in svg
+    assert all(r.location in svg for r in report.rewrites)
     with pytest.raises(ValueError, match="optimize"):
         rewriter.diff(naive, torch.fx.symbolic_trace(naive))

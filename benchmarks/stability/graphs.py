@@ -20,6 +20,7 @@ import mpmath as mp
 import numpy as np
 import torch
 
+from compiler import charts
 from compiler.stability import StabilityRewriter, error_bits
 
 mp.mp.dps = 60
@@ -121,8 +122,9 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
-    """Run ``count`` random graphs; write the points and a scatter plot; return the
-    correlations."""
+    """Run ``count`` random graphs; write the points (correlation.csv) and scatter plots of
+    error reduction against curvature reduction (correlation-mean and correlation-worst,
+    PNG and SVG); return the correlations."""
     rng = random.Random(seed)
     rewriter = StabilityRewriter(iter_limit=6, node_limit=20_000)
     points = []
@@ -176,25 +178,24 @@ def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
                     f"{p['risk_before']:.4f},{p['risk_after']:.4f},"
                     f"{p['bits_before']:.4f},{p['bits_after']:.4f},{p['worst_before']:.4f},"
                     f"{p['worst_after']:.4f},{p['rewrites']}\n")
-    _scatter(out / "correlation-mean.svg", dc, mean_gain, result["pearson_mean"],
-             result["spearman_mean"], "mean")
-    _scatter(out / "correlation-worst.svg", dc, worst_gain, result["pearson_worst"],
-             result["spearman_worst"], "worst-element")
+    for name, gain in (("mean", mean_gain), ("worst", worst_gain)):
+        _correlation_chart(out, name, dc, drisk, gain, result)
     return result
 
 
-def _scatter(path: Path, x: np.ndarray, y: np.ndarray, pearson: float,
-             spearman: float, kind: str) -> None:
-    w, h, m = 480, 360, 40
-    xmax, ymax = max(float(x.max()), 1e-9), max(float(y.max()), 1e-9)
-    xmin, ymin = min(float(x.min()), 0.0), min(float(y.min()), 0.0)
-    dots = "".join(
-        f'<circle cx="{m + (w - 2 * m) * (a - xmin) / (xmax - xmin):.1f}" '
-        f'cy="{h - m - (h - 2 * m) * (b - ymin) / (ymax - ymin):.1f}" r="2.5" '
-        'fill="#337ab7" fill-opacity="0.6"/>' for a, b in zip(x, y))
-    path.write_text(
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">'
-        f'<text x="{m}" y="20" font-size="12">curvature reduction (x, predicted bits) vs {kind} '
-        f'error reduction (y, bits); Pearson {pearson:.2f}, Spearman {spearman:.2f}</text>'
-        f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>'
-        f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>{dots}</svg>')
+def _correlation_chart(out: Path, kind: str, curvature: np.ndarray, risk: np.ndarray,
+                       gain: np.ndarray, result: dict) -> None:
+    """Measured error reduction against each estimate of it: the first-order analysis's
+    curvature and the cost model's bits at risk (correlation-<kind>.png and .svg)."""
+    what = {"mean": "mean", "worst": "worst-element"}[kind]
+    left, right = charts.panels(2)
+    charts.scatter(curvature, gain, ax=left, points="graphs",
+                   title=f"first-order analysis (Spearman {result[f'spearman_{kind}']:.2f})",
+                   xlabel="predicted error reduction (curvature, bits)",
+                   ylabel=f"measured {what} error reduction (bits of fp32)")
+    charts.scatter(risk, gain, ax=right, points="graphs",
+                   title=f"cost model (Spearman {result[f'risk_spearman_{kind}']:.2f})",
+                   xlabel="reduction of the bits at risk (Curvature cost model)",
+                   ylabel=f"measured {what} error reduction (bits of fp32)")
+    left.figure.suptitle(f"random graphs: does curvature predict the {what} error reduction?")
+    charts.save(left.figure, out / f"correlation-{kind}.png", out / f"correlation-{kind}.svg")

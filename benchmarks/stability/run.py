@@ -1,5 +1,7 @@
 """The stability experiments: one command, a results table and plots in a folder.
 
+Plots are PNG and SVG, drawn with matplotlib (the ``plot`` extra: ``pip install .[plot]``).
+
     .venv/bin/python benchmarks/stability/run.py [--out benchmarks/results/stability]
         [--only formulas,blocks,correlation] [--graphs 200]
 
@@ -27,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from compiler import charts  # noqa: E402
 from compiler.stability import StabilityRewriter, error_bits  # noqa: E402
 
 
@@ -62,7 +65,8 @@ def run_formulas(out: Path) -> list[dict]:
             "rewrite": "; ".join(f"{r.before} -> {r.after}" for r in report.rewrites) or "-",
             "seconds": elapsed,
         })
-        report.to_svg(str(out / f"formula-{f.name}.svg"))
+        charts.save(report.chart(), out / f"formula-{f.name}.png",
+                    out / f"formula-{f.name}.svg")
     return rows
 
 
@@ -74,21 +78,31 @@ def _write_table(path: Path, rows: list[dict], columns: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _bars_svg(path: Path, rows: list[dict], label: str, before: str, after: str,
-              title: str) -> None:
-    top = max([max(r[before], r[after]) for r in rows] + [1e-12])
-    height = 30 + 22 * len(rows)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="640" height="{height}">',
-             f'<text x="5" y="15" font-size="13">{title} (red before, green after)</text>']
-    for i, r in enumerate(rows):
-        y = 25 + 22 * i
-        parts.append(f'<text x="5" y="{y + 10}" font-size="10">{r[label]}</text>')
-        parts.append(f'<rect x="230" y="{y}" width="{380 * r[before] / top:.1f}" height="9" '
-                     'fill="#d9534f"/>')
-        parts.append(f'<rect x="230" y="{y + 9}" width="{380 * r[after] / top:.1f}" '
-                     'height="9" fill="#5cb85c"/>')
-    parts.append("</svg>")
-    path.write_text("".join(parts))
+def _formula_charts(out: Path, rows: list[dict]) -> None:
+    """Error before and after per formula, and predicted against measured gains."""
+    names = [r["formula"] for r in rows]
+    fig = charts.before_after_bars(
+        names, [r["bits_before"] for r in rows], [r["bits_after"] for r in rows],
+        title="known unstable formulas: mean error against a 60-digit reference",
+        unit="bits of the working precision")
+    charts.save(fig, out / "formulas.png", out / "formulas.svg")
+    fig = charts.scatter(
+        [r["curvature_before"] - r["curvature_after"] for r in rows],
+        [r["bits_before"] - r["bits_after"] for r in rows],
+        title="known unstable formulas: does curvature predict the gain?",
+        xlabel="predicted error reduction (curvature, bits)",
+        ylabel="measured mean error reduction (bits)", points="formulas")
+    charts.save(fig, out / "formulas-correlation.png", out / "formulas-correlation.svg")
+
+
+def _block_chart(out: Path, rows: list[dict]) -> None:
+    """Normwise relative error before and after per block and dtype (log scale)."""
+    fig = charts.before_after_bars(
+        [f"{r['block']} ({r['dtype']})" for r in rows], [r["error_before"] for r in rows],
+        [r["error_after"] for r in rows], log=True,
+        title="real blocks: error against float64 (inf: a finite value became inf or nan)",
+        unit="normwise relative error max|got - ref| / max|ref|")
+    charts.save(fig, out / "blocks.png", out / "blocks.svg")
 
 
 def main() -> None:
@@ -99,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    charts.require()  # before minutes of experiments, not after
     torch.set_num_threads(1)
     parts = args.only.split(",")
     if "formulas" in parts:
@@ -107,8 +122,7 @@ def main() -> None:
                                                   "bits_after", "nonfinite_before",
                                                   "nonfinite_after", "curvature_before",
                                                   "curvature_after", "rewrite"])
-        _bars_svg(out / "formulas.svg", rows, "formula", "bits_before", "bits_after",
-                  "mean error in bits of the working precision")
+        _formula_charts(out, rows)
         fixed = [r for r in rows if r["bits_before"] - r["bits_after"] >= 1
                  and r["nonfinite_after"] == 0]
         for r in rows:
@@ -123,6 +137,7 @@ def main() -> None:
         rows = run_blocks()
         _write_table(out / "blocks.md", rows, ["block", "dtype", "error_before",
                                                 "error_after", "improvement", "rewrites"])
+        _block_chart(out, rows)
         for r in rows:
             print(f"{r['block']:<28}{r['dtype']:<9}{r['error_before']:10.3g} ->"
                   f"{r['error_after']:10.3g}  x{r['improvement']:<10.3g} {r['rewrites'][:50]}")
