@@ -83,7 +83,7 @@ def _formula_charts(out: Path, rows: list[dict]) -> None:
     names = [r["formula"] for r in rows]
     fig = charts.before_after_bars(
         names, [r["bits_before"] for r in rows], [r["bits_after"] for r in rows],
-        title="known unstable formulas: mean error against a 60-digit reference",
+        title="known unstable formulas\nmean error against a 60-digit reference",
         unit="bits of the working precision")
     charts.save(fig, out / "formulas.png", out / "formulas.svg")
     fig = charts.scatter(
@@ -100,7 +100,7 @@ def _block_chart(out: Path, rows: list[dict]) -> None:
     fig = charts.before_after_bars(
         [f"{r['block']} ({r['dtype']})" for r in rows], [r["error_before"] for r in rows],
         [r["error_after"] for r in rows], log=True,
-        title="real blocks: error against float64 (inf: a finite value became inf or nan)",
+        title="real blocks: error against float64\n(inf: a finite value became inf or nan)",
         unit="normwise relative error max|got - ref| / max|ref|")
     charts.save(fig, out / "blocks.png", out / "blocks.svg")
 
