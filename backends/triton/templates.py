@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from egraph.ops.table import TABLE
+
 
 class Unsupported(Exception):
     """A region (or op) the Triton backend does not generate code for; it runs eagerly.
@@ -286,55 +288,33 @@ class Pointwise:
     attributes: tuple[str, ...] = ()
 
 
-_XY = ("x", "y")
+# Templates that need Python (a literal exponent, an attribute), by the name the op table
+# gives them as ``@name``.
+_FUNCTIONS: dict[str, Callable[..., str]] = {
+    "pow": _pow, "gelu": _gelu, "softplus": _softplus, "clamp": _clamp, "to": _to}
+
+
+def _expression(entry) -> Callable[..., str]:
+    """The template of a table entry whose Triton expression is a format string over its
+    operands (``tl.exp({x})``)."""
+    operands = entry.operands
+
+    def expr(*values) -> str:
+        return entry.triton.format(**{p: str(v) for p, v in zip(operands, values)})
+    return expr
+
+
+def _pointwise(entry) -> Pointwise:
+    expr = _FUNCTIONS[entry.triton[1:]] if entry.triton.startswith("@") else _expression(
+        entry)
+    cast = entry.operands if entry.triton_cast is None else entry.triton_cast
+    return Pointwise(expr, cast, entry.attributes)
+
+
 POINTWISE: dict[str, Pointwise] = {
-    "add": Pointwise(lambda x, y: f"{x} + {y}", _XY),
-    "sub": Pointwise(lambda x, y: f"{x} - {y}", _XY),
-    "mul": Pointwise(lambda x, y: f"{x} * {y}", _XY),
-    "div": Pointwise(lambda x, y: f"{x} / {y}", _XY),
-    "pow": Pointwise(_pow, _XY),
-    "maximum": Pointwise(lambda x, y: f"tl.maximum({x}, {y}, {_NAN_ALL})", _XY),
-    "minimum": Pointwise(lambda x, y: f"tl.minimum({x}, {y}, {_NAN_ALL})", _XY),
-    "logaddexp": Pointwise(lambda x, y: f"_logaddexp({x}, {y})", _XY),
-    "hypot": Pointwise(lambda x, y: f"_hypot({x}, {y})", _XY),
-    "eq": Pointwise(lambda x, y: f"{x} == {y}"),
-    "ne": Pointwise(lambda x, y: f"{x} != {y}"),
-    "lt": Pointwise(lambda x, y: f"{x} < {y}"),
-    "le": Pointwise(lambda x, y: f"{x} <= {y}"),
-    "gt": Pointwise(lambda x, y: f"{x} > {y}"),
-    "ge": Pointwise(lambda x, y: f"{x} >= {y}"),
-    "neg": Pointwise(lambda x: f"-{x}", ("x",)),
-    "exp": Pointwise(lambda x: f"tl.exp({x})", ("x",)),
-    "log": Pointwise(lambda x: f"tl.log({x})", ("x",)),
-    "sqrt": Pointwise(lambda x: f"tl.sqrt({x})", ("x",)),
-    "rsqrt": Pointwise(lambda x: f"tl.rsqrt({x})", ("x",)),
-    "abs": Pointwise(lambda x: f"tl.abs({x})", ("x",)),
-    "sin": Pointwise(lambda x: f"tl.sin({x})", ("x",)),
-    "cos": Pointwise(lambda x: f"tl.cos({x})", ("x",)),
-    "tanh": Pointwise(lambda x: f"_tanh({x})", ("x",)),
-    "sigmoid": Pointwise(lambda x: f"tl.sigmoid({x})", ("x",)),
-    "relu": Pointwise(lambda x: f"tl.where({x} < 0, 0, {x})", ("x",)),
-    "silu": Pointwise(lambda x: f"{x} * tl.sigmoid({x})", ("x",)),
-    "gelu": Pointwise(_gelu, ("x",), ("approximate",)),
-    "erf": Pointwise(lambda x: f"tl.erf({x})", ("x",)),
-    "log1p": Pointwise(lambda x: f"_log1p({x})", ("x",)),
-    "expm1": Pointwise(lambda x: f"_expm1({x})", ("x",)),
-    "reciprocal": Pointwise(lambda x: f"1.0 / {x}", ("x",)),
-    "sign": Pointwise(lambda x: f"({x} > 0).to({x}.dtype) - ({x} < 0).to({x}.dtype)"),
-    "logsigmoid": Pointwise(lambda x: f"tl.minimum({x}, 0.0) - _log1p(tl.exp(-tl.abs({x})))",
-                            ("x",)),
-    "softplus": Pointwise(_softplus, ("x",), ("beta", "threshold")),
-    "floor": Pointwise(lambda x: f"tl.floor({x})", ("x",)),
-    "ceil": Pointwise(lambda x: f"tl.ceil({x})", ("x",)),
-    "where": Pointwise(lambda cond, x, y: f"tl.where({cond}, {x}, {y})", _XY),
-    "masked_fill": Pointwise(lambda x, mask, value: f"tl.where({mask}, {value}, {x})",
-                             ("x", "value")),
-    "clamp": Pointwise(_clamp, ("x", "min", "max")),
-    "to": Pointwise(_to, (), ("dtype",)),
-    "logical_not": Pointwise(lambda x: f"{x} == 0"),
-    "bitwise_not": Pointwise(lambda x: f"~{x}"),
-}
-"""Pointwise ops: one Triton expression each."""
+    name: _pointwise(entry) for name, entry in TABLE.items()
+    if entry.kind == "pointwise" and entry.triton is not None}
+"""Pointwise ops: one Triton expression each (from the op table)."""
 
 _CONSTANTS = {"ones_like": 1, "zeros_like": 0}
 
@@ -400,7 +380,7 @@ class Builder:
         template = POINTWISE.get(op)
         if template is None:
             raise Unsupported(f"no Triton template for {op}")
-        params = [p for p in _params(op) if p not in template.attributes]
+        params = [p for p in TABLE[op].params if p not in template.attributes]
         named = dict(zip(params, operands))
         for p in template.cast:
             named[p] = self.cast(named[p], result)
@@ -439,12 +419,6 @@ class Builder:
         """The row sum of ``x * x``."""
         square = self.expr(f"{name}_square", "{0} * {0}", [x], dtype)
         return self.reduce(f"{name}_sum_square", "sum", [square])
-
-
-def _params(op: str) -> tuple[str, ...]:
-    from frontends.fx.vocabulary import SPECS
-
-    return SPECS[op].params
 
 
 def _sum(b: Builder, name, ops, attrs, dtype, input_dtype) -> str:
@@ -517,32 +491,23 @@ def _rms_norm(b: Builder, name, ops, attrs, dtype, input_dtype) -> str:
 
 
 _RowTemplate = Callable[[Builder, str, list, dict, str, torch.dtype], str]
-ROW_OPS: dict[str, _RowTemplate] = {
+_ROW_TEMPLATES: dict[str, _RowTemplate] = {
     "sum": _sum, "mean": _mean, "amax": _amax, "amin": _amin, "var": _var,
     "logsumexp": _logsumexp, "softmax": _softmax, "log_softmax": _log_softmax,
     "layer_norm": _layer_norm, "rms_norm": _rms_norm,
 }
-"""Row ops: a few statements each, over the primitive reductions."""
-
-# the parameters of each row op that are attributes (the rest are operands)
-_ROW_ATTRIBUTES = {"sum": ("dim", "keepdim"), "mean": ("dim", "keepdim"),
-                   "amax": ("dim", "keepdim"), "amin": ("dim", "keepdim"),
-                   "logsumexp": ("dim", "keepdim"), "var": ("dim", "correction", "keepdim"),
-                   "softmax": ("dim",), "log_softmax": ("dim",),
-                   "layer_norm": ("shape", "eps"), "rms_norm": ("shape", "eps")}
+ROW_OPS: dict[str, _RowTemplate] = {
+    name: _ROW_TEMPLATES[entry.triton[1:]] for name, entry in TABLE.items()
+    if entry.kind == "reduction" and entry.triton is not None}
+"""Row ops: a few statements each, over the primitive reductions (the op table names the
+template of each)."""
 
 
 def attributes_of(op: str) -> tuple[str, ...]:
-    """The parameters of ``op`` passed to its template as Python values.
+    """The parameters of ``op`` passed to its template as Python values (the op table's
+    attributes).
 
     >>> attributes_of("layer_norm"), attributes_of("gelu")
     (('shape', 'eps'), ('approximate',))
     """
-    if op in _ROW_ATTRIBUTES:
-        return _ROW_ATTRIBUTES[op]
-    if op in ("full_like",):
-        return ("value",)
-    if op == "full":
-        return ("shape", "value", "dtype")
-    template = POINTWISE.get(op)
-    return template.attributes if template is not None else ()
+    return TABLE[op].attributes

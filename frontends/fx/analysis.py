@@ -23,6 +23,8 @@ import torch
 from egraph import signs
 from egraph.analysis import Analysis
 from egraph.egraph import UnsoundMerge
+from egraph.ops.intervals import interval_of
+from egraph.ops.table import TABLE
 from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, POS, ZERO
 from egraph.term import is_literal_op, literal
@@ -291,77 +293,23 @@ def _sized(meta: Meta) -> Meta:
     return meta if meta.from_size else meta._replace(from_size=True)
 
 
-def _same_shape_ops() -> dict[str, Any]:
-    keep = lambda s, *_: s  # noqa: E731
-    return {
-        "exp": lambda s, *_: POS, "sigmoid": lambda s, *_: POS, "softplus": lambda s, *_: POS,
-        "softmax": lambda s, *_: POS, "rsqrt": lambda s, *_: POS,
-        "ones_like": lambda s, *_: POS, "zeros_like": lambda s, *_: ZERO,
-        "relu": lambda s, *_: NONNEG, "var": lambda s, *_: NONNEG,
-        "log_softmax": lambda s, *_: NONPOS, "logsigmoid": lambda s, *_: NEG,
-        "abs": lambda s, *_: POS if not s & ZERO else NONNEG,
-        "sqrt": lambda s, *_: POS if s == POS else NONNEG,
-        "neg": lambda s, *_: signs.negated(s),
-        "reciprocal": lambda s, *_: s if not s & ZERO else ANY,
-        "expm1": keep, "tanh": keep, "erf": keep, "to": keep, "reshape": keep,
-        "permute": keep, "transpose": keep, "expand": keep, "unsqueeze": keep,
-        "squeeze": keep, "flatten": keep, "getitem": keep, "amax": keep, "amin": keep,
-        "log1p": lambda s, *_: s if not s & NEG else ANY,
-        "sum": lambda s, *_: s if s in (POS, NONNEG, NEG, NONPOS, ZERO) else ANY,
-        "mean": lambda s, *_: s if s in (POS, NONNEG, NEG, NONPOS, ZERO) else ANY,
-    }
-
-
-_UNARY_SIGNS = _same_shape_ops()
-
-
 def _sign(egraph: EGraph, node: tuple) -> int:
-    """The signs an op guarantees, from its children's proven signs."""
+    """The signs an op guarantees, from its operands' proven signs (the op table's sign
+    rule), and two relational facts: ``x * x >= 0`` and ``x - amax(x) <= 0``."""
     op = node[0]
+    entry = TABLE.get(op) if isinstance(op, str) else None
+    if entry is None or entry.sign is None:
+        return ANY
+    if isinstance(entry.sign, int):
+        return entry.sign
     find = egraph._uf.find
     data = egraph._data
-    kid_signs = [(data[find(c)] or UNKNOWN).sign for c in node[1:]]
-    rule = _UNARY_SIGNS.get(op)
-    if rule is not None:
-        return rule(kid_signs[0])
-    if op == "mul":
-        if find(node[1]) == find(node[2]):
-            return POS if not kid_signs[0] & ZERO else NONNEG
-        return signs.of_product(kid_signs[0], kid_signs[1])
-    if op == "add":
-        return signs.of_sum(kid_signs[0], kid_signs[1])
-    if op == "sub":
-        if _is_max_of(egraph, node[2], node[1]):
-            return NONPOS  # x - amax(x) <= 0
-        return signs.of_sum(kid_signs[0], signs.negated(kid_signs[1]))
-    if op == "div":
-        return signs.of_quotient(kid_signs[0], kid_signs[1])
-    if op == "pow":
-        exponent = (data[find(node[2])] or UNKNOWN).value
-        if kid_signs[0] == POS:
-            return POS
-        if isinstance(exponent, (int, float)) and float(exponent).is_integer():
-            if int(exponent) % 2 == 0:
-                return POS if not kid_signs[0] & ZERO else NONNEG
-            return kid_signs[0]
-        return NONNEG if kid_signs[0] & NEG == 0 else ANY
-    if op == "maximum":
-        a, b = kid_signs
-        if a == POS or b == POS:
-            return POS
-        return NONNEG if not (a & NEG) or not (b & NEG) else ANY
-    if op in ("full", "full_like"):
-        return kid_signs[1]
-    if op == "where":
-        return kid_signs[1] | kid_signs[2]
-    if op == "masked_fill":
-        return kid_signs[0] | kid_signs[2]
-    if op == "clamp":
-        low = (data[find(node[2])] or UNKNOWN).value
-        if isinstance(low, (int, float)):
-            return POS if low > 0 else NONNEG if low >= 0 else ANY
-        return ANY
-    return ANY
+    kids = [data[find(c)] or UNKNOWN for c in node[1:]]
+    if op == "mul" and find(node[1]) == find(node[2]):
+        return POS if not kids[0].sign & ZERO else NONNEG
+    if op == "sub" and _is_max_of(egraph, node[2], node[1]):
+        return NONPOS
+    return entry.sign([k.sign for k in kids], [k.value for k in kids])
 
 
 def _is_max_of(egraph: EGraph, candidate: int, x: int) -> bool:
@@ -398,8 +346,6 @@ def _clip_to_sign(lo: float, hi: float, sign: int) -> tuple[float, float]:
 
 
 def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, float]:
-    from frontends.fx.ranges import interval_of
-
     find = egraph._uf.find
     kids = [egraph._data[find(c)] or UNKNOWN for c in node[1:]]
     intervals = []
@@ -415,12 +361,7 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
     op = node[0]
     if op == "div" and _is_max_abs_of(egraph, node[2], node[1]):
         return (-1.0, 1.0)  # x / max|x| (relational: interval arithmetic cannot see it)
-    extra = None
-    if op in ("conv1d", "conv2d") and kids[1].shape:
-        extra = math.prod(kids[1].shape[1:])
-    elif op in ("layer_norm", "rms_norm") and isinstance(kids[1].value, tuple):
-        extra = math.prod(kids[1].value)
-    shapes = (meta.shape, kids[0].shape if kids else None, extra)
+    shapes = (meta.shape, *(k.shape for k in kids))
     try:
         lo, hi = interval_of(op, intervals, values, shapes)
     except (TypeError, ValueError, ArithmeticError, IndexError):

@@ -44,29 +44,19 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from frontends.fx.vocabulary import lower
+from egraph.ops.table import TABLE
+from frontends.fx.vocabulary import lower, module_op
 
-# Ops whose result is exactly representable when their inputs are: they move, select,
-# negate or compare values without rounding.
-_EXACT = {"neg", "abs", "reshape", "permute", "transpose", "t", "expand", "unsqueeze",
-          "squeeze", "flatten", "getitem", "relu", "amax", "amin", "max", "min", "clamp",
-          "maximum", "minimum", "where", "masked_fill", "contiguous", "identity", "cat",
-          "stack", "split", "chunk", "gather", "tril", "triu", "embedding", "to"}
-# Ops linear in each tensor argument (matrix products, convolutions): the error in one
-# argument propagates through the absolute values of the others.
-_MULTILINEAR = {"matmul", "linear", "addmm", "conv1d", "conv2d", "einsum"}
-# Reductions that round once per summand: their rounding is half an ulp of the sum of
-# magnitudes, not of the (possibly cancelled) result.
-_SUMMING = {"sum", "mean"} | _MULTILINEAR
-# Ops where an output element depends on many elements of one input in ways that can
-# cancel: their squared Jacobian is estimated with random-sign probes.
-_MIXING = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "var", "std",
-           "sdpa", "batch_norm", "cumsum", "norm", "LayerNorm", "RMSNorm", "Softmax",
-           "LogSoftmax", "MultiheadAttention"}
+# How each op is treated (the op table's ``error`` rule), and the torch calls the vocabulary
+# does not model that the analysis still recognises by name.
+_RULES = {name: entry.error for name, entry in TABLE.items()}
+_RULES.update({"einsum": "multilinear", "addmm": "multilinear", "std": "mixing",
+               "norm": "mixing", "MultiheadAttention": "mixing"})
+_EXACT = {n for n, r in _RULES.items() if r == "exact"}
+_MULTILINEAR = {n for n, r in _RULES.items() if r == "multilinear"}
+_SUMMING = {n for n, r in _RULES.items() if r == "summing"} | _MULTILINEAR
+_MIXING = {n for n, r in _RULES.items() if r == "mixing"}
 _PROBES = 8
-_MODULE_OPS = {torch.nn.Linear: "linear", torch.nn.Conv1d: "conv1d",
-               torch.nn.Conv2d: "conv2d", torch.nn.ReLU: "relu", torch.nn.Identity: "identity",
-               torch.nn.Flatten: "flatten", torch.nn.Dropout: "identity"}
 
 
 @dataclass
@@ -169,7 +159,8 @@ class _ErrorTracer(fx.Interpreter):
     def _op_name(self, n: fx.Node) -> str:
         if n.op == "call_module":
             module = self.fetch_attr(n.target)
-            return _MODULE_OPS.get(type(module), type(module).__name__)
+            found = module_op(module)
+            return found[0] if found is not None else type(module).__name__
         lowered = lower(n.target, n.args, n.kwargs, method=n.op == "call_method")
         if lowered is not None:
             return lowered[0]
@@ -282,7 +273,7 @@ class _ErrorTracer(fx.Interpreter):
                 out.append(None)
                 continue
             err = self._rounded(v)
-            if op in ("softmax", "Softmax") and self.dtype == torch.float32:
+            if op == "softmax" and self.dtype == torch.float32:
                 x = flat_args[0]
                 shift = x - x.amax(self._softmax_dim(n), keepdim=True)
                 err = torch.sqrt(err * err + (v * self._rounded(shift)) ** 2)

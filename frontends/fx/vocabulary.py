@@ -1,44 +1,79 @@
-"""The canonical op vocabulary: one table of every op, its parameters, implementation and
-the spellings that map to it.
+"""The torch side of the op table: each canonical op's torch implementation, and the lowering
+of every spelling (torch function, Tensor method, Python operator, aten overload, nn.Module)
+to canonical ops.
 
-An e-node of a tensor program is ``(name, *params)``: tensors first, then the attributes
-that change meaning (dims, keepdim, shapes, scalars) as literal leaves, in the order of
-:attr:`OpSpec.params`. ``impl`` is the torch callable the emitted code calls (and that
-shape inference runs on meta tensors); ``call`` turns the canonical parameter values into
-that callable's arguments. Spellings map a torch-level or aten-level target, with its own
-signature, to a canonical expression. Adding an op is one :func:`op` entry plus spellings.
+The op table (:mod:`egraph.ops.table`) names implementations and spellings by qualified
+name; this module resolves them (:func:`resolve`) and holds the lowerings the table names:
+each maps a target's own signature to a canonical expression ``(name, [values])``, where a
+value is an FX argument, a Python constant, or a nested canonical expression.
 
 >>> SPECS["softmax"].params
 ('x', 'dim')
 >>> lower(torch.softmax, ("x", -1), {})
 ('softmax', ['x', -1])
+>>> lower("add", ("x", 2), {}, method=True)
+('add', ['x', 2])
 """
 
 from __future__ import annotations
 
-import math
-import operator
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from egraph.ops.table import TABLE, UNKNOWN_VALUE, Module, dims_of
+
+__all__ = ["IMPURE", "METHODS", "MODULES", "SCALAR_FUNCTIONS", "SPECS", "SPELLINGS",
+           "UNKNOWN_VALUE", "OpSpec", "dims_of", "lower", "module_op", "resolve"]
 
 aten = torch.ops.aten
 
 
+def resolve(qualified: str) -> Any:
+    """The object a qualified name of the op table names: ``torch.nn.functional.gelu``,
+    ``aten.add.Tensor`` (an overload of ``torch.ops.aten``), ``operator.add``,
+    ``math.sqrt``, ``builtins.getattr``; ``Tensor.x`` is the method ``torch.Tensor.x``.
+
+    >>> resolve("aten.add.Tensor") is torch.ops.aten.add.Tensor
+    True
+    >>> resolve("torch.nn.functional.silu").__name__
+    'silu'
+    """
+    parts = qualified.split(".")
+    if parts[0] == "aten":
+        obj: Any = aten
+        parts = parts[1:]
+    elif parts[0] == "Tensor":
+        obj, parts = torch.Tensor, parts[1:]
+    else:
+        for i in range(len(parts) - 1, 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            parts = parts[i:]
+            break
+        else:
+            raise ValueError(f"{qualified!r} names no module")
+    for part in parts:
+        obj = getattr(obj, part)
+    return obj
+
+
 @dataclass(frozen=True)
 class OpSpec:
-    """One canonical op: parameter names (``*rest`` for a variadic tail), implementation
-    (a torch callable, or a method name as a string), and how canonical values become the
-    implementation's ``(args, kwargs)``."""
+    """One canonical op as torch runs it: parameter names (``*rest`` for a variadic tail),
+    implementation (a torch callable, or a method name as a string), how canonical values
+    become the implementation's ``(args, kwargs)``, and the attribute normalisation."""
 
     name: str
     params: tuple[str, ...]
     impl: Callable | str
     call: Callable[..., tuple[tuple, dict]] | None = None
-    normalize: Callable[[list, list], list] | None = field(default=None, compare=False)
+    normalize: Callable[[list, list], list] | None = None
 
     def run(self, values: list):
         """Apply the op to concrete (or meta) values."""
@@ -54,186 +89,17 @@ class OpSpec:
         return tuple(values), {}
 
 
-SPECS: dict[str, OpSpec] = {}
+def _spec(entry) -> OpSpec:
+    impl = entry.impl.removeprefix("Tensor.") if entry.impl.startswith("Tensor.") else (
+        resolve(entry.impl))
+    return OpSpec(entry.name, entry.params, impl, entry.call, entry.normalize)
 
 
-def op(name: str, params: str, impl: Callable, call: Callable | None = None,
-       normalize: Callable | None = None) -> OpSpec:
-    """Register a canonical op (``params`` is a space-separated list of names)."""
-    spec = OpSpec(name, tuple(params.split()), impl, call, normalize)
-    SPECS[name] = spec
-    return spec
+SPECS: dict[str, OpSpec] = {name: _spec(e) for name, e in TABLE.items() if e.impl}
+"""Every op of the table that torch runs, by name."""
 
 
-# -- attribute normalisation (needs the input's rank) --------------------------------------
-
-
-class _Unknown:
-    """Stands for an attribute whose value is not a known literal (left as it is)."""
-
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-
-UNKNOWN_VALUE = _Unknown()
-
-
-def _rank(meta) -> int | None:
-    shape = getattr(meta, "shape", None)
-    return None if shape is None else len(shape)
-
-
-def dims_of(dim, rank: int | None):
-    """Reduction dims as a sorted tuple of non-negative ints (None: every dim)."""
-    if rank is None:
-        if dim is None:
-            return None
-        return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
-    if dim is None or dim == [] or dim == ():
-        return tuple(range(rank))
-    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
-    return tuple(sorted(d % rank if rank else d for d in dims))
-
-
-def _norm_reduce(values: list, metas: list) -> list:
-    if values[1] is not UNKNOWN_VALUE:
-        values[1] = dims_of(values[1], _rank(metas[0]))
-    return values
-
-
-def _norm_dim(position: int, extra: int = 0):
-    def normalize(values: list, metas: list) -> list:
-        rank = _rank(metas[0])
-        d = values[position]
-        if rank is not None and isinstance(d, int):
-            values[position] = d % (rank + extra)
-        return values
-    return normalize
-
-
-def _norm_permute(values: list, metas: list) -> list:
-    rank = _rank(metas[0])
-    if rank is not None and values[1] is not UNKNOWN_VALUE:
-        values[1] = tuple(d % rank for d in values[1])
-    return values
-
-
-def _norm_transpose(values: list, metas: list) -> list:
-    rank = _rank(metas[0])
-    if rank is not None and isinstance(values[1], int) and isinstance(values[2], int):
-        a, b = values[1] % rank, values[2] % rank
-        values[1:3] = [min(a, b), max(a, b)]
-    return values
-
-
-def _norm_shape(values: list, metas: list) -> list:
-    if values[1] is UNKNOWN_VALUE:
-        return values
-    shape = list(values[1])
-    meta = metas[0]
-    if -1 in shape and getattr(meta, "shape", None) is not None:
-        known = math.prod(s for s in shape if s != -1)
-        total = math.prod(meta.shape)
-        if known:
-            shape[shape.index(-1)] = total // known
-    values[1] = tuple(shape)
-    return values
-
-
-def _norm_padding_idx(values: list, metas: list) -> list:
-    rows = getattr(metas[1], "shape", None)
-    p = values[2]
-    if isinstance(p, int) and p < 0:
-        values[2] = p + rows[0] if rows else p
-    return values
-
-
-def _reduce_call(x, dim, keepdim):
-    return (x,), {"dim": dim, "keepdim": keepdim}
-
-
-# -- the table -----------------------------------------------------------------------------
-
-for _name, _impl in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul),
-                     ("div", torch.div), ("pow", torch.pow), ("maximum", torch.maximum),
-                     ("minimum", torch.minimum), ("eq", torch.eq), ("ne", torch.ne),
-                     ("lt", torch.lt), ("le", torch.le), ("gt", torch.gt), ("ge", torch.ge),
-                     ("atan2", torch.atan2), ("floordiv", torch.floor_divide),
-                     ("remainder", torch.remainder), ("logaddexp", torch.logaddexp),
-                     ("hypot", torch.hypot)]:
-    op(_name, "x y", _impl)
-
-for _name, _impl in [("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
-                     ("sqrt", torch.sqrt), ("rsqrt", torch.rsqrt), ("abs", torch.abs),
-                     ("sin", torch.sin), ("cos", torch.cos), ("tanh", torch.tanh),
-                     ("sigmoid", torch.sigmoid), ("relu", torch.relu), ("silu", F.silu),
-                     ("erf", torch.erf), ("log1p", torch.log1p), ("expm1", torch.expm1),
-                     ("reciprocal", torch.reciprocal), ("sign", torch.sign),
-                     ("logsigmoid", F.logsigmoid), ("floor", torch.floor), ("ceil", torch.ceil),
-                     ("logical_not", torch.logical_not), ("bitwise_not", torch.bitwise_not)]:
-    op(_name, "x", _impl)
-
-op("gelu", "x approximate", F.gelu, lambda x, a: ((x,), {} if a == "none" else {"approximate": a}))
-op("softplus", "x beta threshold", F.softplus)
-op("clamp", "x min max", torch.clamp)
-op("where", "cond x y", torch.where)
-op("masked_fill", "x mask value", torch.masked_fill)
-
-for _name, _impl in [("sum", torch.sum), ("mean", torch.mean), ("amax", torch.amax),
-                     ("amin", torch.amin), ("logsumexp", torch.logsumexp)]:
-    op(_name, "x dim keepdim", _impl, _reduce_call, _norm_reduce)
-op("var", "x dim correction keepdim", torch.var,
-   lambda x, d, c, k: ((x,), {"dim": d, "correction": c, "keepdim": k}), _norm_reduce)
-# One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
-op("softmax", "x dim", torch.softmax, lambda x, d: ((x, d[0]), {}), _norm_reduce)
-op("log_softmax", "x dim", torch.log_softmax, lambda x, d: ((x, d[0]), {}), _norm_reduce)
-op("gather", "x dim index", torch.gather, normalize=_norm_dim(1))
-op("cumsum", "x dim", torch.cumsum, normalize=_norm_dim(1))
-
-op("matmul", "x y", torch.matmul)
-op("linear", "x weight bias", F.linear)
-op("layer_norm", "x shape weight bias eps", F.layer_norm)
-op("rms_norm", "x shape weight eps", F.rms_norm)
-op("batch_norm", "x mean var weight bias eps", F.batch_norm,
-   lambda x, m, v, w, b, eps: ((x, m, v, w, b), {"training": False, "eps": eps}))
-# padding_idx changes only the gradient (that row gets none), but the emitted module may be
-# trained, so it is kept: None, or the non-negative row index.
-op("embedding", "indices weight padding_idx", F.embedding,
-   lambda i, w, p: ((i, w), {} if p is None else {"padding_idx": p}), _norm_padding_idx)
-op("conv1d", "x weight bias stride padding dilation groups", F.conv1d)
-op("conv2d", "x weight bias stride padding dilation groups", F.conv2d)
-op("sdpa", "q k v mask causal scale", F.scaled_dot_product_attention,
-   lambda q, k, v, m, c, s: ((q, k, v), {"attn_mask": m, "is_causal": c, "scale": s}))
-
-op("reshape", "x shape", torch.reshape, normalize=_norm_shape)
-op("permute", "x dims", torch.permute, normalize=_norm_permute)
-op("transpose", "x dim0 dim1", torch.transpose, normalize=_norm_transpose)
-op("unsqueeze", "x dim", torch.unsqueeze, normalize=_norm_dim(1, extra=1))
-op("squeeze", "x dim", torch.squeeze, normalize=_norm_dim(1))
-op("expand", "x shape", "expand")
-op("flatten", "x start end", torch.flatten)
-op("cat", "dim *xs", torch.cat, lambda d, *xs: ((list(xs),), {"dim": d}))
-op("stack", "dim *xs", torch.stack, lambda d, *xs: ((list(xs),), {"dim": d}))
-op("tril", "x diagonal", torch.tril)
-op("triu", "x diagonal", torch.triu)
-op("to", "x dtype", "to")
-op("getitem", "x index", operator.getitem)
-op("size", "x dim", "size", lambda x, d: ((x,) if d is None else (x, d), {}),
-   normalize=_norm_dim(1))
-op("split", "x size dim", torch.split)
-op("chunk", "x chunks dim", torch.chunk)
-op("max_dim", "x dim keepdim", torch.max, normalize=_norm_dim(1))
-
-# Creation ops (no tensor input): shapes, fill values and dtypes are literals.
-op("full", "shape value dtype", torch.full, lambda s, v, d: ((s, v), {"dtype": d}))
-op("arange", "start end step dtype", torch.arange,
-   lambda a, b, s, d: ((a, b, s), {"dtype": d}))
-op("ones_like", "x", torch.ones_like)
-op("zeros_like", "x", torch.zeros_like)
-op("full_like", "x value", torch.full_like)
-
-
-# -- spellings -----------------------------------------------------------------------------
+# -- lowerings ---------------------------------------------------------------------------
 # Each maps a target's own signature to a canonical expression: (name, [values]) where a
 # value is an FX argument, a Python constant, or a nested canonical expression.
 
@@ -490,7 +356,7 @@ def _min(input, dim=None, keepdim=False):
         return ("amin", [input, None, False])
     if not isinstance(dim, int):
         return ("minimum", [input, dim])
-    raise _Unsupported("min with a dim (values and indices)")
+    return ("min_dim", [input, dim, keepdim])
 
 
 def _getitem(obj, index):
@@ -549,146 +415,8 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
     return ("batch_norm", [input, running_mean, running_var, weight, bias, eps])
 
 
-# Targets whose result is random or that have side effects: always opaque, kept in order.
-IMPURE: set = {
-    torch.rand, torch.randn, torch.randint, torch.rand_like,
-    torch.randn_like, torch.bernoulli, torch.multinomial, torch.normal, print,
-    aten.native_dropout.default, aten.bernoulli.default, aten.rand.default,
-    aten.randn.default, aten.rand_like.default, aten.randn_like.default,
-}
-
-_UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid",
-          "relu", "erf", "log1p", "expm1", "reciprocal", "sign", "floor", "ceil",
-          "logical_not"]
-_BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
-           "gt", "ge", "atan2", "logaddexp", "hypot"]
-_REDUCE = ["sum", "mean", "amax", "amin", "logsumexp"]
-
-SPELLINGS: dict[Any, Callable[..., Lowered]] = {}
-METHODS: dict[str, Callable[..., Lowered]] = {}
-
-
-def _spell(lower: Callable[..., Lowered], *targets, methods: tuple[str, ...] = ()) -> None:
-    for t in targets:
-        SPELLINGS[t] = lower
-    for m in methods:
-        METHODS[m] = lower
-
-
-for _n in _BINARY:
-    _fn = _binary(_n)
-    _spell(_fn, getattr(torch, _n), methods=(_n,))
-for _n, _pyop in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
-                  ("div", operator.truediv), ("pow", operator.pow), ("eq", operator.eq),
-                  ("ne", operator.ne), ("lt", operator.lt), ("le", operator.le),
-                  ("gt", operator.gt), ("ge", operator.ge)]:
-    _spell(_binary(_n), _pyop, methods=(f"__{_pyop.__name__}__",))
-    _spell(_reverse(_n), methods=(f"__r{_pyop.__name__}__",))
-_spell(_binary("div"), torch.true_divide, methods=("true_divide",))
-_spell(_binary("mul"), torch.multiply, methods=("multiply",))
-_spell(_binary("sub"), torch.subtract, methods=("subtract",))
-_spell(_rsub, torch.rsub)
-for _n in _UNARY:
-    _spell(_unary(_n), getattr(torch, _n), methods=(_n,))
-_spell(_unary("neg"), operator.neg, torch.negative, methods=("__neg__", "negative"))
-_spell(_unary("abs"), operator.abs, methods=("__abs__",))
-_spell(_unary("relu"), F.relu)
-_spell(_unary("sigmoid"), F.sigmoid)
-_spell(_unary("tanh"), F.tanh)
-_spell(_unary("silu"), F.silu)
-_spell(_unary("logsigmoid"), F.logsigmoid)
-_spell(_unary("bitwise_not"), operator.invert, torch.bitwise_not,
-       methods=("__invert__", "bitwise_not"))
-_spell(_square, torch.square, methods=("square",))
-# Python's math on shape-derived scalars (``math.sqrt(x.size(-1))``) folds to a literal;
-# ingest keeps these calls opaque when their argument is not a known scalar.
-SCALAR_FUNCTIONS = {getattr(math, n) for n in ("sqrt", "exp", "log", "tanh", "sin", "cos",
-                                                "floor", "ceil")}
-for _fn in SCALAR_FUNCTIONS:
-    _spell(_unary(_fn.__name__), _fn)
-_spell(_binary("floordiv"), operator.floordiv, torch.floor_divide,
-       methods=("__floordiv__", "floor_divide"))
-_spell(_reverse("floordiv"), methods=("__rfloordiv__",))
-_spell(_binary("remainder"), operator.mod, torch.remainder, methods=("__mod__", "remainder"))
-_spell(_gelu, F.gelu)
-_spell(_softplus, F.softplus)
-_spell(_clamp, torch.clamp, torch.clip, methods=("clamp", "clip"))
-_spell(_where, torch.where)
-
-
 def _gather(input, dim, index, *, sparse_grad=False):
     return ("gather", [input, dim, index])
-
-
-_spell(_gather, torch.gather, aten.gather.default, methods=("gather",))
-_spell(_masked_fill, torch.masked_fill, methods=("masked_fill",))
-for _n in _REDUCE:
-    _spell(_reduce(_n), getattr(torch, _n), methods=(_n,))
-_spell(_var, torch.var, methods=("var",))
-_spell(_softmax("softmax"), torch.softmax, F.softmax, methods=("softmax",))
-_spell(_softmax("log_softmax"), torch.log_softmax, F.log_softmax, methods=("log_softmax",))
-_spell(_matmul, torch.matmul, torch.mm, torch.bmm, operator.matmul,
-       methods=("matmul", "mm", "bmm", "__matmul__"))
-_spell(_linear, F.linear)
-_spell(_addmm, torch.addmm)
-_spell(_layer_norm, F.layer_norm, torch.layer_norm)
-_spell(_rms_norm, F.rms_norm)
-_spell(_batch_norm, F.batch_norm, torch.batch_norm)
-_spell(_embedding, F.embedding)
-_spell(_conv("conv1d"), F.conv1d, torch.conv1d)
-_spell(_conv("conv2d"), F.conv2d, torch.conv2d)
-_spell(_sdpa, F.scaled_dot_product_attention)
-_spell(_reshape, torch.reshape, methods=("reshape", "view"))
-_spell(_permute, torch.permute, methods=("permute",))
-_spell(_transpose, torch.transpose, torch.swapaxes, methods=("transpose", "swapaxes"))
-_spell(_t, torch.t, methods=("t",))
-_spell(_expand, methods=("expand",))
-_spell(_contiguous, methods=("contiguous",))
-_spell(_identity, torch.clone, methods=("clone", "detach"))
-_spell(_flatten, torch.flatten, methods=("flatten",))
-_spell(_unsqueeze, torch.unsqueeze, methods=("unsqueeze",))
-_spell(_squeeze, torch.squeeze, methods=("squeeze",))
-_spell(_cat, torch.cat, torch.concat, torch.concatenate)
-_spell(_stack, torch.stack)
-_spell(_tri("tril"), torch.tril, methods=("tril",))
-_spell(_tri("triu"), torch.triu, methods=("triu",))
-_spell(_to, methods=("to",))
-for _m, _dt in [("float", torch.float32), ("half", torch.float16), ("double", torch.float64),
-                ("bfloat16", torch.bfloat16), ("long", torch.int64), ("int", torch.int32),
-                ("bool", torch.bool)]:
-    _spell(_dtype_method(_dt), methods=(_m,))
-_spell(_size, methods=("size",))
-_spell(_getattr, getattr)  # x.shape
-_spell(_split, torch.split, methods=("split",))
-_spell(_chunk, torch.chunk, methods=("chunk",))
-_spell(_max, torch.max, methods=("max",))
-_spell(_min, torch.min, methods=("min",))
-_spell(_getitem, operator.getitem)
-_spell(_full, torch.full)
-_spell(_filled(1.0), torch.ones)
-_spell(_filled(0.0), torch.zeros)
-_spell(_arange, torch.arange)
-_spell(_like("ones_like"), torch.ones_like)
-_spell(_like("zeros_like"), torch.zeros_like)
-_spell(_full_like, torch.full_like)
-
-# aten overloads (torch.export programs and the graphs aot_autograd hands a backend).
-for _n in _BINARY:
-    for _ov in ("Tensor", "Scalar"):
-        _t_ov = getattr(getattr(aten, _n), _ov, None)
-        if _t_ov is not None:
-            _spell(_binary(_n), _t_ov)
-for _n in _UNARY:
-    _spell(_unary(_n), getattr(aten, _n).default)
-for _n in _REDUCE:
-    for _ov in ("dim_IntList", "default", "dim"):
-        _t_ov = getattr(getattr(aten, _n), _ov, None)
-        if _t_ov is not None:
-            _spell(_reduce(_n), _t_ov)
-_spell(_binary("maximum"), aten.maximum.default)
-_spell(_binary("minimum"), aten.minimum.default)
-_spell(_rsub, aten.rsub.Scalar, aten.rsub.Tensor)
-_spell(_var, aten.var.correction, aten.var.dim)
 
 
 def _aten_softmax(name: str, half_to_float: bool):
@@ -701,40 +429,93 @@ def _aten_softmax(name: str, half_to_float: bool):
     return lower
 
 
-for _n in ("softmax", "log_softmax"):
-    _spell(_aten_softmax(_n, True), getattr(aten, f"_{_n}").default)
-    _spell(_aten_softmax(_n, False), getattr(aten, _n).int)
-_spell(_matmul, aten.mm.default, aten.bmm.default, aten.matmul.default)
-_spell(_addmm, aten.addmm.default)
-_spell(_linear, aten.linear.default)
-_spell(_gelu, aten.gelu.default)
-_spell(_unary("silu"), aten.silu.default)
-_spell(_where, aten.where.self)
-_spell(_masked_fill, aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-_spell(_reshape, aten.view.default, aten.reshape.default, aten._unsafe_view.default)
-_spell(_size, aten.sym_size.int)
-_spell(_permute, aten.permute.default)
-_spell(_transpose, aten.transpose.int)
-_spell(_t, aten.t.default)
-_spell(_expand, aten.expand.default)
-_spell(_identity, aten.clone.default, aten.alias.default, aten.detach.default)
-_spell(_unsqueeze, aten.unsqueeze.default)
-_spell(_squeeze, aten.squeeze.dim)
-_spell(_cat, aten.cat.default)
-_spell(_tri("tril"), aten.tril.default)
-_spell(_tri("triu"), aten.triu.default)
-_spell(_aten_embedding, aten.embedding.default, torch.embedding)
-_spell(_layer_norm, aten.layer_norm.default)
-_spell(_sdpa, aten.scaled_dot_product_attention.default)
-_spell(_square, aten.square.default)
-
-
 def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,
                   non_blocking=False, memory_format=None):
     return ("to", [input, dtype]) if dtype is not None else ("identity", [input])
 
 
-_spell(_aten_to_copy, aten._to_copy.default)
+# Targets whose result is random or that have side effects: always opaque, kept in order.
+IMPURE: set = {
+    torch.rand, torch.randn, torch.randint, torch.rand_like,
+    torch.randn_like, torch.bernoulli, torch.multinomial, torch.normal, print,
+    aten.native_dropout.default, aten.bernoulli.default, aten.rand.default,
+    aten.randn.default, aten.rand_like.default, aten.randn_like.default,
+}
+
+
+# Lowerings the op table names: a factory given the op's name, or a fixed lowering.
+_FACTORIES: dict[str, Callable[[str], Callable[..., Lowered]]] = {
+    "unary": _unary, "binary": _binary, "reverse": _reverse, "reduce": _reduce,
+    "softmax": _softmax, "log_softmax": _softmax, "tri": _tri, "conv": _conv, "like": _like,
+    "aten_softmax": lambda name: _aten_softmax(name, False),
+    "aten_softmax_half": lambda name: _aten_softmax(name, True),
+}
+_FIXED: dict[str, Callable[..., Lowered]] = {
+    "rsub": _rsub, "square": _square, "var": _var, "gelu": _gelu, "softplus": _softplus,
+    "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
+    "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
+    "rms_norm": _rms_norm, "batch_norm": _batch_norm, "embedding": _embedding,
+    "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
+    "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
+    "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
+    "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
+    "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
+    "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "full": _full,
+    "ones": _filled(1.0), "zeros": _filled(0.0), "arange": _arange, "full_like": _full_like,
+}
+
+
+# ``to_<dtype>``: the dtype methods (``x.half()``).
+_DTYPE_METHODS = ("float32", "float16", "float64", "bfloat16", "int64", "int32", "bool")
+
+
+def _lowering(name: str, adapter: str) -> Callable[..., Lowered]:
+    if adapter in _FACTORIES:
+        return _FACTORIES[adapter](name)
+    if adapter.removeprefix("to_") in _DTYPE_METHODS:
+        return _dtype_method(getattr(torch, adapter.removeprefix("to_")))
+    return _FIXED[adapter]
+
+SPELLINGS: dict[Any, Callable[..., Lowered]] = {}
+"""Lowering of each call target (a torch function, operator or aten overload)."""
+METHODS: dict[str, Callable[..., Lowered]] = {}
+"""Lowering of each Tensor method, by method name."""
+SCALAR_FUNCTIONS: set = set()
+"""Python's math functions on shape-derived scalars (``math.sqrt(x.size(-1))``): they fold
+to a literal; ingest keeps these calls opaque when their argument is not a known scalar."""
+
+for _entry in TABLE.values():
+    for _target, _adapter in _entry.spellings:
+        _fn = _lowering(_entry.name, _adapter)
+        if _target.startswith("Tensor."):
+            METHODS[_target.removeprefix("Tensor.")] = _fn
+        else:
+            SPELLINGS[resolve(_target)] = _fn
+            if _target.startswith("math."):
+                SCALAR_FUNCTIONS.add(resolve(_target))
+
+MODULES: dict[type, tuple[str, Module]] = {
+    resolve(m.cls): (e.name, m) for e in TABLE.values() for m in e.modules}
+"""The op each nn.Module class lowers to, with where its parameters come from."""
+
+
+def module_op(module: torch.nn.Module) -> tuple[str, Module] | None:
+    """The op a module's call is, with its argument sources, or None when the table has
+    no lowering for it (a subclass that overrides ``forward``, or a configuration its
+    ``when`` excludes, is kept opaque).
+
+    >>> module_op(torch.nn.Linear(2, 3))[0], module_op(torch.nn.Dropout().train()) is None
+    ('linear', True)
+    """
+    for cls in type(module).__mro__:
+        found = MODULES.get(cls)
+        if found is None:
+            continue
+        if type(module).forward is not cls.forward:
+            return None
+        name, entry = found
+        return found if entry.when is None or entry.when(module) else None
+    return None
 
 
 def lower(target, args: tuple, kwargs: dict, method: bool = False) -> Lowered | None:

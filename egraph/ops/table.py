@@ -1,0 +1,654 @@
+"""The op table: every canonical op, declared once with everything the project knows of it.
+
+An e-node of a tensor program is ``(name, *params)``: the op's parameters in the order of
+:attr:`OpDef.params`, tensors and attributes alike (dims, keepdim, shapes and scalars are
+literal leaves). Each entry says how the op runs (``impl``, a qualified name the front end
+resolves, so this module imports no torch), every spelling that becomes it, its kind, its
+FLOPs, whether it rounds, how signs and observed ranges pass through it, how the error
+analysis treats it, its Triton template and whether it is commutative. The sets the
+analyses, cost models, fusion planner and kernels use are derived from these entries
+(:func:`names`), never kept by hand.
+
+>>> TABLE["softmax"].params, TABLE["softmax"].kind, TABLE["softmax"].attributes
+(('x', 'dim'), 'reduction', ('dim',))
+>>> TABLE["mul"].commutative, TABLE["neg"].exact, TABLE["exp"].triton
+(True, True, 'tl.exp({x})')
+>>> sorted(names(kind="view"))[:3]
+['chunk', 'expand', 'flatten']
+
+Adding an op is one :func:`op` call below plus its test (``tests/test_optable.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from egraph import signs
+from egraph.ops import intervals as iv
+from egraph.signs import NEG, NONNEG, NONPOS, POS, ZERO
+
+KINDS = ("pointwise", "reduction", "view", "library", "creation", "shape", "leaf", "opaque")
+"""What an op is to the fusion planner and cost models: ``pointwise`` and ``reduction``
+(row ops: reductions, softmax, norms) fuse into one kernel; a ``view`` moves no data;
+a ``library`` op is its own kernel (matrix products, attention, gathers); ``creation``
+ops make a tensor from literals; ``shape`` ops compute sizes and tuples of them; ``leaf``
+e-nodes are inputs, parameters and constants; ``opaque`` calls are kept as they are."""
+
+ERRORS = ("exact", "elementwise", "summing", "multilinear", "mixing")
+"""How the rounding-error analysis treats an op: ``exact`` adds no rounding (it moves,
+selects or negates values); ``elementwise`` rounds its result once, errors propagate
+through its derivative; ``summing`` also rounds its partial sums; ``multilinear`` (matrix
+products, convolutions) is linear in each operand, so errors propagate through the
+others' magnitudes; ``mixing`` ops mix many elements in ways that may cancel (softmax,
+norms, attention), their squared Jacobian is estimated with random probes."""
+
+SignRule = Callable[[list, list], int]
+
+
+@dataclass(frozen=True)
+class Module:
+    """An ``nn.Module`` whose call is this op: the module class (qualified name) and, per
+    op parameter, where its value comes from: ``input`` (the call's argument) or the name
+    of a module attribute (a tensor becomes a parameter leaf; lists become tuples).
+    ``when`` says which configurations the op models (others stay opaque)."""
+
+    cls: str
+    args: tuple[str, ...]
+    when: Callable[[Any], bool] | None = None
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One canonical op (see the module docstring; :func:`op` fills in the defaults)."""
+
+    name: str
+    params: tuple[str, ...]
+    kind: str
+    impl: str | None = None
+    """Qualified name of the torch callable that runs it (``Tensor.x`` for a method)."""
+    call: Callable[..., tuple[tuple, dict]] | None = None
+    """Canonical parameter values -> ``(args, kwargs)`` of ``impl`` (default: in order)."""
+    normalize: Callable[[list, list], list] | None = None
+    """Attribute values in normal form, given the operands' metas (positive dims...)."""
+    attributes: tuple[str, ...] = ()
+    spellings: tuple[tuple[str, str], ...] = ()
+    """``(qualified target, lowering)`` pairs; the front end's lowering of that name maps
+    the target's own signature to this op."""
+    modules: tuple[Module, ...] = ()
+    flops: float | Callable[[int, list], float] = 0.0
+    """Per output element (pointwise) or per input element (reductions, library ops), or
+    a rule ``(output elements, operand metas) -> flops``."""
+    exact: bool = False
+    error: str = "elementwise"
+    sign: int | SignRule | None = None
+    interval: iv.IntervalRule | None = None
+    triton: str | None = None
+    """A Triton expression over the parameters (``tl.exp({x})``) or ``@name``, a template
+    of ``backends.triton.templates``; None: the op runs as a torch call."""
+    triton_cast: tuple[str, ...] | None = None
+    """Operands converted to the result's compute type first (default: all of them)."""
+    commutative: bool = False
+    stable: bool = False
+    """A fused, numerically stable computation: its rounding error is bounded whatever
+    its inputs (softmax, log1p, ...)."""
+    why: dict[str, str] = field(default_factory=dict)
+    """Why a fact an op of its kind usually has is missing (``{"triton": "..."}``)."""
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        """The parameters that are not attributes."""
+        return tuple(p for p in self.params if p not in self.attributes)
+
+
+TABLE: dict[str, OpDef] = {}
+
+
+def op(name: str, params: str, kind: str, *, spell: str = "", attributes: str = "",
+       **facts) -> OpDef:
+    """Declare an op. ``params`` and ``attributes`` are space-separated names (``*rest``
+    for a variadic tail); ``spell`` lists the targets that lower to it, each as
+    ``qualified.name`` or ``qualified.name:lowering`` (default lowering: ``unary`` for a
+    one-operand pointwise op, ``binary`` for two, ``reduce`` for a reduction, else the op's
+    own name)."""
+    entry = OpDef(name, tuple(params.split()), kind, attributes=tuple(attributes.split()),
+                  **facts)
+    default = _default_lowering(entry)
+    spellings = tuple((t, lowering or default) for t, _, lowering in
+                      (s.partition(":") for s in spell.split()))
+    entry = OpDef(**{**entry.__dict__, "spellings": spellings})
+    TABLE[name] = entry
+    return entry
+
+
+def _default_lowering(entry: OpDef) -> str:
+    if entry.kind == "pointwise" and len(entry.operands) in (1, 2) and not entry.attributes:
+        return "unary" if len(entry.operands) == 1 else "binary"
+    if entry.kind == "reduction" and entry.params == ("x", "dim", "keepdim"):
+        return "reduce"
+    return entry.name
+
+
+def names(**facts) -> frozenset[str]:
+    """The ops whose facts equal the given values (``names(kind="view")``).
+
+    >>> sorted(names(kind="library", error="multilinear"))
+    ['conv1d', 'conv2d', 'linear', 'matmul']
+    """
+    return frozenset(n for n, e in TABLE.items()
+                     if all(getattr(e, k) == v for k, v in facts.items()))
+
+
+# -- attribute normalisation (needs the operand's rank) ------------------------------------
+
+
+class _Unknown:
+    """Stands for an attribute whose value is not a known literal (left as it is)."""
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN_VALUE = _Unknown()
+"""The value :attr:`OpDef.normalize` sees for an attribute that is not a known literal."""
+
+
+def _rank(meta) -> int | None:
+    shape = getattr(meta, "shape", None)
+    return None if shape is None else len(shape)
+
+
+def dims_of(dim, rank: int | None):
+    """Reduction dims as a sorted tuple of non-negative ints (None: every dim).
+
+    >>> dims_of(-1, 3), dims_of(None, 2), dims_of([2, 0], 3)
+    ((2,), (0, 1), (0, 2))
+    """
+    if rank is None:
+        if dim is None:
+            return None
+        return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+    if dim is None or dim == [] or dim == ():
+        return tuple(range(rank))
+    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
+    return tuple(sorted(d % rank if rank else d for d in dims))
+
+
+def _norm_reduce(values: list, metas: list) -> list:
+    if values[1] is not UNKNOWN_VALUE:
+        values[1] = dims_of(values[1], _rank(metas[0]))
+    return values
+
+
+def _norm_dim(position: int, extra: int = 0):
+    def normalize(values: list, metas: list) -> list:
+        rank = _rank(metas[0])
+        d = values[position]
+        if rank is not None and isinstance(d, int):
+            values[position] = d % (rank + extra)
+        return values
+    return normalize
+
+
+def _norm_permute(values: list, metas: list) -> list:
+    rank = _rank(metas[0])
+    if rank is not None and values[1] is not UNKNOWN_VALUE:
+        values[1] = tuple(d % rank for d in values[1])
+    return values
+
+
+def _norm_transpose(values: list, metas: list) -> list:
+    rank = _rank(metas[0])
+    if rank is not None and isinstance(values[1], int) and isinstance(values[2], int):
+        a, b = values[1] % rank, values[2] % rank
+        values[1:3] = [min(a, b), max(a, b)]
+    return values
+
+
+def _norm_shape(values: list, metas: list) -> list:
+    if values[1] is UNKNOWN_VALUE:
+        return values
+    shape = list(values[1])
+    meta = metas[0]
+    if -1 in shape and getattr(meta, "shape", None) is not None:
+        known = math.prod(s for s in shape if s != -1)
+        total = math.prod(meta.shape)
+        if known:
+            shape[shape.index(-1)] = total // known
+    values[1] = tuple(shape)
+    return values
+
+
+def _norm_padding_idx(values: list, metas: list) -> list:
+    rows = getattr(metas[1], "shape", None)
+    p = values[2]
+    if isinstance(p, int) and p < 0:
+        values[2] = p + rows[0] if rows else p
+    return values
+
+
+def _reduce_call(x, dim, keepdim):
+    return (x,), {"dim": dim, "keepdim": keepdim}
+
+
+# -- FLOP rules of library kernels ----------------------------------------------------------
+
+
+def _shape(meta) -> tuple | None:
+    return getattr(meta, "shape", None)
+
+
+def _has_bias(meta) -> bool:
+    return getattr(meta, "kind", None) == "tensor"
+
+
+def _matmul_flops(n: int, kids: list) -> float:
+    shape = _shape(kids[0])
+    return 2.0 * n * (shape[-1] if shape else 0)
+
+
+def _linear_flops(n: int, kids: list) -> float:
+    return _matmul_flops(n, kids) + (n if _has_bias(kids[2]) else 0)
+
+
+def _conv_flops(n: int, kids: list) -> float:
+    w = _shape(kids[1]) or ()
+    per_output = math.prod(w[1:]) if w else 0
+    return 2.0 * n * per_output + (n if _has_bias(kids[2]) else 0)
+
+
+def _sdpa_flops(n: int, kids: list) -> float:
+    q, k = _shape(kids[0]), _shape(kids[1])
+    if not q or not k:
+        return 0.0
+    scores = math.prod(q[:-1]) * k[-2]
+    return 4.0 * scores * q[-1] + 5.0 * scores
+
+
+# -- nn.Module conditions --------------------------------------------------------------------
+
+
+def _zero_padded(m) -> bool:
+    return m.padding_mode == "zeros" and not isinstance(m.padding, str)
+
+
+def _inference_statistics(m) -> bool:
+    return not m.training and m.track_running_stats
+
+
+def _plain_embedding(m) -> bool:
+    return m.max_norm is None and not m.scale_grad_by_freq and not m.sparse
+
+
+def _inactive_dropout(m) -> bool:
+    return not (m.training and m.p > 0)
+
+
+def _explicit_dim(m) -> bool:
+    return m.dim is not None
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+_XY_SPELL = "torch.{0} Tensor.{0} aten.{0}.Tensor aten.{0}.Scalar"
+_OPERATOR = "operator.{1} Tensor.__{1}__ Tensor.__r{1}__:reverse"
+_COMPARE = "operator.{1} Tensor.__{1}__"
+_NO_TRITON_MATH = "needs a libdevice function; only triton.language core is used"
+_UNTRACKED = "no range rule yet: observed ranges inform the curvature cost only"
+
+op("add", "x y", "pointwise", impl="torch.add", flops=1, commutative=True,
+   sign=signs.total, interval=iv.total, triton="{x} + {y}",
+   spell=_XY_SPELL.format("add") + " " + _OPERATOR.format("add", "add"))
+op("sub", "x y", "pointwise", impl="torch.sub", flops=1, sign=signs.difference,
+   interval=iv.difference, triton="{x} - {y}",
+   spell=_XY_SPELL.format("sub") + " " + _OPERATOR.format("sub", "sub")
+   + " torch.subtract Tensor.subtract torch.rsub:rsub aten.rsub.Scalar:rsub"
+   " aten.rsub.Tensor:rsub")
+op("mul", "x y", "pointwise", impl="torch.mul", flops=1, commutative=True,
+   sign=signs.product, interval=iv.product, triton="{x} * {y}",
+   spell=_XY_SPELL.format("mul") + " " + _OPERATOR.format("mul", "mul")
+   + " torch.multiply Tensor.multiply torch.square:square Tensor.square:square"
+   " aten.square.default:square")
+op("div", "x y", "pointwise", impl="torch.div", flops=1, sign=signs.quotient,
+   interval=iv.quotient, triton="{x} / {y}",
+   spell=_XY_SPELL.format("div") + " " + _OPERATOR.format("div", "truediv")
+   + " torch.true_divide Tensor.true_divide")
+op("pow", "x y", "pointwise", impl="torch.pow", flops=1, sign=signs.power,
+   interval=iv.power, triton="@pow",
+   spell="torch.pow Tensor.pow aten.pow.Scalar aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor "
+   + _OPERATOR.format("pow", "pow"))
+op("maximum", "x y", "pointwise", impl="torch.maximum", flops=1, exact=True, error="exact",
+   commutative=True, sign=signs.larger, interval=iv.larger,
+   triton="tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
+   spell="torch.maximum Tensor.maximum aten.maximum.default")
+op("minimum", "x y", "pointwise", impl="torch.minimum", flops=1, exact=True, error="exact",
+   commutative=True, interval=iv.smaller,
+   triton="tl.minimum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
+   spell="torch.minimum Tensor.minimum aten.minimum.default")
+for _name, _symbol, _py in [("eq", "==", "eq"), ("ne", "!=", "ne"), ("lt", "<", "lt"),
+                            ("le", "<=", "le"), ("gt", ">", "gt"), ("ge", ">=", "ge")]:
+    op(_name, "x y", "pointwise", impl=f"torch.{_name}", flops=1, exact=True, error="exact",
+       commutative=_name in ("eq", "ne"), sign=signs.NONNEG,
+       interval=iv.constant(0.0, 1.0), triton=f"{{x}} {_symbol} {{y}}", triton_cast=(),
+       spell=_XY_SPELL.format(_name) + " " + _COMPARE.format(_name, _py))
+op("atan2", "x y", "pointwise", impl="torch.atan2", flops=1,
+   interval=iv.constant(-math.pi, math.pi), why={"triton": _NO_TRITON_MATH},
+   spell="torch.atan2 Tensor.atan2 aten.atan2.default")
+op("floordiv", "x y", "pointwise", impl="torch.floor_divide", flops=1,
+   why={"triton": "Python's floor division of negative operands needs care (not written)",
+        "interval": _UNTRACKED},
+   spell="operator.floordiv torch.floor_divide Tensor.__floordiv__ Tensor.floor_divide"
+   " Tensor.__rfloordiv__:reverse")
+op("remainder", "x y", "pointwise", impl="torch.remainder", flops=1,
+   why={"triton": "Python's remainder of negative operands needs care (not written)",
+        "interval": _UNTRACKED},
+   spell="operator.mod torch.remainder Tensor.__mod__ Tensor.remainder")
+op("logaddexp", "x y", "pointwise", impl="torch.logaddexp", flops=4, commutative=True,
+   stable=True, triton="_logaddexp({x}, {y})", why={"interval": _UNTRACKED},
+   spell="torch.logaddexp Tensor.logaddexp aten.logaddexp.default")
+op("hypot", "x y", "pointwise", impl="torch.hypot", flops=3, commutative=True, stable=True,
+   sign=signs.NONNEG, triton="_hypot({x}, {y})", why={"interval": _UNTRACKED},
+   spell="torch.hypot Tensor.hypot aten.hypot.default")
+
+_UNARY_SPELL = "torch.{0} Tensor.{0} aten.{0}.default"
+op("neg", "x", "pointwise", impl="torch.neg", flops=1, exact=True, error="exact",
+   sign=signs.negation, interval=iv.negation, triton="-{x}",
+   spell=_UNARY_SPELL.format("neg") + " operator.neg torch.negative Tensor.__neg__"
+   " Tensor.negative")
+op("exp", "x", "pointwise", impl="torch.exp", flops=1, sign=POS,
+   interval=iv.monotone(math.exp), triton="tl.exp({x})",
+   spell=_UNARY_SPELL.format("exp") + " math.exp")
+op("log", "x", "pointwise", impl="torch.log", flops=1, interval=iv.logarithm,
+   triton="tl.log({x})", spell=_UNARY_SPELL.format("log") + " math.log")
+op("sqrt", "x", "pointwise", impl="torch.sqrt", flops=1, sign=signs.root,
+   interval=iv.root, triton="tl.sqrt({x})", spell=_UNARY_SPELL.format("sqrt") + " math.sqrt")
+op("rsqrt", "x", "pointwise", impl="torch.rsqrt", flops=1, sign=POS,
+   interval=iv.reciprocal_root, triton="tl.rsqrt({x})", spell=_UNARY_SPELL.format("rsqrt"))
+op("abs", "x", "pointwise", impl="torch.abs", flops=1, exact=True, error="exact",
+   stable=True, sign=signs.magnitude, interval=iv.magnitude, triton="tl.abs({x})",
+   spell=_UNARY_SPELL.format("abs") + " operator.abs Tensor.__abs__")
+op("sin", "x", "pointwise", impl="torch.sin", flops=1, interval=iv.constant(-1.0, 1.0),
+   triton="tl.sin({x})", spell=_UNARY_SPELL.format("sin") + " math.sin")
+op("cos", "x", "pointwise", impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
+   triton="tl.cos({x})", spell=_UNARY_SPELL.format("cos") + " math.cos")
+op("tanh", "x", "pointwise", impl="torch.tanh", flops=1, stable=True, sign=signs.same,
+   interval=iv.monotone(math.tanh), triton="_tanh({x})",
+   spell=_UNARY_SPELL.format("tanh") + " math.tanh torch.nn.functional.tanh",
+   modules=(Module("torch.nn.Tanh", ("input",)),))
+op("sigmoid", "x", "pointwise", impl="torch.sigmoid", flops=4, stable=True, sign=POS,
+   interval=iv.monotone(iv.sigmoid), triton="tl.sigmoid({x})",
+   spell=_UNARY_SPELL.format("sigmoid") + " torch.nn.functional.sigmoid",
+   modules=(Module("torch.nn.Sigmoid", ("input",)),))
+op("relu", "x", "pointwise", impl="torch.relu", flops=1, exact=True, error="exact",
+   stable=True, sign=NONNEG, interval=iv.relu, triton="tl.where({x} < 0, 0, {x})",
+   spell=_UNARY_SPELL.format("relu") + " torch.nn.functional.relu",
+   modules=(Module("torch.nn.ReLU", ("input",)),))
+op("silu", "x", "pointwise", impl="torch.nn.functional.silu", flops=4, stable=True,
+   interval=iv.gated, triton="{x} * tl.sigmoid({x})",
+   spell="torch.nn.functional.silu aten.silu.default",
+   modules=(Module("torch.nn.SiLU", ("input",)),))
+op("erf", "x", "pointwise", impl="torch.erf", flops=1, stable=True, sign=signs.same,
+   interval=iv.monotone(math.erf), triton="tl.erf({x})", spell=_UNARY_SPELL.format("erf"))
+op("log1p", "x", "pointwise", impl="torch.log1p", flops=1, stable=True, sign=signs.log1p,
+   interval=iv.log1p, triton="_log1p({x})", spell=_UNARY_SPELL.format("log1p"))
+op("expm1", "x", "pointwise", impl="torch.expm1", flops=1, stable=True, sign=signs.same,
+   interval=iv.monotone(math.expm1), triton="_expm1({x})",
+   spell=_UNARY_SPELL.format("expm1"))
+op("reciprocal", "x", "pointwise", impl="torch.reciprocal", flops=1, sign=signs.reciprocal,
+   interval=iv.reciprocal, triton="1.0 / {x}", spell=_UNARY_SPELL.format("reciprocal"))
+op("sign", "x", "pointwise", impl="torch.sign", flops=1, exact=True, error="exact",
+   sign=signs.same, interval=iv.constant(-1.0, 1.0), triton_cast=(),
+   triton="({x} > 0).to({x}.dtype) - ({x} < 0).to({x}.dtype)",
+   spell=_UNARY_SPELL.format("sign"))
+op("logsigmoid", "x", "pointwise", impl="torch.nn.functional.logsigmoid", flops=5,
+   stable=True, sign=NEG, interval=iv.monotone(lambda v: -iv.softplus(-v)),
+   triton="tl.minimum({x}, 0.0) - _log1p(tl.exp(-tl.abs({x})))",
+   spell="torch.nn.functional.logsigmoid")
+op("floor", "x", "pointwise", impl="torch.floor", flops=1, exact=True, error="exact",
+   interval=iv.monotone(math.floor), triton="tl.floor({x})",
+   spell=_UNARY_SPELL.format("floor") + " math.floor")
+op("ceil", "x", "pointwise", impl="torch.ceil", flops=1, exact=True, error="exact",
+   interval=iv.monotone(math.ceil), triton="tl.ceil({x})",
+   spell=_UNARY_SPELL.format("ceil") + " math.ceil")
+op("logical_not", "x", "pointwise", impl="torch.logical_not", flops=1, exact=True,
+   error="exact", sign=NONNEG, interval=iv.constant(0.0, 1.0), triton="{x} == 0",
+   triton_cast=(), spell=_UNARY_SPELL.format("logical_not"))
+op("bitwise_not", "x", "pointwise", impl="torch.bitwise_not", flops=1, exact=True,
+   error="exact", triton="~{x}", triton_cast=(),
+   why={"interval": "its values are bit patterns, not a range of numbers"},
+   spell="operator.invert torch.bitwise_not Tensor.__invert__ Tensor.bitwise_not"
+   " aten.bitwise_not.default")
+op("gelu", "x approximate", "pointwise", attributes="approximate",
+   impl="torch.nn.functional.gelu", call=lambda x, a: ((x,), {} if a == "none" else {
+       "approximate": a}),
+   flops=8, stable=True, interval=iv.gated, triton="@gelu", triton_cast=("x",),
+   spell="torch.nn.functional.gelu aten.gelu.default",
+   modules=(Module("torch.nn.GELU", ("input", "approximate")),))
+op("softplus", "x beta threshold", "pointwise", attributes="beta threshold",
+   impl="torch.nn.functional.softplus", flops=4, stable=True, sign=POS,
+   interval=iv.monotone(iv.softplus), triton="@softplus", triton_cast=("x",),
+   spell="torch.nn.functional.softplus")
+op("clamp", "x min max", "pointwise", impl="torch.clamp", flops=1, exact=True,
+   error="exact", sign=signs.clamped, interval=iv.clamped, triton="@clamp",
+   spell="torch.clamp torch.clip Tensor.clamp Tensor.clip")
+op("where", "cond x y", "pointwise", impl="torch.where", flops=1, exact=True, error="exact",
+   sign=signs.either, interval=iv.either, triton="tl.where({cond}, {x}, {y})",
+   triton_cast=("x", "y"), spell="torch.where aten.where.self")
+op("masked_fill", "x mask value", "pointwise", impl="torch.masked_fill", flops=1,
+   exact=True, error="exact", sign=signs.filled, interval=iv.filled,
+   triton="tl.where({mask}, {value}, {x})", triton_cast=("x", "value"),
+   spell="torch.masked_fill Tensor.masked_fill aten.masked_fill.Scalar"
+   " aten.masked_fill.Tensor")
+# A conversion is exact for every analysis here: they model one working precision per
+# value, and the common conversions in models widen (fp16 -> fp32 around norms), which
+# round nothing; a narrowing conversion's rounding is that of its output dtype.
+op("to", "x dtype", "pointwise", attributes="dtype", impl="Tensor.to", exact=True,
+   error="exact", sign=signs.same, interval=iv.same, triton="@to", triton_cast=(),
+   spell="Tensor.to Tensor.float:to_float32 Tensor.half:to_float16"
+   " Tensor.double:to_float64 Tensor.bfloat16:to_bfloat16 Tensor.long:to_int64"
+   " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy",
+   why={"flops": "a conversion computes nothing"})
+
+for _name, _flops, _sign, _interval, _error, _aten in [
+        ("sum", 1, signs.one_signed, iv.summed, "summing", "dim_IntList default"),
+        ("mean", 1, signs.one_signed, iv.same, "summing", "dim default"),
+        ("amax", 1, signs.same, iv.same, "exact", "default"),
+        ("amin", 1, signs.same, iv.same, "exact", "default"),
+        ("logsumexp", 4, None, iv.logsumexp, "mixing", "default")]:
+    op(_name, "x dim keepdim", "reduction", attributes="dim keepdim", impl=f"torch.{_name}",
+       call=_reduce_call, normalize=_norm_reduce, flops=_flops, exact=_error == "exact",
+       error=_error, sign=_sign, interval=_interval, triton=f"@{_name}",
+       stable=_name == "logsumexp",
+       spell=f"torch.{_name} Tensor.{_name} " + " ".join(
+           f"aten.{_name}.{overload}" for overload in _aten.split()))
+op("var", "x dim correction keepdim", "reduction", attributes="dim correction keepdim",
+   impl="torch.var", call=lambda x, d, c, k: ((x,), {"dim": d, "correction": c,
+                                                    "keepdim": k}),
+   normalize=_norm_reduce, flops=3, error="mixing", stable=True, sign=NONNEG,
+   interval=iv.variance, triton="@var",
+   spell="torch.var Tensor.var aten.var.correction aten.var.dim")
+# One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
+op("softmax", "x dim", "reduction", attributes="dim", impl="torch.softmax",
+   call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
+   stable=True, sign=POS, interval=iv.softmax, triton="@softmax",
+   spell="torch.softmax torch.nn.functional.softmax Tensor.softmax"
+   " aten._softmax.default:aten_softmax_half aten.softmax.int:aten_softmax",
+   modules=(Module("torch.nn.Softmax", ("input", "dim"), _explicit_dim),))
+op("log_softmax", "x dim", "reduction", attributes="dim", impl="torch.log_softmax",
+   call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
+   stable=True, sign=NONPOS, interval=iv.log_softmax, triton="@log_softmax",
+   spell="torch.log_softmax torch.nn.functional.log_softmax Tensor.log_softmax"
+   " aten._log_softmax.default:aten_softmax_half aten.log_softmax.int:aten_softmax",
+   modules=(Module("torch.nn.LogSoftmax", ("input", "dim"), _explicit_dim),))
+op("layer_norm", "x shape weight bias eps", "reduction", attributes="shape eps",
+   impl="torch.nn.functional.layer_norm", flops=8, error="mixing", stable=True,
+   interval=iv.normalised(bias=True), triton="@layer_norm",
+   spell="torch.nn.functional.layer_norm torch.layer_norm aten.layer_norm.default",
+   modules=(Module("torch.nn.LayerNorm", ("input", "normalized_shape", "weight", "bias",
+                                          "eps")),))
+op("rms_norm", "x shape weight eps", "reduction", attributes="shape eps",
+   impl="torch.nn.functional.rms_norm", flops=5, error="mixing", stable=True,
+   interval=iv.normalised(bias=False), triton="@rms_norm",
+   spell="torch.nn.functional.rms_norm",
+   modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),))
+op("max_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.max",
+   normalize=_norm_dim(1), flops=1, exact=True, error="exact",
+   spell="torch.max:max Tensor.max:max",
+   why={"triton": "returns values and indices (a tuple)",
+        "interval": "its value is a tuple; the items' ranges are not tracked"})
+op("min_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.min",
+   normalize=_norm_dim(1), flops=1, exact=True, error="exact",
+   spell="torch.min:min Tensor.min:min",
+   why={"triton": "returns values and indices (a tuple)",
+        "interval": "its value is a tuple; the items' ranges are not tracked"})
+
+_NO_KERNEL = "a library kernel (torch's), not generated"
+op("gather", "x dim index", "library", impl="torch.gather", normalize=_norm_dim(1),
+   exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.gather Tensor.gather aten.gather.default", why={"triton": _NO_KERNEL})
+op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
+   normalize=_norm_dim(1), flops=1, error="mixing", interval=None,
+   why={"triton": _NO_KERNEL, "spellings": "reached only from rules, not from programs",
+        "interval": "a running sum's range depends on the row length (not tracked)"})
+op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
+   error="multilinear", interval=iv.contraction,
+   spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
+   " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
+   why={"triton": _NO_KERNEL})
+op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
+   flops=_linear_flops, error="multilinear", interval=iv.contraction,
+   spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
+   " aten.addmm.default:addmm",
+   modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
+   why={"triton": _NO_KERNEL})
+op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
+   impl="torch.nn.functional.batch_norm",
+   call=lambda x, m, v, w, b, eps: ((x, m, v, w, b), {"training": False, "eps": eps}),
+   flops=2, error="mixing", spell="torch.nn.functional.batch_norm torch.batch_norm",
+   modules=(Module("torch.nn.BatchNorm1d", ("input", "running_mean", "running_var",
+                                            "weight", "bias", "eps"), _inference_statistics),
+            Module("torch.nn.BatchNorm2d", ("input", "running_mean", "running_var",
+                                            "weight", "bias", "eps"), _inference_statistics)),
+   why={"triton": _NO_KERNEL,
+        "interval": "depends on the running statistics' values (not tracked)"})
+# padding_idx changes only the gradient (that row gets none), but the emitted module may be
+# trained, so it is kept: None, or the non-negative row index.
+op("embedding", "indices weight padding_idx", "library", attributes="padding_idx",
+   impl="torch.nn.functional.embedding",
+   call=lambda i, w, p: ((i, w), {} if p is None else {"padding_idx": p}),
+   normalize=_norm_padding_idx, exact=True, error="exact", interval=iv.operand(1),
+   spell="torch.nn.functional.embedding aten.embedding.default:aten_embedding"
+   " torch.embedding:aten_embedding",
+   modules=(Module("torch.nn.Embedding", ("input", "weight", "padding_idx"),
+                   _plain_embedding),),
+   why={"triton": _NO_KERNEL})
+for _name in ("conv1d", "conv2d"):
+    op(_name, "x weight bias stride padding dilation groups", "library",
+       attributes="stride padding dilation groups", impl=f"torch.nn.functional.{_name}",
+       flops=_conv_flops, error="multilinear", interval=iv.convolution,
+       spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv",
+       modules=(Module(f"torch.nn.Conv{_name[-2:-1]}d",
+                       ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+                       _zero_padded),),
+       why={"triton": _NO_KERNEL})
+op("sdpa", "q k v mask causal scale", "library", attributes="causal scale",
+   impl="torch.nn.functional.scaled_dot_product_attention",
+   call=lambda q, k, v, m, c, s: ((q, k, v), {"attn_mask": m, "is_causal": c, "scale": s}),
+   flops=_sdpa_flops, error="mixing", stable=True, interval=iv.operand(2),
+   spell="torch.nn.functional.scaled_dot_product_attention"
+   " aten.scaled_dot_product_attention.default",
+   why={"triton": _NO_KERNEL})
+op("cat", "dim *xs", "library", attributes="dim", impl="torch.cat",
+   call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
+   interval=iv.joined, spell="torch.cat torch.concat torch.concatenate aten.cat.default",
+   why={"triton": _NO_KERNEL})
+op("stack", "dim *xs", "library", attributes="dim", impl="torch.stack",
+   call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
+   interval=iv.joined, spell="torch.stack", why={"triton": _NO_KERNEL})
+for _name in ("tril", "triu"):
+    op(_name, "x diagonal", "library", attributes="diagonal", impl=f"torch.{_name}",
+       exact=True, error="exact",
+       spell=f"torch.{_name}:tri Tensor.{_name}:tri aten.{_name}.default:tri",
+       why={"triton": _NO_KERNEL,
+            "interval": "zeros join the operand's values (not tracked)"})
+
+_VIEW = {"flops": "a view computes nothing", "triton": "a view is an indexing of its operand"}
+op("reshape", "x shape", "view", attributes="shape", impl="torch.reshape",
+   normalize=_norm_shape, exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.reshape Tensor.reshape Tensor.view aten.view.default aten.reshape.default"
+   " aten._unsafe_view.default", why=_VIEW)
+op("permute", "x dims", "view", attributes="dims", impl="torch.permute",
+   normalize=_norm_permute, exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.permute Tensor.permute aten.permute.default", why=_VIEW)
+op("transpose", "x dim0 dim1", "view", attributes="dim0 dim1", impl="torch.transpose",
+   normalize=_norm_transpose, exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.transpose torch.swapaxes Tensor.transpose Tensor.swapaxes aten.transpose.int"
+   " torch.t:t Tensor.t:t aten.t.default:t", why=_VIEW)
+op("unsqueeze", "x dim", "view", attributes="dim", impl="torch.unsqueeze",
+   normalize=_norm_dim(1, extra=1), exact=True, error="exact", sign=signs.same,
+   interval=iv.same, spell="torch.unsqueeze Tensor.unsqueeze aten.unsqueeze.default",
+   why=_VIEW)
+op("squeeze", "x dim", "view", attributes="dim", impl="torch.squeeze",
+   normalize=_norm_dim(1), exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.squeeze Tensor.squeeze aten.squeeze.dim", why=_VIEW)
+op("expand", "x shape", "view", attributes="shape", impl="Tensor.expand", exact=True,
+   error="exact", sign=signs.same, interval=iv.same,
+   spell="Tensor.expand aten.expand.default", why=_VIEW)
+op("flatten", "x start end", "view", attributes="start end", impl="torch.flatten",
+   exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="torch.flatten Tensor.flatten",
+   modules=(Module("torch.nn.Flatten", ("input", "start_dim", "end_dim")),), why=_VIEW)
+op("getitem", "x index", "view", attributes="index", impl="operator.getitem", exact=True,
+   error="exact", sign=signs.same, interval=iv.same, spell="operator.getitem", why=_VIEW)
+op("split", "x size dim", "view", attributes="size dim", impl="torch.split", exact=True,
+   error="exact", spell="torch.split Tensor.split",
+   why={**_VIEW, "interval": "its value is a tuple of views"})
+op("chunk", "x chunks dim", "view", attributes="chunks dim", impl="torch.chunk",
+   exact=True, error="exact", spell="torch.chunk Tensor.chunk",
+   why={**_VIEW, "interval": "its value is a tuple of views"})
+# The value itself: ingest replaces it by its operand, so it never reaches an e-graph.
+op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
+   spell="Tensor.contiguous:contiguous torch.clone Tensor.clone Tensor.detach"
+   " aten.clone.default aten.alias.default aten.detach.default",
+   modules=(Module("torch.nn.Identity", ("input",)),
+            *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)
+              for d in ("Dropout", "Dropout1d", "Dropout2d", "AlphaDropout"))),
+   why={**_VIEW, "impl": "replaced by its operand at ingest"})
+
+_CREATE = {"triton": "an iota is not generated; the op runs as a torch call"}
+op("full", "shape value dtype", "creation", attributes="shape value dtype",
+   impl="torch.full", call=lambda s, v, d: ((s, v), {"dtype": d}), exact=True,
+   error="exact", sign=signs.fill, interval=iv.fill, triton="@constant",
+   spell="torch.full torch.ones:ones torch.zeros:zeros")
+op("arange", "start end step dtype", "creation", attributes="start end step dtype",
+   impl="torch.arange", call=lambda a, b, s, d: ((a, b, s), {"dtype": d}), exact=True,
+   error="exact", spell="torch.arange", why={
+       **_CREATE, "interval": "bounded by its literal ends (not tracked)"})
+op("ones_like", "x", "creation", impl="torch.ones_like", exact=True, error="exact",
+   sign=POS, interval=iv.constant(1.0, 1.0), triton="@constant", spell="torch.ones_like:like")
+op("zeros_like", "x", "creation", impl="torch.zeros_like", exact=True, error="exact",
+   sign=ZERO, interval=iv.constant(0.0, 0.0), triton="@constant",
+   spell="torch.zeros_like:like")
+op("full_like", "x value", "creation", attributes="value", impl="torch.full_like",
+   exact=True, error="exact", sign=signs.fill, interval=iv.fill, triton="@constant",
+   spell="torch.full_like")
+
+_SHAPE = {"flops": "size arithmetic runs in Python", "triton": "not a tensor"}
+op("size", "x dim", "shape", attributes="dim", impl="Tensor.size",
+   call=lambda x, d: ((x,) if d is None else (x, d), {}), normalize=_norm_dim(1),
+   exact=True, error="exact", spell="Tensor.size aten.sym_size.int builtins.getattr:shape",
+   why=_SHAPE)
+op("tuple", "*items", "shape", exact=True, error="exact",
+   why={**_SHAPE, "impl": "a Python tuple, emitted as one"})
+op("slice", "start stop step", "shape", exact=True, error="exact",
+   why={**_SHAPE, "impl": "a Python slice, emitted as one"})
+
+_LEAF = {"flops": "a leaf", "impl": "a value held outside the e-graph",
+         "triton": "a kernel's input"}
+for _name in ("input", "param", "const"):
+    op(_name, "name", "leaf", attributes="name", exact=True, error="exact", why=_LEAF)
+op("opaque", "token *args", "opaque", why={
+    "flops": "unknown: the call is emitted as it was", "impl": "the original call",
+    "triton": "the original call", "error": "rounds once, like an elementwise op"})

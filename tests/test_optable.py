@@ -1,0 +1,130 @@
+"""The op table: every op declares every fact its kind needs (or says why not), every
+spelling resolves to a torch callable, the sets the analyses, cost models, fusion planner
+and kernels use are the table's, and its exactness decisions hold in both analyses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import egraph.ops
+from backends.triton.templates import POINTWISE, ROW_OPS, attributes_of
+from egraph import EGraph
+from egraph.ops import Op
+from egraph.ops.table import ERRORS, KINDS, TABLE, names
+from extractors import Curvature, Flops
+from extractors.fusion import LIBRARY, VIEWS
+from frontends.fx.error_analysis import rounding_error
+from frontends.fx.vocabulary import METHODS, MODULES, SPECS, SPELLINGS, resolve
+
+TENSOR_KINDS = ("pointwise", "reduction", "library", "view", "creation")
+
+
+def _missing(entry, fact: str) -> bool:
+    """True when ``entry`` lacks ``fact`` without saying why."""
+    return fact not in entry.why
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_every_op_has_the_facts_its_kind_needs(name):
+    e = TABLE[name]
+    assert e.kind in KINDS and e.error in ERRORS
+    assert set(e.attributes) <= set(e.params), "an attribute that is not a parameter"
+    assert e.exact == (e.error == "exact"), "exactness and the error rule disagree"
+    assert e.impl is not None or not _missing(e, "impl")
+    if e.kind in ("pointwise", "reduction") or (e.kind == "library" and not e.exact):
+        assert callable(e.flops) or e.flops > 0 or not _missing(e, "flops"), (
+            "an op that computes needs its FLOPs")
+    if e.kind in ("view", "leaf", "shape"):
+        assert e.flops == 0
+    if e.kind in ("pointwise", "reduction", "library", "creation"):
+        assert e.triton is not None or not _missing(e, "triton")
+    if e.kind in TENSOR_KINDS:
+        assert e.interval is not None or not _missing(e, "interval")
+    if e.kind not in ("leaf", "shape", "opaque"):
+        assert e.spellings or e.modules or not _missing(e, "spellings")
+    assert set(e.why) <= {"impl", "flops", "triton", "interval", "spellings", "error"}
+
+
+def test_every_spelling_implementation_and_module_resolves_to_torch():
+    for e in TABLE.values():
+        if e.impl is not None:
+            assert callable(resolve(e.impl)), e.impl
+        for target, _ in e.spellings:
+            assert callable(resolve(target)), target
+        for m in e.modules:
+            assert issubclass(resolve(m.cls), torch.nn.Module), m.cls
+
+
+def test_the_front_end_and_emitters_use_the_tables_sets():
+    assert set(SPECS) == {n for n, e in TABLE.items() if e.impl}
+    targets = {t for e in TABLE.values() for t, _ in e.spellings}
+    assert {resolve(t) for t in targets if not t.startswith("Tensor.")} == set(SPELLINGS)
+    assert {t.removeprefix("Tensor.") for t in targets if t.startswith("Tensor.")} == set(
+        METHODS)
+    assert {name for name, _ in MODULES.values()} == {
+        n for n, e in TABLE.items() if e.modules}
+    assert VIEWS == names(kind="view")
+    assert LIBRARY == names(kind="library") | names(kind="opaque")
+    assert set(POINTWISE) == {n for n, e in TABLE.items()
+                              if e.kind == "pointwise" and e.triton}
+    assert set(ROW_OPS) == {n for n, e in TABLE.items() if e.kind == "reduction" and e.triton}
+    assert all(attributes_of(n) == TABLE[n].attributes for n in POINTWISE)
+
+
+def test_op_constructors_come_from_the_table():
+    from egraph.ops import add, log1p
+
+    assert str(log1p(add(1, 2))) == "(log1p (add #int:1 #int:2))"
+    assert Op("mul").commutative and not Op("sub").commutative
+    with pytest.raises(AttributeError, match="did you mean 'layer_norm'"):
+        egraph.ops.layer_nrom  # noqa: B018
+    with pytest.raises(TypeError, match="softmax takes 2 arguments"):
+        egraph.ops.softmax(1)
+
+
+def _graph(fn, *inputs):
+    return torch.fx.symbolic_trace(fn), inputs
+
+
+# Ops that move, select or convert values without rounding: the error analysis and the
+# curvature cost both treat them as exact (the two used to disagree on these).
+EXACT_PROGRAMS = {
+    "cat": lambda a, b: torch.cat([a, b]),
+    "stack": lambda a, b: torch.stack([a, b]),
+    "gather": lambda a, b: torch.gather(a, 0, torch.zeros_like(a, dtype=torch.long)),
+    "tril": lambda a, b: torch.tril(a.reshape(4, 4)),
+    "to": lambda a, b: a.double(),
+    "min_dim": lambda a, b: torch.min(a.reshape(4, 4), 1)[0],
+    "max_dim": lambda a, b: torch.max(a.reshape(4, 4), 1)[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_PROGRAMS))
+def test_exact_ops_add_no_rounding_error(name):
+    assert TABLE[name].exact
+    a, b = torch.rand(16) + 1, torch.rand(16)
+    analysis = rounding_error(torch.fx.symbolic_trace(EXACT_PROGRAMS[name]), (a, b))
+    assert analysis.worst_bits == 0
+
+
+def test_curvature_charges_no_cancellation_between_exact_operands():
+    """cat of inputs is exact, so cat(a) - cat(b) costs one rounding however much
+    cancels, as a - b does."""
+    a = torch.full((8,), 1.0) + torch.rand(8) * 1e-6
+    b = torch.full((8,), 1.0)
+    for fn in (lambda a, b: a - b, lambda a, b: torch.cat([a, a]) - torch.cat([b, b])):
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (a, b))
+        assert Curvature.to_bits(Curvature().program_cost(eg)) < 1
+
+
+def test_flops_follow_the_table():
+    x = torch.randn(8, 16)
+    for fn, expected in [(lambda x: torch.sigmoid(x), 4 * 128),
+                         (lambda x: x.softmax(-1), 5 * 128),
+                         (lambda x: x.sum(-1), 128),
+                         (lambda x: x.t().reshape(-1), 0)]:
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,))
+        assert math.isclose(Flops().program_cost(eg), expected, abs_tol=1e-3)
