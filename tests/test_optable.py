@@ -128,3 +128,74 @@ def test_flops_follow_the_table():
                          (lambda x: x.t().reshape(-1), 0)]:
         eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,))
         assert math.isclose(Flops().program_cost(eg), expected, abs_tol=1e-3)
+
+
+# -- a new op end to end: torch.logit is one entry of the table --------------------------
+
+LOGIT_SPELLINGS = {
+    "torch.logit": lambda x: torch.logit(x) * 2,
+    "torch.special.logit": lambda x: torch.special.logit(x) * 2,
+    "Tensor.logit": lambda x: x.logit() * 2,
+}
+
+
+def _logit_input():
+    return torch.linspace(0.05, 0.95, 24).reshape(4, 6)
+
+
+def _ops(eg) -> set:
+    return {n.op for c in eg.classes() for n in eg.nodes(c)}
+
+
+@pytest.mark.parametrize("spelling", sorted(LOGIT_SPELLINGS))
+def test_logit_from_every_spelling_saturates_extracts_and_matches_eager(spelling):
+    from egraph.rules import load_rules
+
+    fn, x = LOGIT_SPELLINGS[spelling], _logit_input()
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,))
+    assert "logit" in _ops(eg) and "opaque" not in _ops(eg)
+    opt = eg.saturate(load_rules("all"), iter_limit=5, node_limit=5_000).extract(Flops())
+    torch.testing.assert_close(opt(x), fn(x))
+    assert "logit" in opt.code
+
+
+def test_logit_from_an_aten_graph():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = _logit_input()
+    gm = make_fx(lambda x: torch.logit(x) * 2)(x)
+    assert torch.ops.aten.logit.default in {n.target for n in gm.graph.nodes}
+    eg = EGraph.from_fx(gm, (x,))
+    assert "logit" in _ops(eg)
+    torch.testing.assert_close(eg.extract(Flops())(x), torch.logit(x) * 2)
+
+
+def test_logit_cost_range_and_rounding_error():
+    x = _logit_input()
+    gm = torch.fx.symbolic_trace(lambda x: torch.logit(x))
+    eg = EGraph.from_fx(gm, (x,))
+    assert math.isclose(Flops().program_cost(eg), 3 * x.numel(), abs_tol=1e-3)
+    meta = eg.data(eg.roots[0])
+    lo, hi = float(torch.logit(x).min()), float(torch.logit(x).max())
+    assert meta.lo == pytest.approx(lo) and meta.hi == pytest.approx(hi)
+    analysis = rounding_error(gm, (x,))
+    assert [op for op, _, _ in analysis.per_node.values()] == ["logit"]
+    assert 0 < analysis.worst_bits < 3  # logit rounds once; no cancellation here
+
+
+def test_logit_runs_as_a_generated_triton_kernel(monkeypatch):
+    pytest.importorskip("triton")
+    from backends.fx import build_module
+    from backends.triton import FusedKernel
+    from egraph.extract import source_program
+
+    def refuse(self, *args):
+        raise AssertionError("the fused region ran its eager ops instead of the kernel")
+
+    monkeypatch.setattr(FusedKernel, "eager", refuse)
+    x = _logit_input()
+    fn = LOGIT_SPELLINGS["torch.logit"]
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,))
+    module = build_module(eg, source_program(eg), target="cuda")
+    assert "fused_logit_mul" in module.code
+    torch.testing.assert_close(module(x), fn(x))

@@ -396,6 +396,9 @@ op("log1p", "x", "pointwise", impl="torch.log1p", flops=1, stable=True, sign=sig
 op("expm1", "x", "pointwise", impl="torch.expm1", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.expm1), triton="_expm1({x})",
    spell=_UNARY_SPELL.format("expm1"))
+op("logit", "x", "pointwise", impl="torch.logit", flops=3,
+   interval=iv.monotone(lambda p: math.log(p / (1 - p))), triton="tl.log({x} / (1.0 - {x}))",
+   spell=_UNARY_SPELL.format("logit") + " torch.special.logit")
 op("reciprocal", "x", "pointwise", impl="torch.reciprocal", flops=1, sign=signs.reciprocal,
    interval=iv.reciprocal, triton="1.0 / {x}", spell=_UNARY_SPELL.format("reciprocal"))
 op("sign", "x", "pointwise", impl="torch.sign", flops=1, exact=True, error="exact",
