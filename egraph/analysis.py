@@ -120,7 +120,7 @@ class ConstantFolding(Analysis):
             egraph._union(cid, egraph._add_canonical((self.leaf_of(value),)), "constant-fold")
         if self.prune:
             c = egraph.find(cid)
-            egraph._cnodes[c] = [n for n in egraph._cnodes[c] if len(n) == 1]
+            egraph._set_nodes(c, [n for n in egraph._cnodes[c] if len(n) == 1])
 
     def _explain_fold(self, egraph: EGraph, cid: int, value: Any) -> None:
         """Union through the folded e-node itself, so the proof reads ``(+ 2 3) -> 5``."""

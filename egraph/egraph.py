@@ -74,6 +74,10 @@ class EGraph:
         self._memo: dict[tuple, int] = {}
         self._node: list[tuple] = []
         self._cnodes: list[list[tuple] | None] = []
+        # Per large class, its e-nodes grouped by operator (built when a matcher first
+        # asks, dropped when the class changes): a pattern's child lookup then costs the
+        # nodes with the op it needs, not the size of the class.
+        self._opidx: dict[int, dict[Hashable, list[tuple]]] = {}
         self._parents: list[list[int] | None] = []
         self._data: list[Any] = []
         self._by_op: dict[Hashable, set[int]] = {}
@@ -254,6 +258,10 @@ class EGraph:
         cnodes = self._cnodes
         cnodes[ra].extend(cnodes[rb])
         cnodes[rb] = None
+        opidx = self._opidx
+        if opidx:
+            opidx.pop(ra, None)
+            opidx.pop(rb, None)
         self._dirty.add(ra)
         self._log.append(ra)
         if analysis is not None:
@@ -311,7 +319,10 @@ class EGraph:
         cnodes = self._cnodes
         memo = self._memo
         nodes = self._node
+        opidx = self._opidx
         for c in {find(c) for c in self._dirty}:
+            if opidx:
+                opidx.pop(c, None)
             unique: dict[tuple, None] = {}
             for n in cnodes[c]:
                 t = _canonical(n, find)
@@ -335,8 +346,10 @@ class EGraph:
         self._grew.clear()
 
     def _compact(self) -> None:
-        """Drop what only a running saturation needs: the change log, merged op entries."""
+        """Drop what only a running saturation needs: the change log, the per-class op
+        index, merged op entries."""
         self._log.clear()
+        self._opidx.clear()
         find = self._uf.find
         for op, found in self._by_op.items():
             self._by_op[op] = {find(c) for c in found}
@@ -386,7 +399,25 @@ class EGraph:
     def retain_nodes(self, cid: int, keep: Callable[[ENode], bool]) -> None:
         """Drop the e-nodes of class ``cid`` for which ``keep`` is false (egg's pruning)."""
         c = self._uf.find(cid)
-        self._cnodes[c] = [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))]
+        self._set_nodes(c, [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))])
+
+    def _set_nodes(self, c: int, nodes: list[tuple]) -> None:
+        """Replace the e-node list of canonical class ``c`` (pruning)."""
+        self._cnodes[c] = nodes
+        self._opidx.pop(c, None)
+
+    def _op_index(self, c: int) -> dict[Hashable, list[tuple]]:
+        """The e-nodes of canonical class ``c`` grouped by operator (cached until the class
+        changes); the generated matchers call it for large classes."""
+        index: dict[Hashable, list[tuple]] = {}
+        for n in self._cnodes[c]:
+            bucket = index.get(n[0])
+            if bucket is None:
+                index[n[0]] = [n]
+            else:
+                bucket.append(n)
+        self._opidx[c] = index
+        return index
 
     def classes_with_op(self, op: Hashable) -> set[int]:
         """Canonical ids of the classes holding an e-node with operator ``op``."""
@@ -486,7 +517,8 @@ class EGraph:
         """Apply ``rules`` until nothing changes or a limit is hit; returns ``self``.
 
         What happened is in :attr:`report` (stop reason, per-iteration sizes and times,
-        per-rule counts). ``goals``: pairs of terms or ids; stop once each pair is equal.
+        per-rule counts). ``goals``: pairs of terms or ids; stop once each pair is equal (a
+        side written as a pattern, with ``?vars``, holds once it matches in the other's class).
         ``incremental``: search each rule only where the e-graph changed since its last
         search (off: search everything every iteration).
 

@@ -5,6 +5,11 @@ function that walks the e-graph's class lists in nested loops (no interpretation
 match) and one that builds the pattern's instance from a match. A match is a tuple
 ``(root_class, v0, v1, ...)`` of class ids, variables in order of first occurrence.
 
+Search costs what can match, not the sizes of the classes it passes through: a large
+class is looked up by operator (the e-graph's per-class op index, as egg keeps a class's
+e-nodes sorted by operator), and a nested sub-pattern is matched once per child class and
+search, its matches shared by every parent of that class (a hash join on the class id).
+
 >>> from egraph import EGraph, parse
 >>> eg = EGraph()
 >>> root = eg.add(parse("(+ x (* y 2))"), root=True)
@@ -79,9 +84,9 @@ class _Codegen:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.prelude: list[str] = []
         self.consts: dict[str, Any] = {}
         self.var_slot: dict[str, str] = {}
-        self.var_order: list[str] = []
         self.grounds: list[Term] = []
         self.counter = 0
 
@@ -108,6 +113,9 @@ def _depth(term: Term) -> int:
         return 0
     return 1 + max(_depth(a) for a in term.args)
 
+
+OP_INDEX_MIN = 8
+"""Classes with more e-nodes than this are searched through their op index."""
 
 _COMPILED: dict[Term, Pattern] = {}
 _COMPILED_MAX = 4096
@@ -163,7 +171,6 @@ class Pattern:
         g.emit(1, "for r in roots:")
         if isinstance(term, Var):
             g.var_slot[term.name] = "r"
-            g.var_order.append(term.name)
         elif _is_ground(term):
             g.grounds.append(term)
             g.emit(2, "if r != G0:")
@@ -175,17 +182,26 @@ class Pattern:
         g.emit(body_depth, "if len(out) > limit:")
         g.emit(body_depth + 1, "return out")
         g.emit(1, "return out")
-        params = ", ".join(["cnodes", "roots", "limit"] + [f"G{i}" for i in range(len(g.grounds))])
-        source = f"def search({params}):\n" + "\n".join(g.lines) + "\n"
+        params = ", ".join(["cnodes", "opidx", "op_index", "roots", "limit"]
+                           + [f"G{i}" for i in range(len(g.grounds))])
+        source = f"def search({params}):\n" + "\n".join(g.prelude + g.lines) + "\n"
         namespace = dict(g.consts)
         exec(compile(source, f"<pattern {self.term}>", "exec"), namespace)  # noqa: S102
         return namespace["search"], g.grounds
 
     def _emit_node(self, g: _Codegen, term: Term, cls: str, depth: int) -> int:
-        """Loop over ``cls``'s nodes matching ``term``'s operator; returns the body depth."""
+        """Loop over ``cls``'s nodes matching ``term``'s operator; returns the body depth.
+
+        A class of more than ``OP_INDEX_MIN`` e-nodes is looked up by operator in the
+        e-graph's per-class op index, so the loop visits only the e-nodes that can match.
+        """
         node = g.fresh("n")
+        found = g.fresh("ns")
         k = g.const(term.op)
-        g.emit(depth, f"for {node} in cnodes[{cls}]:")
+        g.emit(depth, f"{found} = cnodes[{cls}]")
+        g.emit(depth, f"if len({found}) > {OP_INDEX_MIN}:")
+        g.emit(depth + 1, f"{found} = (opidx.get({cls}) or op_index({cls})).get({k}, ())")
+        g.emit(depth, f"for {node} in {found}:")
         g.emit(depth + 1, f"if {node}[0] != {k} or len({node}) != {len(term.args) + 1}:")
         g.emit(depth + 2, "continue")
         depth += 1
@@ -197,7 +213,6 @@ class Pattern:
                 if slot is None:
                     slot = g.fresh("v")
                     g.var_slot[arg.name] = slot
-                    g.var_order.append(arg.name)
                     g.emit(depth, f"{slot} = {ref}")
                 else:
                     g.emit(depth, f"if {ref} != {slot}:")
@@ -211,8 +226,52 @@ class Pattern:
                 child = g.fresh("c")
                 g.emit(depth, f"{child} = {ref}")
                 nested.append((arg, child))
-        for arg, child in nested:
-            depth = self._emit_node(g, arg, child, depth)
+        # Fetch every nested sub-pattern's matches first: a node with one child that
+        # cannot match is dropped before the other children's matches are walked.
+        fetched = [self._emit_submatches(g, arg, child, depth) for arg, child in nested]
+        for found, names in fetched:
+            depth = self._emit_bind(g, found, names, depth)
+        return depth
+
+    def _emit_submatches(self, g: _Codegen, term: Term, cls: str, depth: int
+                         ) -> tuple[str, list[str]]:
+        """Fetch the matches of sub-pattern ``term`` in class ``cls``, computed once per
+        class and search: parents that share a child class share its sub-matches (a hash
+        join on the class id), so a search costs its partial matches per distinct class,
+        not per parent. Returns the name holding them and the variables they bind."""
+        fname, memo = g.fresh("S"), g.fresh("M")
+        outer_lines, outer_slots = g.lines, g.var_slot
+        g.lines, g.var_slot = [], {}
+        body = self._emit_node(g, term, "c", 2)
+        names = list(g.var_slot)
+        g.emit(body, f"res.append(({', '.join(g.var_slot.values())},))")
+        g.prelude += [f"    {memo} = {{}}", f"    def {fname}(c):", "        res = []",
+                      *g.lines, "        return res"]
+        g.lines, g.var_slot = outer_lines, outer_slots
+        found = g.fresh("m")
+        g.emit(depth, f"{found} = {memo}.get({cls})")
+        g.emit(depth, f"if {found} is None:")
+        g.emit(depth + 1, f"{found} = {memo}[{cls}] = {fname}({cls})")
+        g.emit(depth, f"if not {found}:")
+        g.emit(depth + 1, "continue")
+        return found, names
+
+    def _emit_bind(self, g: _Codegen, found: str, names: list[str], depth: int) -> int:
+        """Loop over fetched sub-matches, binding new variables and checking bound ones."""
+        targets, checks = [], []
+        for name in names:
+            slot = g.var_slot.get(name)
+            if slot is None:
+                slot = g.var_slot[name] = g.fresh("v")
+                targets.append(slot)
+            else:
+                targets.append(g.fresh("t"))
+                checks.append(f"{targets[-1]} != {slot}")
+        g.emit(depth, f"for ({', '.join(targets)},) in {found}:")
+        depth += 1
+        if checks:
+            g.emit(depth, f"if {' or '.join(checks)}:")
+            g.emit(depth + 1, "continue")
         return depth
 
     def search(self, egraph: EGraph, roots=None, limit: int = 1 << 62) -> list[Subst]:
@@ -232,7 +291,8 @@ class Pattern:
             roots = egraph.classes_with_op(self.root_op) if self.root_op is not None else (
                 egraph.classes()
             )
-        return self._search(egraph._cnodes, roots, limit, *grounds)
+        return self._search(egraph._cnodes, egraph._opidx, egraph._op_index, roots, limit,
+                            *grounds)
 
     # -- instantiation ------------------------------------------------------------------
 

@@ -23,7 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from egraph.logs import SaturationLog
+from egraph.pattern import Pattern
 from egraph.rewrite import Rewrite
+from egraph.term import Term, parse
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -175,6 +178,32 @@ def flatten_rules(rules: Iterable) -> list[Rewrite]:
     return out
 
 
+def goal_met(egraph: EGraph, a, b) -> bool:
+    """Whether the goal pair ``(a, b)`` holds: equal classes, or, where one side is a
+    pattern (a term with ``?vars``), that pattern matches in the other side's class (egg's
+    goals given as patterns).
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> root = eg.add("(f x)")
+    >>> goal_met(eg, root, "(f ?any)"), goal_met(eg, root, "(f y)")
+    (True, False)
+    """
+    if _is_pattern(a):
+        a, b = b, a
+    if not _is_pattern(b):
+        return egraph.equiv(a, b)
+    egraph._clean()
+    cid = egraph._class_of(a)
+    return cid is not None and bool(Pattern.of(b).search_tuples(egraph, [cid], limit=0))
+
+
+def _is_pattern(side) -> bool:
+    if isinstance(side, str):
+        return "?" in side and not parse(side).is_ground
+    return isinstance(side, Term) and not side.is_ground
+
+
 class Runner:
     """Runs rules on an e-graph under limits; :meth:`EGraph.saturate` is the usual entry."""
 
@@ -193,7 +222,7 @@ class Runner:
         self.incremental = incremental
 
     def _goals_met(self, egraph: EGraph) -> bool:
-        return bool(self.goals) and all(egraph.equiv(a, b) for a, b in self.goals)
+        return bool(self.goals) and all(goal_met(egraph, a, b) for a, b in self.goals)
 
     def run(self, egraph: EGraph, rules) -> Report:
         rules = flatten_rules(rules)
@@ -203,6 +232,7 @@ class Runner:
         report = Report(rules={r.name: RuleStats() for r in rules})
         egraph.report = report
         egraph.rebuild()
+        watch = SaturationLog(report, self.iter_limit)  # DEBUG lines, progress past 2 s
         # Per rule: (position in the change log, number of e-nodes) at its last complete
         # search; None means search everything.
         positions: list[tuple[int, int] | None] = [None] * len(rules)
@@ -267,6 +297,7 @@ class Runner:
                 iteration, len(memo), egraph.num_classes, applied, t1 - t0, t2 - t1, t3 - t2,
                 repairs,
             ))
+            watch.iteration()
             if stop is None and not applied and self.scheduler.can_stop(iteration) and (
                 size_before == (len(memo), egraph.num_classes)
             ):
@@ -277,6 +308,7 @@ class Runner:
         report.total_time = clock() - start
         report.nodes = egraph.num_nodes
         report.classes = egraph.num_classes
+        watch.done()
         return report
 
     @staticmethod
