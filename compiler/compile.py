@@ -7,6 +7,11 @@ backend goes through aot_autograd, so inference and training both work: the forw
 the backward graphs each go through ``from_fx -> saturate -> extract`` and come back as
 validated GraphModules.
 
+The backend keeps a :class:`GraphReport` of every graph it compiled (``backend.reports``)
+and logs one INFO line per graph to the ``egraph.compiler`` logger (see :mod:`egraph.logs`);
+:func:`capture` collects the reports of a block of code together with dynamo's graph
+breaks and their reasons.
+
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
 >>> compiled = torch.compile(model, backend=egraph_backend)
@@ -17,7 +22,12 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,32 +35,182 @@ from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from compiler.fx import ExtractionReport
+from compiler.memory import peak_bytes
 from egraph import EGraph
+from egraph.run import Report
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+log = logging.getLogger("egraph.compiler")
+
+
+@dataclass
+class GraphReport:
+    """What the backend did to one graph dynamo handed it; ``str()`` of it is the INFO
+    line the backend logs.
+
+    ``name``: which graph (``forward 0``, ``backward 0``, or ``graph 0`` for Inductor's
+    hand-off), ``extraction``: the emitted module's report (costs, nodes, rewrites,
+    validation), ``saturation``: the saturation run's (None without rules), ``times``:
+    seconds per phase, ``memory``: measured peak bytes of the ``source`` and the
+    ``optimised`` module on the example inputs (with ``memory=True``).
+    """
+
+    name: str
+    extraction: ExtractionReport
+    saturation: Report | None = None
+    times: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, int] | None = None
+
+    @property
+    def fell_back(self) -> bool:
+        """True when validation refused the optimised program and the source was kept."""
+        return self.extraction.fell_back
+
+    @property
+    def fallback_reason(self) -> str:
+        """Why the source was kept (empty when it was not)."""
+        v = self.extraction.validation
+        return v.reason if self.fell_back and v is not None else ""
+
+    def __str__(self) -> str:
+        e = self.extraction
+        rewrites = ", ".join(f"{n} x{k}" for n, k in sorted(e.rewrites.items())) or "none"
+        parts = [f"{self.name}: nodes {e.nodes_before} -> {e.nodes_after}",
+                 f"rewrites {rewrites}", f"cost {e.cost_before:.4g} -> {e.cost_after:.4g}"]
+        if self.saturation is not None:
+            parts.append(f"saturation {self.saturation.stop_reason} after "
+                         f"{len(self.saturation.iterations)} iterations")
+        parts.append("times " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                          for k, v in self.times.items()))
+        v = e.validation
+        parts.append("validation " + ("off" if v is None else
+                                      f"{'passed' if v.ok else 'failed'} ({v.reference})"))
+        if self.memory is not None:
+            parts.append(f"peak memory {self.memory['source']} -> "
+                         f"{self.memory['optimised']} bytes")
+        if self.fell_back:
+            parts.append(f"fell back to the source: {self.fallback_reason}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """A graph break dynamo took: its reason (the first line of dynamo's explanation),
+    dynamo's whole message, and how many times it happened."""
+
+    reason: str
+    message: str
+    count: int
+
+
+@dataclass
+class Compilation:
+    """What :func:`capture` saw: the :class:`GraphReport` of each graph the egraph
+    backends compiled (a graph a backend had compiled before counts again) and dynamo's
+    graph breaks."""
+
+    reports: list[GraphReport] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.reports)} graphs compiled, "
+                 f"{sum(b.count for b in self.graph_breaks)} graph breaks"]
+        lines += ["  " + str(r) for r in self.reports]
+        lines += [f"  graph break x{b.count}: {b.reason}" for b in self.graph_breaks]
+        return "\n".join(lines)
+
+
+_captures: list[Compilation] = []
+
+
+@contextmanager
+def capture() -> Iterator[Compilation]:
+    """Collect what the egraph backends compile inside the block, and dynamo's graph
+    breaks (from dynamo's counters, as ``torch._dynamo.explain`` reads them).
+
+    >>> def f(x):
+    ...     y = torch.sin(x)
+    ...     print("a print breaks the graph")
+    ...     return torch.cos(y)
+    >>> with capture() as seen:
+    ...     _ = torch.compile(f, backend=make_backend(rules=()))(torch.randn(3))
+    a print breaks the graph
+    >>> len(seen.reports), [b.count for b in seen.graph_breaks]
+    (2, [1])
+    """
+    from torch._dynamo.utils import counters
+
+    before = Counter(counters["graph_break"])
+    seen = Compilation()
+    _captures.append(seen)
+    try:
+        yield seen
+    finally:
+        _captures.remove(seen)
+        for message, n in counters["graph_break"].items():
+            if n > before[message]:
+                reason = message.strip().splitlines()[0] if message.strip() else message
+                seen.graph_breaks.append(GraphBreak(reason, message, n - before[message]))
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(),
                   cost=None, validate: str = "strict", iter_limit: int = 10,
                   node_limit: int = 50_000, time_limit: float = 10.0,
-                  target: str | None = None) -> torch.fx.GraphModule:
+                  target: str | None = None, reference: str = "float64",
+                  memory: bool = False) -> torch.fx.GraphModule:
     """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``
-    for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise).
+    for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise), validated against
+    the source in float64 or in its working dtype (``reference``, see
+    :mod:`compiler.validate`); with ``memory``, the peak bytes the source and the result
+    allocate are measured. The :class:`GraphReport` is ``module.meta["egraph_graph"]``.
 
     With dynamic shapes the graph takes SymInt inputs and its tensors have symbolic sizes:
     the e-graph keeps them symbolic (the graph's own metadata), so the program reads its
     sizes from its inputs; validation runs on real inputs of the sizes dynamo hints.
     """
+    return _compile(gm, example_inputs, rules, cost, validate, iter_limit, node_limit,
+                    time_limit, target, reference, memory)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), cost=None,
+             validate: str = "strict", iter_limit: int = 10, node_limit: int = 50_000,
+             time_limit: float = 10.0, target: str | None = None, reference: str = "float64",
+             memory: bool = False, name: str = "graph") -> torch.fx.GraphModule:
     example_inputs = tuple(example_inputs)
     if cost is None:
         cost = default_cost(example_inputs)
+    clock = time.perf_counter
+    t0 = clock()
     if any(_is_symbolic(x) for x in example_inputs):
         eg = EGraph.from_fx(gm, hinted_inputs(example_inputs), observe=False)
     else:
         eg = EGraph.from_fx(gm, example_inputs)
+    times = {"ingest": clock() - t0}
     if rules:
+        t1 = clock()
         eg.saturate(rules, iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit)
-    return eg.extract(cost, validate=validate, target=target)
+        times["saturate"] = clock() - t1
+    module = eg.extract(cost, validate=validate, target=target, reference=reference)
+    extraction = module.meta["egraph_report"]
+    report = GraphReport(name, extraction, eg.report, {**times, **extraction.times})
+    if memory:
+        report.memory = _measure_memory(gm, module, example_inputs)
+    module.meta["egraph_graph"] = report
+    log.info("%s", report)
+    return module
+
+
+def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
+                    example_inputs: tuple) -> dict[str, int]:
+    """Peak bytes of the source and the optimised module on real example inputs."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        inputs = hinted_inputs(example_inputs)
+        return {"source": peak_bytes(source, *inputs),
+                "optimised": peak_bytes(module, *inputs)}
 
 
 def default_cost(example_inputs: Sequence[Any], fused: bool = False):
@@ -141,16 +301,19 @@ generation (its compile time too)."""
 
 
 def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str = "eager",
-                 **limits) -> Callable:
+                 reference: str = "float64", memory: bool = False, **limits) -> Callable:
     """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
     for none), cost model (default: :func:`default_cost` for the inputs' device), validation
-    mode and code generation (:data:`CODEGENS`); ``limits`` bound saturation
+    (``validate`` as in ``extract``; ``reference``: the source in ``"float64"`` or, cheaper
+    for large models, in its ``"working"`` dtype) and code generation (:data:`CODEGENS`);
+    ``memory=True`` measures each graph's peak memory; ``limits`` bound saturation
     (``iter_limit``, ``node_limit``, ``time_limit``).
 
     Repeated compiles of the same graph (a recompile, a second model with the same
     architecture) hit a cache instead of saturating again. ``backend.cache`` maps each
     graph's signature to its compiled function, whose ``.module`` is the emitted
-    GraphModule (with its ``meta["egraph_report"]``).
+    GraphModule (with its ``meta["egraph_report"]``); ``backend.reports`` lists the
+    :class:`GraphReport` of every graph compiled, in order.
 
     >>> backend = make_backend(rules=(), validate="raise")
     >>> f = torch.compile(lambda x: torch.exp(x) + torch.exp(x), backend=backend)
@@ -164,27 +327,37 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str =
 
         rules = load_rules("all")
     cache: dict[tuple, Callable] = {}
+    reports: list[GraphReport] = []
 
-    def compiler(gm: torch.fx.GraphModule, example_inputs):
-        key = _signature(gm, example_inputs)
-        if key not in cache:
-            graph_cost = cost if cost is not None else default_cost(
-                example_inputs, fused=codegen == "inductor")
-            module = compile_graph(gm, example_inputs, rules, graph_cost, validate, **limits)
-            if codegen == "inductor":
-                from torch._inductor.compile_fx import compile_fx
+    def compiler_for(kind: str) -> Callable:
+        def compiler(gm: torch.fx.GraphModule, example_inputs):
+            key = _signature(gm, example_inputs)
+            if key not in cache:
+                graph_cost = cost if cost is not None else default_cost(
+                    example_inputs, fused=codegen == "inductor")
+                name = f"{kind} {sum(r.name.startswith(kind) for r in reports)}"
+                module = _compile(gm, example_inputs, rules, graph_cost, validate,
+                                  reference=reference, memory=memory, name=name, **limits)
+                reports.append(module.meta["egraph_graph"])
+                if codegen == "inductor":
+                    from torch._inductor.compile_fx import compile_fx
 
-                cache[key] = _Compiled(compile_fx(module, list(example_inputs)), module)
-            else:
-                cache[key] = make_boxed_func(module)
-                cache[key].module = module
-        return cache[key]
+                    cache[key] = _Compiled(compile_fx(module, list(example_inputs)), module)
+                else:
+                    cache[key] = make_boxed_func(module)
+                    cache[key].module = module
+            for seen in _captures:
+                seen.reports.append(cache[key].module.meta["egraph_graph"])
+            return cache[key]
+        return compiler
 
     if codegen == "inductor":
-        backend = compiler  # Inductor runs aot_autograd itself
+        backend = compiler_for("graph")  # Inductor runs aot_autograd itself
     else:
-        backend = aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
+        backend = aot_autograd(fw_compiler=compiler_for("forward"),
+                               bw_compiler=compiler_for("backward"))
     backend.cache = cache
+    backend.reports = reports
     return backend
 
 
@@ -205,7 +378,8 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     """The ``egraph`` backend: aot_autograd around the e-graph pipeline, with the rule
     library, the cost model of the inputs' device and strict validation.
     ``torch.compile(model, backend="egraph", options={...})`` passes ``options`` to
-    :func:`make_backend` (``rules``, ``cost``, ``validate``, limits)."""
+    :func:`make_backend` (``rules``, ``cost``, ``validate``, ``reference``, ``memory``,
+    limits)."""
     key = repr(sorted((options or {}).items(), key=lambda kv: kv[0]))
     backend = _backends.get(key)
     if backend is None:

@@ -159,14 +159,17 @@ class ExtractionReport:
 
 
 def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
-                   target: str | None = None, time_limit: float = 60.0) -> fx.GraphModule:
+                   target: str | None = None, time_limit: float = 60.0,
+                   reference: str = "float64") -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
     extraction policy of :meth:`FxEGraph.extract`.
 
     ``method``: ``"greedy"`` (tree cost, ties to the source's e-nodes), ``"dag"`` or
     ``"ilp"`` (each shared e-node paid once); a whole-program cost (``cost.local`` False)
     is then improved by local search. ``validate``: ``"strict"`` (fall back to the source
-    with a warning on a mismatch), ``"raise"`` or ``"off"``. ``target``: ``"cpu"`` or
+    with a warning on a mismatch), ``"raise"`` or ``"off"``; ``reference``: the source in
+    ``"float64"`` or, cheaper for large models, in its ``"working"`` dtype
+    (:data:`compiler.validate.REFERENCES`). ``target``: ``"cpu"`` or
     ``"cuda"`` (default: the device of the example inputs).
     """
     if validate not in ("strict", "raise", "off"):
@@ -213,7 +216,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         t2 = time.perf_counter()
-        result = validate_module(egraph.fx, gm)
+        result = validate_module(egraph.fx, gm, reference=reference)
         report.times["validate"] = time.perf_counter() - t2
         report.validation = result
         if not result.ok:

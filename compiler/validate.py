@@ -11,6 +11,11 @@ elementwise, each output element judged at its own magnitude, within
 therefore not mistaken for a bug. Programs with random ops are compared to the source under
 the same RNG seed instead.
 
+That float64 copy of the model doubles its memory and time. ``reference="working"`` is the
+cheaper mode for large models: the new program is compared with the source run in the
+working dtype, normwise within :func:`working_tolerance` of the dtype; the report's
+``reference`` says which mode was used.
+
 >>> import torch
 >>> from egraph import EGraph, AstSize
 >>> gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) / torch.exp(x).sum())
@@ -184,6 +189,24 @@ likely as the source's to be large, and the two differ by such factors; a wrong 
 by far more (a dropped 1e-9 term: ~1e7 times float32's rounding)."""
 
 
+REFERENCES = ("float64", "working")
+"""Validation modes: the source in float64 as the reference (the default), or the source in
+its working dtype (no float64 copy of the model: half the memory, for large models)."""
+
+
+def working_tolerance(dtype: torch.dtype) -> float:
+    """How far, normwise, the new program may be from the source run in the same dtype
+    (``reference="working"``): the square root of the dtype's epsilon, half its digits
+    (3.5e-4 in float32, 0.031 in float16). Two correct programs differ by their rounding,
+    which with no exact reference cannot be told from a small error; a wrong rewrite
+    changes the result at its own scale.
+
+    >>> working_tolerance(torch.float32) < 4e-4
+    True
+    """
+    return torch.finfo(dtype).eps ** 0.5 if dtype.is_floating_point else 0.0
+
+
 def _tolerance(dtype: torch.dtype) -> float:
     """The relative error a rewrite may add beyond twice the source's: a few dozen
     roundings in the dtype (reassociating float constants changes the last bits)."""
@@ -245,16 +268,22 @@ def _float64_reference(original: nn.Module):
 
 
 def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
-                    max_numel: int = 1 << 22) -> Validation:
-    """Check ``new`` against the source program of ``src`` (see the module docstring)."""
+                    max_numel: int = 1 << 22, reference: str = "float64") -> Validation:
+    """Check ``new`` against the source program of ``src`` (see the module docstring), with
+    the source in float64 or in its working dtype as the ``reference``
+    (:data:`REFERENCES`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    if reference not in REFERENCES:
+        raise ValueError(f"reference={reference!r}: use one of "
+                         f"{', '.join(map(repr, REFERENCES))}")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
     with unset_fake_temporarily():
-        return _validate(src, new, trials, max_numel)
+        return _validate(src, new, trials, max_numel, reference == "working")
 
 
-def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -> Validation:
+def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
+              working: bool) -> Validation:
     original = src.graph_module if src.module is None else src.module
     inputs = tuple(_materialise(x) for x in src.example_inputs)
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
@@ -274,9 +303,10 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                 _in_domain(_random_like(x, gen, scale), src.domains.get(name))
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
-    reference = None if random_ops else _float64_reference(original)
+    reference = None if random_ops or working else _float64_reference(original)
     worst_before = worst_after = 0.0
-    kind = "float64" if reference is not None else "same-seed original"
+    kind = ("same-seed original" if random_ops else "working-dtype original" if working
+            else "float64")
     checked = 0
     with torch.no_grad():
         for xs, stress in zip(input_sets, stressed):
@@ -308,6 +338,15 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int) -
                                           len(input_sets), "a value overflows where the "
                                           f"original's does not (inputs {STRESS_SCALE:g} times "
                                           "wider than the examples)", reference=kind)
+                    continue
+                if working and not random_ops:
+                    e_after, n_after = relative_errors(a, b)
+                    worst_after = max(worst_after, e_after)
+                    if n_after > working_tolerance(b.dtype):
+                        return Validation(False, 0.0, worst_after, len(input_sets),
+                                          f"normwise relative error {n_after:.3g} from the "
+                                          f"original in {b.dtype} (tolerance "
+                                          f"{working_tolerance(b.dtype):.3g})", reference=kind)
                     continue
                 (e_before, n_before), (e_after, n_after) = (relative_errors(b, r),
                                                             relative_errors(a, r))

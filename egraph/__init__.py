@@ -15,6 +15,7 @@ from egraph.diagnose import Diagnosis, diagnose
 from egraph.egraph import EGraph, ENode, UnsoundMerge
 from egraph.explain import Explanation
 from egraph.extract import AstDepth, AstSize
+from egraph.logs import set_logs
 from egraph.pattern import Pattern, Subst
 from egraph.rewrite import Rewrite, birewrite, rewrite
 from egraph.run import BackoffScheduler, Report, Runner, SimpleScheduler
@@ -43,5 +44,6 @@ __all__ = [
     "diagnose",
     "parse",
     "rewrite",
+    "set_logs",
     "vars",
 ]

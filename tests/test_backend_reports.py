@@ -1,0 +1,117 @@
+"""The compile backend's reports: every graph, dynamo's graph breaks, validation modes and
+measured memory."""
+
+import pytest
+import torch
+
+from compiler.compile import capture, compile_graph, make_backend
+from compiler.memory import peak_bytes
+from compiler.validate import ValidationError, working_tolerance
+from egraph import rewrite
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+
+def test_backend_keeps_a_report_per_graph_forward_and_backward():
+    backend = make_backend()
+    model = _mlp()
+    out = torch.compile(model, backend=backend)(torch.randn(3, 8))
+    out.sum().backward()
+    assert [r.name for r in backend.reports] == ["forward 0", "backward 0"]
+    for report in backend.reports:
+        assert report.extraction.validation.ok and not report.fell_back
+        assert {"ingest", "saturate", "extract", "emit", "validate"} <= set(report.times)
+        assert report.saturation.stop_reason is not None
+    assert backend.reports[0] is next(iter(backend.cache.values())).module.meta["egraph_graph"]
+
+
+def _branchy(x):
+    y = torch.sin(x) * 2
+    if y.sum().item() > 0:  # data-dependent: dynamo breaks the graph here
+        return torch.cos(y)
+    return torch.exp(y)
+
+
+def test_capture_collects_reports_and_graph_breaks():
+    torch._dynamo.reset()
+    with capture() as seen:
+        compiled = torch.compile(_branchy, backend=make_backend(rules=()))
+        x = torch.randn(5)
+        result = compiled(x)
+    assert torch.allclose(result, _branchy(x))
+    assert len(seen.reports) >= 2  # the graph before the break and the branch taken after it
+    [brk] = seen.graph_breaks
+    assert brk.count == 1 and "item()" in brk.reason
+    assert "graph break x1" in str(seen)
+
+
+def test_capture_outside_the_block_sees_nothing_more():
+    torch._dynamo.reset()
+    with capture() as seen:
+        pass
+    torch.compile(_branchy, backend=make_backend(rules=()))(torch.randn(5))
+    assert seen.reports == [] and seen.graph_breaks == []
+
+
+@pytest.mark.parametrize("reference, kind", [("float64", "float64"),
+                                             ("working", "working-dtype original")])
+def test_validation_modes_are_reported(reference, kind):
+    backend = make_backend(reference=reference)
+    model = _mlp()
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+    validation = backend.reports[0].extraction.validation
+    assert validation.ok and validation.reference == kind
+    assert f"validation passed ({kind})" in str(backend.reports[0])
+
+
+def test_working_mode_still_catches_a_wrong_rewrite():
+    wrong = [rewrite("exp-is-identity", "(exp ?x)", "?x")]  # false: exp(x) != x
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)
+    x = torch.randn(64)
+    with pytest.warns(UserWarning, match="failed validation"):
+        module = compile_graph(gm, (x,), wrong, reference="working")
+    report = module.meta["egraph_graph"]
+    assert report.fell_back and report.extraction.validation.reference == "working-dtype original"
+    assert "from the original in torch.float32" in report.fallback_reason
+    torch.testing.assert_close(module(x), torch.exp(x) + 1)
+    with pytest.raises(ValidationError):
+        compile_graph(gm, (x,), wrong, validate="raise", reference="working")
+
+
+def test_working_tolerance_follows_the_dtype():
+    assert working_tolerance(torch.float16) > working_tolerance(torch.float32) > (
+        working_tolerance(torch.float64))
+
+
+def test_unknown_reference_is_refused():
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(ValueError, match="reference='exact'"):
+        compile_graph(gm, (torch.randn(2),), reference="exact")
+
+
+def test_measured_memory_in_the_report():
+    backend = make_backend(memory=True)
+    torch.compile(lambda x: torch.exp(x) * 2 + 1, backend=backend)(torch.randn(256, 256))
+    memory = backend.reports[0].memory
+    one = 256 * 256 * 4
+    # the source keeps exp(x) and the product alive together; neither program needs more
+    # than three such tensors at once
+    assert one <= memory["optimised"] <= 3 * one and one <= memory["source"] <= 3 * one
+    assert "peak memory" in str(backend.reports[0])
+
+
+def test_peak_bytes_counts_what_is_live_at_once():
+    x = torch.randn(1024)
+
+    def chain(x):
+        a = x.exp()
+        b = a * 2
+        del a  # freed before c is made: two tensors live at most
+        return b + 1
+
+    assert peak_bytes(chain, x) == 2 * 1024 * 4
+    assert peak_bytes(lambda x: x.view(32, 32).t(), x) == 0  # views allocate nothing
