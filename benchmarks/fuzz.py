@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fuzzer  # noqa: E402
 import torch  # noqa: E402
 
+from egraph.logs import progress  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "fuzz.md"
 
 
@@ -115,7 +117,7 @@ def main(argv=None) -> int:
     fuzzer.rules()  # load once, outside the timings
     results: list[fuzzer.Result] = []
     t0 = time.perf_counter()
-    for i in range(args.start, args.start + args.n):
+    for i in progress(range(args.start, args.start + args.n), desc="soak", unit="program"):
         prog = fuzzer.program(args.seed, i)
         compile_it = args.compile_every > 0 and i % args.compile_every == 0
         result = fuzzer.check(prog, torch_compile=compile_it, limits=limits)

@@ -22,8 +22,11 @@ rewrites applied (summed over the graphs of the first call), the pipeline's seco
 call's seconds (torch.export or dynamo and aot_autograd included), Inductor's cold
 compile seconds on the same model in the same run (default ``torch.compile`` after
 ``torch._dynamo.reset()``, caches disabled), and median run times in ms of eager, ours and
-Inductor (one intra-op thread unless ``--threads``). Geometric means close each entry
-point. The table is printed and written to benchmarks/results/models.md (``--out``).
+Inductor (one intra-op thread unless ``--threads``). For the ``export`` entry, peak memory
+in KiB: the :class:`~extractors.costs.PeakMemory` estimate of the source program beside
+the measured peak bytes allocated by a run of the source and of ours
+(:func:`compiler.memory.peak_bytes`). Geometric means close each entry point. The table
+is printed and written to benchmarks/results/models.md (``--out``).
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ sys.path.insert(0, str(ROOT))
 import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import MODELS, Case, build  # noqa: E402
 from compiler.cli import median_seconds  # noqa: E402
+from compiler.memory import peak_bytes  # noqa: E402
 from egraph import EGraph  # noqa: E402
+from egraph.logs import progress  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
-from extractors import Flops  # noqa: E402
+from extractors import Flops, PeakMemory  # noqa: E402
 
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -125,6 +130,8 @@ def run_export(case: Case, rules, repeat: int) -> dict:
         row.update(pipeline_s=t2 - t1, first_s=t2 - t0)
         _reports([opt.meta["egraph_report"]], row)
         row["ours_ms"] = median_ms(lambda: opt(*inputs), repeat)
+        row.update(peak_est=PeakMemory().program_cost(eg), peak_src=peak_bytes(model, *inputs),
+                   peak_ours=peak_bytes(opt, *inputs))
     return row
 
 
@@ -261,6 +268,8 @@ COLUMNS = [
     ("rw", "rules/rewrites"), ("pipeline_s", "pipeline s"), ("first_s", "first call s"),
     ("inductor_s", "Inductor cold s"), ("eager_ms", "eager ms"), ("ours_ms", "ours ms"),
     ("inductor_ms", "Inductor ms"), ("ours_x", "ours/eager"), ("inductor_x", "Inductor/eager"),
+    ("peak_est", "peak KiB est. (source)"), ("peak_src", "peak KiB source"),
+    ("peak_ours", "peak KiB ours"),
 ]
 
 
@@ -284,6 +293,8 @@ def _cells(row: dict) -> dict[str, str]:
             value = f"{row[key]:.2f}"
         elif key.endswith("_ms") and key in row:
             value = f"{row[key]:.3f}"
+        elif key.startswith("peak_") and key in row:
+            value = f"{row[key] / 1024:.1f}"
         else:
             value = str(row.get(key, ""))
         out[key] = value
@@ -370,7 +381,7 @@ def main() -> None:
     rules = load_rules("all")
     start = time.perf_counter()
     rows: list[dict] = []
-    for name in names:
+    for name in progress(names, desc="models", unit="model"):
         for row in run_model(name, entries, args.attn, rules, args.repeat,
                              not args.no_inductor):
             rows.append(row)

@@ -31,9 +31,12 @@ class _LiveStorages(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.holders: dict[int, set] = {}  # storage address -> weak refs of its tensors
+        # storage address -> weak refs of the tensors using it (a list: weak refs to live
+        # tensors compare by the tensors' ==), and how many of them are alive
+        self.holders: dict[int, list[weakref.ref]] = {}
+        self.alive: dict[int, int] = {}
         self.sizes: dict[int, int] = {}
-        self.known: set[int] = set()        # storages that existed before an op saw them
+        self.known: set[int] = set()  # storages that existed before the run
         self.live = 0
         self.peak = 0
 
@@ -48,24 +51,27 @@ class _LiveStorages(TorchDispatchMode):
         for t in found:
             key = _address(t)
             if key in self.holders:
-                self.holders[key].add(weakref.ref(t, self._dropper(key)))
+                self.holders[key].append(weakref.ref(t, self._dropper(key)))
+                self.alive[key] += 1
             elif key not in before and key not in self.known and key:
                 size = t.untyped_storage().nbytes()
-                self.holders[key] = {weakref.ref(t, self._dropper(key))}
+                self.holders[key] = [weakref.ref(t, self._dropper(key))]
+                self.alive[key] = 1
                 self.sizes[key] = size
                 self.live += size
                 self.peak = max(self.peak, self.live)
-        self.known.update(before)
+        # pre-existing storages (inputs, parameters); a freed intermediate's address may be
+        # reused by a new storage, which then counts
+        self.known.update(before - self.holders.keys())
         return out
 
     def _dropper(self, key: int) -> Callable[[weakref.ref], None]:
         def drop(ref: weakref.ref) -> None:
-            refs = self.holders.get(key)
-            if refs is None:
+            if key not in self.alive:
                 return
-            refs.discard(ref)
-            if not refs:
-                del self.holders[key]
+            self.alive[key] -= 1
+            if not self.alive[key]:
+                del self.holders[key], self.alive[key]
                 self.live -= self.sizes.pop(key)
         return drop
 

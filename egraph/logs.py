@@ -78,6 +78,8 @@ def set_logs(level: str | int | None, stream: IO[str] | None = None) -> None:
 class _NoBar:
     """What :func:`progress` returns where no bar is shown: the same calls, doing nothing."""
 
+    disable = True
+
     def __init__(self, iterable: Iterable | None = None):
         self.iterable = iterable
 
@@ -93,7 +95,7 @@ class _NoBar:
     def update(self, n: int = 1) -> None:
         """Nothing to advance."""
 
-    def set_postfix_str(self, text: str) -> None:
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         """Nothing to show."""
 
     def close(self) -> None:

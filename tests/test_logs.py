@@ -103,3 +103,26 @@ def test_saturation_progress_on_a_terminal(monkeypatch):
     eg, rules = _commuting()
     eg.saturate(rules, iter_limit=30)
     assert "saturate" in terminal.getvalue() and "e-nodes" in terminal.getvalue()
+
+
+def test_ilp_progress_on_a_terminal(monkeypatch):
+    from egraph.extract.graph import Graph
+    from egraph.extract.greedy import greedy_tree
+    from egraph.extract.ilp import solve_ilp
+
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(egraph.logs, "PROGRESS_DELAY", 0.0)
+    # two ways to make r: p(f x, g x) shares x (cost 8 as a DAG), q(s y) pays for y
+    g = Graph.load({"nodes": {
+        "x": {"op": "x", "eclass": "x", "cost": 5}, "y": {"op": "y", "eclass": "y", "cost": 9},
+        "fx": {"op": "f", "children": ["x"], "eclass": "b"},
+        "gx": {"op": "g", "children": ["x"], "eclass": "c"},
+        "sy": {"op": "s", "children": ["y"], "eclass": "d"},
+        "p": {"op": "p", "children": ["fx", "gx"], "eclass": "r"},
+        "q": {"op": "q", "children": ["sy"], "eclass": "r"}},
+        "root_eclasses": ["r"]})
+    start, order = greedy_tree(g)
+    pick, optimal = solve_ilp(g, start, order, time_limit=10)
+    assert optimal and g.node_ids[pick[g.roots[0]]] == "p"
+    assert "ILP" in terminal.getvalue()

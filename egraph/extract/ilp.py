@@ -49,6 +49,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from egraph.extract.graph import Cost, Graph
+from egraph.logs import progress
 
 #: Relative optimality gap at which a float-cost answer counts as proven optimal.
 REL_GAP = 1e-6
@@ -316,8 +317,11 @@ class _Model:
             solution.col_value = warm
             solution.value_valid = True
             h.setSolution(solution)
-        h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.01))
-        h.run()
+        seconds = max(deadline - time.perf_counter(), 0.01)
+        h.setOptionValue("time_limit", seconds)
+        with progress(total=round(seconds, 1), desc="ILP", unit="s") as bar:
+            _follow(h, bar)
+            h.run()
         optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         if h.getInfo().primal_solution_status != 2:
             return None, False
@@ -410,6 +414,21 @@ class _Model:
                 values[level_col[c]] = placed[component[c]]
                 placed[component[c]] += 1
         return values
+
+
+def _follow(h, bar) -> None:
+    """Advance ``bar`` with the solver's running time and show its gap, where the bar is
+    shown (the callback is a Python call per solver step)."""
+    if bar.disable:
+        return
+    import highspy
+
+    def step(kind, message, data_out, data_in, user) -> None:
+        bar.update(min(data_out.running_time, bar.total) - bar.n)
+        bar.set_postfix_str(f"gap {data_out.mip_gap:.2%}", refresh=False)
+
+    h.setCallback(step, None)
+    h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
 
 
 def _tolerance(value: Cost) -> Cost:
