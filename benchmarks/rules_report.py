@@ -1,6 +1,7 @@
 """The rule library's report: counts per family, each stability and fusion rule with the
-PyTorch code it fires on and its conditions, and the soundness run (random instances per
-rule judged against float64, rules proved by sympy, deliberately wrong rules caught).
+PyTorch code it fires on and its conditions, and the soundness run (random instances of
+every example of every rule judged against float64, rules proved by sympy, deliberately
+wrong rules caught).
 
     .venv/bin/python benchmarks/rules_report.py [--examples 100]
 """
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from compiler.soundness import check_rule, mutants, sympy_proof  # noqa: E402
 from egraph.egraph import UnsoundMerge  # noqa: E402
 from egraph.rules import library  # noqa: E402
+from egraph.rules.define import source_of  # noqa: E402
 
 
 def main() -> None:
@@ -25,21 +27,25 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=100)
     args = parser.parse_args()
     rules = library("all")
-    print("rules per family:", dict(Counter(r.family for r in rules)), "total", len(rules))
+    spellings = sum(len(r.examples) for r in rules)
+    print("rules per family:", dict(Counter(r.family for r in rules)), "total", len(rules),
+          f"with {spellings} PyTorch examples (a mirrored spelling such as torch.log(x + 1) "
+          "is an example of the rule it fires, not a rule of its own)")
     print()
     print(f"{'rule':<24}{'family':<10}{'sympy':<7}{'fired/examples':>15}  example")
     start = time.perf_counter()
     proved = unsound = 0
     for rule in rules:
-        result = check_rule(rule, examples=args.examples)
         proof = sympy_proof(rule.rewrite)
         proved += proof is True
-        unsound += not result.ok
-        if rule.family in ("stability", "fusion") or not result.ok:
-            mark = {True: "yes", False: "NO", None: "-"}[proof]
-            state = "" if result.ok else "  <- " + str(result)
-            print(f"{rule.name:<24}{rule.family:<10}{mark:<7}"
-                  f"{result.fired:>7}/{result.examples:<7}  {rule.example}{state}")
+        for example in rule.examples:
+            result = check_rule(rule, examples=args.examples, example=example)
+            unsound += not result.ok
+            if rule.family in ("stability", "fusion") or not result.ok:
+                mark = {True: "yes", False: "NO", None: "-"}[proof]
+                state = "" if result.ok else "  <- " + str(result)
+                print(f"{rule.name:<24}{rule.family:<10}{mark:<7}"
+                      f"{result.fired:>7}/{result.examples:<7}  {source_of(example)}{state}")
     elapsed = time.perf_counter() - start
     caught = 0
     pairs = mutants()
@@ -49,9 +55,9 @@ def main() -> None:
         except UnsoundMerge:
             caught += 1
     print()
-    print(f"soundness: {len(rules)} rules x >= {args.examples} random instances in "
-          f"{elapsed:.0f} s, {unsound} failed; sympy proved {proved} scalar rules; "
-          f"mutants caught {caught}/{len(pairs)}")
+    print(f"soundness: {len(rules)} rules, {spellings} examples x >= {args.examples} random "
+          f"instances in {elapsed:.0f} s, {unsound} failed; sympy proved {proved} scalar "
+          f"rules; mutants caught {caught}/{len(pairs)}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,29 @@
 """Rewrite rules: a name, a left side, a right side and an optional guard.
 
 The left side is a pattern (or a multi-pattern: several ``?v = pattern`` conjuncts that
-share variables). The right side is a pattern, a multi-pattern of ``?v = pattern`` /
-``?v = ?w`` equations, or a Python callable ``(egraph, subst)`` returning a class id, a
-term to add, or None to skip (a dynamic rewrite). The guard ``when(egraph, subst)`` must be
-true for the rewrite to apply.
+share variables), written as an s-expression or as a term built with :mod:`egraph.ops` and
+Python operators (``log(1 + x)``).
+
+How a left side matches, beyond its literal spelling (egg's own op names, ``+`` and
+``*``, are left as written, so rule sets ported from egg keep their meaning):
+
+- the canonical commutative ops (:data:`COMMUTATIVE_OPS`: ``add``, ``mul``, ...) match
+  both operand orders, so ``log(1 + x)`` also matches ``log(x + 1)``;
+- a number that is an operand of a pointwise op (:data:`NUMBER_OPERANDS`: arithmetic,
+  comparisons, ``where``, ``clamp``, ...) matches that number whether the program holds it
+  as an int or a float literal: ``1 + x`` matches ``#int:1`` and ``#float:1.0``; ``0.5``
+  matches only the float. Attributes (dims, keepdim, shapes, ``softplus``'s beta) match as
+  written.
+
+Each such left side is expanded once, when the rule is made, into its variants (one
+compiled pattern each); their matches are reported in the rule's variable order. Where
+the right side writes a number that the left side matched, it takes the kind the program
+used (``(x + 1) * 2 => x * 2 + 2`` keeps an int tensor int).
+
+The right side is a pattern, a multi-pattern of ``?v = pattern`` / ``?v = ?w`` equations,
+or a Python callable ``(egraph, subst)`` returning a class id, a term to add, or None to
+skip (a dynamic rewrite). The guard ``when(egraph, subst)`` must be true for the rewrite to
+apply.
 
 >>> r = rewrite("cancel-sub", "(- ?a ?a)", "0")
 >>> r
@@ -20,14 +39,97 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from egraph.ops.table import TABLE
 from egraph.pattern import Pattern, Subst
-from egraph.term import Term, parse
+from egraph.term import Term, Var, parse, walk
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
 
 Guard = Callable[["EGraph", Subst], bool]
 Applier = Callable[["EGraph", Subst], Any]
+
+COMMUTATIVE_OPS = frozenset(name for name, entry in TABLE.items() if entry.commutative)
+"""Canonical ops whose two operands commute (the op table's ``commutative``): a pattern
+matches them in either order."""
+
+NUMBER_OPERANDS: dict[str, frozenset[int]] = {
+    name: frozenset(i for i, p in enumerate(entry.params, start=1) if p in entry.operands)
+    for name, entry in TABLE.items() if entry.kind == "pointwise"
+}
+"""Per pointwise op of the table, the argument positions (from 1) of its operands, where a
+program may hold a number as an int or a float; attributes (``softplus``'s beta, ``gelu``'s
+approximation) are not among them."""
+
+
+def _number_kinds(term: Term) -> list[Term]:
+    """The literals a number operand of a pointwise op stands for."""
+    tag, value = term.op
+    if value != value or abs(value) == float("inf"):
+        return [term]
+    if tag == "int":
+        return [term, Term(("float", float(value)))]
+    if value.is_integer():
+        return [term, Term(("int", int(value)))]
+    return [term]
+
+
+def _is_number(term: Term) -> bool:
+    return not term.args and type(term.op) is tuple and term.op[0] in ("int", "float")
+
+
+def match_variants(term: Term) -> list[Term]:
+    """Every spelling a pattern stands for: commutative operands in both orders, numbers as
+    int and float literals (the pattern itself first, no repeats).
+
+    >>> from egraph.term import vars
+    >>> (x,) = vars("x")
+    >>> [str(v) for v in match_variants(1 + x)]
+    ['(add #int:1 ?x)', '(add ?x #int:1)', '(add #float:1.0 ?x)', '(add ?x #float:1.0)']
+    """
+    if isinstance(term, Var) or not term.args:
+        return [term]
+    numbers = NUMBER_OPERANDS.get(term.op, ())
+    options = [_number_kinds(a) if i in numbers and _is_number(a) else match_variants(a)
+               for i, a in enumerate(term.args, start=1)]
+    combos: list[tuple] = [()]
+    for choice in options:
+        combos = [c + (a,) for c in combos for a in choice]
+    out: dict[Term, None] = {}
+    for args in combos:
+        out.setdefault(Term(term.op, args), None)
+        if term.op in COMMUTATIVE_OPS and len(args) == 2:
+            out.setdefault(Term(term.op, args[::-1]), None)
+    return list(out)
+
+
+def _number_leaves(term: Term) -> dict[float, list[str]]:
+    """Value -> tags of the numbers that are operands of pointwise ops."""
+    found: dict[float, list[str]] = {}
+    stack = [term]
+    while stack:
+        t = stack.pop()
+        numbers = NUMBER_OPERANDS.get(t.op, ())
+        for i, a in enumerate(t.args, start=1):
+            if i in numbers and _is_number(a):
+                found.setdefault(a.op[1], []).append(a.op[0])
+            stack.append(a)
+    return found
+
+
+def _retag(term: Term, kinds: dict[float, str]) -> Term:
+    """``term`` with its number operands of value ``v`` tagged ``kinds[v]``."""
+    if not term.args:
+        return term
+    args = []
+    numbers = NUMBER_OPERANDS.get(term.op, ())
+    for i, a in enumerate(term.args, start=1):
+        if i in numbers and _is_number(a) and a.op[1] in kinds:
+            tag = kinds[a.op[1]]
+            args.append(Term((tag, int(a.op[1]) if tag == "int" else float(a.op[1]))))
+        else:
+            args.append(_retag(a, kinds))
+    return Term(term.op, tuple(args))
 
 
 def _parse_equation(text: str | tuple, rule: str) -> tuple[str, Term]:
@@ -117,6 +219,45 @@ class Rewrite:
         else:
             self.rhs = Pattern.of(rhs)
             self._check_bound(self.rhs.variables, bound)
+        self._expand()
+
+    def _expand(self) -> None:
+        """The left side's variants (see the module docstring) and the right side each
+        variant instantiates (None: the same right side for all). Variants are compiled
+        on first use, and only once the numbers they spell occur in the searched e-graph,
+        so a rule costs nothing for the int and float spellings a program never holds."""
+        self._variants: list[Term] = []
+        self._compiled: dict[int, tuple[Pattern, tuple[int, ...]]] = {}
+        self._numbers: list[tuple[Term, ...]] = []
+        self._rhs_variants: list[Pattern] | None = None
+        if not isinstance(self.lhs, Pattern):
+            return
+        terms = match_variants(self.lhs.term)
+        if len(terms) == 1:
+            return
+        self._variants = terms
+        self._numbers = [tuple({t: None for t in walk(term) if _is_number(t)}) for term in terms]
+        written = _number_leaves(self.rhs.term) if self.rhs is not None else {}
+        if not written:
+            return
+        rights = []
+        for term in terms:
+            matched = _number_leaves(term)
+            kinds = {v: "float" if "float" in tags else "int" for v, tags in matched.items()
+                     if v in written and float(v).is_integer()}
+            rights.append(Pattern.of(_retag(self.rhs.term, kinds)))
+        if any(p.term != self.rhs.term for p in rights):
+            self._rhs_variants = rights
+
+    def _variant(self, which: int) -> tuple[Pattern, tuple[int, ...]]:
+        """The compiled variant ``which``, and the positions that put its matches in the
+        rule's variable order."""
+        found = self._compiled.get(which)
+        if found is None:
+            pattern = Pattern.of(self._variants[which])
+            slots = (0, *(pattern.variables.index(v) + 1 for v in self.variables))
+            found = self._compiled[which] = (pattern, slots)
+        return found
 
     def _check_bound(self, used: list[str], bound: set[str]) -> None:
         for v in used:
@@ -150,9 +291,41 @@ class Rewrite:
         """The :class:`Subst` of a match tuple."""
         return Subst(self._index, match)
 
+    @property
+    def variants(self) -> list[Pattern]:
+        """The compiled spellings the left side matches (itself alone when it has none).
+
+        >>> len(rewrite("log1p-egg", "(log (+ 1 ?x))", "(log1p ?x)").variants)
+        1
+        >>> len(rewrite("log1p", "(log (add #int:1 ?x))", "(log1p ?x)").variants)
+        4
+        """
+        if not self._variants:
+            return [self.lhs]
+        return [self._variant(i)[0] for i in range(len(self._variants))]
+
     def search(self, egraph: EGraph, roots=None, limit: int = 1 << 62) -> list[tuple]:
-        """Matches as ``(root, v0, v1, ...)`` tuples (at most ``limit + 1``)."""
-        return self.lhs.search_tuples(egraph, roots, limit)
+        """Matches as ``(root, v0, v1, ...)`` tuples (at most ``limit + 1``).
+
+        A left side with variants adds one trailing item to each match: which variant
+        found it (the first that did, so a match is reported once).
+        """
+        if not self._variants:
+            return self.lhs.search_tuples(egraph, roots, limit)
+        lookup = egraph.lookup
+        seen: dict[tuple, int] = {}
+        for which, numbers in enumerate(self._numbers):
+            if any(lookup(t) is None for t in numbers):
+                continue
+            pattern, slots = self._variant(which)
+            found = pattern.search_tuples(egraph, roots, limit)
+            if which:
+                found = [tuple([m[i] for i in slots]) for m in found]
+            for m in found:
+                seen.setdefault(m, which)
+            if len(seen) > limit:
+                break
+        return [(*m, which) for m, which in seen.items()][: limit + 1]
 
     def apply(self, egraph: EGraph, matches: list[tuple], node_limit: int = 1 << 62,
               deadline: float | None = None, clock: Callable[[], float] | None = None
@@ -168,7 +341,8 @@ class Rewrite:
         index = self._index
         union = egraph._union
         memo = egraph._memo
-        if self.rhs is not None and self.when is None and not explained:
+        if (self.rhs is not None and self.when is None and not explained
+                and self._rhs_variants is None):
             # The common case, kept tight: no guard, no proof recording.
             inst = bind(self.rhs.instantiator(index, False))
             P = egraph._uf.parents
@@ -187,17 +361,22 @@ class Rewrite:
                     return merged, False
             return merged, True
         guard = self.when
-        inst = bind(self.rhs.instantiator(index, explained)) if self.rhs is not None else None
-        lhs_inst = None
+        # One instantiator per left-side variant where the right side or the proof needs
+        # to know which variant matched (the match's trailing item says).
+        rights = self._rhs_variants or ([self.rhs] if self.rhs is not None else [])
+        insts = [bind(p.instantiator(index, explained)) for p in rights]
+        lhs_insts = None
         if explained and isinstance(self.lhs, Pattern):
-            lhs_inst = bind(self.lhs.instantiator(index, True))
+            lhs_insts = [bind(p.instantiator(index, True)) for p in self.variants]
+        which = len(self._variants) > 1
         merged = 0
         for count, m in enumerate(matches):
             subst = Subst(index, m)
             if guard is not None and not self._guarded(guard, egraph, subst):
                 continue
-            if inst is not None:
-                target = inst(m)
+            variant = m[-1] if which else 0
+            if insts:
+                target = insts[variant if len(insts) > 1 else 0](m)
             elif self.applier is not None:
                 target = self._dynamic(egraph, subst)
                 if target is None:
@@ -205,7 +384,7 @@ class Rewrite:
             else:
                 merged += self._apply_equations(egraph, m)
                 continue
-            source = lhs_inst(m) if lhs_inst is not None else m[0]
+            source = lhs_insts[variant](m) if lhs_insts is not None else m[0]
             if union(source, target, name):
                 merged += 1
             if len(memo) > node_limit:

@@ -13,6 +13,13 @@ True
 >>> x, y = vars("x y")
 >>> str(x @ (y + x))
 '(matmul ?x (add ?y ?x))'
+
+Python operators build the canonical ops: ``+ - * / @ ** // %`` are ``add sub mul div
+matmul pow floordiv remainder``, unary ``- abs ~`` are ``neg abs bitwise_not``, and
+``< <= > >=`` are ``lt le gt ge`` (``==`` stays structural equality of terms).
+
+>>> str(1 / (1 + 2 ** -x) < x % 3)
+'(lt (div #int:1 (add #int:1 (pow #int:2 (neg ?x)))) (remainder ?x #int:3))'
 """
 
 from __future__ import annotations
@@ -189,11 +196,43 @@ class _TermOps:
     def __pow__(self, other):
         return Term("pow", (self, as_term(other)))
 
+    def __rpow__(self, other):
+        return Term("pow", (as_term(other), self))
+
+    def __floordiv__(self, other):
+        return Term("floordiv", (self, as_term(other)))
+
+    def __rfloordiv__(self, other):
+        return Term("floordiv", (as_term(other), self))
+
+    def __mod__(self, other):
+        return Term("remainder", (self, as_term(other)))
+
+    def __rmod__(self, other):
+        return Term("remainder", (as_term(other), self))
+
+    # ``==`` and ``!=`` stay structural equality (terms are dict keys); ``eq`` and ``ne``
+    # are spelled with :mod:`egraph.ops`. Python reflects ``2 < x`` to ``x > 2`` itself.
+    def __lt__(self, other):
+        return Term("lt", (self, as_term(other)))
+
+    def __le__(self, other):
+        return Term("le", (self, as_term(other)))
+
+    def __gt__(self, other):
+        return Term("gt", (self, as_term(other)))
+
+    def __ge__(self, other):
+        return Term("ge", (self, as_term(other)))
+
     def __neg__(self):
         return Term("neg", (self,))
 
     def __abs__(self):
         return Term("abs", (self,))
+
+    def __invert__(self):
+        return Term("bitwise_not", (self,))
 
 
 class Term(_TermOps):

@@ -3,30 +3,60 @@
 Softmax, log_softmax, layer_norm and rms_norm from their arithmetic; linear from matmul and
 bias; GELU and SiLU from their formulas; attention from matmul, scale, (causal mask),
 softmax and matmul; convolution with an eval-mode batch norm folded into its weights.
+
+>>> next(r for r in RULES if r.name == "silu").rewrite
+Rewrite('silu', '(mul ?x (sigmoid ?x))' => '(silu ?x)')
 """
 
 from __future__ import annotations
 
 import math
 
-from egraph.rules import register
+from egraph.ops import (
+    amax,
+    batch_norm,
+    bitwise_not,
+    conv2d,
+    erf,
+    exp,
+    gelu,
+    layer_norm,
+    linear,
+    log_softmax,
+    logsumexp,
+    masked_fill,
+    matmul,
+    mean,
+    ones_like,
+    rms_norm,
+    rsqrt,
+    sigmoid,
+    silu,
+    softmax,
+    sqrt,
+    sum,
+    tanh,
+    to,
+    transpose,
+    tril,
+    var,
+)
+from egraph.rules.define import F, LibraryRule, rule, torch
 from egraph.rules.guards import (
     all_of,
     is_none,
-    literal_is,
     literal_near,
     not_none,
     rank_is,
     single_dim,
     value_of,
 )
-from egraph.term import literal
+from egraph.term import Term, literal, vars
 
+__all__ = ["RULES"]
 
-def _fuse(name, lhs, rhs, example, inputs, when=None, description=""):
-    register("fusion", name, lhs, rhs, example=example, inputs=inputs, when=when,
-             description=description)
-
+(x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be) = vars(
+    "x w b d s e eps q k v i j c r st pa di g mean var ga be")
 
 def _shape(egraph, cid):
     return getattr(egraph.data(cid), "shape", None)
@@ -61,6 +91,8 @@ def _rms_norm(egraph, subst):
 
 
 def _affine_matches(*names):
+    names = tuple(n.name for n in names)
+
     def guard(egraph, subst) -> bool:
         target = value_of(egraph, subst["s"])
         return all(_shape(egraph, subst[n]) == target for n in names)
@@ -68,15 +100,15 @@ def _affine_matches(*names):
     return guard
 
 
-def _last_two(var_x: str, var_a: str, var_b: str):
-    def guard(egraph, subst) -> bool:
-        shape = _shape(egraph, subst[var_x])
-        if shape is None or len(shape) < 2:
-            return False
-        r = len(shape)
-        return {value_of(egraph, subst[var_a]), value_of(egraph, subst[var_b])} == {r - 2, r - 1}
-    guard.__name__ = f"transpose of the last two dims of {var_x}"
-    return guard
+def _last_two(egraph, subst) -> bool:
+    shape = _shape(egraph, subst["k"])
+    if shape is None or len(shape) < 2:
+        return False
+    r = len(shape)
+    return {value_of(egraph, subst["i"]), value_of(egraph, subst["j"])} == {r - 2, r - 1}
+
+
+_last_two.__name__ = "transpose of the last two dims of k"
 
 
 def _softmax_last(egraph, subst) -> bool:
@@ -126,84 +158,95 @@ def _fold_bn(egraph, subst):
                           subst["g"]])
 
 
-_fuse("softmax", "(div (exp ?x) (sum (exp ?x) ?d #bool:true))", "(softmax ?x ?d)",
-      "torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)", {"x": (4, 8)},
-      when=single_dim("d"), description="exp(x)/sum(exp(x)) is softmax (max-shifted, fused)")
-_fuse("softmax-shifted", "(div (exp (sub ?x (amax ?x ?d #bool:true))) "
-      "(sum (exp (sub ?x (amax ?x ?d #bool:true))) ?d #bool:true))", "(softmax ?x ?d)",
-      "torch.exp(x - x.amax(-1, keepdim=True)) / "
-      "torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True)", {"x": (4, 8)},
-      when=single_dim("d"), description="the max-shifted softmax written out")
-_fuse("log-softmax-pieces", "(sub ?x (logsumexp ?x ?d #bool:true))", "(log_softmax ?x ?d)",
-      "x - torch.logsumexp(x, -1, keepdim=True)", {"x": (4, 8)}, when=single_dim("d"),
-      description="x - logsumexp(x) is log_softmax")
-_fuse("layer-norm", "(div (sub ?x (mean ?x ?d #bool:true)) "
-      "(sqrt (add (var ?x ?d #int:0 #bool:true) ?eps)))", _layer_norm,
-      "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)"
-      " + 1e-5)", {"x": (4, 8)},
-      description="(x - mean) / sqrt(var + eps) over trailing dims is layer_norm")
-_fuse("layer-norm-affine", "(add (mul (layer_norm ?x ?s #none #none ?e) ?w) ?b)",
-      "(layer_norm ?x ?s ?w ?b ?e)",
-      "torch.nn.functional.layer_norm(x, (8,)) * w + b", {"x": (4, 8), "w": (8,), "b": (8,)},
-      when=_affine_matches("w", "b"), description="the affine of layer_norm fused in")
-_fuse("rms-norm", "(div ?x (sqrt (add (mean (mul ?x ?x) ?d #bool:true) ?eps)))", _rms_norm,
-      "x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)", {"x": (4, 8)},
-      description="x / sqrt(mean(x^2) + eps) over trailing dims is rms_norm")
-_fuse("rms-norm-rsqrt", "(mul ?x (rsqrt (add (mean (mul ?x ?x) ?d #bool:true) ?eps)))",
-      _rms_norm, "x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)", {"x": (4, 8)},
-      description="x * rsqrt(mean(x^2) + eps) is rms_norm")
-_fuse("rms-norm-affine", "(mul (rms_norm ?x ?s #none ?e) ?w)", "(rms_norm ?x ?s ?w ?e)",
-      "torch.nn.functional.rms_norm(x, (8,), eps=1e-6) * w", {"x": (4, 8), "w": (8,)},
-      when=_affine_matches("w"), description="the scale of rms_norm fused in")
-_fuse("linear", "(add (matmul ?x (transpose ?w #int:0 #int:1)) ?b)", "(linear ?x ?w ?b)",
-      "x @ w.t() + b", {"x": (4, 8), "w": (6, 8), "b": (6,)},
-      when=all_of(rank_is("w", 2), rank_is("b", 1)), description="x @ w.T + b is linear")
-_fuse("linear-nobias", "(matmul ?x (transpose ?w #int:0 #int:1))", "(linear ?x ?w #none)",
-      "x @ w.t()", {"x": (4, 8), "w": (6, 8)}, when=rank_is("w", 2),
-      description="x @ w.T is linear without bias")
-_fuse("linear-add-bias", "(add (linear ?x ?w #none) ?b)", "(linear ?x ?w ?b)",
-      "torch.nn.functional.linear(x, w) + b", {"x": (4, 8), "w": (6, 8), "b": (6,)},
-      when=rank_is("b", 1), description="a bias added after linear fuses into it")
-_fuse("gelu-tanh", "(mul (mul ?half ?x) (add ?one (tanh (mul ?c (add ?x (mul ?k "
-      "(pow ?x ?three)))))))", "(gelu ?x \"tanh\")",
-      "0.5 * x * (1.0 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))",
-      {"x": (4, 8)},
-      when=all_of(literal_is("half", 0.5), literal_is("one", 1),
-                  literal_near("c", math.sqrt(2 / math.pi)), literal_near("k", 0.044715),
-                  literal_is("three", 3)),
-      description="GELU's tanh approximation written out")
-_fuse("gelu-erf", "(mul (mul ?half ?x) (add ?one (erf (div ?x ?r))))", "(gelu ?x \"none\")",
-      "0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", {"x": (4, 8)},
-      when=all_of(literal_is("half", 0.5), literal_is("one", 1),
-                  literal_near("r", math.sqrt(2.0))),
-      description="exact GELU written with erf")
-_fuse("silu", "(mul ?x (sigmoid ?x))", "(silu ?x)", "x * torch.sigmoid(x)", {"x": (4, 8)},
-      description="x * sigmoid(x) is SiLU")
 
-_QK = "(matmul ?q (transpose ?k ?a ?b))"
-_CAUSAL = ("(masked_fill {s} (bitwise_not (tril (ones_like (to {s} #dtype:bool)) #int:0))"
-           " #float:-inf)")
-_ATTN_IN = {"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)}
-for _name, _scored, _divide, _example in [
-    ("sdpa", f"(mul {_QK} ?s)", False, "torch.softmax((q @ k.transpose(-2, -1)) * 0.5, -1) @ v"),
-    ("sdpa-div", f"(div {_QK} ?s)", True, "torch.softmax((q @ k.transpose(-2, -1)) / 2.0, -1) @ v"),
-]:
-    _fuse(_name, f"(matmul (softmax {_scored} ?d) ?v)", _scale_of(_name, _divide), _example,
-          _ATTN_IN, when=all_of(_last_two("k", "a", "b"), _softmax_last),
-          description="matmul, scale, softmax, matmul is scaled_dot_product_attention")
-    _causal = _CAUSAL.format(s=_scored)
-    _score_code = "(q @ k.transpose(-2, -1)) " + ("/ 2.0" if _divide else "* 0.5")
-    _fuse(_name + "-causal", f"(matmul (softmax {_causal} ?d) ?v)",
-          _scale_of(_name + "-causal", _divide),
-          f"torch.softmax(({_score_code}).masked_fill(~torch.ones_like({_score_code}, "
-          "dtype=torch.bool).tril(), float('-inf')), -1) @ v", _ATTN_IN,
-          when=all_of(_last_two("k", "a", "b"), _softmax_last, _square),
-          description="attention with a causal mask is causal scaled_dot_product_attention")
-_fuse("conv-bn", "(batch_norm (conv2d ?x ?w ?b ?st ?pa ?di ?g) ?mean ?var ?ga ?be ?eps)",
-      _fold_bn,
-      "torch.nn.functional.batch_norm(torch.nn.functional.conv2d(x, w, c, padding=1), m, v, "
-      "ga, be, eps=1e-5)",
-      {"x": (2, 3, 6, 6), "w": (4, 3, 3, 3), "c": (4,), "m": (4,),
-       "v": ((4,), "positive"), "ga": (4,), "be": (4,)},
-      when=all_of(not_none("ga"), not_none("be")),
-      description="an eval batch norm after a convolution folds into its weight and bias")
+
+def _causal(scores: Term) -> Term:
+    """``scores`` with the entries above the diagonal set to -inf."""
+    return masked_fill(scores, bitwise_not(tril(ones_like(to(scores, BOOL)), 0)), -math.inf)
+
+
+def _attention(name: str, scores: Term, divide: bool, example, causal: bool) -> LibraryRule:
+    if causal:
+        name, scores = name + "-causal", _causal(scores)
+    return rule(name, matmul(softmax(scores, d), v), _scale_of(name, divide),
+                when=all_of(_last_two, _softmax_last, *([_square] if causal else [])),
+                example=example, inputs={"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)},
+                description="attention with a causal mask is causal scaled_dot_product_attention"
+                if causal else "matmul, scale, softmax, matmul is scaled_dot_product_attention")
+
+
+def _masked(scores):
+    return scores.masked_fill(~torch.ones_like(scores, dtype=torch.bool).tril(), float("-inf"))
+
+
+BOOL = Term(("dtype", "bool"))
+SHIFTED = exp(x - amax(x, d, True))
+QK = q @ transpose(k, i, j)
+RULES: list[LibraryRule] = [
+    rule("softmax", exp(x) / sum(exp(x), d, True), softmax(x, d), when=single_dim(d),
+         example=lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), inputs={"x": (4, 8)},
+         description="exp(x)/sum(exp(x)) is softmax (max-shifted, fused)"),
+    rule("softmax-shifted", SHIFTED / sum(SHIFTED, d, True), softmax(x, d), when=single_dim(d),
+         example=lambda x: torch.exp(x - x.amax(-1, keepdim=True))
+         / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True),
+         inputs={"x": (4, 8)}, description="the max-shifted softmax written out"),
+    rule("log-softmax-pieces", x - logsumexp(x, d, True), log_softmax(x, d), when=single_dim(d),
+         example=lambda x: x - torch.logsumexp(x, -1, keepdim=True), inputs={"x": (4, 8)},
+         description="x - logsumexp(x) is log_softmax"),
+    rule("layer-norm", (x - mean(x, d, True)) / sqrt(var(x, d, 0, True) + eps), _layer_norm,
+         example=lambda x: (x - x.mean(-1, keepdim=True))
+         / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5),
+         inputs={"x": (4, 8)},
+         description="(x - mean) / sqrt(var + eps) over trailing dims is layer_norm"),
+    rule("layer-norm-affine", layer_norm(x, s, None, None, e) * w + b, layer_norm(x, s, w, b, e),
+         when=_affine_matches(w, b), example=lambda x, w, b: F.layer_norm(x, (8,)) * w + b,
+         inputs={"x": (4, 8), "w": (8,), "b": (8,)},
+         description="the affine of layer_norm fused in"),
+    rule("rms-norm", x / sqrt(mean(x * x, d, True) + eps), _rms_norm,
+         example=lambda x: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6),
+         inputs={"x": (4, 8)},
+         description="x / sqrt(mean(x^2) + eps) over trailing dims is rms_norm"),
+    rule("rms-norm-rsqrt", x * rsqrt(mean(x * x, d, True) + eps), _rms_norm,
+         example=lambda x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6),
+         inputs={"x": (4, 8)}, description="x * rsqrt(mean(x^2) + eps) is rms_norm"),
+    rule("rms-norm-affine", rms_norm(x, s, None, e) * w, rms_norm(x, s, w, e),
+         when=_affine_matches(w), example=lambda x, w: F.rms_norm(x, (8,), eps=1e-6) * w,
+         inputs={"x": (4, 8), "w": (8,)}, description="the scale of rms_norm fused in"),
+    rule("linear", x @ transpose(w, 0, 1) + b, linear(x, w, b),
+         when=all_of(rank_is(w, 2), rank_is(b, 1)), example=lambda x, w, b: x @ w.t() + b,
+         inputs={"x": (4, 8), "w": (6, 8), "b": (6,)}, description="x @ w.T + b is linear"),
+    rule("linear-nobias", x @ transpose(w, 0, 1), linear(x, w, None), when=rank_is(w, 2),
+         example=lambda x, w: x @ w.t(), inputs={"x": (4, 8), "w": (6, 8)},
+         description="x @ w.T is linear without bias"),
+    rule("linear-add-bias", linear(x, w, None) + b, linear(x, w, b), when=rank_is(b, 1),
+         example=lambda x, w, b: F.linear(x, w) + b, inputs={"x": (4, 8), "w": (6, 8), "b": (6,)},
+         description="a bias added after linear fuses into it"),
+    rule("gelu-tanh", 0.5 * x * (1 + tanh(c * (x + r * x ** 3))), gelu(x, "tanh"),
+         when=all_of(literal_near(c, math.sqrt(2 / math.pi)), literal_near(r, 0.044715)),
+         example=lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2 / math.pi)
+                                                       * (x + 0.044715 * x ** 3))),
+         inputs={"x": (4, 8)}, description="GELU's tanh approximation written out"),
+    rule("gelu-erf", 0.5 * x * (1 + erf(x / r)), gelu(x, "none"),
+         when=literal_near(r, math.sqrt(2.0)),
+         example=lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))), inputs={"x": (4, 8)},
+         description="exact GELU written with erf"),
+    rule("silu", x * sigmoid(x), silu(x), example=lambda x: x * torch.sigmoid(x),
+         inputs={"x": (4, 8)}, description="x * sigmoid(x) is SiLU"),
+    _attention("sdpa", QK * s, False, causal=False,
+               example=lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) * 0.5, -1) @ v),
+    _attention("sdpa", QK * s, False, causal=True,
+               example=lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) * 0.5),
+                                                     -1) @ v),
+    _attention("sdpa-div", QK / s, True, causal=False,
+               example=lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) / 2.0, -1) @ v),
+    _attention("sdpa-div", QK / s, True, causal=True,
+               example=lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) / 2.0),
+                                                     -1) @ v),
+    rule("conv-bn", batch_norm(conv2d(x, w, b, st, pa, di, g), mu, sigma2, ga, be, eps), _fold_bn,
+         when=all_of(not_none(ga), not_none(be)),
+         example=lambda x, w, c, m, v, ga, be: F.batch_norm(F.conv2d(x, w, c, padding=1), m, v,
+                                                            ga, be, eps=1e-5),
+         inputs={"x": (2, 3, 6, 6), "w": (4, 3, 3, 3), "c": (4,), "m": (4,),
+                 "v": ((4,), "positive"), "ga": (4,), "be": (4,)},
+         description="an eval batch norm after a convolution folds into its weight and bias"),
+]

@@ -1,27 +1,31 @@
-"""Layout: transposes, permutes, reshapes and expands that cancel or compose."""
+"""Layout: transposes, permutes, reshapes and expands that cancel or compose.
+
+>>> next(r for r in RULES if r.name == "reshape-reshape").rewrite
+Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)')
+"""
 
 from __future__ import annotations
 
-from egraph.rules import register
+from egraph.ops import expand, permute, reshape, squeeze, transpose, unsqueeze
+from egraph.rules.define import LibraryRule, rule
 from egraph.rules.guards import value_of
-from egraph.term import literal
+from egraph.term import literal, vars
 
+__all__ = ["RULES"]
 
-def _lay(name, lhs, rhs, example, inputs, when=None, description=""):
-    register("layout", name, lhs, rhs, example=example, inputs=inputs, when=when,
-             description=description)
+a, b, x, i, j, p, q, s, s1, s2, d = vars("a b x i j p q s s1 s2 d")
 
 
 def _shape(egraph, cid):
     return getattr(egraph.data(cid), "shape", None)
 
 
-def _shape_is(var: str, target: str):
-    def guard(egraph, subst) -> bool:
-        shape = _shape(egraph, subst[var])
-        return shape is not None and shape == value_of(egraph, subst[target])
-    guard.__name__ = f"shape {var} == {target}"
-    return guard
+def _shape_is_s(egraph, subst) -> bool:
+    shape = _shape(egraph, subst["x"])
+    return shape is not None and shape == value_of(egraph, subst["s"])
+
+
+_shape_is_s.__name__ = "shape x == s"
 
 
 def _compose(egraph, subst):
@@ -44,20 +48,26 @@ def _last_two_equal_rank(egraph, subst) -> bool:
 
 _last_two_equal_rank.__name__ = "transpose of the last two dims, equal ranks"
 
-_lay("transpose-transpose", "(transpose (transpose ?x ?a ?b) ?a ?b)", "?x",
-     "x.transpose(0, 1).transpose(0, 1)", {"x": (4, 8)})
-_lay("permute-permute", "(permute (permute ?x ?p) ?q)", _compose,
-     "x.permute(2, 0, 1).permute(1, 2, 0)", {"x": (2, 3, 4)},
-     description="two permutes compose into one (or none)")
-_lay("reshape-reshape", "(reshape (reshape ?x ?s1) ?s2)", "(reshape ?x ?s2)",
-     "x.reshape(8, 4).reshape(2, 16)", {"x": (4, 8)})
-_lay("reshape-noop", "(reshape ?x ?s)", "?x", "x.reshape(4, 8)", {"x": (4, 8)},
-     when=_shape_is("x", "s"))
-_lay("expand-noop", "(expand ?x ?s)", "?x", "x.expand(4, 8)", {"x": (4, 8)},
-     when=_shape_is("x", "s"))
-_lay("squeeze-unsqueeze", "(squeeze (unsqueeze ?x ?d) ?d)", "?x", "x.unsqueeze(1).squeeze(1)",
-     {"x": (4, 8)})
-_lay("transpose-matmul", "(transpose (matmul ?a ?b) ?i ?j)",
-     "(matmul (transpose ?b ?i ?j) (transpose ?a ?i ?j))", "(a @ b).transpose(-2, -1)",
-     {"a": (2, 4, 8), "b": (2, 8, 3)}, when=_last_two_equal_rank,
-     description="(AB)^T = B^T A^T")
+RULES: list[LibraryRule] = [
+    rule("transpose-transpose", transpose(transpose(x, i, j), i, j), x,
+         example=lambda x: x.transpose(0, 1).transpose(0, 1), inputs={"x": (4, 8)},
+         description="transposing twice is the identity"),
+    rule("permute-permute", permute(permute(x, p), q), _compose,
+         example=lambda x: x.permute(2, 0, 1).permute(1, 2, 0), inputs={"x": (2, 3, 4)},
+         description="two permutes compose into one (or none)"),
+    rule("reshape-reshape", reshape(reshape(x, s1), s2), reshape(x, s2),
+         example=lambda x: x.reshape(8, 4).reshape(2, 16), inputs={"x": (4, 8)},
+         description="a reshape of a reshape is one reshape"),
+    rule("reshape-noop", reshape(x, s), x, when=_shape_is_s,
+         example=lambda x: x.reshape(4, 8), inputs={"x": (4, 8)},
+         description="a reshape to the same shape does nothing"),
+    rule("expand-noop", expand(x, s), x, when=_shape_is_s,
+         example=lambda x: x.expand(4, 8), inputs={"x": (4, 8)},
+         description="an expand to the same shape does nothing"),
+    rule("squeeze-unsqueeze", squeeze(unsqueeze(x, d), d), x,
+         example=lambda x: x.unsqueeze(1).squeeze(1), inputs={"x": (4, 8)},
+         description="squeezing the dim just unsqueezed is the identity"),
+    rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
+         when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
+         inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),
+]
