@@ -121,6 +121,77 @@ def rounding_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None
     return RoundingError(dtype, float(flat.mean()), float(flat.max()), tracer.per_node)
 
 
+@dataclass
+class LocalError:
+    """The error one op adds by itself (:func:`local_error`): ``mean_bits`` and
+    ``worst_bits`` over the elements of its result, in bits of the working precision."""
+
+    op: str
+    mean_bits: float
+    worst_bits: float
+
+
+def local_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None = None
+                ) -> dict[str, LocalError]:
+    """Herbie's local error of every floating call in ``gm``: the op run in ``dtype`` on
+    its exact arguments rounded to ``dtype``, against the op on the exact arguments (float64
+    throughout the graph), per node name. Error that arrives with the arguments does not
+    count, so the ops that score high are where precision is lost (a subtraction that
+    cancels, an ``exp`` that overflows), and rewriting can concentrate there.
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.sqrt(x + 1) - torch.sqrt(x))
+    >>> errors = local_error(gm, (torch.full((4,), 1e6),))
+    >>> max(errors, key=lambda name: errors[name].mean_bits)  # the cancelling subtraction
+    'sub'
+    >>> round(errors["sqrt"].mean_bits)  # a correctly rounded sqrt adds no error
+    0
+    """
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (
+        example_inputs,)
+    if dtype is None:
+        dtype = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
+                      and x.is_floating_point()), torch.float32)
+    wide = copy.deepcopy(gm).to(torch.float64)
+    tracer = _LocalTracer(wide, dtype)
+    with torch.random.fork_rng(), torch.no_grad():
+        tracer.run(*[x.detach().to(torch.float64) if _floating(x) else x for x in inputs])
+    return tracer.local
+
+
+class _LocalTracer(fx.Interpreter):
+    """Runs a float64 copy of the graph; each call is also run in the working dtype on its
+    float64 arguments rounded, and the two results compared."""
+
+    def __init__(self, gm: fx.GraphModule, dtype: torch.dtype):
+        super().__init__(gm)
+        self.dtype = dtype
+        self.measure = _ErrorTracer(gm, dtype)
+        self.local: dict[str, LocalError] = {}
+
+    def run_node(self, n: fx.Node):
+        value = super().run_node(n)
+        if n.op in ("call_function", "call_method") and _floating(value) and value.numel():
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            narrow = fx.node.map_aggregate(
+                (args, kwargs), lambda a: a.to(self.dtype) if _floating(a) else a)
+            try:
+                if n.op == "call_method":
+                    got = getattr(narrow[0][0], n.target)(*narrow[0][1:], **narrow[1])
+                else:
+                    got = n.target(*narrow[0], **narrow[1])
+            except Exception:  # noqa: BLE001 - an op the dtype does not support: no verdict
+                return value
+            if _floating(got) and got.shape == value.shape:
+                got = got.to(torch.float64)
+                err = torch.where(torch.isfinite(got), (got - value).abs(), math.inf)
+                bits = self.measure.bits(value, err)[torch.isfinite(value)]
+                if bits.numel():
+                    self.local[n.name] = LocalError(self.measure._op_name(n),
+                                                    float(bits.mean()), float(bits.max()))
+        return value
+
+
 class _ErrorTracer(fx.Interpreter):
     """Runs a float64 copy of the graph and keeps, per tensor, the standard deviation of
     its error in the working dtype (``inf`` where that dtype overflows)."""

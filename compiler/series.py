@@ -1,0 +1,96 @@
+"""Series expansions (sympy) of a scalar formula around the points where it cancels.
+
+Near 0 or at infinity a formula such as ``(1 - cos x) / x**2`` or ``atan(N + 1) - atan(N)``
+loses every bit to cancellation, while its truncated series (``1/2 - x**2/24``,
+``1/N**2 - 1/N**3``) is accurate there. :func:`series_candidates` gives, for each variable,
+the expansions around 0, +inf and -inf (in Horner form where they are polynomials);
+:mod:`compiler.herbie` measures them on the sample points and :mod:`compiler.regimes` keeps
+one only on the input range where it is the most accurate candidate, as a ``torch.where``
+branch.
+
+>>> import sympy as sp
+>>> x = sp.Symbol("x", real=True)
+>>> dict(series_candidates((1 - sp.cos(x)) / x**2, [x]))["series in x around 0"]
+1/2 - x**2/24
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+
+import sympy as sp
+
+__all__ = ["SeriesTimeout", "series_candidates", "time_limit"]
+
+
+class SeriesTimeout(Exception):
+    """A sympy computation ran past its time limit (:func:`time_limit`)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`SeriesTimeout` in the block after ``seconds`` (main thread only:
+    elsewhere the block runs unbounded, since only the main thread receives signals).
+
+    >>> with time_limit(1.0):
+    ...     sp.series(sp.exp(sp.Symbol("x")), sp.Symbol("x"), 0, 3)
+    1 + x + x**2/2 + O(x**3)
+    """
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise SeriesTimeout(f"over {seconds:.1f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
+                      seconds: float = 4.0) -> list[tuple[str, sp.Expr]]:
+    """``(label, truncated series)`` of ``expr`` in each of ``symbols`` around 0, +inf and
+    -inf (``terms`` orders: up to ``x**(terms - 1)``), skipping expansions that sympy cannot
+    make within ``seconds`` in all, that keep an unevaluated part, or that equal ``expr``."""
+    out: list[tuple[str, sp.Expr]] = []
+    deadline = time.perf_counter() + seconds
+    for s in symbols:
+        if s not in expr.free_symbols:
+            continue
+        for point, name in ((0, "0"), (sp.oo, "+inf"), (-sp.oo, "-inf")):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return out
+            try:
+                with time_limit(left):
+                    approx = sp.series(expr, s, point, terms).removeO()
+                    approx = _horner(approx, s)
+            except (SeriesTimeout, Exception):  # noqa: BLE001 - sympy cannot expand it
+                continue
+            if (approx.has(sp.Order, sp.zoo, sp.nan, sp.oo, sp.I, sp.Subs, sp.Derivative)
+                    or approx == expr or not approx.free_symbols):
+                if approx.is_number and approx.is_finite:
+                    out.append((f"series in {s} around {name}", approx))
+                continue
+            out.append((f"series in {s} around {name}", approx))
+    return out
+
+
+def _horner(expr: sp.Expr, s: sp.Symbol) -> sp.Expr:
+    """A polynomial in ``s`` (or in ``1/s``) in Horner form: fewer roundings, and no large
+    power that overflows before the coefficients shrink it."""
+    if expr.is_polynomial(s):
+        return sp.horner(expr, wrt=s)
+    t = sp.Dummy("t")
+    inverted = sp.expand(expr.subs(s, 1 / t))
+    if inverted.is_polynomial(t):
+        return sp.horner(inverted, wrt=t).subs(t, 1 / s)
+    return expr
