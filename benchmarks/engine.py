@@ -8,6 +8,11 @@ second and bytes of process memory per e-node at the growth run's size.
 
     .venv/bin/python benchmarks/engine.py [--growth-nodes 1000000] [--repeat 3]
 
+``--search-scaling`` instead times one nested pattern, ``(f (h ?x))``, on e-graphs whose
+child classes hold from 1 to 10,000 e-nodes of other operators around the one ``h`` it
+needs, then with more and more matches: search time should follow the matches, not the
+class sizes. ``--lambda`` times egg's lambda-calculus suite against egg's time limits.
+
 Install the peers with ``bash scripts/setup_env.sh bench``. A peer that is not installed is
 reported as missing, not silently skipped.
 """
@@ -29,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import egglog_math, snake_egg_math  # noqa: E402
 from benchmarks.peers.math_cases import GROWTH_ITER_LIMIT, GROWTH_RULES, GROWTH_START  # noqa: E402
-from egraph import EGraph, SimpleScheduler, parse  # noqa: E402
+from egraph import EGraph, Pattern, SimpleScheduler, parse  # noqa: E402
+from egraph.examples import lambda_calc  # noqa: E402
 from egraph.examples.math import CASES, rules  # noqa: E402
 
 PEERS = {"snake-egg": snake_egg_math, "egglog": egglog_math}
@@ -89,6 +95,65 @@ def _growth_in_subprocess(target: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def large_class_egraph(parents: int, class_size: int, hits: int) -> EGraph:
+    """``parents`` e-nodes ``(f c)``, each child class ``c`` holding ``class_size`` leaves
+    and ``hits`` e-nodes ``(h leaf)``: ``(f (h ?x))`` has ``parents * hits`` matches."""
+    eg = EGraph()
+    for p in range(parents):
+        child = eg.add(f"(h x{p}_0)")
+        for j in range(1, hits):
+            eg.union(child, eg.add(f"(h x{p}_{j})"))
+        for j in range(class_size - hits):
+            eg.union(child, eg.add(f"s{p}_{j}"))
+        eg.add_node("f", [child])
+    eg.rebuild()
+    return eg
+
+
+def search_scaling(repeat: int) -> None:
+    """Time ``(f (h ?x))`` as class sizes grow (matches fixed), then as matches grow."""
+    pattern = Pattern.of("(f (h ?x))")
+
+    def timed(eg: EGraph, cold: bool) -> tuple[float, int]:
+        times = []
+        for _ in range(repeat):
+            if cold:  # as after a rebuild that changed every class: the index is rebuilt
+                eg._opidx.clear()
+            start = time.perf_counter()
+            found = pattern.search_tuples(eg)
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2], len(found)
+
+    parents = 200
+    print(f"search (f (h ?x)): {parents} parents, median of {repeat}; 'first' is the first "
+          "search after every class changed (the op index is built inside its time)")
+    print(f"{'child class e-nodes':>20}{'matches':>10}{'search ms':>11}{'us/match':>10}"
+          f"{'first ms':>10}")
+    for size, hits in ((1, 1), (10, 1), (100, 1), (1_000, 1), (10_000, 1),
+                       (10_000, 10), (10_000, 100), (10_000, 1_000)):
+        eg = large_class_egraph(parents, size, hits)
+        gc.collect()  # the collector's pass over the new e-graph is not the search's
+        first, _ = timed(eg, cold=True)
+        elapsed, found = timed(eg, cold=False)
+        print(f"{size:>20,}{found:>10,}{elapsed * 1e3:>11.3f}{elapsed * 1e6 / found:>10.2f}"
+              f"{first * 1e3:>10.2f}")
+
+
+def lambda_suite(repeat: int) -> None:
+    """egg's lambda suite: time per case against egg's time limit, and whether it proved
+    what egg proves (the three capture/scoping cases must stay unproven)."""
+    print(f"{'case':<28}{'s (median of ' + str(repeat) + ')':>18}{'egg limit s':>12}  ok")
+    for case in lambda_calc.CASES.values():
+        runs = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            eg = case.run(time_limit=600.0)
+            runs.append((time.perf_counter() - start, eg))
+        elapsed, eg = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        ok = lambda_calc.proved(eg, case) == case.proves
+        print(f"{case.name:<28}{elapsed:>18.3f}{case.time_limit:>12.1f}  {'y' if ok else 'n'}")
+
+
 def fmt(value, spec: str = "") -> str:
     if value is None:
         return "-"
@@ -100,7 +165,17 @@ def main() -> None:
     parser.add_argument("--growth-nodes", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (median kept)")
     parser.add_argument("--skip-growth", action="store_true")
+    parser.add_argument("--search-scaling", action="store_true",
+                        help="only the nested-pattern search on large classes")
+    parser.add_argument("--lambda", dest="lambda_suite", action="store_true",
+                        help="only egg's lambda-calculus suite")
     args = parser.parse_args()
+    if args.search_scaling:
+        search_scaling(args.repeat)
+        return
+    if args.lambda_suite:
+        lambda_suite(args.repeat)
+        return
 
     available = {name: mod for name, mod in PEERS.items() if mod.AVAILABLE}
     for name in PEERS:

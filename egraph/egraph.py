@@ -74,9 +74,9 @@ class EGraph:
         self._memo: dict[tuple, int] = {}
         self._node: list[tuple] = []
         self._cnodes: list[list[tuple] | None] = []
-        # Per large class, its e-nodes grouped by operator (built when a matcher first
-        # asks, dropped when the class changes): a pattern's child lookup then costs the
-        # nodes with the op it needs, not the size of the class.
+        # Per large class, its e-nodes with each operator a matcher asked for (built on the
+        # first ask, dropped when the class changes): a pattern's child lookup then costs
+        # the e-nodes with the op it needs, not the size of the class.
         self._opidx: dict[int, dict[Hashable, list[tuple]]] = {}
         self._parents: list[list[int] | None] = []
         self._data: list[Any] = []
@@ -406,18 +406,17 @@ class EGraph:
         self._cnodes[c] = nodes
         self._opidx.pop(c, None)
 
-    def _op_index(self, c: int) -> dict[Hashable, list[tuple]]:
-        """The e-nodes of canonical class ``c`` grouped by operator (cached until the class
-        changes); the generated matchers call it for large classes."""
-        index: dict[Hashable, list[tuple]] = {}
-        for n in self._cnodes[c]:
-            bucket = index.get(n[0])
-            if bucket is None:
-                index[n[0]] = [n]
-            else:
-                bucket.append(n)
-        self._opidx[c] = index
-        return index
+    def _op_nodes(self, c: int, op: Hashable) -> list[tuple]:
+        """The e-nodes of canonical class ``c`` with operator ``op``, cached until the class
+        changes; the generated matchers call it for large classes. One pass per class and
+        operator a pattern asks for, however many parents and patterns ask."""
+        index = self._opidx.get(c)
+        if index is None:
+            index = self._opidx[c] = {}
+        found = index.get(op)
+        if found is None:
+            found = index[op] = [n for n in self._cnodes[c] if n[0] == op]
+        return found
 
     def classes_with_op(self, op: Hashable) -> set[int]:
         """Canonical ids of the classes holding an e-node with operator ``op``."""

@@ -182,7 +182,7 @@ class Pattern:
         g.emit(body_depth, "if len(out) > limit:")
         g.emit(body_depth + 1, "return out")
         g.emit(1, "return out")
-        params = ", ".join(["cnodes", "opidx", "op_index", "roots", "limit"]
+        params = ", ".join(["cnodes", "op_nodes", "roots", "limit"]
                            + [f"G{i}" for i in range(len(g.grounds))])
         source = f"def search({params}):\n" + "\n".join(g.prelude + g.lines) + "\n"
         namespace = dict(g.consts)
@@ -200,7 +200,7 @@ class Pattern:
         k = g.const(term.op)
         g.emit(depth, f"{found} = cnodes[{cls}]")
         g.emit(depth, f"if len({found}) > {OP_INDEX_MIN}:")
-        g.emit(depth + 1, f"{found} = (opidx.get({cls}) or op_index({cls})).get({k}, ())")
+        g.emit(depth + 1, f"{found} = op_nodes({cls}, {k})")
         g.emit(depth, f"for {node} in {found}:")
         g.emit(depth + 1, f"if {node}[0] != {k} or len({node}) != {len(term.args) + 1}:")
         g.emit(depth + 2, "continue")
@@ -291,8 +291,7 @@ class Pattern:
             roots = egraph.classes_with_op(self.root_op) if self.root_op is not None else (
                 egraph.classes()
             )
-        return self._search(egraph._cnodes, egraph._opidx, egraph._op_index, roots, limit,
-                            *grounds)
+        return self._search(egraph._cnodes, egraph._op_nodes, roots, limit, *grounds)
 
     # -- instantiation ------------------------------------------------------------------
 
