@@ -80,7 +80,9 @@ class EGraph:
         self._opidx: dict[int, dict[Hashable, list[tuple]]] = {}
         self._parents: list[list[int] | None] = []
         self._data: list[Any] = []
-        self._by_op: dict[Hashable, set[int]] = {}
+        # Per operator, the ids of the e-nodes with it (their classes once found): a list,
+        # five times smaller than a set, made canonical and unique when it is read.
+        self._by_op: dict[Hashable, list[int]] = {}
         self._pending: list[int] = []
         self._analysis_pending: list[int] = []
         self._dirty: set[int] = set()
@@ -148,7 +150,7 @@ class EGraph:
         # A union made by an analysis while this term was being built can leave a child
         # stale; re-canonicalise before creating anything.
         find = self._uf.find
-        canon = _canonical(node, find)
+        canon = _canonical(node, self._uf.parents, find)
         if canon != node:
             nid = memo.get(canon)
             if nid is not None:
@@ -178,28 +180,38 @@ class EGraph:
 
     def _bind_instantiator(self, make: Callable) -> Callable[[tuple], int]:
         """Bind a compiled instantiator (``Pattern.instantiator``) to this e-graph."""
-        add = self._add_explained if self._proofs is not None else self._add_canonical
+        if self._proofs is not None:
+            add = self._add_explained
+        elif self.analysis is None:
+            # The instantiator has looked the canonical e-node up already, and with no
+            # analysis nothing can union while it builds: a miss is a new e-node.
+            add = self._new_node
+        else:
+            add = self._add_canonical
         return make(self._memo, self._uf.parents, self._uf.find, add)
 
     def _new_node(self, node: tuple, orig: tuple | None = None) -> int:
-        nid = len(self._node)
+        nodes = self._node
+        nid = len(nodes)
+        nodes.append(node)
         self._uf.parents.append(nid)
-        self._node.append(node)
         self._cnodes.append([node])
         parents = self._parents
         parents.append(None)
         self._data.append(None)
         self._memo[node] = nid
-        for c in node[1:]:
-            plist = parents[c]
-            if plist is None:
-                parents[c] = [nid]
-            else:
-                plist.append(nid)
-        try:
-            self._by_op[node[0]].add(nid)
-        except KeyError:
-            self._by_op[node[0]] = {nid}
+        if len(node) > 1:
+            for c in node[1:]:
+                plist = parents[c]
+                if plist is None:
+                    parents[c] = [nid]
+                else:
+                    plist.append(nid)
+        found = self._by_op.get(node[0])
+        if found is None:
+            self._by_op[node[0]] = [nid]
+        else:
+            found.append(nid)
         self._num_classes += 1
         if self._proofs is not None:
             self._proofs.add_node(orig if orig is not None else node)
@@ -272,6 +284,7 @@ class EGraph:
         """Restore the hash-cons and congruence after unions; returns the repairs made."""
         uf = self._uf
         find = uf.find
+        P = uf.parents
         memo = self._memo
         nodes = self._node
         pending = self._pending
@@ -282,7 +295,7 @@ class EGraph:
             while pending:
                 nid = pending.pop()
                 old = nodes[nid]
-                new = _canonical(old, find)
+                new = _canonical(old, P, find)
                 if new is not old and memo.get(old) == nid:
                     del memo[old]
                 other = memo.setdefault(new, nid)
@@ -303,7 +316,7 @@ class EGraph:
                 for nid in batch:
                     c = find(nid)
                     old_data = self._data[c]
-                    node = _canonical(nodes[nid], find)
+                    node = _canonical(nodes[nid], P, find)
                     merged = analysis.merge(old_data, analysis.make(self, node))
                     if merged is not old_data and merged != old_data:
                         self._data[c] = merged
@@ -316,6 +329,7 @@ class EGraph:
         return repairs
 
     def _repair_classes(self, find: Callable[[int], int]) -> None:
+        P = self._uf.parents
         cnodes = self._cnodes
         memo = self._memo
         nodes = self._node
@@ -325,7 +339,7 @@ class EGraph:
                 opidx.pop(c, None)
             unique: dict[tuple, None] = {}
             for n in cnodes[c]:
-                t = _canonical(n, find)
+                t = _canonical(n, P, find)
                 if t is not n:
                     # Share the hash-cons key's tuple instead of keeping a second copy.
                     nid = memo.get(t)
@@ -338,7 +352,7 @@ class EGraph:
             if plist and len(plist) > 1:
                 unique: dict[tuple, int] = {}
                 for p in plist:
-                    key = _canonical(nodes[p], find)
+                    key = _canonical(nodes[p], P, find)
                     if key not in unique:
                         unique[key] = memo.get(key, p)
                 self._parents[c] = list(unique.values())
@@ -352,7 +366,8 @@ class EGraph:
         self._opidx.clear()
         find = self._uf.find
         for op, found in self._by_op.items():
-            self._by_op[op] = {find(c) for c in found}
+            if len(found) > 1 or find(found[0]) != found[0]:
+                self._by_op[op] = list({find(c) for c in found})
 
     @property
     def is_clean(self) -> bool:
@@ -426,7 +441,7 @@ class EGraph:
         find = self._uf.find
         canonical = {find(c) for c in found}
         if len(canonical) < len(found):
-            self._by_op[op] = canonical
+            self._by_op[op] = list(canonical)
         return canonical
 
     def ops(self) -> list[Hashable]:
@@ -623,20 +638,25 @@ class EGraph:
         return f"EGraph({self.num_classes} classes, {self.hashcons_size} e-nodes)"
 
 
-def _canonical(node: tuple, find: Callable[[int], int]) -> tuple:
+def _canonical(node: tuple, P: list[int], find: Callable[[int], int]) -> tuple:
     """``node`` with canonical children; ``node`` itself when nothing changed.
 
-    Specialised by arity: this is the hot path of rebuilding.
+    ``P`` is the union-find's parent list: a child that is its own parent is canonical
+    without a call to ``find``. Specialised by arity: this is the hot path of rebuilding.
     """
     n = len(node)
+    if n == 3:
+        a = node[1]
+        b = node[2]
+        if P[a] == a and P[b] == b:
+            return node
+        return (node[0], find(a), find(b))
+    if n == 2:
+        a = node[1]
+        return node if P[a] == a else (node[0], find(a))
     if n == 1:
         return node
-    if n == 2:
-        a = find(node[1])
-        return node if a == node[1] else (node[0], a)
-    if n == 3:
-        a = find(node[1])
-        b = find(node[2])
-        return node if a == node[1] and b == node[2] else (node[0], a, b)
-    kids = [find(c) for c in node[1:]]
-    return node if all(k == c for k, c in zip(kids, node[1:])) else (node[0], *kids)
+    kids = node[1:]
+    if all(P[c] == c for c in kids):
+        return node
+    return (node[0], *[find(c) for c in kids])

@@ -18,6 +18,7 @@ node limit is never overshot by more than one match's worth of e-nodes.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -225,6 +226,22 @@ class Runner:
         return bool(self.goals) and all(goal_met(egraph, a, b) for a, b in self.goals)
 
     def run(self, egraph: EGraph, rules) -> Report:
+        """Saturate ``egraph`` with ``rules``; the report is also ``egraph.report``.
+
+        Python's cyclic garbage collector is paused for the run: an e-graph is millions
+        of small lists and tuples with no cycles, and the collector's passes over them
+        cost as much as saturation itself (45% of the growth benchmark). Cyclic garbage
+        a guard or analysis makes meanwhile is collected once the run ends.
+        """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(egraph, rules)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self, egraph: EGraph, rules) -> Report:
         rules = flatten_rules(rules)
         clock = time.perf_counter
         start = clock()

@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph import AstSize, ConstantFolding, EGraph, parse, rewrite
-from egraph.egraph import _canonical
 from egraph.examples.math import rules as math_rules
 from egraph.term import Term
 
@@ -27,6 +26,10 @@ def terms(max_leaves=12):
     )
 
 
+def canonical(node: tuple, find) -> tuple:
+    return (node[0], *[find(c) for c in node[1:]])
+
+
 def check_invariants(eg: EGraph) -> None:
     eg.rebuild()
     find = eg.find
@@ -36,12 +39,12 @@ def check_invariants(eg: EGraph) -> None:
         nodes = eg._cnodes[c]
         assert len(set(nodes)) == len(nodes), "duplicate e-nodes in a class"
         for n in nodes:
-            assert _canonical(n, find) == n, "non-canonical e-node after rebuild"
+            assert canonical(n, find) == n, "non-canonical e-node after rebuild"
             # congruence closure: one class per canonical e-node
             assert seen.setdefault(n, c) == c, "congruent e-nodes in two classes"
             assert find(eg._memo[n]) == c, "hash-cons points to the wrong class"
     for key in eg._memo:
-        assert _canonical(key, find) == key, "stale key in the hash-cons"
+        assert canonical(key, find) == key, "stale key in the hash-cons"
 
 
 @settings(max_examples=60, deadline=None)
