@@ -5,9 +5,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egraph import AstSize, ConstantFolding, EGraph, parse, rewrite
+from egraph import AstSize, ConstantFolding, EGraph, Pattern, parse, rewrite
 from egraph.examples.math import rules as math_rules
-from egraph.term import Term
+from egraph.term import Term, Var
 
 LEAVES = [Term(s) for s in ("x", "y", "z")] + [Term(n) for n in (0, 1, 2)]
 OPS = {"+": 2, "*": 2, "-": 2, "f": 1, "g": 2}
@@ -124,3 +124,50 @@ def test_json_round_trip_preserves_the_egraph(ts):
 @given(terms())
 def test_print_parse_round_trip(t):
     assert parse(str(t)) == t
+
+
+PATTERNS = ["(+ ?a ?b)", "(+ (* ?a ?b) (* ?a ?c))", "(g (f ?a) (+ ?a ?b))", "(f (f (f ?a)))",
+            "(- ?a (+ ?a 0))", "(g (+ ?a ?b) (+ ?b ?a))", "(* (f ?a) ?a)"]
+
+
+def _reference_matches(eg: EGraph, pattern: Term, cid: int, bound: dict) -> list[dict]:
+    """Every binding under which ``pattern`` matches class ``cid``, by plain recursion
+    over the public e-node lists (no index, no sharing)."""
+    if isinstance(pattern, Var):
+        if pattern.name in bound:
+            return [bound] if bound[pattern.name] == cid else []
+        return [{**bound, pattern.name: cid}]
+    out = []
+    for node in eg.nodes(cid):
+        if node.op != pattern.op or len(node.children) != len(pattern.args):
+            continue
+        partial = [bound]
+        for arg, child in zip(pattern.args, node.children):
+            partial = [b2 for b in partial for b2 in _reference_matches(eg, arg, child, b)]
+        out.extend(partial)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(terms(), min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 80), st.integers(0, 80)), min_size=10, max_size=60))
+def test_search_finds_exactly_the_matches_of_a_plain_recursive_matcher(ts, pairs):
+    # Unions over many distinct e-nodes make classes larger than the op index threshold;
+    # shared child classes exercise the per-class sharing of sub-pattern matches.
+    eg = EGraph()
+    for t in ts:
+        eg.add(t)
+    for i in range(12):
+        eg.add(f"(f (+ x{i} {i}))")
+    n = len(eg._node)
+    for a, b in pairs:
+        eg.union(a % n, b % n)
+    eg.rebuild()
+    for text in PATTERNS:
+        pat = Pattern.of(text)
+        found = sorted(tuple(m.values()) + (m.root,) for m in pat.search(eg))
+        expected = sorted(
+            tuple(b[v] for v in pat.variables) + (c,)
+            for c in eg.classes() for b in _reference_matches(eg, pat.term, c, {})
+        )
+        assert found == expected, text
