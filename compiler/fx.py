@@ -234,6 +234,15 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
             if report.built_for:
                 require_sizes(gm, report.built_for, egraph.fx)
             report.times["sizes"] = time.perf_counter() - t3
+    if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
+        # Accuracy is the objective (Curvature): Herbie's search on the validated program.
+        # It judges against a 150-digit reference, which the float64 validation above could
+        # not (float64 cancels too).
+        from compiler.herbie import improve_accuracy
+
+        t4 = time.perf_counter()
+        gm = improve_accuracy(gm, egraph.fx.example_inputs)
+        report.times["accuracy"] = time.perf_counter() - t4
     gm.meta["egraph_report"] = report
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,

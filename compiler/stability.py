@@ -233,14 +233,17 @@ class StabilityRewriter:
 
     ``rules``: rule families for ``load_rules`` (default stability and fusion); ``cost``:
     the extraction cost (default ``Lexicographic(Curvature(), Flops())``: stability first,
-    then speed); ``limits``: saturation limits.
+    then speed); ``limits``: saturation limits; ``accuracy``: then run Herbie's search
+    (:mod:`compiler.herbie`: error localised on the samples, rewrites, series, regimes) on
+    the elementwise formulas of the extracted program.
     """
 
     def __init__(self, rules: str = "stability,fusion", cost=None, iter_limit: int = 8,
-                 node_limit: int = 50_000, time_limit: float = 30.0):
+                 node_limit: int = 50_000, time_limit: float = 30.0, accuracy: bool = True):
         from extractors.costs import Curvature, Flops, Lexicographic
 
         self.families = rules.split(",")
+        self.accuracy = accuracy
         self.cost = cost if cost is not None else Lexicographic(Curvature(), Flops())
         self.limits = {"iter_limit": iter_limit, "node_limit": node_limit,
                        "time_limit": time_limit}
@@ -336,6 +339,8 @@ class StabilityRewriter:
             opt = build_module(eg, final)
             opt.meta.update(opt_meta)
         after = predict(final)
+        if self.accuracy:
+            opt, after = self._herbie(opt, samples, kept, after)
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
         ref_model = _float64(model)
@@ -360,6 +365,28 @@ class StabilityRewriter:
         )
         opt.meta["stability_egraph"] = eg
         return opt
+
+    def _herbie(self, opt, samples, kept: list, after):
+        """Herbie's search (:func:`compiler.herbie.improve_accuracy`) on the extracted
+        program's elementwise formulas; each formula it replaces is one more rewrite, and
+        the predicted error after is the analysis of the final program."""
+        from compiler.herbie import improve_accuracy
+        from frontends.fx.error_analysis import rounding_error
+
+        better = improve_accuracy(opt, samples)
+        found = better.meta["accuracy_report"].improvements
+        if not found:
+            return opt, after
+        try:
+            final = rounding_error(better, samples)
+        except Exception:  # noqa: BLE001 - a program the analysis cannot run is not judged
+            final = None
+        for imp in found:
+            kept.append((set(), Rewrite(
+                imp.location, imp.before, imp.after,
+                after.mean_bits if after is not None else math.nan,
+                final.mean_bits if final is not None else math.nan)))
+        return better, final if final is not None else after
 
     def diff(self, before, after) -> str:
         """The rewrites that turned ``before`` into ``after`` (an ``optimize`` result),

@@ -406,6 +406,10 @@ class Curvature(CostModel):
     [24.0, 1.0]
     """
 
+    # Accuracy is the objective: the pipeline also runs Herbie's search on the elementwise
+    # formulas of the program this cost extracts (compiler.herbie, on the example inputs).
+    refine_accuracy = True
+
     def __init__(self, rounding: float = 0.5):
         self.rounding = rounding
 

@@ -1,0 +1,119 @@
+"""Herbie's method for tensor programs (compiler.herbie, compiler.series, compiler.regimes):
+error localised to the op that loses it, formulas replaced only where a candidate is more
+accurate against a high-precision reference, series branches where a formula cancels near a
+point, both entry points using it, and models without unstable code left alone."""
+
+import mpmath as mp
+import numpy as np
+import pytest
+import torch
+
+from compiler.herbie import improve_accuracy
+from compiler.regimes import infer_regimes
+from compiler.stability import StabilityRewriter, error_bits
+from egraph import EGraph
+from egraph.rules import load_rules
+from extractors.costs import Curvature
+from frontends.fx.error_analysis import local_error
+
+
+def _exact(f, *xs):
+    with mp.workdps(100):
+        return torch.tensor([float(f(*[mp.mpf(v) for v in p]))
+                             for p in zip(*[x.double().tolist() for x in xs])],
+                            dtype=torch.float64)
+
+
+def _bits(fn, xs, exact):
+    with torch.no_grad():
+        return error_bits(fn(*xs), exact, torch.float32)
+
+
+def _log_spread(lo, hi, n, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return (10 ** (torch.rand(n, generator=gen, dtype=torch.float64) * (hi - lo) + lo)).float()
+
+
+def test_local_error_points_at_the_op_that_cancels_not_at_its_inputs():
+    gm = torch.fx.symbolic_trace(lambda x: torch.log(x + 1) - torch.log(x) + torch.exp(x * 0))
+    errors = local_error(gm, (_log_spread(3, 7, 64, 0),))
+    worst = max(errors, key=lambda name: errors[name].mean_bits)
+    assert errors[worst].op == "sub"
+    assert errors["log"].mean_bits < 0.5 and errors["log_1"].mean_bits < 0.5
+
+
+def test_a_difference_of_fractions_is_rewritten_and_measured_better_on_new_points():
+    def naive(x):
+        return 1 / (x + 1) - 1 / x
+
+    gm = torch.fx.symbolic_trace(naive)
+    better = improve_accuracy(gm, (_log_spread(1, 30, 200, 0),))
+    report = better.meta["accuracy_report"]
+    assert len(report.improvements) == 1 and report.localised
+    test = _log_spread(1, 30, 200, 1)
+    exact = _exact(lambda x: 1 / (x + 1) - 1 / x, test)
+    assert _bits(better, (test,), exact) < _bits(naive, (test,), exact) - 1
+    wide = torch.full((3, 5), 1e20)  # another shape than the samples
+    assert better(wide).shape == (3, 5) and torch.isfinite(better(wide)).all()
+
+
+def test_a_series_branch_is_emitted_only_where_the_formula_cancels():
+    def naive(x):
+        return (1 - torch.cos(x)) / (x * x)
+
+    # x * x underflows below 1e-19: only the series is accurate there
+    samples = torch.cat([_log_spread(-30, 1, 150, 0), -_log_spread(-30, 1, 150, 1)])
+    better = improve_accuracy(torch.fx.symbolic_trace(naive), (samples,))
+    assert "torch.where" in better.code
+    test = torch.cat([_log_spread(-30, 1, 200, 2), -_log_spread(-30, 1, 200, 3)])
+    exact = _exact(lambda x: (1 - mp.cos(x)) / (x * x), test)
+    assert _bits(better, (test,), exact) < 1.0 < _bits(naive, (test,), exact)
+    assert torch.isfinite(better(test)).all()
+
+
+def test_a_rewrite_that_is_not_more_accurate_is_not_made():
+    def accurate(x, y):
+        return x * y + torch.exp(x)
+
+    gm = torch.fx.symbolic_trace(accurate)
+    xs = (torch.randn(64), torch.randn(64))
+    better = improve_accuracy(gm, xs)
+    assert better.code == gm.code
+    assert better.meta["accuracy_report"].improvements == []
+
+
+def test_a_model_without_unstable_code_costs_one_analysed_run():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    gm = torch.fx.symbolic_trace(model)
+    better = improve_accuracy(gm, (torch.randn(8, 16),))
+    report = better.meta["accuracy_report"]
+    assert report.improvements == [] and report.localised == []
+    assert better.code == gm.code
+
+
+def test_regimes_split_where_candidates_trade_places_and_not_for_one_noisy_point():
+    keys = [np.linspace(-1, 1, 40)]
+    errors = np.stack([np.where(keys[0] < 0, 0.0, 20.0), np.where(keys[0] < 0, 20.0, 0.0)])
+    regimes = infer_regimes(errors, keys)
+    assert regimes.candidates == [0, 1] and -0.1 < regimes.thresholds[0] < 0.1
+    noisy = np.zeros((2, 40))
+    noisy[0, 7], noisy[1, :] = 3.0, 0.5
+    assert infer_regimes(noisy, keys).thresholds == []
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+def test_both_entry_points_fix_formulas_the_rules_were_not_written_for(entry):
+    def naive(x):
+        return torch.log(x + 1) - torch.log(x)
+
+    train, test = _log_spread(1, 30, 128, 0), _log_spread(1, 30, 128, 1)
+    if entry == "rewriter":
+        fixed = StabilityRewriter().optimize(naive, (train,))
+    else:
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(naive), (train,))
+        fixed = eg.saturate(load_rules("all"), iter_limit=4, node_limit=5_000).extract(
+            Curvature())
+    exact = _exact(lambda x: mp.log(x + 1) - mp.log(x), test)
+    assert _bits(naive, (test,), exact) > 5
+    assert _bits(fixed, (test,), exact) < 1
