@@ -337,8 +337,16 @@ class EGraph:
         for c in {find(c) for c in self._dirty}:
             if opidx:
                 opidx.pop(c, None)
+            ns = cnodes[c]
+            # Two equal e-nodes in one list were made equal by canonicalising one of
+            # them, so a list whose e-nodes are all canonical has no duplicates either.
+            for n in ns:
+                if _canonical(n, P, find) is not n:
+                    break
+            else:
+                continue
             unique: dict[tuple, None] = {}
-            for n in cnodes[c]:
+            for n in ns:
                 t = _canonical(n, P, find)
                 if t is not n:
                     # Share the hash-cons key's tuple instead of keeping a second copy.
