@@ -36,6 +36,7 @@ ValueError: rule 'bad': the right side uses ?b, which the left side does not bin
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 
 Guard = Callable[["EGraph", Subst], bool]
 Applier = Callable[["EGraph", Subst], Any]
+
+_SKELETON_AFTER = 8
+"""Left sides with more variants than this first find their candidate root classes."""
 
 COMMUTATIVE_OPS = frozenset(name for name, entry in TABLE.items() if entry.commutative)
 """Canonical ops whose two operands commute (the op table's ``commutative``): a pattern
@@ -68,7 +72,8 @@ def _number_kinds(term: Term) -> list[Term]:
     if value != value or abs(value) == float("inf"):
         return [term]
     if tag == "int":
-        return [term, Term(("float", float(value)))]
+        # A float literal is the same number only where the float holds the int exactly.
+        return [term, Term(("float", float(value)))] if float(value) == value else [term]
     if value.is_integer():
         return [term, Term(("int", int(value)))]
     return [term]
@@ -146,6 +151,27 @@ def _parse_equation(text: str | tuple, rule: str) -> tuple[str, Term]:
     return left[1:], parse(right)
 
 
+def _skeleton(term: Term) -> list[Term]:
+    """The variants of ``term`` cut below its root's children (deeper subterms become
+    variables, named in order of occurrence so that variants equal up to renaming are one):
+    every match of a variant of ``term`` is rooted where one of these matches."""
+    fresh = itertools.count()
+    cut = Term(term.op, tuple(
+        Term(a.op, tuple(Var(f"_cut.{next(fresh)}") for _ in a.args)) if a.args else a
+        for a in term.args))
+    out: dict[Term, None] = {}
+    for variant in match_variants(cut):
+        names = {v: Var(f"s{i}") for i, v in enumerate(variant.variables())}
+        out.setdefault(_rename(variant, names), None)
+    return list(out)
+
+
+def _rename(term: Term, names: dict[str, Var]) -> Term:
+    if isinstance(term, Var):
+        return names[term.name]
+    return Term(term.op, tuple(_rename(a, names) for a in term.args))
+
+
 class MultiPattern:
     """Conjunctive patterns ``?v1 = p1, ?v2 = p2, ...`` joined on shared variables."""
 
@@ -188,7 +214,8 @@ class Rewrite:
     ``search`` finds matches as tuples, ``apply`` adds right sides and unions them.
     """
 
-    def __init__(self, name: str, lhs, rhs, when: Guard | None = None, description: str = ""):
+    def __init__(self, name: str, lhs, rhs, when: Guard | None = None, description: str = "",
+                 variants: bool = True):
         if not isinstance(name, str) or not name:
             raise ValueError("a rewrite needs a non-empty name")
         self.name = name
@@ -219,24 +246,32 @@ class Rewrite:
         else:
             self.rhs = Pattern.of(rhs)
             self._check_bound(self.rhs.variables, bound)
-        self._expand()
+        self._expand(variants)
 
-    def _expand(self) -> None:
+    def _expand(self, variants: bool) -> None:
         """The left side's variants (see the module docstring) and the right side each
         variant instantiates (None: the same right side for all). Variants are compiled
         on first use, and only once the numbers they spell occur in the searched e-graph,
         so a rule costs nothing for the int and float spellings a program never holds."""
         self._variants: list[Term] = []
         self._compiled: dict[int, tuple[Pattern, tuple[int, ...]]] = {}
-        self._numbers: list[tuple[Term, ...]] = []
+        self._numbers: list[frozenset[Term]] = []
+        self._all_numbers: frozenset[Term] = frozenset()
         self._rhs_variants: list[Pattern] | None = None
-        if not isinstance(self.lhs, Pattern):
+        self._skeleton: list[Pattern] = []
+        if not variants or not isinstance(self.lhs, Pattern):
             return
         terms = match_variants(self.lhs.term)
         if len(terms) == 1:
             return
         self._variants = terms
-        self._numbers = [tuple({t: None for t in walk(term) if _is_number(t)}) for term in terms]
+        self._numbers = [frozenset(t for t in walk(term) if _is_number(t)) for term in terms]
+        self._all_numbers = frozenset().union(*self._numbers)
+        # Many variants (commutative ops nested inside each other) would each scan every
+        # class of the root's op; the few variants of the rule's top two levels find the
+        # classes worth scanning first.
+        if len(terms) > _SKELETON_AFTER:
+            self._skeleton = [Pattern.of(t) for t in _skeleton(self.lhs.term)]
         written = _number_leaves(self.rhs.term) if self.rhs is not None else {}
         if not written:
             return
@@ -312,10 +347,12 @@ class Rewrite:
         """
         if not self._variants:
             return self.lhs.search_tuples(egraph, roots, limit)
-        lookup = egraph.lookup
+        present = {t for t in self._all_numbers if egraph.lookup(t) is not None}
+        if self._skeleton:
+            roots = {m[0] for p in self._skeleton for m in p.search_tuples(egraph, roots)}
         seen: dict[tuple, int] = {}
         for which, numbers in enumerate(self._numbers):
-            if any(lookup(t) is None for t in numbers):
+            if not present.issuperset(numbers):
                 continue
             pattern, slots = self._variant(which)
             found = pattern.search_tuples(egraph, roots, limit)
@@ -432,23 +469,28 @@ class Rewrite:
         return merged
 
 
-def rewrite(name: str, lhs, rhs, when: Guard | None = None, description: str = "") -> Rewrite:
+def rewrite(name: str, lhs, rhs, when: Guard | None = None, description: str = "",
+            variants: bool = True) -> Rewrite:
     """A rewrite rule ``lhs => rhs`` (guarded by ``when(egraph, subst)`` if given).
+
+    ``variants=False`` matches the left side only as written (no other operand order or
+    kind of number): for the commutative and associative laws themselves, whose other
+    spellings the laws generate anyway, so matching them too only repeats work.
 
     >>> rewrite("comm-add", "(+ ?a ?b)", "(+ ?b ?a)")
     Rewrite('comm-add', '(+ ?a ?b)' => '(+ ?b ?a)')
     """
-    return Rewrite(name, lhs, rhs, when=when, description=description)
+    return Rewrite(name, lhs, rhs, when=when, description=description, variants=variants)
 
 
 def birewrite(name: str, lhs, rhs, when: Guard | None = None,
-              description: str = "") -> list[Rewrite]:
+              description: str = "", variants: bool = True) -> list[Rewrite]:
     """Both directions: ``name`` rewrites lhs to rhs, ``name-rev`` rhs to lhs.
 
     >>> [r.name for r in birewrite("assoc", "(+ ?a (+ ?b ?c))", "(+ (+ ?a ?b) ?c)")]
     ['assoc', 'assoc-rev']
     """
     return [
-        Rewrite(name, lhs, rhs, when=when, description=description),
-        Rewrite(name + "-rev", rhs, lhs, when=when, description=description),
+        Rewrite(name, lhs, rhs, when=when, description=description, variants=variants),
+        Rewrite(name + "-rev", rhs, lhs, when=when, description=description, variants=variants),
     ]

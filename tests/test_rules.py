@@ -84,6 +84,23 @@ def test_a_number_matches_int_and_float_literals_and_commutative_ops_both_orders
     assert not log1p_rule.search(near_miss)
 
 
+def test_a_deeply_commutative_rule_fires_on_every_operand_order():
+    """gelu-tanh has 256 spellings (six commutative ops, two numbers of either kind)."""
+    import math
+
+    gelu = {r.name: r for r in RULES}["gelu-tanh"].rewrite
+    c = math.sqrt(2 / math.pi)
+    spellings = [
+        lambda x: 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3))),
+        lambda x: (torch.tanh((0.044715 * x ** 3.0 + x) * c) + 1) * (x * 0.5),
+        lambda x: x * 0.5 * (1 + torch.tanh(c * (x ** 3 * 0.044715 + x))),
+    ]
+    for fn in spellings:
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (torch.rand(4),))
+        eg.saturate([gelu], iter_limit=2)
+        assert eg.report.rules["gelu-tanh"].applied == 1
+
+
 def test_a_right_side_number_keeps_the_kind_the_program_used():
     """``(x + 1) * 2 => x * 2 + 2`` on an int tensor stays int (a float 2.0 would make the
     result a float tensor)."""

@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from egraph.rewrite import Rewrite
-from egraph.rules import algebra, fusion, layout, stability
+from egraph.rules import algebra, fusion, herbie, layout, stability
 from egraph.rules.define import Input, LibraryRule, rule
 
-__all__ = ["FAMILIES", "Input", "LibraryRule", "library", "load_rules", "rule"]
+__all__ = ["FAMILIES", "OPT_IN", "Input", "LibraryRule", "library", "load_rules", "rule"]
 
 FAMILIES: dict[str, list[LibraryRule]] = {
     name: [replace(r, family=name) for r in module.RULES]
@@ -39,10 +39,17 @@ FAMILIES: dict[str, list[LibraryRule]] = {
 }
 """Each family's rules, in order, with their family set."""
 
+OPT_IN: dict[str, list[LibraryRule]] = {
+    "herbie": [replace(r, family="herbie") for r in herbie.RULES],
+}
+"""Families loaded only by name, not by ``'all'``: ``herbie`` (Herbie's rule database, for
+the accuracy search on one localised formula; its flips and fraction rules multiply every sum
+of a model)."""
+
 
 def _check_unique() -> None:
     seen: set[str] = set()
-    for rules in FAMILIES.values():
+    for rules in (*FAMILIES.values(), *OPT_IN.values()):
         for r in rules:
             if r.name in seen:
                 raise ValueError(f"two library rules are named {r.name!r}; rename one")
@@ -62,13 +69,13 @@ def library(*names: str) -> list[LibraryRule]:
     for name in names or ("all",):
         if name == "all":
             wanted.update(FAMILIES)
-        elif name in FAMILIES:
+        elif name in FAMILIES or name in OPT_IN:
             wanted.add(name)
         else:
-            raise ValueError(
-                f"no rule family {name!r}; choose from {', '.join(FAMILIES)} or 'all'"
-            )
-    return [r for family, rules in FAMILIES.items() if family in wanted for r in rules]
+            raise ValueError(f"no rule family {name!r}; choose from "
+                             f"{', '.join([*FAMILIES, *OPT_IN])} or 'all'")
+    return [r for family, rules in {**FAMILIES, **OPT_IN}.items() if family in wanted
+            for r in rules]
 
 
 def load_rules(*names: str) -> list[Rewrite]:

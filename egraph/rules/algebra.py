@@ -109,19 +109,21 @@ def _through_expand(op, example) -> LibraryRule:
 
 
 RULES: list[LibraryRule] = [
-    rule("comm-add", a + b, b + a, example=lambda a, b: a + b, inputs=AB,
+    # The commutative and associative laws generate every operand order themselves, so
+    # they match only as written (variants=False): matching both orders repeats work.
+    rule("comm-add", a + b, b + a, variants=False, example=lambda a, b: a + b, inputs=AB,
          description="a + b = b + a"),
-    rule("comm-mul", a * b, b * a, example=lambda a, b: a * b, inputs=AB,
+    rule("comm-mul", a * b, b * a, variants=False, example=lambda a, b: a * b, inputs=AB,
          description="ab = ba"),
-    rule("assoc-add", a + (b + c), (a + b) + c, when=ONE_DTYPE,
+    rule("assoc-add", a + (b + c), (a + b) + c, when=ONE_DTYPE, variants=False,
          example=lambda a, b, c: a + (b + c), inputs=ABC,
          description="addition reassociates"),
-    rule("assoc-mul", a * (b * c), (a * b) * c, when=ONE_DTYPE,
+    rule("assoc-mul", a * (b * c), (a * b) * c, when=ONE_DTYPE, variants=False,
          example=lambda a, b, c: a * (b * c), inputs=ABC,
          description="multiplication reassociates"),
-    rule("distribute", a * (b + c), a * b + a * c, when=ONE_DTYPE,
+    rule("distribute", a * (b + c), a * b + a * c, when=ONE_DTYPE, variants=False,
          example=lambda a, b, c: a * (b + c), inputs=ABC, description="a(b + c) = ab + ac"),
-    rule("factor", a * b + a * c, a * (b + c), when=ONE_DTYPE,
+    rule("factor", a * b + a * c, a * (b + c), when=ONE_DTYPE, variants=False,
          example=lambda a, b, c: a * b + a * c, inputs=ABC, description="ab + ac = a(b + c)"),
     rule("sub-canon", a - b, a + -b, example=lambda a, b: a - b, inputs=AB,
          description="subtraction as adding the negation"),

@@ -167,13 +167,16 @@ def _check_ops(name: str, side: Any) -> None:
 
 def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
          example: Callable | tuple[Callable, ...], inputs: dict[str, Any],
-         when: Guard | None = None, description: str = "") -> LibraryRule:
+         when: Guard | None = None, description: str = "",
+         variants: bool = True) -> LibraryRule:
     """A library rule ``lhs => rhs`` (guarded by ``when``), with the PyTorch ``example``
     it fires on (a callable, or several) and that example's ``inputs``: a shape per
     parameter, or ``(shape, domain)`` (see :class:`Input`).
 
     ``lhs`` and ``rhs`` are terms built with :mod:`egraph.ops` and Python operators (or
     s-expressions); ``rhs`` may be a dynamic right side ``(egraph, subst) -> class id``.
+    ``variants=False`` is for the commutative and associative laws themselves (see
+    :func:`egraph.rewrite.rewrite`).
 
     >>> from egraph import vars
     >>> from egraph.ops import exp, log
@@ -197,5 +200,6 @@ def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
             )
     _check_ops(name, lhs)
     _check_ops(name, rhs)
-    return LibraryRule(Rewrite(name, lhs, rhs, when=when, description=description),
+    return LibraryRule(Rewrite(name, lhs, rhs, when=when, description=description,
+                               variants=variants),
                        description, examples, {k: _as_input(v) for k, v in inputs.items()})
