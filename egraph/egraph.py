@@ -268,7 +268,13 @@ class EGraph:
             parents[rb] = None
             self._grew.add(ra)
         cnodes = self._cnodes
-        cnodes[ra].extend(cnodes[rb])
+        kept, absorbed = cnodes[ra], cnodes[rb]
+        if len(kept) < 8:
+            # Most classes stay small: an exact-size list, where extend would leave up
+            # to 6 spare slots in each (rebuild keeps a list whose e-nodes are canonical).
+            cnodes[ra] = kept + absorbed
+        else:
+            kept.extend(absorbed)
         cnodes[rb] = None
         opidx = self._opidx
         if opidx:

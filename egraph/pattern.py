@@ -7,8 +7,9 @@ match) and one that builds the pattern's instance from a match. A match is a tup
 
 Search costs what can match, not the sizes of the classes it passes through: a large
 class is looked up by operator (the e-graph's per-class op index, as egg keeps a class's
-e-nodes sorted by operator), and a nested sub-pattern is matched once per child class and
-search, its matches shared by every parent of that class (a hash join on the class id).
+e-nodes sorted by operator), and a sub-pattern that nests further is matched once per
+child class and search, its matches shared by every parent of that class (a hash join on
+the class id).
 
 >>> from egraph import EGraph, parse
 >>> eg = EGraph()
@@ -226,11 +227,17 @@ class Pattern:
                 child = g.fresh("c")
                 g.emit(depth, f"{child} = {ref}")
                 nested.append((arg, child))
-        # Fetch every nested sub-pattern's matches first: a node with one child that
-        # cannot match is dropped before the other children's matches are walked.
-        fetched = [self._emit_submatches(g, arg, child, depth) for arg, child in nested]
-        for found, names in fetched:
-            depth = self._emit_bind(g, found, names, depth)
+        # A sub-pattern with sub-patterns of its own is a join worth sharing between the
+        # parents of its class; its matches are fetched first, so a node with a child
+        # that cannot match is dropped before any loop. A one-level sub-pattern is a
+        # plain loop over the child's e-nodes with its op (sharing would only copy them).
+        fetched = {id(arg): self._emit_submatches(g, arg, child, depth)
+                   for arg, child in nested if _depth(arg) > 1}
+        for arg, child in nested:
+            if id(arg) in fetched:
+                depth = self._emit_bind(g, *fetched[id(arg)], depth)
+            else:
+                depth = self._emit_node(g, arg, child, depth)
         return depth
 
     def _emit_submatches(self, g: _Codegen, term: Term, cls: str, depth: int
