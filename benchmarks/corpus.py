@@ -333,24 +333,44 @@ MODELS: tuple[str, ...] = tuple(_SPECS)
 ATTENTION = ("eager", "sdpa")
 
 
+def _gpt2_small(t):
+    """GPT-2 small's shape (12 layers, hidden 768, 12 heads) with the vocabulary padded to
+    50304, for the pipeline's time on a full-sized decoder."""
+    config = t.GPT2Config(vocab_size=50304, n_positions=1024, n_embd=768, n_layer=12,
+                          n_head=12, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                          use_cache=False, bos_token_id=1, eos_token_id=2)
+    return t.GPT2LMHeadModel, config, ("input_ids",), ("logits",), ids_inputs, "seq"
+
+
+LARGE: dict[str, tuple[Callable, int, int]] = {"gpt2_small": (_gpt2_small, 1, 128)}
+"""Full-sized models, outside :data:`MODELS` (tests never build them): name -> (config,
+batch, sequence length)."""
+
+
 def build(name: str, attn: str = "eager") -> Case:
-    """Build corpus entry ``name`` (one of :data:`MODELS`) with attention implementation
-    ``attn`` ("eager" or "sdpa"): the wrapped model in eval mode, seeded weights, example
-    inputs of batch 2 and sequence length 8."""
-    if name not in _SPECS:
-        raise KeyError(f"unknown corpus model {name!r}; choose from {', '.join(MODELS)}")
+    """Build corpus entry ``name`` (one of :data:`MODELS`, or of :data:`LARGE`) with
+    attention implementation ``attn`` ("eager" or "sdpa"): the wrapped model in eval mode,
+    seeded weights, example inputs of batch 2 and sequence length 8 (a large model's own
+    batch and sequence length)."""
+    if name in LARGE:
+        spec, batch, seq = LARGE[name]
+    elif name in _SPECS:
+        spec, batch, seq = _SPECS[name], BATCH, SEQ
+    else:
+        raise KeyError(f"unknown corpus model {name!r}; choose from "
+                       f"{', '.join(MODELS + tuple(LARGE))}")
     if attn not in ATTENTION:
         raise ValueError(f"attn={attn!r}: use one of {ATTENTION}")
     import transformers
 
-    model_cls, config, names, outputs, make_inputs, varies = _SPECS[name](transformers)
+    model_cls, config, names, outputs, make_inputs, varies = spec(transformers)
     config._attn_implementation = attn
     torch.manual_seed(SEED)
     model = model_cls(config)
     model.eval()
     wrapped = TensorModel(model, names, outputs).eval()
     label = name if attn == "eager" else f"{name}@{attn}"
-    return Case(label, wrapped, make_inputs(BATCH, SEQ), make_inputs, varies)
+    return Case(label, wrapped, make_inputs(batch, seq), make_inputs, varies)
 
 
 def _describe(x) -> str:

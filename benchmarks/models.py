@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
-from benchmarks.corpus import MODELS, Case, build  # noqa: E402
+from benchmarks.corpus import LARGE, MODELS, Case, build  # noqa: E402
 from compiler.cli import median_seconds  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
 from egraph import EGraph  # noqa: E402
@@ -62,6 +62,9 @@ from extractors import Flops, PeakMemory  # noqa: E402
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 TOL = dict(rtol=1e-4, atol=1e-5)
 ENTRIES = ("export", "compile", "inductor", "train")
+TRAINED = ("gpt2", "bert", "llama", "mixtral")
+"""The models the train entry runs on by default (Inductor's cold compile of a training
+step takes a minute or more per model on a small CPU)."""
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -92,27 +95,29 @@ def _reports(reports: list, row: dict) -> None:
     row.update(graphs=len(reports), fallbacks=sum(bool(r.fell_back) for r in reports),
                nodes_before=sum(r.nodes_before for r in reports),
                nodes_after=sum(r.nodes_after for r in reports),
-               rules=len(rewrites), rewrites=sum(rewrites.values()), rewrite_names=rewrites)
+               rules=len(rewrites), rewrites=sum(rewrites.values()), rewrite_names=rewrites,
+               fallback_reasons=[r.validation.reason for r in reports
+                                 if r.fell_back and r.validation is not None])
 
 
-@contextlib.contextmanager
-def _timed_pipeline(seconds: list):
-    """Time every graph the e-graph backend compiles (``compile_graph`` is the one place
-    the backend runs the pipeline)."""
-    original = compile_backend.compile_graph
+PHASES = ("ingest", "saturate", "extract", "emit", "validate")
 
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - start)
 
-    compile_backend.compile_graph = timed
-    try:
-        yield
-    finally:
-        compile_backend.compile_graph = original
+def _phases(reports: list, row: dict) -> None:
+    """Pipeline seconds per phase, summed over the graphs the backend compiled (each
+    :class:`~compiler.compile.GraphReport` times its own phases)."""
+    phases: dict[str, float] = {}
+    for r in reports:
+        for phase, seconds in r.times.items():
+            phases[phase] = phases.get(phase, 0.0) + seconds
+    row["phases"] = phases
+    row["pipeline_s"] = sum(phases.values())
+
+
+def _breaks(seen, row: dict) -> None:
+    """Dynamo's graph breaks, as :func:`compiler.compile.capture` collected them."""
+    row["breaks"] = sum(b.count for b in seen.graph_breaks)
+    row["break_reasons"] = [f"{b.reason} (x{b.count})" for b in seen.graph_breaks]
 
 
 def run_export(case: Case, rules, repeat: int) -> dict:
@@ -123,12 +128,17 @@ def run_export(case: Case, rules, repeat: int) -> dict:
         t0 = time.perf_counter()
         program = torch.export.export(model, inputs)
         t1 = time.perf_counter()
-        eg = EGraph.from_fx(program, inputs).saturate(rules, **LIMITS)
-        opt = eg.extract(Flops(), validate="strict")
+        eg = EGraph.from_fx(program, inputs)
         t2 = time.perf_counter()
+        eg.saturate(rules, **LIMITS)
+        t3 = time.perf_counter()
+        opt = eg.extract(Flops(), validate="strict")
+        t4 = time.perf_counter()
         torch.testing.assert_close(opt(*inputs), model(*inputs), **TOL)
-        row.update(pipeline_s=t2 - t1, first_s=t2 - t0)
-        _reports([opt.meta["egraph_report"]], row)
+        report = opt.meta["egraph_report"]
+        row.update(pipeline_s=t4 - t1, first_s=t4 - t0,
+                   phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
+        _reports([report], row)
         row["ours_ms"] = median_ms(lambda: opt(*inputs), repeat)
         row.update(peak_est=PeakMemory().program_cost(eg), peak_src=peak_bytes(model, *inputs),
                    peak_ours=peak_bytes(opt, *inputs))
@@ -141,16 +151,17 @@ def run_compile(case: Case, rules, repeat: int, codegen: str = "eager") -> dict:
     cost = Flops() if codegen == "eager" else None  # Inductor's: fused regions as kernels
     backend = compile_backend.make_backend(rules=rules, cost=cost, validate="strict",
                                            codegen=codegen, **LIMITS)
-    seconds: list[float] = []
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
-    with torch.no_grad(), warnings.catch_warnings(), _timed_pipeline(seconds):
+    with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        out = compiled(*inputs)
+        with compile_backend.capture() as seen:
+            out = compiled(*inputs)
         row["first_s"] = time.perf_counter() - t0
-        row["pipeline_s"] = sum(seconds)
-        _reports([entry.module.meta["egraph_report"] for entry in backend.cache.values()], row)
+        _phases(backend.reports, row)
+        _breaks(seen, row)
+        _reports([r.extraction for r in backend.reports], row)
         torch.testing.assert_close(out, model(*inputs), **TOL)
         row["ours_ms"] = median_ms(lambda: compiled(*inputs), repeat)
         second = case.second_inputs()
@@ -176,14 +187,17 @@ def run_train(case: Case, rules, repeat: int) -> dict:
     model, inputs = case.model.train(), case.inputs
     backend = compile_backend.make_backend(rules=rules, cost=Flops(), validate="strict",
                                            **LIMITS)
-    seconds: list[float] = []
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
-    with warnings.catch_warnings(), _timed_pipeline(seconds):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        loss = _train_step(compiled, inputs)()
+        with compile_backend.capture() as seen:
+            loss = _train_step(compiled, inputs)()
         row["first_s"] = time.perf_counter() - t0
+        _phases(backend.reports, row)
+        _breaks(seen, row)
+        _reports([r.extraction for r in backend.reports], row)
         grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
         expected = _train_step(model, inputs)()
         torch.testing.assert_close(loss, expected, **TOL)
@@ -192,8 +206,6 @@ def run_train(case: Case, rules, repeat: int) -> dict:
                 torch.testing.assert_close(grads[key], p.grad, **TOL,
                                            msg=lambda m, k=key: f"gradient of {k}: {m}")
         row["ours_ms"] = median_ms(_train_step(compiled, inputs), repeat)
-    row["pipeline_s"] = sum(seconds)
-    _reports([entry.module.meta["egraph_report"] for entry in backend.cache.values()], row)
     return row
 
 
@@ -247,6 +259,8 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
             row["eager_ms"] = eager[train]
             torch._dynamo.reset()
             row.update(RUNNERS[entry](build(name, attn), rules, repeat))
+            if row.get("fallbacks"):  # the source ran, not ours: a failure here
+                row["status"] = f"fell back: {'; '.join(row['fallback_reasons'])}"
         except Exception as exc:  # noqa: BLE001 - a row of the table
             row["status"] = _error(exc)
         finally:
@@ -264,7 +278,8 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
 
 COLUMNS = [
     ("model", "model"), ("entry", "entry"), ("status", "works"), ("second", "2nd size"),
-    ("graphs", "graphs"), ("fallbacks", "fallbacks"), ("nodes", "nodes before->after"),
+    ("graphs", "graphs"), ("breaks", "graph breaks"), ("fallbacks", "fallbacks"),
+    ("nodes", "nodes before->after"),
     ("rw", "rules/rewrites"), ("pipeline_s", "pipeline s"), ("first_s", "first call s"),
     ("inductor_s", "Inductor cold s"), ("eager_ms", "eager ms"), ("ours_ms", "ours ms"),
     ("inductor_ms", "Inductor ms"), ("ours_x", "ours/eager"), ("inductor_x", "Inductor/eager"),
@@ -345,6 +360,57 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def phases_section(rows: list[dict]) -> str:
+    """Pipeline seconds per phase of each row (summed over its graphs)."""
+    lines = ["| model | entry | " + " | ".join(PHASES) + " | total |",
+             "|---|---|" + "---|" * (len(PHASES) + 1)]
+    for row in rows:
+        phases = row.get("phases")
+        if phases:
+            cells = [f"{phases.get(p, 0.0):.2f}" for p in PHASES]
+            lines.append(f"| {row['model']} | {row['entry']} | " + " | ".join(cells)
+                         + f" | {sum(phases.values()):.2f} |")
+    return "\n".join(lines)
+
+
+def reasons_section(rows: list[dict]) -> str:
+    """Each graph break and each fallback, with its reason."""
+    lines = []
+    for row in rows:
+        for reason in row.get("break_reasons", []):
+            lines.append(f"- {row['model']} ({row['entry']}): graph break: {reason}")
+        for reason in row.get("fallback_reasons", []):
+            lines.append(f"- {row['model']} ({row['entry']}): fallback: {reason}")
+    return "\n".join(lines) or "none"
+
+
+def plot(rows: list[dict], out: Path) -> list[Path]:
+    """Two charts beside the markdown (PNG and SVG, :mod:`compiler.charts`): run time as a
+    fraction of eager, Inductor against ours + Inductor, and compile seconds, Inductor's
+    cold compile against our pipeline."""
+    from compiler import charts
+
+    timed = [r for r in rows if r["entry"] == "inductor" and r["status"] == "ok"
+             and "inductor_ms" in r and r.get("eager_ms")]
+    compiled = [r for r in rows if r["entry"] in ("compile", "inductor") and
+                r["status"] == "ok" and "inductor_s" in r and "pipeline_s" in r]
+    compiled = list({r["model"]: r for r in compiled}.values())  # one per model
+    if not timed and not compiled:
+        return []
+    left, right = charts.panels(2, size=(7.0, 1.5 + 0.45 * max(len(timed), len(compiled))))
+    charts.before_after_bars([r["model"] for r in timed],
+                             [r["inductor_ms"] / r["eager_ms"] for r in timed],
+                             [r["ours_ms"] / r["eager_ms"] for r in timed], ax=left,
+                             title="run time, fraction of eager (lower is faster)",
+                             unit="time / eager time", names=("Inductor", "ours + Inductor"))
+    charts.before_after_bars([r["model"] for r in compiled],
+                             [r["inductor_s"] for r in compiled],
+                             [r["pipeline_s"] for r in compiled], ax=right, log=True,
+                             title="compile seconds", unit="seconds (log scale)",
+                             names=("Inductor cold compile", "our pipeline"))
+    return charts.save(left.figure, out.with_suffix(".png"), out.with_suffix(".svg"))
+
+
 def rewrites_section(rows: list[dict]) -> str:
     lines = []
     for row in rows:
@@ -361,6 +427,12 @@ def main() -> None:
                         help=f"comma-separated, from: {', '.join(MODELS)}")
     parser.add_argument("--entries", default="export,compile,inductor",
                         help=f"comma-separated, from: {', '.join(ENTRIES)}")
+    parser.add_argument("--train-models", default=",".join(TRAINED),
+                        help="the models the train entry runs on (comma-separated; 'all' for "
+                             "every model)")
+    parser.add_argument("--large", action="store_true",
+                        help="add the 12-layer GPT-2-small-sized decoder (benchmarks/corpus.py "
+                             "LARGE: T=128, vocabulary 50304) through export and compile")
     parser.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per median")
     parser.add_argument("--no-inductor", action="store_true")
@@ -381,8 +453,12 @@ def main() -> None:
     rules = load_rules("all")
     start = time.perf_counter()
     rows: list[dict] = []
-    for name in progress(names, desc="models", unit="model"):
-        for row in run_model(name, entries, args.attn, rules, args.repeat,
+    trained = set(MODELS) if args.train_models == "all" else set(args.train_models.split(","))
+    plan = [(name, [e for e in entries if e != "train" or name in trained]) for name in names]
+    if args.large:
+        plan += [(name, [e for e in entries if e in ("export", "compile")]) for name in LARGE]
+    for name, model_entries in progress(plan, desc="models", unit="model"):
+        for row in run_model(name, model_entries, args.attn, rules, args.repeat,
                              not args.no_inductor):
             rows.append(row)
             cells = _cells(row)
@@ -400,7 +476,8 @@ def main() -> None:
         f"random weights), attention `{args.attn}`; torch {torch.__version__}, "
         f"{platform.machine()} CPU, {torch.get_num_threads()} threads. "
         f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
-        f"{','.join(entries)} --attn {args.attn} --repeat {args.repeat}"
+        f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "
+        f"--repeat {args.repeat}{' --large' if args.large else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
         "Rules `all`, cost `Flops()`, saturation limits "
         f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
@@ -413,13 +490,18 @@ def main() -> None:
         f"{args.repeat} calls; ratios below 1 are faster than eager. Geometric means are "
         "over the models where the entry point worked.\n\n"
     )
-    document = header + text + "\n\nRewrites applied, by rule:\n\n" + rewrites_section(rows) + "\n"
+    document = (header + text + "\n\nPipeline seconds by phase:\n\n" + phases_section(rows)
+                + "\n\nGraph breaks and fallbacks:\n\n" + reasons_section(rows)
+                + "\n\nRewrites applied, by rule:\n\n" + rewrites_section(rows) + "\n")
     print()
     print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(document)
-    print(f"\nwritten to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    charts_written = plot(rows, out)
+    out.write_text(document + "".join(f"\n![{p.stem}]({p.name})\n" for p in charts_written
+                                      if p.suffix == ".svg"))
+    for path in [out, *charts_written]:
+        print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":
