@@ -15,6 +15,7 @@ raises :class:`~egraph.egraph.UnsoundMerge`. Scalar arithmetic on known values (
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -74,16 +75,23 @@ class Meta(NamedTuple):
             return _number("scalar", exact_of(value), value)
         return cls("unknown")
 
-    def example(self) -> Any:
-        """A meta tensor (or the value) standing for this class in shape inference."""
+    def signature(self) -> tuple:
+        """What shape inference reads of this class: a tensor's shape and dtype, or a
+        number's type and value (``1``, ``1.0``, ``True`` and ``-0.0`` stay apart).
+
+        >>> Meta.of(torch.empty(2, 3)).signature()
+        ('tensor', (2, 3), torch.float32)
+        """
         if self.kind == "tensor":
             if self.shape is None or self.dtype is None:
                 raise _Unknown
-            return torch.empty(self.shape, dtype=self.dtype, device="meta")
+            return ("tensor", self.shape, self.dtype)
         if self.kind in ("literal", "scalar"):
             if self.value is None and self.kind == "scalar":
                 raise _Unknown
-            return self.value
+            value = self.value
+            return ("value", type(value), value,
+                    math.copysign(1.0, value) if isinstance(value, float) else None)
         raise _Unknown
 
 
@@ -151,6 +159,24 @@ def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
     return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact)
 
 
+def _infer(op: str, key: tuple) -> Meta:
+    """The meta of ``op`` applied to classes of these signatures (:meth:`Meta.signature`),
+    by running its torch implementation on meta tensors."""
+    args = [torch.empty(k[1], dtype=k[2], device="meta") if k[0] == "tensor" else k[2]
+            for k in key]
+    try:
+        return Meta.of(SPECS[op].run(args))
+    except Exception:  # noqa: BLE001 - an op meta tensors cannot run: shape stays unknown
+        return UNKNOWN
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _inferred(op: str, key: tuple) -> Meta:
+    """:func:`_infer`, remembered: the layers of a model repeat the same ops on the same
+    shapes, and running an op on meta tensors costs a millisecond."""
+    return _infer(op, key)
+
+
 class TensorAnalysis(Analysis):
     """Shape/dtype/value analysis over the canonical vocabulary.
 
@@ -211,17 +237,16 @@ class TensorAnalysis(Analysis):
                 return Meta("scalar")
             exact, value = fold(op, [(k.exact, k.value) for k in kids])
             return _number("scalar", exact, value)
-        spec = SPECS.get(op)
-        if spec is None:
+        if op not in SPECS:
             return UNKNOWN
         try:
-            args = [k.example() for k in kids]
-            result = spec.run(args)
+            key = tuple(k.signature() for k in kids)
         except _Unknown:
             return UNKNOWN
-        except Exception:  # an op meta tensors cannot run: shape stays unknown
-            return UNKNOWN
-        return Meta.of(result)
+        try:
+            return _inferred(op, key)
+        except TypeError:  # an unhashable attribute (a slice): infer without the memo
+            return _infer(op, key)
 
     def merge(self, a: Meta | None, b: Meta | None) -> Meta | None:
         if a is None or a.kind == "unknown":
