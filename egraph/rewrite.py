@@ -36,7 +36,6 @@ ValueError: rule 'bad': the right side uses ?b, which the left side does not bin
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +49,8 @@ if TYPE_CHECKING:
 Guard = Callable[["EGraph", Subst], bool]
 Applier = Callable[["EGraph", Subst], Any]
 
-_SKELETON_AFTER = 8
-"""Left sides with more variants than this first find their candidate root classes."""
+_COMPILE_AT_MOST = 8
+"""Left sides with more variants than this are matched by :class:`_CommutativeSearch`."""
 
 COMMUTATIVE_OPS = frozenset(name for name, entry in TABLE.items() if entry.commutative)
 """Canonical ops whose two operands commute (the op table's ``commutative``): a pattern
@@ -151,25 +150,80 @@ def _parse_equation(text: str | tuple, rule: str) -> tuple[str, Term]:
     return left[1:], parse(right)
 
 
-def _skeleton(term: Term) -> list[Term]:
-    """The variants of ``term`` cut below its root's children (deeper subterms become
-    variables, named in order of occurrence so that variants equal up to renaming are one):
-    every match of a variant of ``term`` is rooted where one of these matches."""
-    fresh = itertools.count()
-    cut = Term(term.op, tuple(
-        Term(a.op, tuple(Var(f"_cut.{next(fresh)}") for _ in a.args)) if a.args else a
-        for a in term.args))
-    out: dict[Term, None] = {}
-    for variant in match_variants(cut):
-        names = {v: Var(f"s{i}") for i, v in enumerate(variant.variables())}
-        out.setdefault(_rename(variant, names), None)
-    return list(out)
+class _CommutativeSearch:
+    """Matches a left side whose commutative ops nest (gelu's formula has 256 spellings)
+    by trying both operand orders at each commutative e-node, instead of compiling every
+    spelling; the subterms free of commutative ops are compiled patterns (one per kind of
+    number). Results for a subterm at a class are computed once per search."""
 
+    def __init__(self, term: Term):
+        self.term = term
+        self.variables = term.variables()
+        self._flat: dict[int, list[Pattern]] = {}
+        self._kinds: dict[int, list[Term]] = {}
+        stack = [term]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, Var) or not t.args:
+                continue
+            if any(u.op in COMMUTATIVE_OPS for u in walk(t) if u.args):
+                numbers = NUMBER_OPERANDS.get(t.op, ())
+                for i, a in enumerate(t.args, start=1):
+                    if i in numbers and _is_number(a):
+                        self._kinds[id(a)] = _number_kinds(a)
+                    else:
+                        stack.append(a)
+            else:
+                self._flat[id(t)] = [Pattern.of(v) for v in match_variants(t)]
 
-def _rename(term: Term, names: dict[str, Var]) -> Term:
-    if isinstance(term, Var):
-        return names[term.name]
-    return Term(term.op, tuple(_rename(a, names) for a in term.args))
+    def search(self, egraph: EGraph, roots, limit: int) -> list[tuple]:
+        if roots is None:
+            roots = egraph.classes_with_op(self.term.op)
+        memo: dict[tuple[int, int], list[dict[str, int]]] = {}
+        out: dict[tuple, None] = {}
+        for r in roots:
+            for binding in self._match(self.term, r, egraph, memo):
+                out.setdefault((r, *[binding[v] for v in self.variables]), None)
+            if len(out) > limit:
+                break
+        return list(out)
+
+    def _match(self, t: Term, cls: int, egraph: EGraph, memo: dict) -> list[dict[str, int]]:
+        if isinstance(t, Var):
+            return [{t.name: cls}]
+        key = (id(t), cls)
+        found = memo.get(key)
+        if found is not None:
+            return found
+        found = []
+        if not t.args or id(t) in self._kinds:
+            kinds = self._kinds.get(id(t), [t])
+            if any(egraph.lookup(k) == cls for k in kinds):
+                found.append({})
+        elif id(t) in self._flat:
+            for pattern in self._flat[id(t)]:
+                found += [dict(zip(pattern.variables, m[1:]))
+                          for m in pattern.search_tuples(egraph, [cls])]
+        else:
+            arity = len(t.args) + 1
+            for node in egraph._cnodes[cls]:
+                if node[0] != t.op or len(node) != arity:
+                    continue
+                kids = node[1:]
+                orders = [kids]
+                if t.op in COMMUTATIVE_OPS and arity == 3 and kids[0] != kids[1]:
+                    orders.append(kids[::-1])
+                for order in orders:
+                    partial: list[dict[str, int]] = [{}]
+                    for arg, child in zip(t.args, order):
+                        partial = [{**p, **q} for q in self._match(arg, child, egraph, memo)
+                                   for p in partial
+                                   if all(p.get(k, v) == v for k, v in q.items())]
+                        if not partial:
+                            break
+                    found += partial
+        memo[key] = found
+        return found
 
 
 class MultiPattern:
@@ -258,7 +312,7 @@ class Rewrite:
         self._numbers: list[frozenset[Term]] = []
         self._all_numbers: frozenset[Term] = frozenset()
         self._rhs_variants: list[Pattern] | None = None
-        self._skeleton: list[Pattern] = []
+        self._nested: _CommutativeSearch | None = None
         if not variants or not isinstance(self.lhs, Pattern):
             return
         terms = match_variants(self.lhs.term)
@@ -267,11 +321,8 @@ class Rewrite:
         self._variants = terms
         self._numbers = [frozenset(t for t in walk(term) if _is_number(t)) for term in terms]
         self._all_numbers = frozenset().union(*self._numbers)
-        # Many variants (commutative ops nested inside each other) would each scan every
-        # class of the root's op; the few variants of the rule's top two levels find the
-        # classes worth scanning first.
-        if len(terms) > _SKELETON_AFTER:
-            self._skeleton = [Pattern.of(t) for t in _skeleton(self.lhs.term)]
+        if len(terms) > _COMPILE_AT_MOST:
+            self._nested = _CommutativeSearch(self.lhs.term)
         written = _number_leaves(self.rhs.term) if self.rhs is not None else {}
         if not written:
             return
@@ -347,9 +398,11 @@ class Rewrite:
         """
         if not self._variants:
             return self.lhs.search_tuples(egraph, roots, limit)
+        # Which variant matched matters only to a proof or a right side that writes a
+        # number of the left side; otherwise nested commutative ops are searched as one.
+        if self._nested is not None and not egraph.explanations and not self._rhs_variants:
+            return [(*m, 0) for m in self._nested.search(egraph, roots, limit)][: limit + 1]
         present = {t for t in self._all_numbers if egraph.lookup(t) is not None}
-        if self._skeleton:
-            roots = {m[0] for p in self._skeleton for m in p.search_tuples(egraph, roots)}
         seen: dict[tuple, int] = {}
         for which, numbers in enumerate(self._numbers):
             if not present.issuperset(numbers):

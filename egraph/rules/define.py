@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from egraph.ops import lookup
-from egraph.rewrite import Guard, Rewrite
-from egraph.term import Term, parse, walk
+from egraph.rewrite import Guard, MultiPattern, Rewrite
+from egraph.term import Term, walk
 
 __all__ = ["F", "Input", "LibraryRule", "rule", "source_of", "torch"]
+
 
 class _LazyModule:
     """A module imported on first attribute access: rule examples name ``torch`` while
@@ -148,21 +149,20 @@ def _as_input(spec: Any) -> Input:
     return Input(tuple(spec))
 
 
-def _check_ops(name: str, side: Any) -> None:
-    if callable(side) and not isinstance(side, Term):
-        return
-    terms = side if isinstance(side, (list, tuple)) and not isinstance(side, Term) else [side]
-    for item in terms:
-        if isinstance(item, str):
-            item = parse(item.partition("=")[2] if item.lstrip().startswith("?") else item)
-        elif isinstance(item, tuple):
-            item = item[1] if isinstance(item[1], Term) else parse(item[1])
-        for t in walk(item):
+def _check_ops(rewrite: Rewrite) -> None:
+    """Every op the rule spells is in the op table (s-expressions are not checked by
+    :mod:`egraph.ops`, and a misspelled op would make a rule that never fires)."""
+    lhs = rewrite.lhs
+    patterns = [p for _, p in lhs.parts] if isinstance(lhs, MultiPattern) else [lhs]
+    patterns += [rewrite.rhs] if rewrite.rhs is not None else [
+        p for _, p in rewrite.rhs_equations or []]
+    for pattern in patterns:
+        for t in walk(pattern.term):
             if type(t.op) is str and t.args:
                 try:
                     lookup(t.op)
                 except AttributeError as err:
-                    raise ValueError(f"rule {name!r}: {err}") from None
+                    raise ValueError(f"rule {rewrite.name!r}: {err}") from None
 
 
 def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
@@ -198,8 +198,7 @@ def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
                 f"rule {name!r}: the example takes ({', '.join(params)}) but the inputs "
                 f"declare ({', '.join(inputs)}); give one input per parameter, in order"
             )
-    _check_ops(name, lhs)
-    _check_ops(name, rhs)
-    return LibraryRule(Rewrite(name, lhs, rhs, when=when, description=description,
-                               variants=variants),
-                       description, examples, {k: _as_input(v) for k, v in inputs.items()})
+    rewrite = Rewrite(name, lhs, rhs, when=when, description=description, variants=variants)
+    _check_ops(rewrite)
+    return LibraryRule(rewrite, description, examples,
+                       {k: _as_input(v) for k, v in inputs.items()})
