@@ -16,9 +16,11 @@ How a left side matches, beyond its literal spelling (egg's own op names, ``+`` 
   written.
 
 Each such left side is expanded once, when the rule is made, into its variants (one
-compiled pattern each); their matches are reported in the rule's variable order. Where
-the right side writes a number that the left side matched, it takes the kind the program
-used (``(x + 1) * 2 => x * 2 + 2`` keeps an int tensor int).
+compiled pattern each, compiled when a search first needs it); their matches are reported
+in the rule's variable order. A left side whose commutative ops nest deeply (more than
+eight variants) is matched by trying both operand orders at each commutative e-node
+instead. Where the right side writes a number that the left side matched, it takes the
+kind the program used (``(x + 1) * 2 => x * 2 + 2`` keeps an int tensor int).
 
 The right side is a pattern, a multi-pattern of ``?v = pattern`` / ``?v = ?w`` equations,
 or a Python callable ``(egraph, subst)`` returning a class id, a term to add, or None to
