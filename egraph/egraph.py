@@ -375,13 +375,10 @@ class EGraph:
 
     def _compact(self) -> None:
         """Drop what only a running saturation needs: the change log, the per-class op
-        index, merged op entries."""
+        index. (Merged entries of the per-op lists go when :meth:`classes_with_op` next
+        reads them: a pass over every op here cost a transient set per op.)"""
         self._log.clear()
         self._opidx.clear()
-        find = self._uf.find
-        for op, found in self._by_op.items():
-            if len(found) > 1 or find(found[0]) != found[0]:
-                self._by_op[op] = list({find(c) for c in found})
 
     @property
     def is_clean(self) -> bool:
