@@ -270,11 +270,13 @@ class Runner:
             size_before = (len(memo), egraph.num_classes)
             t0 = clock()
             mark = (len(egraph._log), len(egraph._node))
+            reaches: dict[tuple[int, int], list | None] = {}
             found: list[list | None] = []
             for i, rule in enumerate(rules):
                 rs = report.rules[rule.name]
                 ts = clock()
-                roots = self._roots(egraph, rule, positions[i]) if self.incremental else None
+                roots = (self._roots(egraph, rule, positions[i], reaches) if self.incremental
+                         else None)
                 matches = self.scheduler.search(
                     iteration, rule, lambda limit, rule=rule, roots=roots: rule.search(
                         egraph, roots, limit)
@@ -338,41 +340,69 @@ class Runner:
             positions[:] = [(p[0] - low, p[1]) for p in positions]
 
     @staticmethod
-    def _roots(egraph: EGraph, rule: Rewrite, position: tuple[int, int] | None
-               ) -> set[int] | None:
+    def _roots(egraph: EGraph, rule: Rewrite, position: tuple[int, int] | None,
+               reaches: dict) -> set[int] | None:
         """Classes where a new match of ``rule`` can be rooted, or None for all of them.
 
         A new match touches a class that changed since the rule's last search (a new
         e-node, a merge, new analysis data), at most ``rule.depth`` parent steps below
-        its root. New e-nodes are the ids past the recorded node count.
+        its root. New e-nodes are the ids past the recorded node count. ``reaches`` keeps,
+        per position, the classes within each number of parent steps: rules searched
+        from the same position share them within an iteration.
         """
         if position is None or not hasattr(rule.lhs, "term"):
             return None
-        log_pos, node_mark = position
-        log = egraph._log
-        num_new = len(log) - log_pos + len(egraph._node) - node_mark
-        if num_new * 2 > egraph.num_classes:
+        if position not in reaches:
+            reaches[position] = _changed_since(egraph, position)
+        levels = reaches[position]
+        if levels is None:
             return None
-        find = egraph._uf.find
-        changed = {find(c) for c in log[log_pos:]}
-        changed.update([find(c) for c in range(node_mark, len(egraph._node))])
         op = rule.root_op
         if op is None:
-            return changed
+            return levels[0][0]
+        reach = _within(egraph, levels, rule.depth)
+        if reach is None:
+            return None
         every = egraph.classes_with_op(op)
-        reach = changed
-        frontier = changed
-        parents = egraph._parents
-        for _ in range(rule.depth):
-            step = set()
-            for c in frontier:
-                plist = parents[c]
-                if plist:
-                    step.update([find(p) for p in plist])
-            frontier = step - reach
-            if not frontier:
-                break
-            reach = reach | frontier
-            if len(reach) > 2 * len(every):
-                return None
+        if len(reach) > 2 * len(every):
+            return None
         return reach & every
+
+
+def _changed_since(egraph: EGraph, position: tuple[int, int]) -> list | None:
+    """``[(changed, changed)]``: the classes changed since ``position``, as the first of
+    the ``(reach, frontier)`` levels :func:`_within` extends; None when most changed."""
+    log_pos, node_mark = position
+    log = egraph._log
+    num_new = len(log) - log_pos + len(egraph._node) - node_mark
+    if num_new * 2 > egraph.num_classes:
+        return None
+    find = egraph._uf.find
+    changed = {find(c) for c in log[log_pos:]}
+    changed.update([find(c) for c in range(node_mark, len(egraph._node))])
+    return [(changed, changed)]
+
+
+def _within(egraph: EGraph, levels: list, depth: int) -> set[int] | None:
+    """The classes at most ``depth`` parent steps above a changed class (None: most of
+    the e-graph), extending the cached ``levels`` as far as needed."""
+    find = egraph._uf.find
+    P = egraph._uf.parents
+    parents = egraph._parents
+    while len(levels) <= depth:
+        last = levels[-1]
+        if last is None:
+            return None
+        reach, frontier = last
+        if not frontier:
+            return reach
+        step: set[int] = set()
+        for c in frontier:
+            plist = parents[c]
+            if plist:
+                step.update([p if P[p] == p else find(p) for p in plist])
+        frontier = step - reach
+        reach = reach | frontier
+        levels.append((reach, frontier) if len(reach) * 2 <= egraph.num_classes else None)
+    last = levels[depth]
+    return None if last is None else last[0]
