@@ -24,6 +24,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from backends.sizes import explain_sizes
+from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, SubmoduleRef
@@ -34,9 +35,54 @@ if TYPE_CHECKING:
     from egraph.egraph import EGraph
     from extractors.costs import Roofline
 
+_NOT_FOLDED = {"view", "leaf", "shape", "opaque", "creation"}
+"""Op kinds never folded: views and leaves cost nothing, shapes and opaque calls are not
+tensor arithmetic, creation ops have no parameter to depend on."""
+
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
 kernels, which run as eager torch ops on CPU tensors)."""
+
+
+class FoldedConstant(nn.Module):
+    """A subexpression of parameters, constants and literals alone (the concatenated
+    weights of merged projections), computed once and reused while its sources are
+    unchanged: recomputed when a source is updated in place or moved (its version counter,
+    storage or device changes), and whenever autograd needs it (grad enabled and a source
+    requires grad), so that training through the emitted module stays exact. ``kids`` are
+    the op's canonical parameter values: source tensors, literals and other folded
+    constants.
+
+    >>> w = nn.Parameter(torch.ones(2, 3))
+    >>> both = FoldedConstant("cat", [0, w, w], [w])
+    >>> with torch.no_grad():
+    ...     first, again = both(), both()
+    >>> first.shape, first is again
+    (torch.Size([4, 3]), True)
+    """
+
+    def __init__(self, op: str, kids: list, sources: list[torch.Tensor]):
+        super().__init__()
+        self.op = op
+        self.kids = kids
+        self.inner = nn.ModuleList(k for k in kids if isinstance(k, FoldedConstant))
+        self.sources = sources  # a plain list: the tensors stay owned by their modules
+        self.key: tuple | None = None
+        self.value: torch.Tensor | None = None
+
+    def compute(self) -> torch.Tensor:
+        return SPECS[self.op].run([k() if isinstance(k, FoldedConstant) else k
+                                   for k in self.kids])
+
+    def forward(self) -> torch.Tensor:
+        if torch.is_grad_enabled() and any(s.requires_grad for s in self.sources):
+            return self.compute()
+        key = tuple((s._version, s.data_ptr(), s.device) for s in self.sources)
+        if key != self.key:
+            with torch.no_grad():
+                self.value = self.compute()
+            self.key = key
+        return self.value
 
 
 class _Emitter:
@@ -54,6 +100,9 @@ class _Emitter:
         self.fused = {c: f for f in fusions for c in f.members}
         # literal target shapes the program holds (``reshape to (2, 16, 4, 16)``)
         self.baked: list[str] = []
+        # parameter and constant nodes -> their tensors, folded nodes -> their modules
+        self.foldable: dict[fx.Node, torch.Tensor | FoldedConstant] = {}
+        self.folded: dict[str, FoldedConstant] = {}
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -108,13 +157,20 @@ class _Emitter:
         if op == "input":
             raise KeyError(f"input {kids[0]!r} is not a placeholder of the source graph")
         if op == "param":
-            return self.attr(kids[0])
+            node = self.attr(kids[0])
+            self.foldable[node] = _fetch(self.src.module, kids[0])
+            return node
         if op == "const":
             self.constants[kids[0]] = self.src.constants[kids[0]]
-            return self.attr(kids[0])
+            node = self.attr(kids[0])
+            self.foldable[node] = self.constants[kids[0]]
+            return node
         if op == "opaque":
             return self.replay(kids[0])
         spec = SPECS[op]
+        folded = self.fold(op, kids, meta)
+        if folded is not None:
+            return folded
         if op in ("add", "mul") and isinstance(kids[0], (int, float)) and isinstance(
                 kids[1], fx.Node):
             # tensor first: torch.mul(3e12, half_tensor) rounds 3e12 to float16 (inf) before
@@ -128,6 +184,30 @@ class _Emitter:
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)
+
+    def fold(self, op: str, kids: list, meta: Any) -> fx.Node | None:
+        """Compute an op of parameters, constants and literals once, not per call (a
+        :class:`FoldedConstant`); None when it depends on an input."""
+        if TABLE[op].kind in _NOT_FOLDED or getattr(meta, "kind", None) != "tensor":
+            return None
+        nodes = [k for k in kids if isinstance(k, fx.Node)]
+        inside: list[fx.Node] = []
+        fx.node.map_aggregate(kids, lambda a: inside.append(a) if isinstance(a, fx.Node)
+                              else None)
+        if not nodes or len(inside) != len(nodes) or not all(k in self.foldable for k in nodes):
+            return None
+        values = [self.foldable.get(k, k) if isinstance(k, fx.Node) else k for k in kids]
+        sources = []
+        for v in values:
+            for t in v.sources if isinstance(v, FoldedConstant) else [v]:
+                if isinstance(t, torch.Tensor) and all(t is not s for s in sources):
+                    sources.append(t)
+        module = FoldedConstant(op, values, sources)
+        name = f"folded_{len(self.folded)}"
+        self.folded[name] = module
+        node = self.graph.call_module(name)
+        self.foldable[node] = module
+        return node
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""
@@ -223,6 +303,15 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if emitter.baked:
         explain_sizes(graph, egraph, emitter.baked)
     holder = nn.Module()
+    # The parameters a folded value was made from, and the folded values inside a larger
+    # one, were emitted before the op that folded them: drop the ones nothing uses.
+    for node in reversed(list(graph.nodes)):
+        if node in emitter.foldable and not node.users:
+            graph.erase_node(node)
+    called = {n.target for n in graph.nodes if n.op == "call_module"}
+    for name, module in emitter.folded.items():
+        if name in called:
+            holder.add_module(name, module)
     for name in emitter.attrs:
         if name in emitter.submodules:
             owner, leaf = _owner(holder, name)
