@@ -59,7 +59,7 @@ from frontends.fx.error_analysis import local_error
 from frontends.fx.vocabulary import lower
 
 __all__ = ["REWRITES", "AccuracyReport", "Improvement", "candidates", "improve_accuracy",
-           "to_sympy"]
+           "rule_candidates", "to_sympy"]
 
 # The elementwise ops of the vocabulary as sympy builders.
 _VOCABULARY: dict[str, Callable] = {
@@ -68,6 +68,7 @@ _VOCABULARY: dict[str, Callable] = {
     "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos,
     "tanh": sp.tanh, "expm1": lambda a: sp.exp(a) - 1, "log1p": lambda a: sp.log(1 + a),
     "reciprocal": lambda a: 1 / a, "rsqrt": lambda a: 1 / sp.sqrt(a), "abs": sp.Abs,
+    "sigmoid": lambda a: 1 / (1 + sp.exp(-a)),
 }
 # Elementwise torch functions the vocabulary does not model (opaque to the e-graph), by name.
 _OUTSIDE: dict[str, Callable] = {
@@ -88,8 +89,9 @@ _MAX_OPS = 40  # ops of one formula; larger formulas are cut into pieces at thei
 @dataclass
 class Improvement:
     """One formula replaced: where (the FX node of its value), the formula and its
-    replacement (sympy syntax; a piecewise one names its branches), and the mean error on
-    the sample points before and after, in bits of the working dtype."""
+    replacement (sympy syntax; a piecewise one names its branches), the mean error on the
+    sample points before and after, in bits of the working dtype, and ``how`` each branch
+    was found (a rewrite strategy, the rule library, a series)."""
 
     location: str
     before: str
@@ -97,6 +99,7 @@ class Improvement:
     bits_before: float
     bits_after: float
     points: int
+    how: str = ""
 
     def __str__(self) -> str:
         return (f"{self.location}: {self.before} -> {self.after}  [{self.bits_before:.2f} -> "
@@ -159,7 +162,7 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
             report.improvements.append(found)
             changed = True
     if changed:
-        out.graph.eliminate_dead_code()
+        _drop_unused(out, [n for u in units for n in u.nodes])
         out.recompile()
     report.seconds = time.perf_counter() - start
     return out
@@ -175,6 +178,8 @@ class _Unit:
     leaves: list[fx.Node]
     symbols: list[sp.Symbol]
     hot: list[sp.Expr]
+    nodes: list[fx.Node]
+    node_exprs: dict[fx.Node, sp.Expr]
 
 
 def to_sympy(node: fx.Node):
@@ -262,8 +267,17 @@ def _units(gm: fx.GraphModule, floating: set[str], hot: set[str]) -> list[_Unit]
             continue
         leaves = list(symbols)
         units.append(_Unit(root, expr, leaves, [symbols[n] for n in leaves],
-                           [exprs[n] for n in inside]))
+                           [exprs[n] for n in inside], list(exprs), exprs))
     return units
+
+
+def _drop_unused(gm: fx.GraphModule, nodes: list[fx.Node]) -> None:
+    """Erase the formulas' nodes that nothing uses any more (and only those: other calls
+    without users, such as checks, stay)."""
+    formula = {n for n in nodes if n.graph is gm.graph}
+    for n in reversed(list(gm.graph.nodes)):
+        if n in formula and not n.users:
+            gm.graph.erase_node(n)
 
 
 def _values(gm: fx.GraphModule, inputs: tuple, names: set[str]) -> dict[str, object]:
@@ -312,6 +326,7 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     if before < 0.25:
         return None
     found = candidates(unit.expr, unit.symbols, unit.hot, env, exact, dtype, deadline)
+    found += rule_candidates(gm, unit, samples, deadline)
     # Candidate 0 is the formula itself as emitted here (with expm1 and log1p fused).
     exprs, labels, rows = [], [], []
     for label, e in [("the formula", unit.expr), *found]:
@@ -332,8 +347,9 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
         return None
     _emit(gm, unit, regimes, exprs)
+    how = "; ".join(dict.fromkeys(labels[c] for c in regimes.candidates))
     return Improvement(unit.root.name, str(unit.expr), _program(regimes, exprs, key), before,
-                       regimes.mean_error, len(exact))
+                       regimes.mean_error, len(exact), how)
 
 
 def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
@@ -507,6 +523,108 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
     return found
 
 
+def rule_candidates(gm: fx.GraphModule, unit: _Unit, samples: list[torch.Tensor],
+                    deadline: float, families: tuple[str, ...] = ("herbie", "stability"),
+                    iter_limit: int = 2, node_limit: int = 2_000) -> list[tuple[str, sp.Expr]]:
+    """Candidates from the rule library, localised: the formula alone (its leaves as
+    inputs, the sample points as example inputs) in an FX e-graph, saturated with
+    ``families`` (Herbie's database, :mod:`egraph.rules.herbie`, and the stable forms) within
+    small limits; then, for the formula's value and for each localised op, every e-node of
+    its class with the rest of the program the smallest (AstSize) one, each as a sympy
+    expression ``("rule <applied rules>", expr)``."""
+    from backends.fx import build_module
+    from egraph.egraph import EGraph
+    from egraph.extract import AstSize, best_nodes
+    from egraph.rules import load_rules
+
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return []
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for leaf, symbol in zip(unit.leaves, unit.symbols):
+        env[leaf] = graph.placeholder(symbol.name)
+    inside = set(unit.nodes)
+    for n in gm.graph.nodes:
+        if n in inside:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(env[unit.root])
+    eg = EGraph.from_fx(fx.GraphModule(gm, graph), tuple(samples))
+    eg.saturate(load_rules(*families), iter_limit=iter_limit, node_limit=node_limit,
+                time_limit=min(left, 5.0))
+    applied = ", ".join(sorted(name for name, r in eg.report.rules.items() if r.applied))
+    base = {c: v[1] for c, v in best_nodes(eg, AstSize()).items()}
+    hot = {env[n].name for n in inside if any(n.name == h for h in _hot_names(unit))}
+    targets = [eg.find(eg.roots[0])] + [eg.find(c) for c, name in eg.fx.origins.items()
+                                        if name in hot]
+    out: list[tuple[str, sp.Expr]] = []
+    for c in dict.fromkeys(targets):
+        for node in eg.nodes(c):
+            if time.perf_counter() > deadline:
+                return out
+            choice = {**base, c: (node.op, *node.children)}
+            if not _acyclic(eg.find, choice, eg.roots[0]):
+                continue
+            try:
+                expr = _formula(build_module(eg, choice))
+            except (ValueError, TypeError, RuntimeError, KeyError, RecursionError):
+                continue  # a choice that cycles back into its class, or leaves sympy's reach
+            if expr is not None:
+                out.append((f"rules ({applied})", expr))
+    return out
+
+
+def _acyclic(find, choice: dict[int, tuple], root: int) -> bool:
+    """Whether the program ``choice`` makes from ``root`` is a DAG (an e-node chosen for a
+    class may read that class again through the others' choices)."""
+    state: dict[int, int] = {}  # 1: on the path, 2: done
+    stack = [(find(root), False)]
+    while stack:
+        c, leaving = stack.pop()
+        if leaving:
+            state[c] = 2
+            continue
+        if state.get(c) == 2:
+            continue
+        if state.get(c) == 1 or c not in choice:
+            return False
+        state[c] = 1
+        stack.append((c, True))
+        for k in choice[c][1:]:
+            k = find(k)
+            if state.get(k) == 1:
+                return False
+            if state.get(k) != 2:
+                stack.append((k, False))
+    return True
+
+
+def _hot_names(unit: _Unit) -> set[str]:
+    return {n.name for n in unit.nodes if unit.node_exprs.get(n) in unit.hot}
+
+
+def _formula(gm: fx.GraphModule) -> sp.Expr | None:
+    """The output of an elementwise GraphModule as a sympy expression over its
+    placeholders, or None when an op is not elementwise algebra sympy can express."""
+    values: dict[fx.Node, sp.Expr] = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            values[n] = sp.Symbol(n.name, real=True)
+        elif n.op == "output":
+            result = n.args[0]
+            return values.get(result) if isinstance(result, fx.Node) else None
+        else:
+            found = to_sympy(n)
+            if found is None:
+                return None
+            builder, args = found
+            parts = [values[a] if isinstance(a, fx.Node) else _number(a) for a in args]
+            if any(p is None for p in parts):
+                return None
+            values[n] = builder(*parts)
+    return None
+
+
 # ------------------------------------------------------------ from sympy back to torch
 
 
@@ -602,6 +720,8 @@ def _mul(e: sp.Mul, env: dict, memo: dict):
 
 
 def _pow(base: sp.Expr, exp: sp.Expr, env: dict, memo: dict):
+    if exp == 1:
+        return _walk(base, env, memo)
     if exp == sp.Rational(1, 2):
         return torch.sqrt(_tensor(_walk(base, env, memo), env))
     if exp.is_Integer and 1 < exp <= 4:
