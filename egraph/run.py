@@ -291,6 +291,7 @@ class Runner:
                 if clock() > deadline:
                     stop = "time_limit"
                     break
+            reaches.clear()  # its sets can be half the e-graph: free them before applying
             t1 = clock()
             applied: dict[str, int] = {}
             if stop is None:
