@@ -377,6 +377,9 @@ class Curvature(CostModel):
     * an op amplifies the relative error already in an inexact input by its condition
       number ``k``, costing ``log2(1 + k)`` bits: ``exp`` ``|x|``, ``log`` ``1/|ln x|``,
       ``pow`` ``|p|``; exact inputs (graph inputs, parameters, literals) carry no error;
+    * ``exp(a) * exp(b)`` (and ``exp(a) / exp(b)``) with exponents that can push opposite
+      ways costs what ``exp(a + b)`` costs, ``log2(1 + |a| + |b|)``: its factors overflow
+      before the product does, so it is never preferred to the combined form for accuracy;
     * ``a +- b`` costs the bits lost to cancellation, ``log2((|a| + |b|) / |a +- b|)``,
       unless both operands are exact (``log(1 + x)`` for tiny x is charged at the log,
       whose condition number ``1/|ln(1 + x)|`` is what amplifies the rounding of 1 + x);
@@ -454,6 +457,10 @@ class Curvature(CostModel):
             return 1.0
         if op in ("add", "sub"):
             return min(float(bits), self._cancellation(egraph, node, out, kids))
+        if op in ("mul", "div"):
+            split = self._split_exponent(egraph, node)
+            if split > self.rounding:
+                return min(float(bits), split)
         x = kids[0]
         lo, hi = getattr(x, "lo", -math.inf), getattr(x, "hi", math.inf)
         exact = _is_exact(egraph, node[1])
@@ -479,6 +486,27 @@ class Curvature(CostModel):
         if exact or not math.isfinite(lo) or not math.isfinite(hi):
             return self.rounding
         return min(float(bits), max(self.rounding, math.log2(1.0 + cond)))
+
+    def _split_exponent(self, egraph, node: tuple) -> float:
+        """Bits at risk in ``exp(a) * exp(b)`` (or ``exp(a) / exp(b)``) where the exponents
+        can push opposite ways: the factors overflow before ``exp(a +- b)`` does (``a = 100,
+        b = -50`` in float32), so the product is charged what ``exp`` of the combined
+        exponent is charged, ``log2(1 + |a| + |b|)``, and is no cheaper than that form."""
+        exponents = []
+        for k in node[1:3]:
+            inner = next((n[1] for n in egraph._cnodes[egraph.find(k)] or ()
+                          if n[0] == "exp"), None)
+            if inner is None:
+                return 0.0
+            exponents.append(_meta(egraph, inner))
+        (a_lo, a_hi), (b_lo, b_hi) = [(getattr(m, "lo", -math.inf), getattr(m, "hi", math.inf))
+                                      for m in exponents]
+        if node[0] == "div":
+            b_lo, b_hi = -b_hi, -b_lo
+        if (a_lo >= 0 and b_lo >= 0) or (a_hi <= 0 and b_hi <= 0):
+            return 0.0  # same signs: the product overflows no later than its factors
+        top = _magnitude(exponents[0])[1] + _magnitude(exponents[1])[1]
+        return math.log2(1.0 + top) if math.isfinite(top) else math.inf
 
     def _cancellation(self, egraph, node: tuple, out, kids) -> float:
         """Bits lost by ``a +- b``: the condition number ``(|a| + |b|) / |a +- b|`` over
