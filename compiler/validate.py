@@ -315,7 +315,12 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 continue  # generated integers the source cannot take (an index too large)
             checked += 1
             torch.manual_seed(0)
-            out_after = _flat(new(*xs))
+            try:
+                out_after = _flat(new(*xs))
+            except Exception as error:  # a rewrite made an ill-typed program: refuse it
+                return Validation(False, worst_before, float("inf"), len(input_sets),
+                                  "the optimised program raises where the original runs "
+                                  f"({type(error).__name__}: {str(error).splitlines()[0]})")
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the output structure changed")

@@ -75,7 +75,8 @@ def _scaled_by(c: float):
 
 def test_validation_judges_a_scaled_result_at_its_own_scale():
     """A wrong rule turning x * c into zeros is caught however small c is."""
-    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)")
+    # As written only: matched the other way round ?x binds the scalar (the next test).
+    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)", variants=False)
     x = torch.randn(4, 8)
     for c in (1e-3, 1e-9, 1e-20):
         gm = torch.fx.symbolic_trace(_scaled_by(c))
@@ -87,6 +88,22 @@ def test_validation_judges_a_scaled_result_at_its_own_scale():
         assert any("drop-small-factor" in str(w.message) for w in caught)
         assert opt.meta["egraph_report"].fell_back
         assert torch.equal(opt(x), x * c)
+
+
+def test_a_rewrite_that_makes_an_ill_typed_program_is_refused_not_raised():
+    """Matched in both operand orders, ``x * c -> zeros_like(x)`` also binds ?x to the
+    scalar c, and the program it makes raises (zeros_like of a float). Validation refuses
+    it with the reason; the default mode falls back to the original."""
+    bad = rewrite("drop-factor", "(mul ?x ?c)", "(zeros_like ?x)")
+    x = torch.randn(4, 8)
+    gm = torch.fx.symbolic_trace(_scaled_by(1e-3))
+    with pytest.raises(ValidationError, match="raises where the original runs|relative error"):
+        EGraph.from_fx(gm, (x,)).saturate([bad]).extract(AstSize(), validate="raise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = EGraph.from_fx(gm, (x,)).saturate([bad]).extract(AstSize())
+    assert opt.meta["egraph_report"].fell_back
+    assert torch.equal(opt(x), x * 1e-3)
 
 
 def test_relative_error_floors_at_the_smallest_normal():
@@ -150,7 +167,7 @@ def test_export_programs_validate_against_float64_and_fall_back_with_their_signa
                                                                          validate="raise")
     assert opt.meta["egraph_report"].validation.reference == "float64"
     assert opt.meta["egraph_report"].validation.error_before > 0  # a real reference
-    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)")
+    bad = rewrite("drop-small-factor", "(mul ?x ?c)", "(zeros_like ?x)", variants=False)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         fallback = EGraph.from_fx(program).saturate([bad]).extract(Flops())
