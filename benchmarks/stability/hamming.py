@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["BENCHMARKS", "HERBIE_BINARY64", "Hamming", "exact_values", "run_hamming",
-           "sample"]
+__all__ = ["BENCHMARKS", "HERBIE_BINARY64", "Hamming", "exact_values", "improved",
+           "report_hamming", "run_hamming", "sample"]
 
 # Digits of the reference: float32 spans 2^-149 .. 2^128, so a sum of two float32 values is
 # exact in ~90 digits and cancellation down to the smallest magnitude still leaves 60.
@@ -222,7 +222,12 @@ def _errors(got: torch.Tensor, exact: torch.Tensor) -> tuple[float, int]:
 
 def run_hamming(points: int = 256, only: list[str] | None = None) -> list[dict]:
     """Both entry points on each benchmark (see the module docstring): one row per benchmark
-    with the error before and after each, and the non-finite results."""
+    with the error before and after each, and the non-finite results.
+
+    >>> (row,) = run_hamming(points=32, only=["problem 3.3.1"])
+    >>> improved(row, "egraph") and improved(row, "rewriter")
+    True
+    """
     import warnings
 
     from compiler.stability import StabilityRewriter
@@ -264,7 +269,12 @@ def run_hamming(points: int = 256, only: list[str] | None = None) -> list[dict]:
 
 
 def improved(row: dict, entry: str) -> bool:
-    """The target: at least one bit better with no new non-finite result."""
+    """The target: at least one bit better with no new non-finite result.
+
+    >>> improved({"bits_before": 5.6, "nonfinite_before": 0, "bits_egraph": 0.2,
+    ...           "nonfinite_egraph": 0}, "egraph")
+    True
+    """
     return (row["bits_before"] - row[f"bits_{entry}"] >= 1
             and row[f"nonfinite_{entry}"] <= row["nonfinite_before"])
 
@@ -277,7 +287,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     only = [s.strip() for s in args.only.split(",") if s.strip()] or None
-    rows = run_hamming(args.points, only)
+    report_hamming(run_hamming(args.points, only), Path(args.out))
+
+
+def report_hamming(rows: list[dict], out: Path) -> None:
+    """Print the table and the averages of :func:`run_hamming`'s rows; write
+    ``hamming.md`` and the chart (PNG and SVG) to ``out``.
+
+    >>> import tempfile
+    >>> row = {"benchmark": "problem 3.3.1", "bits_before": 5.6, "nonfinite_before": 0,
+    ...        "herbie_binary64": "-", **{f"{k}_{e}": v for e in ("egraph", "rewriter")
+    ...                                   for k, v in (("bits", 0.2), ("nonfinite", 0),
+    ...                                                ("seconds", 1.0))}}
+    >>> with tempfile.TemporaryDirectory() as out:  # doctest: +ELLIPSIS
+    ...     report_hamming([row], Path(out))
+    benchmark ...
+    problem 3.3.1                5.60    0.20     0.20 ...
+    rewriter: average 5.60 -> 0.20 bits; 1 of 1 improved by >= 1 bit with no new non-finite value
+    """
     print(f"{'benchmark':<26}{'before':>7}{'egraph':>8}{'rewriter':>9}  non-finite "
           f"(before/egraph/rewriter)  seconds (egraph/rewriter)  Herbie binary64")
     for r in rows:
@@ -292,7 +319,6 @@ def main() -> None:
         count = sum(improved(r, entry) for r in rows)
         print(f"{entry}: average {sum(r['bits_before'] for r in rows) / n:.2f} -> {avg:.2f} "
               f"bits; {count} of {n} improved by >= 1 bit with no new non-finite value")
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     columns = ["benchmark", "bits_before", "bits_egraph", "bits_rewriter", "nonfinite_before",
                "nonfinite_egraph", "nonfinite_rewriter", "herbie_binary64"]

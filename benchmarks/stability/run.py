@@ -3,7 +3,7 @@
 Plots are PNG and SVG, drawn with matplotlib (the ``plot`` extra: ``pip install .[plot]``).
 
     .venv/bin/python benchmarks/stability/run.py [--out benchmarks/results/stability]
-        [--only formulas,blocks,correlation] [--graphs 200]
+        [--only formulas,blocks,correlation,hamming] [--graphs 200]
 
 1. Known unstable patterns (benchmarks/stability/formulas.py): each naive formula on inputs
    from its natural domain, rewritten by ``StabilityRewriter``; mean error in bits of the
@@ -15,6 +15,8 @@ Plots are PNG and SVG, drawn with matplotlib (the ``plot`` extra: ``pip install 
    relative error against float64 before and after.
 3. Curvature predicts error (benchmarks/stability/graphs.py): random computation graphs;
    Pearson and Spearman correlation between curvature reduction and error reduction.
+4. Herbie's suite (benchmarks/stability/hamming.py): Hamming's 28 NMSE benchmarks in
+   float32 through both entry points, mean bits of error on held-out points before and after.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _block_chart(out: Path, rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stability"))
-    parser.add_argument("--only", default="formulas,blocks,correlation")
+    parser.add_argument("--only", default="formulas,blocks,correlation,hamming")
     parser.add_argument("--graphs", type=int, default=200)
     args = parser.parse_args()
     out = Path(args.out)
@@ -153,6 +155,10 @@ def main() -> None:
               "worse mean error after; the cost model's bits at risk instead: Spearman "
               f"{summary['risk_spearman_mean']:.3f} (mean), "
               f"{summary['risk_spearman_worst']:.3f} (worst)")
+    if "hamming" in parts:
+        from benchmarks.stability.hamming import report_hamming, run_hamming
+
+        report_hamming(run_hamming(), out)
     print(f"tables and plots in {out}")
 
 
