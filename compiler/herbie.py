@@ -135,8 +135,9 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
     out.meta.update(gm.meta)
     report = AccuracyReport()
     out.meta["accuracy_report"] = report
-    if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs):
-        return out
+    if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs) or all(
+            to_sympy(n) is None for n in out.graph.nodes):
+        return out  # nothing to run: no floating input, or no formula sympy can express
     try:
         local = local_error(out, inputs)
     except Exception:  # noqa: BLE001 - a graph the analysis cannot run is left as it is
