@@ -52,10 +52,63 @@ def _bytes(meta) -> int:
     return _numel(meta) * size
 
 
+_SOURCES = frozenset({"param", "const"})
+_PER_CALL = (names(kind="leaf") | names(kind="opaque")) - _SOURCES  # inputs, opaque calls
+_COMPUTED_ONCE: dict[int, tuple[int, dict[int, bool]]] = {}
+
+
+def parameter_only(egraph, cid: int) -> bool:
+    """True when class ``cid`` is computed from parameters, constants and literals alone:
+    emission folds such a subexpression (the concatenated weights of merged projections)
+    into a value computed once, not per call (``backends.fx.FoldedConstant``), so the cost
+    models charge nothing for it.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> [parameter_only(eg, c) for c in eg.roots]
+    [False]
+    """
+    size = len(egraph._memo)
+    seen_size, known = _COMPUTED_ONCE.get(id(egraph), (None, {}))
+    if seen_size != size:
+        known = {}
+        _COMPUTED_ONCE.clear()  # one e-graph at a time: extraction asks about one
+        _COMPUTED_ONCE[id(egraph)] = (size, known)
+    return _parameter_only(egraph, egraph.find(cid), known)
+
+
+def _parameter_only(egraph, cid: int, known: dict[int, bool]) -> bool:
+    found = known.get(cid)
+    if found is not None:
+        return found
+    known[cid] = False  # a cycle through this class does not make it constant
+    kind = getattr(_meta(egraph, cid), "kind", None)
+    result = kind == "literal" or any(
+        node.op in _SOURCES or (
+            isinstance(node.op, str) and node.op not in _PER_CALL and node.children
+            and kind == "tensor"
+            and all(_parameter_only(egraph, egraph.find(k), known) for k in node.children))
+        for node in egraph.nodes(cid))
+    known[cid] = result
+    return result
+
+
+def _computed_once(egraph, node: tuple) -> bool:
+    """An e-node of parameters, constants and literals only (with a tensor among them)."""
+    kids = node[1:]
+    return bool(kids) and node[0] not in _SOURCES and all(
+        parameter_only(egraph, k) for k in kids) and any(
+        getattr(_meta(egraph, k), "kind", None) == "tensor" for k in kids)
+
+
 def flops(egraph, cid: int, node: tuple) -> float:
-    """Floating-point operations of one e-node (0 for leaves, literals and views)."""
+    """Floating-point operations of one e-node (0 for leaves, literals, views and
+    parameter-only subexpressions, computed once when the module is emitted)."""
     op = node[0]
     if len(node) == 1 or op in _FREE or not isinstance(op, str):
+        return 0.0
+    if _computed_once(egraph, node):
         return 0.0
     out = _meta(egraph, cid)
     if getattr(out, "kind", None) != "tensor":
@@ -73,9 +126,12 @@ def flops(egraph, cid: int, node: tuple) -> float:
 
 
 def bytes_moved(egraph, cid: int, node: tuple) -> float:
-    """Bytes one e-node reads and writes as its own kernel (0 for views and leaves)."""
+    """Bytes one e-node reads and writes as its own kernel (0 for views, leaves and
+    parameter-only subexpressions)."""
     op = node[0]
     if len(node) == 1 or op in _NO_TRAFFIC or not isinstance(op, str):
+        return 0.0
+    if _computed_once(egraph, node):
         return 0.0
     out = _meta(egraph, cid)
     if getattr(out, "kind", None) != "tensor":

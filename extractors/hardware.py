@@ -3,7 +3,9 @@
 Peaks are dense throughputs from the vendors' datasheets (tensor cores for fp16/bf16
 matrix products, CUDA cores for fp32); the CPU profile was measured on the project's 2-core
 CI machine with ``python -m extractors.hardware`` (fp32 1024x1024 matmul, a 128 MiB copy,
-a tiny add). Adding a profile is one entry in :data:`HARDWARE`.
+a tiny add), and what merging matrix products that share an input saves with
+``python -m extractors.hardware merged`` (:func:`measure_merged_gemm`). Adding a profile is
+one entry in :data:`HARDWARE`.
 
 >>> HARDWARE["H100"].peak_flops("matmul", None) > HARDWARE["A100"].peak_flops("matmul", None)
 True
@@ -14,6 +16,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _MATRIX_OPS = {"matmul", "linear", "conv1d", "conv2d", "sdpa"}
+
+MERGED_SHAPES = (
+    (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
+    (16, 64, (64, 32, 32)),       # the corpus Llama's Q, K, V (two key/value heads)
+    (16, 64, (128, 128)),         # the corpus Llama's gate and up projections
+    (64, 768, (768, 768, 768)),   # GPT-2 small's Q, K, V at 64 tokens
+    (128, 768, (3072, 3072)),     # a SwiGLU MLP of width 768 at 128 tokens
+)
+"""(rows, inner size, output widths) of the matrix products that share an input and are
+timed separately and merged by :func:`measure_merged_gemm`."""
+
+# Merged matrix products on the CPU (python -m extractors.hardware merged: torch.matmul in
+# fp32 on one thread, separate and merged timed alternately, medians of 101 pairs, two runs
+# under the shared machine's load): separate vs merged, in microseconds, 8.5-8.8 vs 5.4-5.6
+# (demo QKV), 5.7-5.8 vs 2.9 (Llama QKV), 5.8-6.1 vs 4.3-4.5 (gate and up): each product
+# merged away saves 1.4-1.6 us, the per-op overhead, and nothing more; the large shapes
+# (GPT-2 QKV, SwiGLU 768) are compute-bound and gain nothing (1345 vs 1346 us). So on the
+# CPU a merged GEMM is faster by the launches it saves and the shared input read once,
+# which is what the roofline charges (launch_overhead, bytes_moved); no size-dependent
+# efficiency term is needed.
 
 
 @dataclass(frozen=True)
@@ -43,7 +65,7 @@ HARDWARE: dict[str, Hardware] = {
     # NVIDIA A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, 2.04 TB/s HBM2e.
     "A100": Hardware("A100", 19.5e12, 312e12, 19.5e12, 2.04e12, 5e-6),
     # The 2-core CI machine (measured): 48.8 GFLOP/s fp32 matmul, 12.2 GFLOP/s elementwise
-    # in cache, 6.1 GB/s copy, 2.5 us per op.
+    # in cache, 6.1 GB/s copy, 2.5 us per op (merged matrix products: see above).
     "cpu": Hardware("cpu", 48.8e9, 48.8e9, 12.2e9, 6.1e9, 2.5e-6),
 }
 
@@ -75,5 +97,56 @@ def measure_cpu() -> Hardware:
     return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead)
 
 
+def measure_merged_gemm(shapes=MERGED_SHAPES, repeat: int = 101,
+                        threads: int = 1) -> list[tuple[float, float]]:
+    """Per ``(rows, inner, widths)``: the median seconds of the separate products
+    ``x @ w_i`` and of the one merged product ``x @ cat(w_i)`` (fp32, torch.matmul), timed
+    alternately so that both see the same load on a shared machine, on ``threads`` threads
+    (one: on a loaded 2-core machine a second thread's spin-waits stall for milliseconds).
+
+    >>> separate, merged = measure_merged_gemm([(4, 8, (8, 8))], repeat=3)[0]
+    >>> separate > 0 and merged > 0
+    True
+    """
+    import statistics
+    import time
+
+    import torch
+
+    def timed(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    out = []
+    for rows, inner, widths in shapes:
+        x = torch.randn(rows, inner)
+        ws = [torch.randn(inner, n) for n in widths]
+        merged = torch.cat(ws, 1)
+
+        def separate(x=x, ws=ws):
+            return [torch.matmul(x, w) for w in ws]
+
+        def one(x=x, merged=merged):
+            return torch.matmul(x, merged)
+
+        separate(), one()
+        pairs = [(timed(separate), timed(one)) for _ in range(repeat)]
+        out.append((statistics.median(p[0] for p in pairs),
+                    statistics.median(p[1] for p in pairs)))
+    torch.set_num_threads(before)
+    return out
+
+
 if __name__ == "__main__":
-    print(measure_cpu())
+    import sys
+
+    if sys.argv[1:] == ["merged"]:
+        for (rows, inner, widths), (sep, one) in zip(MERGED_SHAPES, measure_merged_gemm()):
+            saved = (sep - one) / (len(widths) - 1)
+            print(f"{rows}x{inner} @ {widths}: separate {sep * 1e6:.1f} us, merged "
+                  f"{one * 1e6:.1f} us, {saved * 1e6:.1f} us per product saved")
+    else:
+        print(measure_cpu())

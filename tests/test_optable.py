@@ -199,3 +199,15 @@ def test_logit_runs_as_a_generated_triton_kernel(monkeypatch):
     module = build_module(eg, source_program(eg), target="cuda")
     assert "fused_logit_mul" in module.code
     torch.testing.assert_close(module(x), fn(x))
+
+
+def test_cat_and_split_dims_are_normalised_so_each_spelling_hashes_alike():
+    """``cat(.., -1)`` and ``cat(.., 1)`` of matrices, ``split(.., -1)`` and ``split(.., 1)``
+    are one e-node each, so the concat and split rules bind one dim literal."""
+    def fn(a, b):
+        return (torch.cat([a, b], -1), torch.cat([a, b], 1),
+                torch.split(a, [1, 2], -1)[0], torch.split(a, [1, 2], 1)[0])
+
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (torch.randn(4, 3), torch.randn(4, 5)))
+    first, second, third, fourth = eg.roots
+    assert first == second and third == fourth

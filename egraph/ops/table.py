@@ -192,6 +192,14 @@ def _norm_dim(position: int, extra: int = 0):
     return normalize
 
 
+def _norm_cat(values: list, metas: list) -> list:
+    """cat's dim (its first parameter) against the rank of its first operand."""
+    rank = _rank(metas[1]) if len(metas) > 1 else None
+    if rank and isinstance(values[0], int):
+        values[0] %= rank
+    return values
+
+
 def _norm_permute(values: list, metas: list) -> list:
     rank = _rank(metas[0])
     if rank is not None and values[1] is not UNKNOWN_VALUE:
@@ -564,7 +572,8 @@ op("sdpa", "q k v mask causal scale", "library", attributes="causal scale",
    " aten.scaled_dot_product_attention.default",
    why={"triton": _NO_KERNEL})
 op("cat", "dim *xs", "library", attributes="dim", impl="torch.cat",
-   call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
+   call=lambda d, *xs: ((list(xs),), {"dim": d}), normalize=_norm_cat, exact=True,
+   error="exact",
    interval=iv.joined, spell="torch.cat torch.concat torch.concatenate aten.cat.default",
    why={"triton": _NO_KERNEL})
 op("stack", "dim *xs", "library", attributes="dim", impl="torch.stack",
@@ -605,8 +614,8 @@ op("flatten", "x start end", "view", attributes="start end", impl="torch.flatten
    modules=(Module("torch.nn.Flatten", ("input", "start_dim", "end_dim")),), why=_VIEW)
 op("getitem", "x index", "view", attributes="index", impl="operator.getitem", exact=True,
    error="exact", sign=signs.same, interval=iv.same, spell="operator.getitem", why=_VIEW)
-op("split", "x size dim", "view", attributes="size dim", impl="torch.split", exact=True,
-   error="exact", spell="torch.split Tensor.split",
+op("split", "x size dim", "view", attributes="size dim", impl="torch.split",
+   normalize=_norm_dim(2), exact=True, error="exact", spell="torch.split Tensor.split",
    why={**_VIEW, "interval": "its value is a tuple of views"})
 op("chunk", "x chunks dim", "view", attributes="chunks dim", impl="torch.chunk",
    exact=True, error="exact", spell="torch.chunk Tensor.chunk",

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from egraph.rewrite import Rewrite
-from egraph.rules import algebra, fusion, herbie, layout, stability
+from egraph.rules import algebra, fusion, herbie, layout, stability, tensat
 from egraph.rules.define import Input, LibraryRule, rule
 
 __all__ = ["FAMILIES", "OPT_IN", "Input", "LibraryRule", "library", "load_rules", "rule"]
@@ -41,10 +41,13 @@ FAMILIES: dict[str, list[LibraryRule]] = {
 
 OPT_IN: dict[str, list[LibraryRule]] = {
     "herbie": [replace(r, family="herbie") for r in herbie.RULES],
+    "tensat": [replace(r, family="tensat") for r in tensat.RULES],
 }
 """Families loaded only by name, not by ``'all'``: ``herbie`` (Herbie's rule database, for
 the accuracy search on one localised formula; its flips and fraction rules multiply every sum
-of a model)."""
+of a model) and ``tensat`` (TASO's axioms as TENSAT uses them; they distribute every matmul
+and concatenation, more than doubling saturation time; its operator merging is in
+``layout``)."""
 
 
 def _check_unique() -> None:

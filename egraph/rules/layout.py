@@ -1,4 +1,6 @@
-"""Layout: transposes, permutes, reshapes and expands that cancel or compose.
+"""Layout: transposes, permutes, reshapes and expands that cancel or compose; splits of
+concatenations that cancel, and ops sharing an input merged into one on concatenated
+weights (TENSAT's operator merging, :data:`egraph.rules.tensat.MERGING`).
 
 >>> next(r for r in RULES if r.name == "reshape-reshape").rewrite
 Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)')
@@ -9,6 +11,7 @@ from __future__ import annotations
 from egraph.ops import expand, permute, reshape, squeeze, transpose, unsqueeze
 from egraph.rules.define import LibraryRule, rule
 from egraph.rules.guards import value_of
+from egraph.rules.tensat import MERGING
 from egraph.term import literal, vars
 
 __all__ = ["RULES"]
@@ -70,4 +73,5 @@ RULES: list[LibraryRule] = [
     rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
          when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
          inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),
+    *MERGING,
 ]

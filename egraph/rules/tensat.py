@@ -1,0 +1,570 @@
+"""TENSAT's graph substitutions: TASO's verified tensor axioms and its operator merging.
+
+The source is TENSAT (Yang et al., "Equality Saturation for Tensor Graph Superoptimization",
+MLSys 2021; github.com/uwplse/tensat): the single-pattern axioms of ``src/rewrites.rs``
+(TASO's verified identities, each with its inverse) and the multi-pattern rules of
+``multi_cleaned.txt`` (converted from TASO's generated substitutions), written in our
+vocabulary. TENSAT's ``ewadd``/``ewmul`` are ``add``/``mul`` on same-shape tensors (our ops
+broadcast, so the rules that distribute over them ask for equal shapes), ``smul`` is ``mul``
+by a scalar literal, ``concat a x y`` is ``cat(a, x, y)``, ``split_0``/``split_1`` are
+``getitem(split(x, sizes, dim), 0 or 1)``, and ``transpose`` swaps any two dims (TASO's
+transposes 2-D matrices).
+
+What the algebra and layout families state already is not repeated: the commutative and
+associative laws of add and mul, distributivity over a product (``distribute``,
+``factor``), ``smul`` associativity and distributivity (``assoc-mul``, ``distribute``),
+``transpose-is-its-own-inverse``, ``matmul-is-associative`` and ``matmul-and-transpose``
+(``transpose-matmul``), ``ewmul-identity`` (``one-mul``). TASO's axioms over ops we do not
+have are not written: ``conv2d`` with a fused activation (ours is ``relu(conv2d(...))``),
+the pooling axioms (no pooling op in the table), and the axioms over constant kernels
+(``Iconv``, ``Imatmul``, ``Cpool``, ``enlarge``) that no program spells.
+
+Operator merging (TENSAT's multi-pattern rules, the source of its speedups): two matmuls,
+linears or convolutions that share an input become one op on concatenated weights
+followed by a split. The weight concatenation is a parameter-only subexpression, computed
+once when the module is emitted. So that n ops on one input give each merged subset
+once (not once per order), the second weight must be a single weight, later than every
+weight concatenated into the first: q, k, v give qk, qv, kv and qkv.
+
+The family is split by what it costs. Merging and the split algebra (:data:`MERGING`) add
+few e-nodes and are loaded by ``'all'`` (with the ``layout`` family); the other axioms
+(:data:`RULES`, the opt-in ``tensat`` family) let a search reach TENSAT's rewrites but
+distribute every matmul and concatenation they meet: on the bundled demo they take
+saturation from 1.6-2.3 s to 4.9-5.9 s (4086 e-nodes instead of 2266), so they are loaded
+by name, ``load_rules("all", "tensat")``.
+
+>>> [r.name for r in MERGING][:3]
+['split-cat', 'cat-split', 'matmul-merge']
+>>> "cat-relu" in [r.name for r in RULES]
+True
+"""
+
+from __future__ import annotations
+
+from egraph.ops import (
+    cat,
+    conv2d,
+    getitem,
+    linear,
+    matmul,
+    relu,
+    split,
+    transpose,
+)
+from egraph.rules.define import F, LibraryRule, rule, torch
+from egraph.rules.guards import all_of, distinct, is_none, rank_is, same_shape, value_of
+from egraph.term import literal, vars
+
+__all__ = ["MERGING", "RULES"]
+
+(a, b, c, d, d0, d1, i, j, k, s, t, u, v, w, x, y, z, w1, w2, b1, b2, st, pa, di, g) = vars(
+    "a b c d d0 d1 i j k s t u v w x y z w1 w2 b1 b2 st pa di g")
+
+
+# -- what the guards and right sides read -------------------------------------------------
+
+
+def _shape(egraph, cid) -> tuple | None:
+    return getattr(egraph.data(cid), "shape", None)
+
+
+def _dim(egraph, cid, rank: int) -> int | None:
+    """A dim literal as a non-negative int (cat's dim is kept as written)."""
+    value = value_of(egraph, cid)
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value[0]
+    if type(value) is not int or not -rank <= value < rank:
+        return None
+    return value % rank
+
+
+def _scalar(var) -> callable:
+    def guard(egraph, subst) -> bool:
+        value = value_of(egraph, subst[var.name])
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    guard.__name__ = f"{var.name} is a scalar literal"
+    return guard
+
+
+def _same_shapes(*pairs) -> callable:
+    """Each pair of variables has one known shape (no broadcasting between them)."""
+    return all_of(*(same_shape(p, q) for p, q in pairs))
+
+
+def _cat_dim(var, where: str) -> callable:
+    """The cat dim ``var`` is the output's ``where`` dim (``last`` or ``rows``, the one
+    before it) of ``?x``'s rank, for the matmul rules."""
+    def guard(egraph, subst) -> bool:
+        shape = _shape(egraph, subst["x"])
+        if shape is None or len(shape) < 2:
+            return False
+        want = len(shape) - 1 if where == "last" else len(shape) - 2
+        return _dim(egraph, subst[var.name], len(shape)) == want
+    guard.__name__ = f"{var.name} is the {where} dim"
+    return guard
+
+
+def _joinable(p, q, dim_var) -> callable:
+    """``?p`` and ``?q`` can be concatenated along ``dim_var`` (equal shapes elsewhere)."""
+    def guard(egraph, subst) -> bool:
+        sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
+        if sp is None or sq is None or len(sp) != len(sq):
+            return False
+        dim = _dim(egraph, subst[dim_var.name], len(sp))
+        return dim is not None and all(
+            m == n for n_, (m, n) in enumerate(zip(sp, sq)) if n_ != dim)
+    guard.__name__ = f"{p.name}, {q.name} join along {dim_var.name}"
+    return guard
+
+
+def _same_image(p, q) -> callable:
+    """``?p`` and ``?q`` are batches of equally shaped images (any batch sizes)."""
+    def guard(egraph, subst) -> bool:
+        sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
+        return sp is not None and sq is not None and sp[1:] == sq[1:]
+    guard.__name__ = f"{p.name}, {q.name} equal but for the batch"
+    return guard
+
+
+def _is_literal(var, value) -> callable:
+    def guard(egraph, subst) -> bool:
+        return value_of(egraph, subst[var.name]) == value
+    guard.__name__ = f"{var.name} == {value!r}"
+    return guard
+
+
+def _no_bias(var) -> callable:
+    def guard(egraph, subst) -> bool:
+        return is_none(egraph, subst[var.name])
+    guard.__name__ = f"{var.name} is None"
+    return guard
+
+
+def _lit(egraph, value) -> int:
+    return egraph.add_node(literal(value))
+
+
+# -- the concat and split algebra -------------------------------------------------------
+
+
+def _split_of_cat(egraph, subst):
+    """``split(cat(d, x0, x1, ...), sizes, d)[k]`` is ``xk`` when the sizes are the
+    operands' sizes along d (a cat of any number of operands)."""
+    shape = _shape(egraph, subst["x"])
+    k = value_of(egraph, subst["k"])
+    sizes = value_of(egraph, subst["s"])
+    if shape is None or type(k) is not int:
+        return None
+    dim = _dim(egraph, subst["d"], len(shape))
+    for node in egraph.nodes(subst["x"]):
+        if node.op != "cat" or _dim(egraph, node.children[0], len(shape)) != dim:
+            continue
+        parts = node.children[1:]
+        lengths = [(_shape(egraph, p) or ())[dim:dim + 1] for p in parts]
+        if any(len(n) != 1 for n in lengths):
+            continue
+        lengths = [n[0] for n in lengths]
+        if type(sizes) is int:
+            want = [sizes] * (shape[dim] // sizes) + ([shape[dim] % sizes] if shape[dim] % sizes
+                                                      else [])
+        else:
+            want = list(sizes) if isinstance(sizes, tuple) else None
+        if lengths == want and 0 <= k < len(parts):
+            return parts[k]
+    return None
+
+
+def _cat_of_splits(egraph, subst):
+    """``cat(d, split(x, s, d)[0], split(x, s, d)[1])`` is x when s has two parts."""
+    sizes = value_of(egraph, subst["s"])
+    shape = _shape(egraph, subst["x"])
+    if shape is None or not isinstance(sizes, tuple) or len(sizes) != 2:
+        return None
+    if _dim(egraph, subst["d"], len(shape)) != _dim(egraph, subst["d1"], len(shape)):
+        return None
+    return subst["x"]
+
+
+def _swap_dim(dim: int, p: int, q: int) -> int:
+    return q if dim == p else p if dim == q else dim
+
+
+def _cat_through_transpose(egraph, subst):
+    """``cat(d, x^T, y^T) = (cat(d', x, y))^T``, d' the dim d comes from."""
+    shape = _shape(egraph, subst["x"])
+    p, q = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
+    if shape is None or type(p) is not int or type(q) is not int:
+        return None
+    dim = _dim(egraph, subst["d"], len(shape))
+    if dim is None:
+        return None
+    joined = egraph.add_node("cat", [_lit(egraph, _swap_dim(dim, p, q)), subst["x"],
+                                     subst["y"]])
+    return egraph.add_node("transpose", [joined, subst["i"], subst["j"]])
+
+
+def _transpose_into_cat(egraph, subst):
+    shape = _shape(egraph, subst["x"])
+    p, q = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
+    if shape is None or type(p) is not int or type(q) is not int:
+        return None
+    dim = _dim(egraph, subst["d"], len(shape))
+    if dim is None:
+        return None
+    parts = [egraph.add_node("transpose", [subst[n], subst["i"], subst["j"]]) for n in "xy"]
+    return egraph.add_node("cat", [_lit(egraph, _swap_dim(dim, p, q)), *parts])
+
+
+def _geometry(egraph, subst) -> bool:
+    shapes = [_shape(egraph, subst[n]) for n in "xyzw"]
+    if any(sh is None for sh in shapes) or len({len(sh) for sh in shapes}) != 1:
+        return False
+    rank = len(shapes[0])
+    outer, inner = _dim(egraph, subst["d0"], rank), _dim(egraph, subst["d1"], rank)
+    sx, sy, sz, sw = shapes
+    return (outer is not None and inner is not None and outer != inner
+            and sx[inner] == sz[inner] and sy[inner] == sw[inner])
+
+
+_geometry.__name__ = "d0 != d1, x and z (y and w) equally wide along d1"
+
+
+# -- operator merging --------------------------------------------------------------------
+
+
+def _weights_of(egraph, cid) -> list[int] | None:
+    """The single weights concatenated into class ``cid`` (itself if it holds no cat)."""
+    for node in egraph.nodes(cid):
+        if node.op == "cat":
+            out = []
+            for part in node.children[1:]:
+                inner = _weights_of(egraph, part)
+                if inner is None:
+                    return None
+                out += inner
+            return out
+    return [egraph.find(cid)]
+
+
+def _merge_order(first: str, second: str) -> callable:
+    """Every weight in ``?first`` comes before ``?second``, a single weight: each subset
+    of the ops sharing an input is merged once."""
+    def guard(egraph, subst) -> bool:
+        later = _weights_of(egraph, subst[second])
+        earlier = _weights_of(egraph, subst[first])
+        return (later is not None and earlier is not None and len(later) == 1
+                and max(earlier) < later[0])
+    guard.__name__ = f"weights of {first} before {second}"
+    return guard
+
+
+def _split_pair(egraph, merged: int, sizes: tuple[int, int], dim: int, second: str, subst):
+    """Union ``?second`` with the second part of ``merged``; return the first part."""
+    parts = egraph.add_node("split", [merged, _lit(egraph, sizes), _lit(egraph, dim)])
+    egraph.union(subst[second], egraph.add_node("getitem", [parts, _lit(egraph, 1)]),
+                 "merge")
+    return egraph.add_node("getitem", [parts, _lit(egraph, 0)])
+
+
+def _widths(egraph, subst, dim_of) -> tuple[int, int, int] | None:
+    su, sv = _shape(egraph, subst["u"]), _shape(egraph, subst["v"])
+    if su is None or sv is None or len(su) != len(sv):
+        return None
+    dim = dim_of(len(su))
+    return dim, su[dim], sv[dim]
+
+
+def _merge_matmul_right(egraph, subst):
+    """x @ a, x @ c -> split(x @ cat(1, a, c), last dim) (a, c matrices)."""
+    found = _widths(egraph, subst, lambda r: r - 1)
+    if found is None:
+        return None
+    dim, m, n = found
+    weights = egraph.add_node("cat", [_lit(egraph, 1), subst["a"], subst["c"]])
+    merged = egraph.add_node("matmul", [subst["x"], weights])
+    return _split_pair(egraph, merged, (m, n), dim, "v", subst)
+
+
+def _merge_matmul_left(egraph, subst):
+    """a @ w, c @ w -> split(cat(0, a, c) @ w, rows) (matrices)."""
+    found = _widths(egraph, subst, lambda r: r - 2)
+    if found is None:
+        return None
+    dim, m, n = found
+    rows = egraph.add_node("cat", [_lit(egraph, 0), subst["a"], subst["c"]])
+    merged = egraph.add_node("matmul", [rows, subst["w"]])
+    return _split_pair(egraph, merged, (m, n), dim, "v", subst)
+
+
+def _merge_linear(egraph, subst):
+    """linear(x, w1, b1), linear(x, w2, b2) -> split(linear(x, [w1; w2], [b1; b2]))."""
+    none1, none2 = is_none(egraph, subst["b1"]), is_none(egraph, subst["b2"])
+    found = _widths(egraph, subst, lambda r: r - 1)
+    if none1 != none2 or found is None:
+        return None
+    dim, m, n = found
+    weights = egraph.add_node("cat", [_lit(egraph, 0), subst["w1"], subst["w2"]])
+    bias = subst["b1"] if none1 else egraph.add_node(
+        "cat", [_lit(egraph, 0), subst["b1"], subst["b2"]])
+    merged = egraph.add_node("linear", [subst["x"], weights, bias])
+    return _split_pair(egraph, merged, (m, n), dim, "v", subst)
+
+
+def _conv_args(subst) -> list[int]:
+    return [subst["st"], subst["pa"], subst["di"], subst["g"]]
+
+
+def _merge_conv_weights(egraph, subst):
+    """conv(x, w1), conv(x, w2) -> split(conv(x, [w1; w2]), channels)."""
+    none1, none2 = is_none(egraph, subst["b1"]), is_none(egraph, subst["b2"])
+    sw1, sw2 = _shape(egraph, subst["w1"]), _shape(egraph, subst["w2"])
+    found = _widths(egraph, subst, lambda r: 1)
+    if none1 != none2 or found is None or sw1 is None or sw1[1:] != (sw2 or ())[1:]:
+        return None
+    dim, m, n = found
+    weights = egraph.add_node("cat", [_lit(egraph, 0), subst["w1"], subst["w2"]])
+    bias = subst["b1"] if none1 else egraph.add_node(
+        "cat", [_lit(egraph, 0), subst["b1"], subst["b2"]])
+    merged = egraph.add_node("conv2d", [subst["x"], weights, bias, *_conv_args(subst)])
+    return _split_pair(egraph, merged, (m, n), dim, "v", subst)
+
+
+def _merge_conv_inputs(egraph, subst):
+    """conv(x, w), conv(y, w) -> split(conv(cat(0, x, y), w), batch)."""
+    found = _widths(egraph, subst, lambda r: 0)
+    if found is None:
+        return None
+    dim, m, n = found
+    batch = egraph.add_node("cat", [_lit(egraph, 0), subst["x"], subst["y"]])
+    merged = egraph.add_node("conv2d", [batch, subst["w"], subst["b1"], *_conv_args(subst)])
+    return _split_pair(egraph, merged, (m, n), dim, "v", subst)
+
+
+def _conv_weight_cat(egraph, subst):
+    """cat(1, conv(x, w1, b1), conv(x, w2, b2)) = conv(x, cat(0, w1, w2), cat(0, b1, b2))."""
+    none1, none2 = is_none(egraph, subst["b1"]), is_none(egraph, subst["b2"])
+    if none1 != none2:
+        return None
+    weights = egraph.add_node("cat", [_lit(egraph, 0), subst["w1"], subst["w2"]])
+    bias = subst["b1"] if none1 else egraph.add_node(
+        "cat", [_lit(egraph, 0), subst["b1"], subst["b2"]])
+    return egraph.add_node("conv2d", [subst["x"], weights, bias, *_conv_args(subst)])
+
+
+# -- the rules ----------------------------------------------------------------------------
+
+M = (4, 8)
+SAME = {"x": M, "y": M}
+MATS = {"x": (4, 8), "y": (8, 6), "z": (8, 6)}
+IMG = (2, 4, 6, 6)
+KERNEL = (5, 4, 3, 3)
+CONV = (st, pa, di, g)
+CONV_ARGS = dict(stride=1, padding=1)
+GROUPS_1 = _is_literal(g, 1)
+LEFT = _cat_dim(d, "last")
+
+
+def _conv(inp, weight, bias):
+    return conv2d(inp, weight, bias, *CONV)
+
+
+RULES: list[LibraryRule] = [
+    # -- transpose over elementwise ops and scalar multiplication (operator-commutativity-1..3)
+    rule("transpose-add", transpose(x + y, i, j), transpose(x, i, j) + transpose(y, i, j),
+         when=same_shape(x, y), example=lambda x, y: (x + y).transpose(0, 1), inputs=SAME,
+         description="(x + y)^T = x^T + y^T"),
+    rule("add-transpose", transpose(x, i, j) + transpose(y, i, j), transpose(x + y, i, j),
+         when=same_shape(x, y), example=lambda x, y: x.transpose(0, 1) + y.transpose(0, 1),
+         inputs=SAME, description="x^T + y^T = (x + y)^T"),
+    rule("transpose-mul", transpose(x * y, i, j), transpose(x, i, j) * transpose(y, i, j),
+         when=same_shape(x, y), example=lambda x, y: (x * y).transpose(0, 1), inputs=SAME,
+         description="(x * y)^T = x^T * y^T"),
+    rule("mul-transpose", transpose(x, i, j) * transpose(y, i, j), transpose(x * y, i, j),
+         when=same_shape(x, y), example=lambda x, y: x.transpose(0, 1) * y.transpose(0, 1),
+         inputs=SAME, description="x^T * y^T = (x * y)^T"),
+    rule("transpose-scale", transpose(x * s, i, j), transpose(x, i, j) * s, when=_scalar(s),
+         example=lambda x: (x * 3.0).transpose(0, 1), inputs={"x": M},
+         description="(s x)^T = s x^T"),
+    rule("scale-transpose", transpose(x, i, j) * s, transpose(x * s, i, j), when=_scalar(s),
+         example=lambda x: x.transpose(0, 1) * 3.0, inputs={"x": M},
+         description="s x^T = (s x)^T"),
+    # -- relu and transpose (conv-with-2-applies-relu in TENSAT's naming)
+    rule("relu-transpose", relu(transpose(x, i, j)), transpose(relu(x), i, j),
+         example=lambda x: torch.relu(x.transpose(0, 1)), inputs={"x": M},
+         description="relu(x^T) = relu(x)^T"),
+    rule("transpose-relu", transpose(relu(x), i, j), relu(transpose(x, i, j)),
+         example=lambda x: torch.relu(x).transpose(0, 1), inputs={"x": M},
+         description="relu(x)^T = relu(x^T)"),
+    # -- matmul is linear (matmul-is-linear-0, -1) and its transpose, reversed
+    rule("matmul-scale-in", (x @ y) * s, x @ (y * s), when=_scalar(s),
+         example=lambda x, y: (x @ y) * 3.0, inputs={"x": (4, 8), "y": (8, 6)},
+         description="s (x y) = x (s y)"),
+    rule("matmul-distribute", x @ (y + z), x @ y + x @ z, when=same_shape(y, z),
+         example=lambda x, y, z: x @ (y + z), inputs=MATS, description="x (y + z) = xy + xz"),
+    rule("matmul-factor", x @ y + x @ z, x @ (y + z), when=same_shape(y, z),
+         example=lambda x, y, z: x @ y + x @ z, inputs=MATS, description="xy + xz = x (y + z)"),
+    rule("matmul-distribute-left", (x + y) @ z, x @ z + y @ z, when=same_shape(x, y),
+         example=lambda x, y, z: (x + y) @ z, inputs={"x": (4, 8), "y": (4, 8), "z": (8, 6)},
+         description="(x + y) z = xz + yz"),
+    rule("matmul-factor-left", x @ z + y @ z, (x + y) @ z, when=same_shape(x, y),
+         example=lambda x, y, z: x @ z + y @ z, inputs={"x": (4, 8), "y": (4, 8), "z": (8, 6)},
+         description="xz + yz = (x + y) z"),
+    rule("matmul-transpose", transpose(y, i, j) @ transpose(x, i, j),
+         transpose(x @ y, i, j), when=all_of(rank_is(x, 2), rank_is(y, 2)),
+         example=lambda x, y: y.transpose(0, 1) @ x.transpose(0, 1),
+         inputs={"x": (4, 8), "y": (8, 6)}, description="y^T x^T = (x y)^T"),
+    # -- convolution is bilinear (conv-is-bilinear-0..3, and their inverses)
+    rule("conv-scale-weight", _conv(x * s, w, b), _conv(x, w * s, b), when=_scalar(s),
+         example=lambda x, w: F.conv2d(x * 0.5, w, padding=1), inputs={"x": IMG, "w": KERNEL},
+         description="conv(s x, w) = conv(x, s w)"),
+    rule("conv-scale-out", _conv(x, w, b) * s, _conv(x * s, w, b),
+         when=all_of(_scalar(s), _no_bias(b)),
+         example=lambda x, w: F.conv2d(x, w, padding=1) * 0.5, inputs={"x": IMG, "w": KERNEL},
+         description="s conv(x, w) = conv(s x, w) (no bias)"),
+    rule("conv-distribute-weight", _conv(x, w1 + w2, b), _conv(x, w1, b) + _conv(x, w2, b),
+         when=all_of(same_shape(w1, w2), _no_bias(b)),
+         example=lambda x, w1, w2: F.conv2d(x, w1 + w2, padding=1),
+         inputs={"x": IMG, "w1": KERNEL, "w2": KERNEL},
+         description="conv(x, w1 + w2) = conv(x, w1) + conv(x, w2)"),
+    rule("conv-factor-weight", _conv(x, w1, b) + _conv(x, w2, b), _conv(x, w1 + w2, b),
+         when=all_of(same_shape(w1, w2), _no_bias(b)),
+         example=lambda x, w1, w2: F.conv2d(x, w1, padding=1) + F.conv2d(x, w2, padding=1),
+         inputs={"x": IMG, "w1": KERNEL, "w2": KERNEL},
+         description="conv(x, w1) + conv(x, w2) = conv(x, w1 + w2)"),
+    rule("conv-distribute-input", _conv(x + y, w, b), _conv(x, w, b) + _conv(y, w, b),
+         when=all_of(same_shape(x, y), _no_bias(b)),
+         example=lambda x, y, w: F.conv2d(x + y, w, padding=1),
+         inputs={"x": IMG, "y": IMG, "w": KERNEL},
+         description="conv(x + y, w) = conv(x, w) + conv(y, w)"),
+    rule("conv-factor-input", _conv(x, w, b) + _conv(y, w, b), _conv(x + y, w, b),
+         when=all_of(same_shape(x, y), _no_bias(b)),
+         example=lambda x, y, w: F.conv2d(x, w, padding=1) + F.conv2d(y, w, padding=1),
+         inputs={"x": IMG, "y": IMG, "w": KERNEL},
+         description="conv(x, w) + conv(y, w) = conv(x + y, w)"),
+    rule("cat-geometry", cat(d0, cat(d1, x, y), cat(d1, z, w)),
+         cat(d1, cat(d0, x, z), cat(d0, y, w)), when=_geometry,
+         example=lambda x, y, z, w: torch.cat([torch.cat([x, y], 1), torch.cat([z, w], 1)], 0),
+         inputs={"x": (4, 8), "y": (4, 3), "z": (2, 8), "w": (2, 3)},
+         description="a block matrix concatenates by rows or by columns alike"),
+    # -- concatenation commutes with elementwise ops (operator-commutativity-5..8)
+    rule("cat-scale", cat(d, x * s, y * s), cat(d, x, y) * s, when=_scalar(s),
+         example=lambda x, y: torch.cat([x * 2.0, y * 2.0], 0), inputs=SAME,
+         description="cat(s x, s y) = s cat(x, y)"),
+    rule("scale-cat", cat(d, x, y) * s, cat(d, x * s, y * s), when=_scalar(s),
+         example=lambda x, y: torch.cat([x, y], 0) * 2.0, inputs=SAME,
+         description="s cat(x, y) = cat(s x, s y)"),
+    rule("cat-add", cat(d, x + y, z + w), cat(d, x, z) + cat(d, y, w),
+         when=all_of(same_shape(x, y), same_shape(z, w), _joinable(x, z, d)),
+         example=lambda x, y, z, w: torch.cat([x + y, z + w], 0),
+         inputs={"x": M, "y": M, "z": (2, 8), "w": (2, 8)},
+         description="cat(x + y, z + w) = cat(x, z) + cat(y, w)"),
+    rule("add-cat", cat(d, x, z) + cat(d, y, w), cat(d, x + y, z + w),
+         when=all_of(same_shape(x, y), same_shape(z, w)),
+         example=lambda x, y, z, w: torch.cat([x, z], 0) + torch.cat([y, w], 0),
+         inputs={"x": M, "y": M, "z": (2, 8), "w": (2, 8)},
+         description="cat(x, z) + cat(y, w) = cat(x + y, z + w)"),
+    rule("cat-mul", cat(d, x * y, z * w), cat(d, x, z) * cat(d, y, w),
+         when=all_of(same_shape(x, y), same_shape(z, w), _joinable(x, z, d)),
+         example=lambda x, y, z, w: torch.cat([x * y, z * w], 0),
+         inputs={"x": M, "y": M, "z": (2, 8), "w": (2, 8)},
+         description="cat(x y, z w) = cat(x, z) cat(y, w)"),
+    rule("mul-cat", cat(d, x, z) * cat(d, y, w), cat(d, x * y, z * w),
+         when=all_of(same_shape(x, y), same_shape(z, w)),
+         example=lambda x, y, z, w: torch.cat([x, z], 0) * torch.cat([y, w], 0),
+         inputs={"x": M, "y": M, "z": (2, 8), "w": (2, 8)},
+         description="cat(x, z) cat(y, w) = cat(x y, z w)"),
+    rule("cat-relu", cat(d, relu(x), relu(y)), relu(cat(d, x, y)),
+         example=lambda x, y: torch.cat([torch.relu(x), torch.relu(y)], 1), inputs=SAME,
+         description="cat(relu x, relu y) = relu(cat(x, y))"),
+    rule("relu-cat", relu(cat(d, x, y)), cat(d, relu(x), relu(y)),
+         example=lambda x, y: torch.relu(torch.cat([x, y], 1)), inputs=SAME,
+         description="relu(cat(x, y)) = cat(relu x, relu y)"),
+    # -- concatenation and transpose, matmul, convolution
+    rule("cat-transpose", cat(d, transpose(x, i, j), transpose(y, i, j)),
+         _cat_through_transpose, when=same_shape(x, y),
+         example=lambda x, y: torch.cat([x.t(), y.t()], 1), inputs=SAME,
+         description="cat(1, x^T, y^T) = cat(0, x, y)^T"),
+    rule("transpose-cat", transpose(cat(d, x, y), i, j), _transpose_into_cat,
+         when=same_shape(x, y), example=lambda x, y: torch.cat([x, y], 0).t(), inputs=SAME,
+         description="cat(0, x, y)^T = cat(1, x^T, y^T)"),
+    rule("cat-matmul", cat(d, x @ y, x @ z), x @ cat(d, y, z),
+         when=all_of(LEFT, rank_is(y, 2), rank_is(z, 2)),
+         example=lambda x, y, z: torch.cat([x @ y, x @ z], 1),
+         inputs={"x": (4, 8), "y": (8, 3), "z": (8, 5)},
+         description="cat(xy, xz) along columns = x cat(y, z)"),
+    rule("matmul-cat", x @ cat(d, y, z), cat(d, x @ y, x @ z),
+         when=all_of(LEFT, rank_is(y, 2), rank_is(z, 2)),
+         example=lambda x, y, z: x @ torch.cat([y, z], 1),
+         inputs={"x": (4, 8), "y": (8, 3), "z": (8, 5)},
+         description="x cat(y, z) = cat(xy, xz) along columns"),
+    rule("cat-inner-matmul", matmul(cat(d, x, z), cat(d1, y, w)), x @ y + z @ w,
+         when=all_of(rank_is(x, 2), rank_is(z, 2), _is_literal(d, 1), _is_literal(d1, 0),
+                     _joinable(x, z, d), _joinable(y, w, d1)),
+         example=lambda x, z, y, w: torch.cat([x, z], 1) @ torch.cat([y, w], 0),
+         inputs={"x": (4, 3), "z": (4, 5), "y": (3, 6), "w": (5, 6)},
+         description="[x z] [y; w] = xy + zw"),
+    rule("cat-conv-batch", cat(d, _conv(x, w, b), _conv(y, w, b)), _conv(cat(d, x, y), w, b),
+         when=all_of(_is_literal(d, 0), _joinable(x, y, d)),
+         example=lambda x, y, w: torch.cat([F.conv2d(x, w, padding=1),
+                                            F.conv2d(y, w, padding=1)], 0),
+         inputs={"x": IMG, "y": (3, 4, 6, 6), "w": KERNEL},
+         description="cat over the batch of convs with one kernel = conv of the cat"),
+    rule("cat-conv-channels", cat(d, _conv(x, w1, b1), _conv(x, w2, b2)), _conv_weight_cat,
+         when=all_of(_is_literal(d, 1), GROUPS_1),
+         example=lambda x, w1, w2: torch.cat([F.conv2d(x, w1, padding=1),
+                                              F.conv2d(x, w2, padding=1)], 1),
+         inputs={"x": IMG, "w1": KERNEL, "w2": (3, 4, 3, 3)},
+         description="cat over channels of convs of one input = conv with stacked kernels"),
+    rule("conv-cat-channels", _conv(cat(d, x, z), cat(d1, y, w), b),
+         _conv(x, y, b) + _conv(z, w, b),
+         when=all_of(_is_literal(d, 1), _is_literal(d1, 1), _no_bias(b), GROUPS_1,
+                     _joinable(x, z, d), _joinable(y, w, d1)),
+         example=lambda x, z, y, w: F.conv2d(torch.cat([x, z], 1), torch.cat([y, w], 1),
+                                             padding=1),
+         inputs={"x": IMG, "z": (2, 3, 6, 6), "y": KERNEL, "w": (5, 3, 3, 3)},
+         description="a conv over concatenated channels is the sum of the convs"),
+]
+
+MERGING: list[LibraryRule] = [
+    # -- split and concatenation (split-definition-0, -1 for any number of parts)
+    rule("split-cat", getitem(split(x, s, d), k), _split_of_cat,
+         example=lambda x, y: torch.split(torch.cat([x, y], 1), [8, 8], 1)[1],
+         inputs=SAME, description="split(cat(x0, x1, ...))[k] = xk"),
+    rule("cat-split", cat(d, getitem(split(x, s, d1), 0), getitem(split(x, s, d1), 1)),
+         _cat_of_splits,
+         example=lambda x: torch.cat([torch.split(x, [3, 5], 1)[0],
+                                      torch.split(x, [3, 5], 1)[1]], 1), inputs={"x": M},
+         description="cat(split(x)) = x"),
+    # -- operator merging (TENSAT's multi-pattern rules)
+    rule("matmul-merge", [("u", x @ a), ("v", x @ c)], _merge_matmul_right,
+         when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), _merge_order("a", "c")),
+         example=lambda x, a, c: (x @ a) * (x @ c),
+         inputs={"x": (4, 8), "a": (8, 6), "c": (8, 6)},
+         description="two matmuls of one input are one on concatenated weights, split"),
+    rule("matmul-merge-rows", [("u", a @ w), ("v", c @ w)], _merge_matmul_left,
+         when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), rank_is(w, 2),
+                     _merge_order("a", "c")),
+         example=lambda a, c, w: (a @ w).sum() + (c @ w).sum(),
+         inputs={"a": (4, 8), "c": (3, 8), "w": (8, 6)},
+         description="two matmuls by one matrix are one on concatenated rows, split"),
+    rule("linear-merge", [("u", linear(x, w1, b1)), ("v", linear(x, w2, b2))], _merge_linear,
+         when=all_of(distinct(w1, w2), _merge_order("w1", "w2")),
+         example=(lambda x, w1, b1, w2, b2: F.linear(x, w1, b1) * F.linear(x, w2, b2),
+                  lambda x, w1, b1, w2, b2: F.silu(F.linear(x, w1)) * F.linear(x, w2)),
+         inputs={"x": (2, 4, 8), "w1": (6, 8), "b1": (6,), "w2": (6, 8), "b2": (6,)},
+         description="linears of one input (QKV, gate and up) are one linear, split"),
+    rule("conv-merge", [("u", _conv(x, w1, b1)), ("v", _conv(x, w2, b2))],
+         _merge_conv_weights, when=all_of(distinct(w1, w2), GROUPS_1, _merge_order("w1", "w2")),
+         example=lambda x, w1, w2: F.conv2d(x, w1, padding=1) * F.conv2d(x, w2, padding=1),
+         inputs={"x": IMG, "w1": KERNEL, "w2": KERNEL},
+         description="convs of one input are one conv with stacked kernels, split"),
+    rule("conv-merge-batch", [("u", _conv(x, w, b1)), ("v", _conv(y, w, b1))],
+         _merge_conv_inputs, when=all_of(distinct(x, y), _same_image(x, y),
+                                         _merge_order("x", "y")),
+         example=lambda x, y, w: F.conv2d(x, w, padding=1).sum() + F.conv2d(y, w, padding=1).sum(),
+         inputs={"x": IMG, "y": (3, 4, 6, 6), "w": KERNEL},
+         description="convs with one kernel are one conv over the concatenated batch, split"),
+]
+"""Operator merging and the split algebra it needs: cheap enough for every pipeline, so the
+``layout`` family (in ``'all'``) carries them; :data:`RULES` is the opt-in ``tensat``
+family."""

@@ -1,0 +1,203 @@
+"""TENSAT's graph substitutions: every TASO axiom TENSAT uses, written as a pair of PyTorch
+functions, is proven by saturation (the pair is traced into one e-graph, saturated with the
+library and the ``tensat`` family, and the two outputs share an e-class); every rule of the
+family is sound on random instances of its examples (the merging rules, in the layout family,
+are checked with the library in test_rules.py); merged projections are chosen by the
+cost model, emitted on weights concatenated once, and stay exact when trained."""
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from compiler.soundness import check_rule
+from egraph import EGraph
+from egraph.rules import library, load_rules
+from extractors import Roofline
+
+RULES = load_rules("all", "tensat")
+LIMITS = dict(iter_limit=6, node_limit=30_000, time_limit=60.0)
+M, N = (4, 8), (8, 6)
+IMG, KERNEL = (2, 4, 6, 6), (5, 4, 3, 3)
+
+
+def conv(x, w):
+    return F.conv2d(x, w, padding=1)
+
+
+# (TASO/TENSAT axiom, left side, right side, input shapes[, the other op sharing an input]);
+# a multi-pattern axiom needs its second op in the program, as it is in a model.
+AXIOMS = [
+    ("ewadd-is-associative", lambda x, y, z: x + (y + z), lambda x, y, z: (x + y) + z,
+     [M, M, M]),
+    ("ewadd-is-commutative", lambda x, y: x + y, lambda x, y: y + x, [M, M]),
+    ("ewmul-is-associative", lambda x, y, z: x * (y * z), lambda x, y, z: (x * y) * z,
+     [M, M, M]),
+    ("ewmul-is-commutative", lambda x, y: x * y, lambda x, y: y * x, [M, M]),
+    ("distributivity-0", lambda x, y, z: (x + y) * z, lambda x, y, z: x * z + y * z,
+     [M, M, M]),
+    ("smul-is-associative", lambda x: (x * 2.0) * 3.0, lambda x: x * (2.0 * 3.0), [M]),
+    ("distributivity-1", lambda x, y: (x + y) * 3.0, lambda x, y: x * 3.0 + y * 3.0, [M, M]),
+    ("operator-commutativity-0", lambda x, y: (x * y) * 3.0, lambda x, y: x * (y * 3.0),
+     [M, M]),
+    ("transpose-is-its-own-inverse", lambda x: x.t().t(), lambda x: x, [M]),
+    ("operator-commutativity-1", lambda x, y: (x + y).t(), lambda x, y: x.t() + y.t(),
+     [M, M]),
+    ("operator-commutativity-2", lambda x, y: (x * y).t(), lambda x, y: x.t() * y.t(),
+     [M, M]),
+    ("operator-commutativity-3", lambda x: x.t() * 3.0, lambda x: (x * 3.0).t(), [M]),
+    ("matmul-is-associative", lambda x, y, z: x @ (y @ z), lambda x, y, z: (x @ y) @ z,
+     [(4, 8), (8, 5), (5, 3)]),
+    ("matmul-is-linear-0", lambda x, y: (x @ y) * 3.0, lambda x, y: x @ (y * 3.0), [M, N]),
+    ("matmul-is-linear-1", lambda x, y, z: x @ (y + z), lambda x, y, z: x @ y + x @ z,
+     [M, N, N]),
+    ("matmul-and-transpose", lambda x, y: (x @ y).t(), lambda x, y: y.t() @ x.t(), [M, N]),
+    ("conv-is-bilinear-0", lambda x, w: conv(x * 0.5, w), lambda x, w: conv(x, w * 0.5),
+     [IMG, KERNEL]),
+    ("conv-is-bilinear-1", lambda x, w: conv(x, w) * 0.5, lambda x, w: conv(x * 0.5, w),
+     [IMG, KERNEL]),
+    ("conv-is-bilinear-2", lambda x, w, v: conv(x, w + v),
+     lambda x, w, v: conv(x, w) + conv(x, v), [IMG, KERNEL, KERNEL]),
+    ("conv-is-bilinear-3", lambda x, y, w: conv(x + y, w),
+     lambda x, y, w: conv(x, w) + conv(y, w), [IMG, IMG, KERNEL]),
+    ("conv-with-2-applies-relu", lambda x: torch.relu(x.t()), lambda x: torch.relu(x).t(),
+     [M]),
+    # TASO's Iewmul is a tensor of ones no program holds; programs multiply by 1.
+    ("ewmul-identity", lambda x: x * 1.0, lambda x: x, [M]),
+    ("split-definition-0", lambda x, y: torch.split(torch.cat([x, y], 1), [8, 3], 1)[0],
+     lambda x, y: x, [M, (4, 3)]),
+    ("split-definition-1", lambda x, y: torch.split(torch.cat([x, y], 1), [8, 3], 1)[1],
+     lambda x, y: y, [M, (4, 3)]),
+    ("geometry-of-concatenation",
+     lambda x, y, z, w: torch.cat([torch.cat([x, y], 1), torch.cat([z, w], 1)], 0),
+     lambda x, y, z, w: torch.cat([torch.cat([x, z], 0), torch.cat([y, w], 0)], 1),
+     [(4, 8), (4, 3), (2, 8), (2, 3)]),
+    ("operator-commutativity-5", lambda x, y: torch.cat([x * 2.0, y * 2.0], 0),
+     lambda x, y: torch.cat([x, y], 0) * 2.0, [M, (2, 8)]),
+    ("operator-commutativity-6", lambda x, y, z, w: torch.cat([x + y, z + w], 0),
+     lambda x, y, z, w: torch.cat([x, z], 0) + torch.cat([y, w], 0), [M, M, (2, 8), (2, 8)]),
+    ("operator-commutativity-7", lambda x, y, z, w: torch.cat([x * y, z * w], 0),
+     lambda x, y, z, w: torch.cat([x, z], 0) * torch.cat([y, w], 0), [M, M, (2, 8), (2, 8)]),
+    ("operator-commutativity-8", lambda x, y: torch.cat([torch.relu(x), torch.relu(y)], 1),
+     lambda x, y: torch.relu(torch.cat([x, y], 1)), [M, (4, 3)]),
+    ("concatenation-and-transpose", lambda x, y: torch.cat([x.t(), y.t()], 1),
+     lambda x, y: torch.cat([x, y], 0).t(), [M, M]),
+    ("concatenation-and-matrix-mul.-0", lambda x, y, z: torch.cat([x @ y, x @ z], 1),
+     lambda x, y, z: x @ torch.cat([y, z], 1), [M, N, (8, 3)]),
+    ("concatenation-and-matrix-mul.-1",
+     lambda x, z, y, w: torch.cat([x, z], 1) @ torch.cat([y, w], 0),
+     lambda x, z, y, w: x @ y + z @ w, [(4, 3), (4, 5), (3, 6), (5, 6)]),
+    ("concatenation-and-conv.-0", lambda x, y, w: torch.cat([conv(x, w), conv(y, w)], 0),
+     lambda x, y, w: conv(torch.cat([x, y], 0), w), [IMG, (3, 4, 6, 6), KERNEL]),
+    ("concatenation-and-conv.-1", lambda x, w, v: torch.cat([conv(x, w), conv(x, v)], 1),
+     lambda x, w, v: conv(x, torch.cat([w, v], 0)), [IMG, KERNEL, (3, 4, 3, 3)]),
+    ("concatenation-and-conv.-2",
+     lambda x, z, y, w: conv(torch.cat([x, z], 1), torch.cat([y, w], 1)),
+     lambda x, z, y, w: conv(x, y) + conv(z, w),
+     [IMG, (2, 3, 6, 6), KERNEL, (5, 3, 3, 3)]),
+    # multi-pattern: operator merging
+    ("merge-matmuls-sharing-an-input", lambda x, a, b: x @ a,
+     lambda x, a, b: torch.split(x @ torch.cat([a, b], 1), [6, 3], 1)[0],
+     [M, N, (8, 3)], lambda x, a, b: x @ b),
+    ("merge-matmuls-sharing-a-matrix", lambda a, b, w: a @ w,
+     lambda a, b, w: torch.split(torch.cat([a, b], 0) @ w, [4, 3], 0)[0],
+     [M, (3, 8), N], lambda a, b, w: b @ w),
+    ("merge-convs-sharing-an-input", lambda x, w, v: conv(x, w),
+     lambda x, w, v: torch.split(conv(x, torch.cat([w, v], 0)), [5, 3], 1)[0],
+     [IMG, KERNEL, (3, 4, 3, 3)], lambda x, w, v: conv(x, v)),
+    ("merge-convs-sharing-a-kernel", lambda x, y, w: conv(y, w),
+     lambda x, y, w: torch.split(conv(torch.cat([x, y], 0), w), [2, 3], 0)[1],
+     [IMG, (3, 4, 6, 6), KERNEL], lambda x, y, w: conv(x, w)),
+    ("merge-linears-sharing-an-input", lambda x, w, b, v, c: F.linear(x, v, c),
+     lambda x, w, b, v, c: torch.split(
+         F.linear(x, torch.cat([w, v], 0), torch.cat([b, c], 0)), [6, 3], -1)[1],
+     [(2, 4, 8), (6, 8), (6,), (3, 8), (3,)], lambda x, w, b, v, c: F.linear(x, w, b)),
+]
+
+
+def _traced(case):
+    _, left, right, shapes, *context = case
+    names = ", ".join(inspect.signature(left).parameters)
+    # symbolic_trace needs named parameters, so the pair is one function of the same ones
+    scope = {"fns": (left, right, *context)}
+    exec(f"def program({names}):\n    return tuple(f({names}) for f in fns)", scope)
+    gm = torch.fx.symbolic_trace(scope["program"])
+    torch.manual_seed(0)
+    return EGraph.from_fx(gm, tuple(torch.randn(s) for s in shapes))
+
+
+@pytest.mark.parametrize("case", AXIOMS, ids=[c[0] for c in AXIOMS])
+def test_axiom_is_proven_by_saturation(case):
+    eg = _traced(case)
+    left, right = eg.roots[:2]
+    assert not eg.equiv(left, right), "ingest alone equates the two sides: nothing is tested"
+    eg.saturate(RULES, **LIMITS)
+    assert eg.equiv(left, right), f"{case[0]} not proven ({eg.report.stop_reason})"
+
+
+TENSAT = library("tensat")
+CASES = [(r, fn) for r in TENSAT for fn in r.examples]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[
+    r.name if r.examples.index(fn) == 0 else f"{r.name}[{r.examples.index(fn) + 1}]"
+    for r, fn in CASES])
+def test_rule_is_sound_on_random_instances(case):
+    rule, fn = case
+    result = check_rule(rule, examples=25, example=fn)
+    assert result.ok, str(result)
+
+
+class Projections(nn.Module):
+    """Q, K and V projections of one input, as transformer blocks write them."""
+
+    def __init__(self, d: int = 64):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d // 2)
+
+    def forward(self, x):
+        return (self.q(x) * self.k(x))[..., : self.v.out_features] + self.v(x)
+
+
+def _linears(gm) -> int:
+    return sum(1 for n in gm.graph.nodes if getattr(n.target, "__name__", "") == "linear")
+
+
+def _merged():
+    torch.manual_seed(0)
+    model, x = Projections().eval(), torch.randn(2, 16, 64)
+    eg = EGraph.from_fx(model, (x,)).saturate(load_rules("layout"), **LIMITS)
+    return model, x, eg.extract(Roofline("cpu", fused=False), method="ilp")
+
+
+def test_projections_of_one_input_become_one_linear_on_weights_concatenated_once():
+    model, x, opt = _merged()
+    assert _linears(opt) == 1
+    folded = [m for m in opt.modules() if type(m).__name__ == "FoldedConstant"]
+    assert folded, "the concatenated weights are not folded"
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x))
+        first = [m() for m in folded]
+        assert all(a is b for a, b in zip(first, [m() for m in folded])), "recomputed per call"
+        model.k.weight.add_(1.0)  # an in-place update of a source parameter
+        torch.testing.assert_close(opt(x), model(x))
+    assert set(opt.state_dict()) == set(model.state_dict())
+
+
+def test_merged_projections_train_like_the_source():
+    model, x, opt = _merged()
+    opt(x).square().mean().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    model(x).square().mean().backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(grads[k], p.grad, msg=k)
+
+
+def test_the_roofline_prefers_the_merged_program():
+    """One launch and one read of the shared input instead of three."""
+    model, x, opt = _merged()
+    report = opt.meta["egraph_report"]
+    assert report.cost_after < report.cost_before
