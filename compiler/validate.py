@@ -155,15 +155,22 @@ def relative_errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]
     got = got.to(torch.float64)
     ref = ref.to(torch.float64)
     finite = torch.isfinite(ref)
-    if (finite & ~torch.isfinite(got)).any() or (
-            ~finite & ~((got == ref) | (torch.isnan(got) & torch.isnan(ref)))).any():
+    if not bool(finite.all()):  # rare: select the finite elements (a copy of each side)
+        if (finite & ~torch.isfinite(got)).any() or (
+                ~finite & ~((got == ref) | (torch.isnan(got) & torch.isnan(ref)))).any():
+            return math.inf, math.inf
+        if not finite.any():
+            return 0.0, 0.0
+        got, ref = got[finite], ref[finite]
+    elif not bool(torch.isfinite(got).all()):
         return math.inf, math.inf
-    if not finite.any():
+    if not got.numel():
         return 0.0, 0.0
-    got, ref = got[finite], ref[finite]
-    difference, magnitude = (got - ref).abs(), ref.abs()
-    elementwise = float((difference / magnitude.clamp(min=tiny)).max())
-    return elementwise, float(difference.max() / magnitude.max().clamp(min=tiny))
+    difference, magnitude = (got - ref).abs_(), ref.abs()
+    largest = magnitude.max().clamp(min=tiny)
+    normwise = float(difference.max() / largest)
+    elementwise = float(difference.div_(magnitude.clamp_(min=tiny)).max())
+    return elementwise, normwise
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -246,25 +253,34 @@ def _promote(x: Any) -> Any:
 
 def _float64_reference(original: nn.Module):
     """A function from inputs to the flat float64 outputs of ``original`` (None where the
-    program cannot run in float64): the module promoted to float64, or else its graph run
-    by :class:`_Float64Interpreter`."""
-    wide = copy.deepcopy(original).to(torch.float64)
-    interpreter = _Float64Interpreter(wide) if isinstance(wide, fx.GraphModule) else None
+    program cannot run in float64): a graph run by :class:`_Float64Interpreter` (explicit
+    casts and dtype checks would stop its own forward halfway), any other module promoted
+    to float64."""
+    wide = _float64_copy(original)
 
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
         try:
-            # forward itself: a GraphModule's __call__ prints the traceback of a failure
-            return _flat(wide.forward(*xs))
-        except Exception:  # noqa: BLE001 - explicit casts or checks: interpret instead
-            if interpreter is None:
-                return None
-        try:
-            return _flat(interpreter.run(*xs))
+            if isinstance(wide, fx.GraphModule):
+                return _flat(_Float64Interpreter(wide).run(*xs))
+            return _flat(wide(*xs))
         except Exception:  # noqa: BLE001 - a program that cannot run in float64
             return None
 
     return run
+
+
+def _float64_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` with its floating parameters and buffers in float64, each
+    converted once (a deep copy followed by ``.to(float64)`` would copy a large model's
+    weights twice); tied weights stay tied."""
+    memo: dict[int, Any] = {}
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if id(tensor) not in memo and tensor.is_floating_point():
+            wide = tensor.detach().to(torch.float64)
+            memo[id(tensor)] = (nn.Parameter(wide, tensor.requires_grad)
+                                if isinstance(tensor, nn.Parameter) else wide)
+    return copy.deepcopy(module, memo).to(torch.float64)
 
 
 def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
