@@ -124,7 +124,9 @@ def trace(model: nn.Module) -> fx.GraphModule:
 
 
 def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
-    """Meta of every FX node: from node.meta["val"], else fake-tensor shape propagation."""
+    """Meta of every FX node: from node.meta["val"], else shape propagation: a run on the
+    example inputs where they are real tensors (cheaper than importing torch._dynamo, which
+    fake tensors need), fake tensors otherwise."""
     out: dict[str, Meta] = {}
     if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
         for n in gm.graph.nodes:
@@ -133,6 +135,13 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
         return out
     if example_inputs is None:
         return out
+    if _real(example_inputs):
+        run = _Propagation(gm)
+        try:
+            _run_real(run, example_inputs)
+        except Exception as err:  # noqa: BLE001 - the model rejects the inputs
+            _mismatch(gm, example_inputs, run.node, err)
+        return run.metas
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -145,21 +154,32 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
         if not _fake_limit(err):
             _check_inputs_fit(gm, example_inputs, run.node, err)
         return out  # shapes stay unknown where fake propagation cannot run
-    for name, value in run.values.items():
-        meta = _meta_of_value(value)
-        if meta is not None:
-            out[name] = meta
-    return out
+    return run.metas
+
+
+def _real(example_inputs) -> bool:
+    """True when every tensor among the inputs is a real one (not fake, not meta)."""
+    return all(not isinstance(x, torch.Tensor) or (type(x) is torch.Tensor and
+                                                   x.device.type != "meta")
+               for x in example_inputs)
+
+
+def _run_real(run: fx.Interpreter, example_inputs) -> None:
+    """Run the graph on copies of the real inputs, leaving the caller's RNG state as it was."""
+    inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    with torch.random.fork_rng(), torch.no_grad():
+        run.run(*inputs)
 
 
 class _Propagation(fx.Interpreter):
-    """Runs the graph on fake tensors, keeping every node's value (the user's graph and
-    its nodes' metadata are left as they are) and the node that is running."""
+    """Runs the graph (on fake tensors under ``mode``), keeping the meta of every node's
+    value (the user's graph and its nodes' metadata are left as they are) and the node
+    that is running."""
 
     def __init__(self, gm: fx.GraphModule, mode=None):
         super().__init__(gm)
         self.mode = mode
-        self.values: dict[str, Any] = {}
+        self.metas: dict[str, Meta] = {}
         self.node: fx.Node | None = None
 
     def run_node(self, n: fx.Node):
@@ -169,14 +189,18 @@ class _Propagation(fx.Interpreter):
         else:
             with self.mode:
                 result = super().run_node(n)
-        self.values[n.name] = result
+        meta = _meta_of_value(result)
+        if meta is not None:
+            self.metas[n.name] = meta
         return result
 
 
 def _meta_of_value(value: Any) -> Meta | None:
-    """The meta of a propagated value holding tensors (shape and dtype), else None."""
+    """The shape and dtype of a propagated value holding tensors, else None (no observed
+    range: whether ranges are observed is :func:`from_fx`'s ``observe``)."""
     if isinstance(value, torch.Tensor):
-        return Meta.of(value)
+        return Meta.of(value.detach().to("meta")) if value.device.type != "meta" else (
+            Meta.of(value))
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
         return Meta("tuple", value=tuple(_meta_of_value(v) or Meta("unknown") for v in value))
     return None
@@ -220,20 +244,20 @@ def _check_inputs_fit(gm: fx.GraphModule, example_inputs, node: fx.Node | None,
     """Raise :class:`InputMismatch` for the error fake propagation met at ``node``, after
     confirming it on the real inputs where they are real (fake tensors cannot run some
     ops that real ones can: then the shapes just stay unknown)."""
-    real = all(not isinstance(x, torch.Tensor) or (type(x) is torch.Tensor and
-                                                    x.device.type != "meta")
-               for x in example_inputs)
-    if real:
+    if _real(example_inputs):
         run = _Propagation(gm)
-        inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
-                  for x in example_inputs]
         try:
-            with torch.random.fork_rng(), torch.no_grad():
-                run.run(*inputs)
+            _run_real(run, example_inputs)
         except Exception as real_err:  # noqa: BLE001 - the real op's own complaint
             node, err = run.node, real_err
         else:
             return
+    _mismatch(gm, example_inputs, node, err)
+
+
+def _mismatch(gm: fx.GraphModule, example_inputs, node: fx.Node | None,
+              err: Exception) -> None:
+    """Raise :class:`InputMismatch` for ``err``, raised by ``node`` on the example inputs."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = dict(zip(placeholders, example_inputs))
     used = _inputs_of(node) if node is not None else set()
