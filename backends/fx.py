@@ -44,45 +44,75 @@ TARGETS = ("cpu", "cuda")
 kernels, which run as eager torch ops on CPU tensors)."""
 
 
-class FoldedConstant(nn.Module):
-    """A subexpression of parameters, constants and literals alone (the concatenated
-    weights of merged projections), computed once and reused while its sources are
-    unchanged: recomputed when a source is updated in place or moved (its version counter,
-    storage or device changes), and whenever autograd needs it (grad enabled and a source
-    requires grad), so that training through the emitted module stays exact. ``kids`` are
-    the op's canonical parameter values: source tensors, literals and other folded
-    constants.
+class _Folded:
+    """A reference to another folded value inside a folded value's recipe."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class FoldedConstants(nn.Module):
+    """The subexpressions of parameters, constants and literals alone in an emitted module
+    (the concatenated weights of merged projections), held as its non-persistent buffers:
+    computed once, and read by the program after a call of :meth:`refresh`, which
+    recomputes them only when a source was updated in place or moved (its version counter
+    or storage changed), and every time autograd needs them (grad enabled and a source
+    requires grad), so that training through the module stays exact. ``recipes``: name ->
+    (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
+    in dependency order; ``outputs``: the names the program reads (default: every one).
 
     >>> w = nn.Parameter(torch.ones(2, 3))
-    >>> both = FoldedConstant("cat", [0, w, w], [w])
+    >>> folded = FoldedConstants({"folded_0": ("cat", [0, w, w])})
+    >>> first = folded.folded_0
     >>> with torch.no_grad():
-    ...     first, again = both(), both()
-    >>> first.shape, first is again
+    ...     folded.refresh()
+    >>> first.shape, folded.folded_0 is first
     (torch.Size([4, 3]), True)
     """
 
-    def __init__(self, op: str, kids: list, sources: list[torch.Tensor]):
+    def __init__(self, recipes: dict[str, tuple[str, list]], outputs=None):
         super().__init__()
-        self.op = op
-        self.kids = kids
-        self.inner = nn.ModuleList(k for k in kids if isinstance(k, FoldedConstant))
-        self.sources = sources  # a plain list: the tensors stay owned by their modules
-        self.key: tuple | None = None
-        self.value: torch.Tensor | None = None
+        self.recipes = recipes
+        self.outputs = set(recipes if outputs is None else outputs)
+        self.sources: list[torch.Tensor] = []
+        for _, kids in recipes.values():
+            for k in kids:
+                if isinstance(k, torch.Tensor) and all(k is not t for t in self.sources):
+                    self.sources.append(k)
+        self.key: list | None = None
+        with torch.no_grad():
+            self.refresh()
 
-    def compute(self) -> torch.Tensor:
-        return SPECS[self.op].run([k() if isinstance(k, FoldedConstant) else k
-                                   for k in self.kids])
-
-    def forward(self) -> torch.Tensor:
-        if torch.is_grad_enabled() and any(s.requires_grad for s in self.sources):
-            return self.compute()
-        key = tuple((s._version, s.data_ptr(), s.device) for s in self.sources)
+    def refresh(self) -> None:
+        """Recompute the values whose sources changed, or that autograd needs."""
+        if torch.is_grad_enabled() and any(t.requires_grad for t in self.sources):
+            self.key = None  # values that carry autograd history are not kept
+            self._compute()
+            return
+        key = [(t._version, t.data_ptr()) for t in self.sources]
         if key != self.key:
             with torch.no_grad():
-                self.value = self.compute()
+                self._compute()
             self.key = key
-        return self.value
+
+    def __getstate__(self) -> dict:
+        # Copies and pickles hold detached values, recomputed on their first call.
+        state = self.__dict__.copy()
+        state["_buffers"] = {k: v.detach() for k, v in self._buffers.items()}
+        state["key"] = None
+        return state
+
+    def _compute(self) -> None:
+        values: dict[str, torch.Tensor] = {}
+        for name, (op, kids) in self.recipes.items():
+            values[name] = SPECS[op].run([values[k.name] if isinstance(k, _Folded) else k
+                                          for k in kids])
+            if name not in self.outputs:
+                continue
+            if name in self._buffers:
+                self._buffers[name] = values[name]
+            else:
+                self.register_buffer(name, values[name], persistent=False)
 
 
 class _Emitter:
@@ -100,9 +130,9 @@ class _Emitter:
         self.fused = {c: f for f in fusions for c in f.members}
         # literal target shapes the program holds (``reshape to (2, 16, 4, 16)``)
         self.baked: list[str] = []
-        # parameter and constant nodes -> their tensors, folded nodes -> their modules
-        self.foldable: dict[fx.Node, torch.Tensor | FoldedConstant] = {}
-        self.folded: dict[str, FoldedConstant] = {}
+        # parameter and constant nodes -> their tensors, folded nodes -> their names
+        self.foldable: dict[fx.Node, torch.Tensor | _Folded] = {}
+        self.folded: dict[str, tuple[str, list]] = {}
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -186,8 +216,8 @@ class _Emitter:
         return self.graph.call_function(spec.impl, args, kwargs)
 
     def fold(self, op: str, kids: list, meta: Any) -> fx.Node | None:
-        """Compute an op of parameters, constants and literals once, not per call (a
-        :class:`FoldedConstant`); None when it depends on an input."""
+        """An op of parameters, constants and literals, computed once into a buffer rather
+        than per call (:class:`FoldedConstants`); None when it depends on an input."""
         if TABLE[op].kind in _NOT_FOLDED or getattr(meta, "kind", None) != "tensor":
             return None
         nodes = [k for k in kids if isinstance(k, fx.Node)]
@@ -196,17 +226,11 @@ class _Emitter:
                               else None)
         if not nodes or len(inside) != len(nodes) or not all(k in self.foldable for k in nodes):
             return None
-        values = [self.foldable.get(k, k) if isinstance(k, fx.Node) else k for k in kids]
-        sources = []
-        for v in values:
-            for t in v.sources if isinstance(v, FoldedConstant) else [v]:
-                if isinstance(t, torch.Tensor) and all(t is not s for s in sources):
-                    sources.append(t)
-        module = FoldedConstant(op, values, sources)
         name = f"folded_{len(self.folded)}"
-        self.folded[name] = module
-        node = self.graph.call_module(name)
-        self.foldable[node] = module
+        self.folded[name] = (op, [self.foldable[k] if isinstance(k, fx.Node) else k
+                                  for k in kids])
+        node = self.graph.get_attr(f"folded_constants.{name}")
+        self.foldable[node] = _Folded(name)
         return node
 
     def call_kernel(self, fusion: Fusion) -> None:
@@ -308,10 +332,14 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     for node in reversed(list(graph.nodes)):
         if node in emitter.foldable and not node.users:
             graph.erase_node(node)
-    called = {n.target for n in graph.nodes if n.op == "call_module"}
-    for name, module in emitter.folded.items():
-        if name in called:
-            holder.add_module(name, module)
+    if emitter.folded:
+        read = {n.target.partition(".")[2] for n in graph.nodes
+                if n.op == "get_attr" and n.target.startswith("folded_constants.")}
+        holder.folded_constants = FoldedConstants(emitter.folded, read)
+        # Before anything reads them, the folded values are brought up to date.
+        first = next(n for n in graph.nodes if n.op != "placeholder")
+        with graph.inserting_before(first):
+            graph.call_method("refresh", (graph.get_attr("folded_constants"),))
     for name in emitter.attrs:
         if name in emitter.submodules:
             owner, leaf = _owner(holder, name)
