@@ -211,3 +211,25 @@ def test_cat_and_split_dims_are_normalised_so_each_spelling_hashes_alike():
     eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (torch.randn(4, 3), torch.randn(4, 5)))
     first, second, third, fourth = eg.roots
     assert first == second and third == fourth
+
+
+class _Pairs(torch.nn.Module):
+    """var_mean and max over a dim return pairs; a cast to another tensor's dtype."""
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+        top = x.max(-1, keepdim=True).values
+        return (var + mean + top).to(x.dtype)
+
+
+@pytest.mark.parametrize("capture", ["symbolic_trace", "export"])
+def test_var_mean_max_values_and_dtype_casts_ingest_as_table_ops(capture):
+    """``var_mean`` is the pair (var, mean), ``.values`` picks max_dim's first item and
+    ``x.to(y.dtype)`` is a cast to a literal dtype, from FX and from aten."""
+    x = torch.randn(4, 6)
+    model = _Pairs()
+    source = (torch.fx.symbolic_trace(model) if capture == "symbolic_trace"
+              else torch.export.export(model, (x,)))
+    eg = EGraph.from_fx(source, (x,))
+    assert {"var", "mean", "max_dim", "getitem", "to"} <= _ops(eg)
+    torch.testing.assert_close(eg.extract(Flops())(x), model(x))

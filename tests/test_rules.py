@@ -160,6 +160,8 @@ def test_naive_pytorch_code_reaches_the_stable_or_fused_form(rule):
         spec = rule.inputs[n]
         if spec.domain.startswith("index:"):
             inputs.append(torch.randint(0, int(spec.domain[6:]), spec.shape))
+        elif spec.domain == "bool":
+            inputs.append(torch.rand(spec.shape) > 0.5)
         else:
             inputs.append(torch.rand(spec.shape) + 0.5)
     gm = torch.fx.symbolic_trace(fn)

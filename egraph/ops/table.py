@@ -131,6 +131,21 @@ def _default_lowering(entry: OpDef) -> str:
     return entry.name
 
 
+def interval_of(op: str, kids: list, values: list, shapes: Any) -> iv.Interval:
+    """The output interval of ``op`` from its operands' intervals, by the op's interval
+    rule (:mod:`egraph.ops.intervals`); ops without a rule are unbounded.
+
+    >>> interval_of("exp", [(0.0, 1.0)], [], None)
+    (1.0, 2.718281828459045)
+    >>> interval_of("sub", [(0.0, 1.0), (0.0, 1.0)], [], None)
+    (-1.0, 1.0)
+    """
+    entry = TABLE.get(op)
+    if entry is None or entry.interval is None:
+        return iv.UNBOUNDED
+    return entry.interval(kids, values, shapes)
+
+
 def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
@@ -459,7 +474,7 @@ op("to", "x dtype", "pointwise", attributes="dtype", impl="Tensor.to", exact=Tru
    error="exact", sign=signs.same, interval=iv.same, triton="@to", triton_cast=(),
    spell="Tensor.to Tensor.float:to_float32 Tensor.half:to_float16"
    " Tensor.double:to_float64 Tensor.bfloat16:to_bfloat16 Tensor.long:to_int64"
-   " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy",
+   " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy aten.to.dtype",
    why={"flops": "a conversion computes nothing"})
 
 for _name, _flops, _sign, _interval, _error, _aten in [
@@ -479,7 +494,8 @@ op("var", "x dim correction keepdim", "reduction", attributes="dim correction ke
                                                     "keepdim": k}),
    normalize=_norm_reduce, flops=3, error="mixing", stable=True, sign=NONNEG,
    interval=iv.variance, triton="@var",
-   spell="torch.var Tensor.var aten.var.correction aten.var.dim")
+   spell="torch.var Tensor.var aten.var.correction aten.var.dim torch.var_mean:var_mean"
+   " aten.var_mean.correction:var_mean aten.var_mean.dim:var_mean")
 # One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
 op("softmax", "x dim", "reduction", attributes="dim", impl="torch.softmax",
    call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
@@ -506,12 +522,12 @@ op("rms_norm", "x shape weight eps", "reduction", attributes="shape eps",
    modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),))
 op("max_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.max",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
-   spell="torch.max:max Tensor.max:max",
+   spell="torch.max:max Tensor.max:max aten.max.dim:max",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
 op("min_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.min",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
-   spell="torch.min:min Tensor.min:min",
+   spell="torch.min:min Tensor.min:min aten.min.dim:min",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
 

@@ -15,36 +15,49 @@ import math
 
 from egraph.ops import (
     abs,
+    bitwise_not,
+    eq,
     exp,
     expand,
+    getitem,
     linear,
     log,
+    masked_fill,
+    max_dim,
     mean,
+    ne,
     neg,
+    reciprocal,
     relu,
+    rsqrt,
     sigmoid,
     sqrt,
     sum,
     tanh,
+    to,
     transpose,
+    where,
     zeros_like,
 )
 from egraph.rules.define import F, LibraryRule, rule, torch
 from egraph.rules.guards import (
     all_of,
+    boolean,
     floating,
     nonneg,
     nonzero,
     positive,
     rank_is,
     same_dtype,
+    scalar,
+    tensor,
     value_of,
 )
 from egraph.term import literal, vars
 
 __all__ = ["RULES"]
 
-a, b, c, s, w, x, d, k, d1, d2 = vars("a b c s w x d k d1 d2")
+a, b, c, s, w, x, d, k, d1, d2, m, n, t = vars("a b c s w x d k d1 d2 m n t")
 X = {"x": (4, 8)}
 AB = {"a": (4, 8), "b": (4, 8)}
 ABC = {"a": (4, 8), "b": (4, 8), "c": (4, 8)}
@@ -75,9 +88,55 @@ def _sum_of_sum(egraph, subst):
 
 def _div_by_constant(egraph, subst):
     v = value_of(egraph, subst["s"])
-    if not isinstance(v, float) or v == 0:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v == 0:
         return None
     return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(1.0 / v))])
+
+
+def _count_of(egraph, subst) -> int | None:
+    """How many elements ``sum(?x, ?d, _)`` adds per result (None: unknown)."""
+    shape, dims = getattr(egraph.data(subst["x"]), "shape", None), value_of(egraph, subst["d"])
+    if shape is None or not isinstance(dims, tuple):
+        return None
+    return math.prod(shape[d] for d in dims)
+
+
+def _divides_by_count(egraph, subst) -> bool:
+    n = value_of(egraph, subst["n"])
+    return (isinstance(n, (int, float)) and not isinstance(n, bool) and n != 0
+            and n == _count_of(egraph, subst))
+
+
+_divides_by_count.__name__ = "n is the number of elements summed"
+
+
+def _scaled_fill(egraph, subst):
+    """``masked_fill(a, m, c) * s`` as ``masked_fill(a * s, m, c * s)``: both numbers are
+    literals, so ``c * s`` is one literal (-inf stays -inf for s > 0)."""
+    c, scale = value_of(egraph, subst["c"]), value_of(egraph, subst["s"])
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (c, scale)):
+        return None
+    if scale == 0 or math.isnan(c * scale):
+        return None
+    product = egraph.add_node("mul", [subst["a"], subst["s"]])
+    return egraph.add_node("masked_fill", [product, subst["m"],
+                                           egraph.add_node(literal(float(c * scale)))])
+
+
+def _amax_of_max(egraph, subst):
+    dim = value_of(egraph, subst["d"])
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    return egraph.add_node("amax", [subst["x"], egraph.add_node(literal((dim,))),
+                                    subst["k"]])
+
+
+def _cast_is_noop(egraph, subst) -> bool:
+    dtype = getattr(egraph.data(subst["x"]), "dtype", None)
+    return dtype is not None and dtype == value_of(egraph, subst["t"])
+
+
+_cast_is_noop.__name__ = "x already has dtype t"
 
 
 def _sum_of_broadcast(egraph, subst):
@@ -91,14 +150,6 @@ def _sum_of_broadcast(egraph, subst):
         return None
     n = float(math.prod(target[i] for i in dims))
     return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(n))])
-
-
-def _scalar(var):
-    def guard(egraph, subst) -> bool:
-        v = value_of(egraph, subst[var.name])
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    guard.__name__ = f"{var.name} is a scalar literal"
-    return guard
 
 
 def _through_expand(op, example) -> LibraryRule:
@@ -141,13 +192,49 @@ RULES: list[LibraryRule] = [
          description="x - x = 0 (finite x)"),
     rule("div-one", x / 1, x, when=floating(x), example=lambda x: x / 1.0, inputs=X,
          description="x / 1 = x"),
-    rule("div-constant", x / s, _div_by_constant, when=all_of(floating(x), _scalar(s)),
-         example=lambda x: x / 4.0, inputs=X,
+    rule("div-constant", x / s, _div_by_constant, when=all_of(floating(x), scalar(s)),
+         example=(lambda x: x / 4.0, lambda x: x / 8), inputs=X,
          description="x / c = x * (1/c) for a constant c"),
+    # Division and multiplication by a reciprocal are one class, so fused forms are
+    # written once, with a division.
+    rule("div-as-reciprocal", a / b, a * (1 / b),
+         when=all_of(floating(a), floating(b), tensor(b), same_dtype(a, b)),
+         example=lambda a, b: a / b, inputs={"a": (4, 8), "b": ((4, 8), "nonzero")},
+         description="a / b = a * (1/b)"),
+    rule("reciprocal-as-div", a * (1 / b), a / b,
+         when=all_of(floating(a), floating(b), same_dtype(a, b)),
+         example=(lambda a, b: a * (1.0 / b), lambda a, b: (1 / b) * a),
+         inputs={"a": (4, 8), "b": ((4, 8), "nonzero")},
+         description="a * (1/b) = a / b"),
+    rule("reciprocal", reciprocal(x), 1 / x, when=floating(x),
+         example=lambda x: torch.reciprocal(x), inputs={"x": ((4, 8), "nonzero")},
+         description="reciprocal(x) is 1 / x"),
+    rule("rsqrt-as-div", rsqrt(x), 1 / sqrt(x), when=floating(x),
+         example=lambda x: torch.rsqrt(x), inputs={"x": ((4, 8), "positive")},
+         description="rsqrt(x) = 1 / sqrt(x)"),
+    rule("rsqrt", 1 / sqrt(x), rsqrt(x), when=floating(x),
+         example=lambda x: 1.0 / torch.sqrt(x), inputs={"x": ((4, 8), "positive")},
+         description="1 / sqrt(x) is rsqrt(x), one op"),
     rule("pow-two", x ** 2, x * x, when=floating(x), example=lambda x: x ** 2, inputs=X,
          description="x^2 = x x"),
     rule("pow-one", x ** 1, x, when=floating(x), example=lambda x: x ** 1, inputs=X,
          description="x^1 = x"),
+    rule("pow-three", x * x * x, x ** 3, when=floating(x),
+         example=(lambda x: x * x * x, lambda x: x * (x * x)), inputs=X,
+         description="x x x = x^3"),
+    rule("pow-half", x ** 0.5, sqrt(x), when=floating(x), example=lambda x: x ** 0.5,
+         inputs={"x": ((4, 8), "nonneg")}, description="x^0.5 is sqrt(x)"),
+    rule("pow-minus-half", x ** -0.5, rsqrt(x), when=floating(x),
+         example=lambda x: torch.pow(x, -0.5), inputs={"x": ((4, 8), "positive")},
+         description="x^-0.5 is rsqrt(x)"),
+    rule("pow-minus-one", x ** -1, 1 / x, when=floating(x), example=lambda x: x ** -1,
+         inputs={"x": ((4, 8), "nonzero")}, description="x^-1 is 1 / x"),
+    rule("cast-noop", to(x, t), x, when=_cast_is_noop,
+         example=lambda x: x.to(torch.float32), inputs=X,
+         description="a conversion to the dtype x already has is x"),
+    rule("sum-div-count", sum(x, d, k) / n, mean(x, d, k), when=_divides_by_count,
+         example=(lambda x: x.sum(-1, keepdim=True) / 8, lambda x: x.sum(-1) / x.shape[-1]),
+         inputs=X, description="a sum divided by the number of its terms is the mean"),
     rule("exp-add", exp(a + b), exp(a) * exp(b), example=lambda a, b: torch.exp(a + b),
          inputs=AB, description="exp(a + b) = exp(a) exp(b)"),
     rule("log-mul", log(a * b), log(a) + log(b), when=all_of(positive(a), positive(b)),
@@ -171,10 +258,10 @@ RULES: list[LibraryRule] = [
     rule("matmul-assoc-rev", a @ (b @ c), (a @ b) @ c, when=MATRICES,
          example=lambda a, b, c: a @ (b @ c), inputs=CHAIN,
          description="matrix chains reassociate the other way"),
-    rule("matmul-scale-left", (a * s) @ b, (a @ b) * s, when=_scalar(s),
+    rule("matmul-scale-left", (a * s) @ b, (a @ b) * s, when=scalar(s),
          example=(lambda a, b: (a * 0.5) @ b, lambda a, b: (2 * a) @ b),
          inputs={"a": (4, 8), "b": (8, 3)}, description="a scalar factor moves through matmul"),
-    rule("matmul-scale-right", a @ (b * s), (a @ b) * s, when=_scalar(s),
+    rule("matmul-scale-right", a @ (b * s), (a @ b) * s, when=scalar(s),
          example=(lambda a, b: a @ (b * 0.5), lambda a, b: a @ (2 * b)),
          inputs={"a": (4, 8), "b": (8, 3)},
          description="a scalar factor on the right moves out of matmul"),
@@ -193,4 +280,30 @@ RULES: list[LibraryRule] = [
     _through_expand(tanh, lambda x: torch.tanh(x.expand(4, 8))),
     _through_expand(sqrt, lambda x: torch.sqrt(x.expand(4, 8))),
     _through_expand(abs, lambda x: torch.abs(x.expand(4, 8))),
+    rule("max-values", getitem(max_dim(x, d, k), 0), _amax_of_max,
+         example=lambda x: x.max(-1, keepdim=True)[0], inputs=X,
+         description="the values of max over a dim are amax over it"),
+    # Masks: one spelling per meaning (bool masks marking what is dropped, filled).
+    rule("not-not", bitwise_not(bitwise_not(m)), m, when=boolean(m),
+         example=lambda m: ~~m, inputs={"m": ((4, 8), "bool")},
+         description="~~m = m for a bool mask"),
+    rule("not-eq", bitwise_not(eq(a, b)), ne(a, b), example=lambda a, b: ~(a == b),
+         inputs={"a": ((4, 8), "index:2"), "b": ((4, 8), "index:2")},
+         description="~(a == b) is a != b"),
+    rule("where-as-fill", where(m, a, c), masked_fill(a, bitwise_not(m), c),
+         when=all_of(boolean(m), scalar(c), floating(a)),
+         example=(lambda m, a: torch.where(m, a, float("-inf")),
+                  lambda m, a: torch.where(m, a, -1e9)),
+         inputs={"m": ((4, 8), "bool"), "a": (4, 8)},
+         description="where(m, a, c) fills a with c where m is false"),
+    rule("where-as-fill-flipped", where(m, c, a), masked_fill(a, m, c),
+         when=all_of(boolean(m), scalar(c), floating(a)),
+         example=lambda m, a: torch.where(m, float("-inf"), a),
+         inputs={"m": ((4, 8), "bool"), "a": (4, 8)},
+         description="where(m, c, a) fills a with c where m is true"),
+    rule("fill-then-scale", masked_fill(a, m, c) * s, _scaled_fill,
+         when=all_of(floating(a), scalar(s), scalar(c)),
+         example=lambda a, m: a.masked_fill(m, float("-inf")) * 0.25,
+         inputs={"a": (4, 8), "m": ((4, 8), "bool")},
+         description="a scale after a fill is a scale before it, the fill value scaled"),
 ]

@@ -15,7 +15,6 @@ import math
 from egraph.ops import (
     amax,
     batch_norm,
-    bitwise_not,
     conv2d,
     erf,
     exp,
@@ -27,36 +26,36 @@ from egraph.ops import (
     masked_fill,
     matmul,
     mean,
-    ones_like,
     rms_norm,
-    rsqrt,
     sigmoid,
     silu,
     softmax,
     sqrt,
     sum,
     tanh,
-    to,
     transpose,
-    tril,
     var,
 )
 from egraph.rules.define import F, LibraryRule, rule, torch
 from egraph.rules.guards import (
     all_of,
+    boolean,
+    floating,
     is_none,
     literal_near,
     not_none,
     rank_is,
+    same_dtype,
     single_dim,
+    tensor,
     value_of,
 )
 from egraph.term import Term, literal, vars
 
 __all__ = ["RULES"]
 
-(x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be) = vars(
-    "x w b d s e eps q k v i j c r st pa di g mean var ga be")
+(x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be, m) = vars(
+    "x w b d s e eps q k v i j c r st pa di g mean var ga be m")
 
 def _shape(egraph, cid):
     return getattr(egraph.data(cid), "shape", None)
@@ -90,6 +89,15 @@ def _rms_norm(egraph, subst):
                                         egraph.add_node(literal(None)), subst["eps"]])
 
 
+def _centred_rms(egraph, subst):
+    """``rms_norm(x - mean(x, d), s, w, eps)`` is ``layer_norm(x, s, w, None, eps)`` when
+    ``d`` are the dims ``s`` normalises."""
+    if _trailing_shape(egraph, subst) != value_of(egraph, subst["s"]):
+        return None
+    return egraph.add_node("layer_norm", [subst["x"], subst["s"], subst["w"],
+                                          egraph.add_node(literal(None)), subst["e"]])
+
+
 def _affine_matches(*names):
     names = tuple(n.name for n in names)
 
@@ -119,19 +127,49 @@ def _softmax_last(egraph, subst) -> bool:
 _softmax_last.__name__ = "softmax over the last dim"
 
 
-def _scale_of(name: str, divide: bool):
+def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
+    """The right side: ``sdpa(q, k, v, mask, causal, scale)``; ``mask`` names the bool mask
+    of the dropped entries (``"dropped"``, passed negated: sdpa's bool mask keeps) or the
+    additive one (``"additive"``).
+
+    A row whose every entry is masked is NaN in the written form (softmax of -inf only)
+    and 0 in sdpa; the result is divided by the row's largest kept flag (1, or 0 for such
+    a row: 0/0 is NaN), or, for an additive mask, has its row maximum minus itself added
+    (0, or NaN where the row is -inf), so both forms agree everywhere."""
     def rhs(egraph, subst):
-        s = value_of(egraph, subst["s"])
-        if not isinstance(s, (int, float)) or isinstance(s, bool) or s == 0:
+        scale = value_of(egraph, subst["s"]) if scaled else 1.0
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
             return None
-        scale = 1.0 / float(s) if divide else float(s)
-        causal = name.endswith("causal")
-        return egraph.add_node("sdpa", [subst["q"], subst["k"], subst["v"],
-                                        egraph.add_node(literal(None)),
-                                        egraph.add_node(literal(causal)),
-                                        egraph.add_node(literal(scale))])
-    rhs.__name__ = f"{name}(q, k, v, scale={'1/s' if divide else 's'})"
+        add = egraph.add_node
+        last, keep = add(literal((-1,))), add(literal(True))
+        if mask == "dropped":
+            attn_mask = add("bitwise_not", [subst["m"]])
+            dtype = str(getattr(egraph.data(subst["q"]), "dtype", "")).removeprefix("torch.")
+            flags = add("to", [attn_mask, add(("dtype", dtype))])
+            guard, combine = add("amax", [flags, last, keep]), "div"
+        elif mask == "additive":
+            attn_mask = subst["m"]
+            row = add("amax", [attn_mask, last, keep])
+            guard, combine = add("sub", [row, row]), "add"
+        else:
+            attn_mask, guard = add(literal(None)), None
+        out = add("sdpa", [subst["q"], subst["k"], subst["v"], attn_mask,
+                           add(literal(causal)), add(literal(float(scale)))])
+        return out if guard is None else add(combine, [out, guard])
+    rhs.__name__ = f"sdpa(q, k, v, {mask or 'None'}, causal={causal})"
     return rhs
+
+
+def _mask_fits(egraph, subst) -> bool:
+    """The mask broadcasts to the scores' shape without growing it (sdpa broadcasts it)."""
+    q, k, m = _shape(egraph, subst["q"]), _shape(egraph, subst["k"]), _shape(egraph, subst["m"])
+    if q is None or k is None or m is None or len(m) > len(q):
+        return False
+    scores = (*q[:-1], k[-2])
+    return all(a in (1, b) for a, b in zip(reversed(m), reversed(scores)))
+
+
+_mask_fits.__name__ = "the mask broadcasts to the scores"
 
 
 def _square(egraph, subst) -> bool:
@@ -160,26 +198,57 @@ def _fold_bn(egraph, subst):
 
 
 
-def _causal(scores: Term) -> Term:
-    """``scores`` with the entries above the diagonal set to -inf."""
-    return masked_fill(scores, bitwise_not(tril(ones_like(to(scores, BOOL)), 0)), -math.inf)
+def _all_true(egraph, cid: int) -> bool:
+    """The class is a tensor of ones (or True): ``ones_like``, ``full(.., 1)``."""
+    for n in egraph.nodes(cid):
+        if n.op == "ones_like":
+            return True
+        if n.op == "full" and value_of(egraph, n.children[1]) in (1, True):
+            return True
+    return False
 
 
-def _attention(name: str, scores: Term, divide: bool, example, causal: bool) -> LibraryRule:
-    if causal:
-        name, scores = name + "-causal", _causal(scores)
-    return rule(name, matmul(softmax(scores, d), v), _scale_of(name, divide),
-                when=all_of(_last_two, _softmax_last, *([_square] if causal else [])),
-                example=example, inputs={"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)},
-                description="attention with a causal mask is causal scaled_dot_product_attention"
-                if causal else "matmul, scale, softmax, matmul is scaled_dot_product_attention")
+def _above_diagonal(egraph, cid: int) -> bool:
+    """The class is the bool mask of the entries above the diagonal of an all-true
+    tensor: ``triu(ones, 1)`` or ``~tril(ones)``."""
+    for n in egraph.nodes(cid):
+        if n.op == "triu" and value_of(egraph, n.children[1]) == 1 and _all_true(
+                egraph, n.children[0]):
+            return True
+        if n.op == "bitwise_not" and any(
+                t.op == "tril" and value_of(egraph, t.children[1]) == 0
+                and _all_true(egraph, t.children[0]) for t in egraph.nodes(n.children[0])):
+            return True
+    return False
+
+
+def _causal_mask(egraph, subst) -> bool:
+    q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
+    return (_square(egraph, subst) and m is not None and len(m) >= 2
+            and m[-2:] == (q[-2], q[-2]) and _above_diagonal(egraph, subst["m"]))
+
+
+_causal_mask.__name__ = "m masks the entries above the diagonal (causal), square scores"
 
 
 def _masked(scores):
     return scores.masked_fill(~torch.ones_like(scores, dtype=torch.bool).tril(), float("-inf"))
 
 
-BOOL = Term(("dtype", "bool"))
+def _masked_above(scores):
+    return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+
+
+QKV = {"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)}
+ATTENTION = all_of(_last_two, _softmax_last)
+
+
+def _attention(name: str, scores: Term, rhs, description: str, example, when=(),
+               inputs=None) -> LibraryRule:
+    return rule(name, matmul(softmax(scores, d), v), rhs, when=all_of(ATTENTION, *when),
+                example=example, inputs={**QKV, **(inputs or {})}, description=description)
+
+
 SHIFTED = exp(x - amax(x, d, True))
 QK = q @ transpose(k, i, j)
 RULES: list[LibraryRule] = [
@@ -190,6 +259,9 @@ RULES: list[LibraryRule] = [
          example=lambda x: torch.exp(x - x.amax(-1, keepdim=True))
          / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True),
          inputs={"x": (4, 8)}, description="the max-shifted softmax written out"),
+    rule("softmax-exp-log-softmax", exp(log_softmax(x, d)), softmax(x, d),
+         example=lambda x: torch.exp(torch.log_softmax(x, -1)), inputs={"x": (4, 8)},
+         description="exp(log_softmax(x)) is softmax"),
     rule("log-softmax-pieces", x - logsumexp(x, d, True), log_softmax(x, d), when=single_dim(d),
          example=lambda x: x - torch.logsumexp(x, -1, keepdim=True), inputs={"x": (4, 8)},
          description="x - logsumexp(x) is log_softmax"),
@@ -198,17 +270,23 @@ RULES: list[LibraryRule] = [
          / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5),
          inputs={"x": (4, 8)},
          description="(x - mean) / sqrt(var + eps) over trailing dims is layer_norm"),
-    rule("layer-norm-affine", layer_norm(x, s, None, None, e) * w + b, layer_norm(x, s, w, b, e),
-         when=_affine_matches(w, b), example=lambda x, w, b: F.layer_norm(x, (8,)) * w + b,
+    rule("layer-norm-centred-rms", rms_norm(x - mean(x, d, True), s, w, e), _centred_rms,
+         example=lambda x: F.rms_norm(x - x.mean(-1, keepdim=True), (8,), eps=1e-5),
+         inputs={"x": (4, 8)},
+         description="the RMS norm of the centred values is layer_norm (without bias)"),
+    rule("layer-norm-scale", layer_norm(x, s, None, None, e) * w, layer_norm(x, s, w, None, e),
+         when=_affine_matches(w), example=lambda x, w: F.layer_norm(x, (8,)) * w,
+         inputs={"x": (4, 8), "w": (8,)}, description="the scale of layer_norm fused in"),
+    rule("layer-norm-bias", layer_norm(x, s, w, None, e) + b, layer_norm(x, s, w, b, e),
+         when=_affine_matches(b),
+         example=(lambda x, w, b: F.layer_norm(x, (8,), w) + b,
+                  lambda x, w, b: b + F.layer_norm(x, (8,), w)),
          inputs={"x": (4, 8), "w": (8,), "b": (8,)},
-         description="the affine of layer_norm fused in"),
+         description="the bias of layer_norm fused in"),
     rule("rms-norm", x / sqrt(mean(x * x, d, True) + eps), _rms_norm,
          example=lambda x: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6),
          inputs={"x": (4, 8)},
          description="x / sqrt(mean(x^2) + eps) over trailing dims is rms_norm"),
-    rule("rms-norm-rsqrt", x * rsqrt(mean(x * x, d, True) + eps), _rms_norm,
-         example=lambda x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6),
-         inputs={"x": (4, 8)}, description="x * rsqrt(mean(x^2) + eps) is rms_norm"),
     rule("rms-norm-affine", rms_norm(x, s, None, e) * w, rms_norm(x, s, w, e),
          when=_affine_matches(w), example=lambda x, w: F.rms_norm(x, (8,), eps=1e-6) * w,
          inputs={"x": (4, 8), "w": (8,)}, description="the scale of rms_norm fused in"),
@@ -226,22 +304,37 @@ RULES: list[LibraryRule] = [
          example=lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2 / math.pi)
                                                        * (x + 0.044715 * x ** 3))),
          inputs={"x": (4, 8)}, description="GELU's tanh approximation written out"),
-    rule("gelu-erf", 0.5 * x * (1 + erf(x / r)), gelu(x, "none"),
-         when=literal_near(r, math.sqrt(2.0)),
-         example=lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))), inputs={"x": (4, 8)},
+    rule("gelu-erf", 0.5 * x * (1 + erf(x * r)), gelu(x, "none"),
+         when=literal_near(r, math.sqrt(0.5)),
+         example=lambda x: 0.5 * x * (1.0 + torch.erf(x * math.sqrt(0.5))), inputs={"x": (4, 8)},
          description="exact GELU written with erf"),
     rule("silu", x * sigmoid(x), silu(x), example=lambda x: x * torch.sigmoid(x),
          inputs={"x": (4, 8)}, description="x * sigmoid(x) is SiLU"),
-    _attention("sdpa", QK * s, False, causal=False,
-               example=lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) * 0.5, -1) @ v),
-    _attention("sdpa", QK * s, False, causal=True,
-               example=lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) * 0.5),
-                                                     -1) @ v),
-    _attention("sdpa-div", QK / s, True, causal=False,
-               example=lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) / 2.0, -1) @ v),
-    _attention("sdpa-div", QK / s, True, causal=True,
-               example=lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) / 2.0),
-                                                     -1) @ v),
+    # Attention is matched in one form of its scores, QK * s: the scale anywhere else (on
+    # q or k, a division, after the mask) and the masks' spellings (where, ~mask,
+    # mask == 0) reach it through the algebra rules.
+    _attention("sdpa", QK * s, _sdpa(None, False),
+               "matmul, scale, softmax, matmul is scaled_dot_product_attention",
+               lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) * 0.5, -1) @ v),
+    _attention("sdpa-unscaled", QK, _sdpa(None, False, scaled=False),
+               "attention without a scale is scaled_dot_product_attention with scale 1",
+               lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v),
+    _attention("sdpa-causal", masked_fill(QK * s, m, -math.inf), _sdpa(None, True),
+               "attention with a causal mask is causal scaled_dot_product_attention",
+               (lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) * 0.5), -1) @ v,
+                lambda q, k, v: torch.softmax(_masked_above((q @ k.transpose(-2, -1)) * 0.5), -1)
+                @ v),
+               when=(_causal_mask,)),
+    _attention("sdpa-masked", masked_fill(QK * s, m, -math.inf), _sdpa("dropped", False),
+               "scores filled with -inf where a bool mask is set: sdpa keeping the rest",
+               lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
+                                                .masked_fill(m, float("-inf")), -1) @ v,
+               when=(boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
+    _attention("sdpa-additive", QK * s + m, _sdpa("additive", False),
+               "an additive mask (-inf, -1e9, finfo.min where dropped) is sdpa's float mask",
+               lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
+               when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits),
+               inputs={"m": (2, 1, 6, 6)}),
     rule("conv-bn", batch_norm(conv2d(x, w, b, st, pa, di, g), mu, sigma2, ga, be, eps), _fold_bn,
          when=all_of(not_none(ga), not_none(be)),
          example=lambda x, w, c, m, v, ga, be: F.batch_norm(F.conv2d(x, w, c, padding=1), m, v,

@@ -123,6 +123,36 @@ def floating(var: Variable) -> Guard:
     return _named(guard, f"{var} is floating")
 
 
+def tensor(var: Variable) -> Guard:
+    """``?var`` is a tensor (not a literal number)."""
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        return getattr(_meta(egraph, subst[var]), "kind", None) == "tensor"
+    return _named(guard, f"{var} is a tensor")
+
+
+def boolean(var: Variable) -> Guard:
+    """``?var`` is a bool tensor (a mask)."""
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        meta = _meta(egraph, subst[var])
+        return getattr(meta, "kind", None) == "tensor" and str(
+            getattr(meta, "dtype", "")) == "torch.bool"
+    return _named(guard, f"{var} is a bool tensor")
+
+
+def scalar(var: Variable) -> Guard:
+    """``?var`` is a literal number (or one folded from literals), not a bool."""
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        v = value_of(egraph, subst[var])
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return _named(guard, f"{var} is a scalar literal")
+
+
 def single_dim(var: Variable) -> Guard:
     """``?var`` is a dims literal naming exactly one dim."""
     var = _name(var)

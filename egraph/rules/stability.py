@@ -59,6 +59,7 @@ def _gather_dim_matches(egraph, subst) -> bool:
 
 _gather_dim_matches.__name__ = "gather dim == softmax dim"
 
+CENTERED = x - mean(x, d, True)
 # The 2-norm scaled by max|x| (keepdim, clamped away from 0 so that x = 0 divides by 1e-30).
 _SCALED = x / clamp(amax(abs(x), d, True), 1e-30, None)
 
@@ -112,15 +113,15 @@ RULES: list[LibraryRule] = [
          amax(abs(x), d, k) * sum(_SCALED * _SCALED, d, k) ** 0.5, when=floating(x),
          example=lambda x: torch.sqrt((x * x).sum(-1)), inputs=X,
          description="the 2-norm scaled by max|x|, so x*x cannot overflow or underflow"),
+    # Variance: the powers are one class (x**2, pow, square are x*x), so each form is
+    # written once with x*x.
     rule("var-two-pass", mean(x * x, d, k) - mean(x, d, k) * mean(x, d, k), var(x, d, 0, k),
          example=lambda x: (x * x).mean(-1) - x.mean(-1) * x.mean(-1), inputs=X,
          description="E[x^2] - E[x]^2 cancels catastrophically; var is two-pass"),
-    rule("var-two-pass-pow", mean(x ** 2, d, k) - mean(x, d, k) ** 2, var(x, d, 0, k),
-         example=lambda x: (x ** 2).mean(-1) - x.mean(-1) ** 2, inputs=X,
-         description="E[x^2] - E[x]^2 written with powers"),
-    rule("var-two-pass-mixed", mean(x * x, d, k) - mean(x, d, k) ** 2, var(x, d, 0, k),
-         example=lambda x: (x * x).mean(-1) - x.mean(-1) ** 2, inputs=X,
-         description="E[x*x] - E[x]**2, the two spellings mixed"),
+    rule("var-centered", mean(CENTERED * CENTERED, d, k), var(x, d, 0, k),
+         example=lambda x: ((x - x.mean(-1, keepdim=True)) * (x - x.mean(-1, keepdim=True)))
+         .mean(-1, keepdim=True), inputs=X,
+         description="the mean square of the centred values is the (population) variance"),
     rule("sqrt-diff", sqrt(a) - sqrt(b), (a - b) / (sqrt(a) + sqrt(b)), when=BOTH_POSITIVE,
          example=lambda a, b: torch.sqrt(a) - torch.sqrt(b), inputs=POS_AB,
          description="sqrt(a) - sqrt(b) cancels when a ~ b"),

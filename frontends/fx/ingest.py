@@ -426,8 +426,9 @@ class _Builder:
                 return eg.add_node(literal(value))
             return self._tuple([self.value(v) for v in value])
         if isinstance(value, slice):
-            return eg.add_node("slice", [self.literal(value.start), self.literal(value.stop),
-                                         self.literal(value.step)])
+            # A bound may be a traced size (``bias[:, :, :t, :t]`` with ``t = x.size(1)``).
+            return eg.add_node("slice", [self.value(value.start), self.value(value.stop),
+                                         self.value(value.step)])
         if isinstance(value, torch.Tensor):
             return self.constant(value)
         if isinstance(value, torch.memory_format):
@@ -461,6 +462,8 @@ class _Builder:
         kids = [self.expr(v) if _is_expr(v) else self.value(v) for v in values]
         if name == "identity":
             return kids[0]
+        if name == "tuple":  # a pair of results (var_mean), picked from by getitem
+            return self._tuple(kids)
         return self.apply(name, kids)
 
     def apply(self, name: str, kids: list[int]) -> int:
@@ -705,10 +708,26 @@ class _Builder:
             if not bound["train"] or bound["p"] == 0:
                 return self.value(bound["input"])
             return self.opaque_call(node, random=True)
-        lowered = lower(_out_of_place(node), node.args, node.kwargs, method=method)
+        if not method and node.target is getattr and node.args[1:] == ("dtype",):
+            # ``x.dtype`` (``h.to(input_dtype)``): the dtype is known, a literal like any other.
+            dtype = getattr(self.eg.data(self.value(node.args[0])), "dtype", None)
+            if isinstance(dtype, torch.dtype):
+                return self.literal(dtype)
+        args = tuple(self._dtype_or_arg(a) for a in node.args)
+        kwargs = {k: self._dtype_or_arg(a) for k, a in node.kwargs.items()}
+        lowered = lower(_out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             return self.opaque_call(node)
         return self.expr(lowered)
+
+    def _dtype_or_arg(self, arg):
+        """A node known to be a dtype (``x.dtype`` above) as the dtype itself, so that the
+        lowering of ``h.to(input_dtype)`` sees a dtype."""
+        if isinstance(arg, fx.Node) and self.env.get(arg) is not None:
+            for n in self.eg.nodes(self.env[arg]):
+                if isinstance(n.op, tuple) and n.op[0] == "dtype":
+                    return getattr(torch, n.op[1])
+        return arg
 
     def _scalar(self, args) -> bool:
         """True when every argument is a Python number or a class known to hold one."""

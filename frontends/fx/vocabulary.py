@@ -324,11 +324,20 @@ def _dtype_method(dtype: torch.dtype):
     return lower
 
 
+def _var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``var_mean`` is the pair ``(var, mean)``; indexing it picks one at ingest."""
+    variance = _var(input, dim, unbiased, keepdim, correction=correction)
+    return ("tuple", [variance, ("mean", [input, dim, keepdim])])
+
+
 def _size(input, dim=None):
     return ("size", [input, dim])
 
 
 def _getattr(obj, name, *default):
+    # ``.values`` and ``.indices`` of the pairs max and min over a dim return.
+    if name in ("values", "indices"):
+        return ("getitem", [obj, 0 if name == "values" else 1])
     if name != "shape":
         raise _Unsupported(f"attribute {name!r}")
     return ("size", [obj, None])
@@ -451,7 +460,8 @@ _FACTORIES: dict[str, Callable[[str], Callable[..., Lowered]]] = {
     "aten_softmax_half": lambda name: _aten_softmax(name, True),
 }
 _FIXED: dict[str, Callable[..., Lowered]] = {
-    "rsub": _rsub, "square": _square, "var": _var, "gelu": _gelu, "softplus": _softplus,
+    "rsub": _rsub, "square": _square, "var": _var, "var_mean": _var_mean, "gelu": _gelu,
+    "softplus": _softplus,
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "embedding": _embedding,

@@ -1,0 +1,372 @@
+"""Every spelling reaches the fused form: the ways people write a variance, a layer norm, an
+RMS norm, a softmax, attention, GELU and SiLU (several copied in form from transformers,
+timm and nanoGPT) each become the one fused op by saturation with the whole library, under
+the pipeline's default limits, and the program extracted from the e-graph computes what the
+spelling computes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from compiler.compile import compile_graph, default_cost
+from egraph import EGraph, Pattern
+from egraph.rules import load_rules
+
+RULES = load_rules("all")
+# compile_graph's defaults: what the torch.compile backend saturates with.
+LIMITS = {"iter_limit": 10, "node_limit": 50_000, "time_limit": 10.0}
+EPS = 1e-5
+
+
+def _rows():
+    return (torch.randn(4, 6, 32),)
+
+
+# -- variance: E[(x - mean)^2] over the last dim, population (correction 0) ------------------
+
+def var_two_pass(x):
+    """E[x^2] - E[x]^2, the cancelling form the stability rules replace."""
+    return (x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2
+
+
+def var_centered(x):
+    return ((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)
+
+
+def var_method(x):
+    return x.var(-1, keepdim=True, unbiased=False)
+
+
+def var_mean_tuple(x):
+    var, _ = torch.var_mean(x, -1, keepdim=True, unbiased=False)
+    return var
+
+
+def var_sum_over_n(x):
+    xc = x - x.mean(-1, keepdim=True)
+    return torch.square(xc).sum(-1, keepdim=True) / x.shape[-1]
+
+
+# -- layer norm over the last dim, with and without the affine -------------------------------
+
+class IssueLayerNorm(nn.Module):
+    """The issue's spelling: the centred value shared, its square as ``xc * xc``."""
+
+    def __init__(self, n=32):
+        super().__init__()
+        self.g, self.b = nn.Parameter(torch.randn(n)), nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        xc = x - x.mean(-1, keepdim=True)
+        return xc / torch.sqrt((xc * xc).mean(-1, keepdim=True) + EPS) * self.g + self.b
+
+
+class TimmLayerNorm(nn.Module):
+    """timm's and transformers' ConvNeXt LayerNorm (channels_last branch written out):
+    ``u = x.mean``, ``s = (x - u).pow(2).mean``, ``weight * x + bias``."""
+
+    def __init__(self, n=32):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(n)), nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        u = x.mean(-1, keepdim=True)
+        s = (x - u).pow(2).mean(-1, keepdim=True)
+        x = (x - u) / torch.sqrt(s + EPS)
+        return self.weight * x + self.bias
+
+
+def layer_norm_var_mean_rsqrt(x):
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + EPS)
+
+
+def layer_norm_two_pass(x):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / (torch.mean(x ** 2, -1, keepdim=True) - mean * mean + EPS).sqrt()
+
+
+def layer_norm_reciprocal(x):
+    inv = 1.0 / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + EPS)
+    return (x - x.mean(-1, keepdim=True)) * inv
+
+
+# -- RMS norm ------------------------------------------------------------------------------
+
+class LlamaRMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm, as written (the casts to float32 and back included)."""
+
+    def __init__(self, hidden_size=32, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+def rms_div_sqrt(x):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+def rms_pow_half(x):
+    return x * (x.square().mean(-1, keepdim=True) + 1e-6) ** -0.5
+
+
+def rms_reciprocal(x):
+    return x * (1 / torch.sqrt(torch.mean(x ** 2, dim=-1, keepdim=True) + 1e-6))
+
+
+# -- softmax over the last dim -------------------------------------------------------------
+
+def softmax_naive(x):
+    return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+
+
+def softmax_amax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def softmax_max_values(x):
+    e = (x - x.max(dim=-1, keepdim=True).values).exp()
+    return e / torch.sum(e, dim=-1, keepdim=True)
+
+
+def softmax_max_index(x):
+    e = torch.exp(x - torch.max(x, -1, keepdim=True)[0])
+    return e * (1.0 / e.sum(-1, keepdim=True))
+
+
+def softmax_logsumexp(x):
+    return torch.exp(x - torch.logsumexp(x, -1, keepdim=True))
+
+
+# -- attention -> scaled_dot_product_attention ---------------------------------------------
+
+T, HS = 64, 32
+
+
+class NanoGPTAttention(nn.Module):
+    """nanoGPT's CausalSelfAttention, the manual branch: a tril buffer, ``masked_fill(bias
+    == 0, float('-inf'))``, F.softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+    def forward(self, q, k, v):
+        t = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        return att @ v
+
+
+class IssueAttention(nn.Module):
+    """The issue's spelling: a bool causal mask, ``masked_fill(~mask, -inf)`` and a manual
+    max-shifted softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def forward(self, q, k, v):
+        att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        att = att.masked_fill(~self.mask, float("-inf"))
+        att = torch.exp(att - att.amax(-1, keepdim=True))
+        att = att / att.sum(-1, keepdim=True)
+        return att @ v
+
+
+def hf_eager_attention(q, k, v, attention_mask):
+    """transformers' eager_attention_forward: the scale multiplied in, an additive mask,
+    softmax in float32 and back to the query's dtype."""
+    scaling = q.shape[-1] ** -0.5
+    attn_weights = torch.matmul(q, k.transpose(2, 3)) * scaling
+    causal_mask = attention_mask[:, :, :, : k.shape[-2]]
+    attn_weights = attn_weights + causal_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(attn_weights, v)
+
+
+def padding_where_scaled_query(q, k, v, keep):
+    """The scale on the query, a padding mask through ``torch.where``."""
+    scores = (q * HS ** -0.5) @ k.transpose(-1, -2)
+    scores = torch.where(keep, scores, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def additive_big_negative(q, k, v, keep):
+    """A padding mask as an additive -1e9 bias made from a 0/1 float mask."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(HS)
+    scores = scores + (1.0 - keep) * -1e9
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def triu_in_graph(q, k, v):
+    """The causal mask built in the program with triu, the scale after the mask."""
+    scores = q @ k.transpose(-2, -1)
+    mask = torch.triu(torch.ones_like(scores, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf")) * HS ** -0.5
+    return torch.softmax(scores, -1) @ v
+
+
+# -- GELU and SiLU -------------------------------------------------------------------------
+
+def gelu_hf_python(x):
+    """transformers' GELUActivation(use_gelu_python=True)."""
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_erf_times(x):
+    return 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
+
+
+def gelu_nanogpt(x):
+    """nanoGPT's (and transformers' NewGELUActivation) tanh approximation."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                       * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def gelu_tanh_cube(x):
+    return x * 0.5 * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
+
+
+def silu_product(x):
+    return torch.sigmoid(x) * x
+
+
+def silu_division(x):
+    return x / (1 + torch.exp(-x))
+
+
+def silu_reciprocal(x):
+    return x * (1.0 / (1.0 + torch.exp(-x)))
+
+
+def silu_swiglu(x, y):
+    """The SwiGLU gate of a Llama MLP with SiLU written out."""
+    return (x * torch.sigmoid(x)) * y
+
+
+# -- the table: fused op, spellings, inputs ------------------------------------------------
+
+def _causal_keep():
+    return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def _qkv():
+    return tuple(torch.randn(2, 4, T, HS) for _ in range(3))
+
+
+def _padding():
+    keep = torch.ones(2, 1, 1, T)
+    keep[0, ..., -3:] = 0
+    return keep
+
+
+def _additive_causal():
+    return torch.zeros(2, 1, T, T).masked_fill(~_causal_keep(), torch.finfo(torch.float32).min)
+
+
+CASES = {
+    "var": [(f, _rows) for f in (var_two_pass, var_centered, var_method, var_mean_tuple,
+                                 var_sum_over_n)],
+    "layer_norm": [(IssueLayerNorm, _rows), (TimmLayerNorm, _rows),
+                   (layer_norm_var_mean_rsqrt, _rows), (layer_norm_two_pass, _rows),
+                   (layer_norm_reciprocal, _rows)],
+    "rms_norm": [(LlamaRMSNorm, _rows), (rms_div_sqrt, _rows), (rms_pow_half, _rows),
+                 (rms_reciprocal, _rows)],
+    "softmax": [(f, _rows) for f in (softmax_naive, softmax_amax, softmax_max_values,
+                                     softmax_max_index, softmax_logsumexp)],
+    "scaled_dot_product_attention": [
+        (NanoGPTAttention, _qkv), (IssueAttention, _qkv),
+        (hf_eager_attention, lambda: (*_qkv(), _additive_causal())),
+        (padding_where_scaled_query, lambda: (*_qkv(), _padding().bool())),
+        (additive_big_negative, lambda: (*_qkv(), _padding())),
+        (triu_in_graph, _qkv)],
+    "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
+                                  gelu_tanh_cube)],
+    "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),
+             (silu_swiglu, lambda: (*_rows(), *_rows()))],
+}
+# How the fused op reads in emitted code, where its name alone would match other words.
+_NEEDLE = {"var": "torch.var("}
+SPELLINGS = [(fused, spelling, inputs) for fused, spellings in CASES.items()
+             for spelling, inputs in spellings]
+
+
+def _module(spelling):
+    return spelling() if isinstance(spelling, type) else spelling
+
+
+def _id(case) -> str:
+    return getattr(case, "__name__", "") if callable(case) else str(case)
+
+
+@pytest.mark.parametrize("fused, spelling, make_inputs", SPELLINGS, ids=_id)
+def test_every_spelling_reaches_the_fused_op(fused, spelling, make_inputs):
+    """Traced with torch.fx, saturated with the whole library under the pipeline's limits:
+    the extracted program calls the fused op and computes what the spelling computes."""
+    torch.manual_seed(0)
+    model, inputs = _module(spelling), make_inputs()
+    gm = _trace(model)
+    compiled = compile_graph(gm, inputs, RULES, validate="raise", **LIMITS)
+    assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)}:\n{compiled.code}"
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def _trace(model) -> torch.fx.GraphModule:
+    """symbolic_trace, with buffers as graph values so that nanoGPT's ``bias[:, :, :t, :t]``
+    slices by the traced size."""
+    if not isinstance(model, nn.Module):
+        return torch.fx.symbolic_trace(model)
+    tracer = torch.fx.Tracer()
+    tracer.proxy_buffer_attributes = True
+    return torch.fx.GraphModule(model, tracer.trace(model))
+
+
+@pytest.mark.parametrize("fused, spelling, make_inputs",
+                         [next(c for c in SPELLINGS if c[0] == fused) for fused in CASES],
+                         ids=lambda c: _id(c))
+def test_a_spelling_exported_with_torch_export_reaches_the_fused_op(fused, spelling,
+                                                                    make_inputs):
+    """The same through torch.export's aten graph."""
+    torch.manual_seed(0)
+    model, inputs = _module(spelling), make_inputs()
+    exported = torch.export.export(model if isinstance(model, nn.Module) else _Wrap(model),
+                                   inputs)
+    eg = EGraph.from_fx(exported, inputs).saturate(RULES, **LIMITS)
+    compiled = eg.extract(default_cost(inputs), validate="raise")
+    assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)} (exported)"
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+class _Wrap(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def test_the_four_powers_are_one_class():
+    """x*x, x**2, pow(x, 2) and square are one value, so a rule written with x*x matches
+    every one of them."""
+    def four(x):
+        return x * x, x ** 2, torch.pow(x, 2), torch.square(x)
+
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(four), _rows()).saturate(RULES, **LIMITS)
+    assert len({eg.find(r) for r in eg.roots}) == 1
+    assert Pattern.of("(mul ?x ?x)").search(eg)
