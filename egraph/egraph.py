@@ -20,8 +20,9 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from egraph.enode import ENode
 from egraph.explain import CONGRUENCE, Explanation, ProofForest
 from egraph.term import Term, Var, parse
 from egraph.unionfind import UnionFind
@@ -29,20 +30,6 @@ from egraph.unionfind import UnionFind
 if TYPE_CHECKING:
     from egraph.analysis import Analysis
     from egraph.run import Report
-
-
-class ENode(NamedTuple):
-    """An e-node as the public API shows it: an operator and its child class ids."""
-
-    op: Hashable
-    children: tuple[int, ...]
-
-    def __str__(self) -> str:
-        from egraph.term import format_op
-
-        if not self.children:
-            return format_op(self.op)
-        return "(" + " ".join([format_op(self.op)] + [f"#{c}" for c in self.children]) + ")"
 
 
 class UnsoundMerge(ValueError):
@@ -584,10 +571,6 @@ class EGraph:
         (``validate="strict" | "raise" | "off"``), its report in
         ``gm.meta["egraph_report"]``.
         """
-        if self.fx is not None and root is None:
-            from compiler.fx import extract_module
-
-            return extract_module(self, cost, **options)
         from egraph.extract import extract
 
         return extract(self, cost, root=root, **options)
@@ -637,7 +620,7 @@ class EGraph:
         """An e-graph from egraph-serialize JSON (a dict or its text); validated."""
         from egraph.serialize import from_json
 
-        return from_json(data, analysis=analysis)
+        return from_json(data, cls(analysis=analysis))
 
     def to_dot(self) -> str:
         """Graphviz dot text of the e-graph (classes as clusters)."""

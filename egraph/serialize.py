@@ -24,11 +24,11 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from egraph.enode import ENode
 from egraph.term import SyntaxError_, format_op, parse
 
 if TYPE_CHECKING:
-    from egraph.analysis import Analysis
-    from egraph.egraph import EGraph, ENode
+    from egraph.egraph import EGraph
 
 
 class SerializedFormatError(ValueError):
@@ -37,8 +37,6 @@ class SerializedFormatError(ValueError):
 
 def to_json(egraph: EGraph, cost: Callable[[ENode], float] | None = None) -> dict:
     """A JSON-ready dict of ``egraph`` (node ids ``"<class>.<index>"``)."""
-    from egraph.egraph import ENode
-
     egraph.rebuild()
     nodes: dict[str, dict[str, Any]] = {}
     class_data: dict[str, dict[str, Any]] = {}
@@ -112,13 +110,11 @@ def validate(data: Any) -> dict:
     return data
 
 
-def from_json(data: Any, analysis: Analysis | None = None) -> EGraph:
-    """An :class:`EGraph` holding the classes and e-nodes of egraph-serialize ``data``."""
-    from egraph.egraph import EGraph
-
+def from_json(data: Any, eg: EGraph) -> EGraph:
+    """``eg`` (a new, empty e-graph) filled with the classes and e-nodes of
+    egraph-serialize ``data``; ``EGraph.from_json(data)`` is the usual spelling."""
     data = validate(data)
     nodes = data["nodes"]
-    eg = EGraph(analysis=analysis)
     first_of: dict[str, str] = {}
     members: dict[str, list[str]] = {}
     for nid, node in nodes.items():
@@ -140,7 +136,7 @@ def from_json(data: Any, analysis: Analysis | None = None) -> EGraph:
             _insert(eg, (op, *kids), find(class_id[cls]))
     eg._roots = [find(class_id[str(r)]) for r in data.get("root_eclasses", [])]
     eg.rebuild()
-    if analysis is not None:
+    if eg.analysis is not None:
         eg._analysis_pending.extend(range(len(eg._node)))
         eg.rebuild()
     return eg

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch.fx as fx
 
 from backends.triton.launch import BLOCKS, Blocks, FusedKernel, interpreting, kernel_for
-from backends.triton.regions import Fusion, KernelSpec, lower, pays, plan
+from backends.triton.regions import Fusion, lower, pays, plan
+from backends.triton.spec import KernelSpec
 from backends.triton.templates import Unsupported
 
 __all__ = ["BLOCKS", "Blocks", "FusedKernel", "Fusion", "KernelSpec", "Unsupported",

@@ -54,7 +54,7 @@ import math
 import textwrap
 from dataclasses import dataclass
 
-from backends.triton.regions import KernelSpec, TensorArg
+from backends.triton.spec import KernelSpec, TensorArg
 from backends.triton.templates import HELPERS, Stmt, helpers_for, storage_type
 
 _NEG_INF = '-float("inf")'

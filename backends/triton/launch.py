@@ -41,7 +41,7 @@ from backends.triton.codegen import (
     generate,
     layout_of,
 )
-from backends.triton.regions import KernelSpec
+from backends.triton.spec import KernelSpec
 from frontends.fx.vocabulary import SPECS
 
 

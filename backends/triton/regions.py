@@ -28,14 +28,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
+from backends.triton.spec import KernelSpec, StepRef, TensorArg
 from backends.triton.templates import (
     POINTWISE,
     ROW_OPS,
     Builder,
     Operand,
-    Stmt,
     Unsupported,
     attributes_of,
     compute_type,
@@ -55,71 +53,12 @@ if TYPE_CHECKING:
 # across the GPU, a row kernel runs each row in one program.
 _FEW_ROWS, _LONG_ROW = 16, 1 << 16
 
-# An argument of a program step: ("input", i), ("value", j) or ("literal", v).
-_Ref = tuple[str, Any]
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """An input or output of a kernel: dtype, shape, and the iteration-space axis each of
-    its dims runs along (None: a dim of size 1, or one the value is constant along).
-
-    >>> from egraph import EGraph
-    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x, b: x * b),
-    ...                     (torch.randn(3, 4), torch.randn(4)))
-    >>> plan(eg)[0].kernel.spec.inputs[1]
-    TensorArg(dtype=torch.float32, shape=(4,), axes=(1,))
-    """
-
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    axes: tuple[int | None, ...]
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """Everything a fused kernel computes, independent of where its tensors live.
-
-    ``program`` is the region as canonical ops (each step ``(op, *refs)``), what the eager
-    path runs; ``stmts`` its Triton statements; ``space`` the sizes of the iteration space;
-    ``reduced`` the axes each row reduces (None: a pointwise kernel); ``stores`` the
-    statement written to each output, ``results`` the program step it is.
-
-    >>> from egraph import EGraph
-    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x.softmax(-1).sum(-1)),
-    ...                     (torch.randn(3, 5),))
-    >>> spec = plan(eg)[0].kernel.spec
-    >>> spec.space, spec.reduced, spec.stores
-    ((3, 5), (1,), ('sum_1',))
-    """
-
-    name: str
-    program: tuple[tuple, ...]
-    inputs: tuple[TensorArg, ...]
-    outputs: tuple[TensorArg, ...]
-    results: tuple[int, ...]
-    space: tuple[int, ...]
-    reduced: tuple[int, ...] | None
-    stmts: tuple[Stmt, ...]
-    stores: tuple[str, ...]
-
-    def describe(self) -> list[str]:
-        """The program, one line per step (``v1 = softmax(v0, (1,))``), then its outputs."""
-        def show(ref: _Ref) -> str:
-            kind, v = ref
-            return f"x{v}" if kind == "input" else f"v{v}" if kind == "value" else repr(v)
-
-        lines = [f"v{j} = {op}({', '.join(map(show, refs))})"
-                 for j, (op, *refs) in enumerate(self.program)]
-        outs = ", ".join(f"out{i} = v{j}" for i, j in enumerate(self.results))
-        return [*lines, outs]
-
-
 @dataclass
 class Fusion:
     """A region emitted as one kernel call: the classes it reads (in argument order), the
     classes it returns (in result order) and every class it computes.
 
+    >>> import torch
     >>> from egraph import EGraph
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1),
     ...                     (torch.randn(3),))
@@ -138,6 +77,7 @@ def pays(egraph: EGraph, choice: dict[int, tuple], region: Region, judge: Roofli
     """True when the Roofline time of ``region`` as one kernel (inputs read and outputs
     written once) is below its time as one kernel per op.
 
+    >>> import torch
     >>> from egraph import EGraph
     >>> from extractors.fusion import regions
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
@@ -240,7 +180,7 @@ class _Lowering:
         self.consumers = consumers
         self.axes = _Axes()
         self.frames: dict[int, _Frame] = {}
-        self.refs: dict[int, _Ref] = {}
+        self.refs: dict[int, StepRef] = {}
         self.names: dict[int, str] = {}
         self.inputs: list[int] = []
         self.program: list[tuple] = []
@@ -268,7 +208,7 @@ class _Lowering:
             return meta.value
         raise Unsupported("an argument that is neither a tensor nor a known scalar")
 
-    def operand(self, cid: int) -> tuple[_Ref, Operand]:
+    def operand(self, cid: int) -> tuple[StepRef, Operand]:
         """The program ref and template operand of child class ``cid``."""
         cid = self.find(cid)
         meta = self.meta(cid)
@@ -295,7 +235,7 @@ class _Lowering:
             cid = self.find(self.choice[cid][1])
         return cid in self.members
 
-    def step(self, cid: int, op: str, refs: list[_Ref]) -> None:
+    def step(self, cid: int, op: str, refs: list[StepRef]) -> None:
         self.refs[cid] = ("value", len(self.program))
         self.program.append((op, *refs))
 
@@ -372,7 +312,7 @@ class _Lowering:
         params = dict(zip(spec.params, node[1:]))
         attrs = {p: self.literal(self.find(k)) for p, k in params.items()
                  if p in attribute_names}
-        refs: list[_Ref] = []
+        refs: list[StepRef] = []
         operands: list[Operand] = []
         tensors: list[int] = []
         for p, k in params.items():
@@ -471,6 +411,7 @@ def lower(egraph: EGraph, choice: dict[int, tuple], region: Region) -> Fusion:
     """The fused kernel of ``region`` (raises :class:`Unsupported` with the reason when it
     cannot be generated).
 
+    >>> import torch
     >>> from egraph import EGraph
     >>> from extractors.fusion import regions
     >>> fn = lambda x: (x - x.mean(-1, keepdim=True)).exp()
@@ -520,6 +461,7 @@ def plan(egraph: EGraph, choice: dict[int, tuple] | None = None,
     its hardware says pay. Library regions and regions that cannot be lowered stay eager
     torch calls.
 
+    >>> import torch
     >>> from egraph import EGraph
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.softmax(x, -1)),
     ...                     (torch.randn(4, 8),))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from egraph.enode import ENode
 from egraph.extract.tree import build_term
 
 if TYPE_CHECKING:
@@ -47,8 +48,6 @@ class ParetoPoint:
 def _bind(cost, egraph):
     if hasattr(cost, "bind"):
         return cost.bind(egraph)
-    from egraph.egraph import ENode
-
     return lambda cid, node, kids: cost(ENode(node[0], node[1:]), kids)
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from egraph.enode import ENode
+
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
 
@@ -112,8 +114,6 @@ def node_costs(egraph: EGraph, cost: Any) -> Callable[[int, tuple], Any]:
     """
     if hasattr(cost, "node_cost"):
         return lambda cid, node: cost.node_cost(egraph, cid, node)
-    from egraph.egraph import ENode
-
     return lambda cid, node: cost(ENode(node[0], node[1:]), [0] * (len(node) - 1))
 
 

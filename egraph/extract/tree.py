@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from egraph.enode import ENode
 from egraph.term import Term
 
 if TYPE_CHECKING:
-    from egraph.egraph import EGraph, ENode
+    from egraph.egraph import EGraph
 
 
 class AstSize:
@@ -57,8 +58,6 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
     for nothing can lose bits where it cancels. ``nodes_of`` restricts the choice to some
     e-nodes per class (for example the ones a source program had before saturation).
     """
-    from egraph.egraph import ENode
-
     egraph.rebuild()
     find = egraph.find
     if nodes_of is None:

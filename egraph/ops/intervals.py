@@ -6,10 +6,11 @@ maps the operands' intervals (None for an absent optional operand), the literal 
 the attribute operands and the shapes ``(output, *operands)`` (None where unknown) to an
 enclosure of the output; unknown is ``(-inf, inf)``.
 
->>> interval_of("exp", [(0.0, 1.0)], [], None)
+>>> exp_rule = monotone(math.exp)
+>>> exp_rule([(0.0, 1.0)], [], None)
 (1.0, 2.718281828459045)
->>> interval_of("sub", [(0.0, 1.0), (0.0, 1.0)], [], None)
-(-1.0, 1.0)
+
+The op table holds each op's rule; :func:`egraph.ops.table.interval_of` applies it.
 """
 
 from __future__ import annotations
@@ -24,17 +25,6 @@ UNBOUNDED = (-INF, INF)
 Interval = tuple[float, float]
 IntervalRule = Callable[[list, list, Any], Interval]
 """``(operand intervals, literal values, shapes) -> (lo, hi)``."""
-
-
-def interval_of(op: str, kids: list, values: list, shapes: Any) -> Interval:
-    """The output interval of ``op`` from its operands' intervals (see the module
-    docstring); ops without a rule are unbounded."""
-    from egraph.ops.table import TABLE
-
-    entry = TABLE.get(op)
-    if entry is None or entry.interval is None:
-        return UNBOUNDED
-    return entry.interval(kids, values, shapes)
 
 
 def _safe(fn, x: float) -> float:

@@ -24,8 +24,7 @@ import torch
 from egraph import signs
 from egraph.analysis import Analysis
 from egraph.egraph import UnsoundMerge
-from egraph.ops.intervals import interval_of
-from egraph.ops.table import TABLE
+from egraph.ops.table import TABLE, interval_of
 from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, POS, ZERO
 from egraph.term import is_literal_op, literal
