@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,22 @@ class FxSource:
         return None
 
 
+_AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
+              operator.imul: operator.mul, operator.itruediv: operator.truediv,
+              operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+              operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+              operator.iand: operator.and_, operator.ior: operator.or_,
+              operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+              operator.irshift: operator.rshift}
+"""Augmented assignments (``x += y``) as dynamo and symbolic tracing record them, and their
+out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
+
+
 def _is_inplace(node: fx.Node, module: nn.Module | None) -> bool:
+    if node.op == "call_function" and node.target in _AUGMENTED:
+        value = node.args[0].meta.get("val", node.args[0].meta.get("example_value")) if (
+            node.args and isinstance(node.args[0], fx.Node)) else None
+        return value is None or isinstance(value, torch.Tensor)
     if node.op == "call_method":
         name = node.target
         return name.endswith("_") and not name.startswith("_")
@@ -742,6 +758,8 @@ class _Builder:
 def _out_of_place(node: fx.Node):
     """The out-of-place twin of an in-place call (``add_`` -> ``add``), else the target."""
     target = node.target
+    if node.op == "call_function" and target in _AUGMENTED:
+        return _AUGMENTED[target]
     if node.op == "call_method":
         return target[:-1] if _is_inplace(node, None) else target
     name = getattr(target, "__name__", "")
