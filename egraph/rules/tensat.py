@@ -258,6 +258,15 @@ def _merge_order(first: str, second: str) -> callable:
     return guard
 
 
+def _not_linear(*names: str) -> callable:
+    """None of the classes holds a ``linear``: those merge by ``linear-merge``, and merging
+    the matmuls of their unfused forms too would only repeat it."""
+    def guard(egraph, subst) -> bool:
+        return not any(n.op == "linear" for v in names for n in egraph.nodes(subst[v]))
+    guard.__name__ = f"{', '.join(names)} not linears"
+    return guard
+
+
 def _split_pair(egraph, merged: int, sizes: tuple[int, int], dim: int, second: str, subst):
     """Union ``?second`` with the second part of ``merged``; return the first part."""
     parts = egraph.add_node("split", [merged, _lit(egraph, sizes), _lit(egraph, dim)])
@@ -537,7 +546,8 @@ MERGING: list[LibraryRule] = [
          description="cat(split(x)) = x"),
     # -- operator merging (TENSAT's multi-pattern rules)
     rule("matmul-merge", [("u", x @ a), ("v", x @ c)], _merge_matmul_right,
-         when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), _merge_order("a", "c")),
+         when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), _not_linear("u", "v"),
+                     _merge_order("a", "c")),
          example=lambda x, a, c: (x @ a) * (x @ c),
          inputs={"x": (4, 8), "a": (8, 6), "c": (8, 6)},
          description="two matmuls of one input are one on concatenated weights, split"),
