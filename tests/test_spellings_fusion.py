@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from compiler.compile import compile_graph, default_cost
+from compiler.compile import compile_graph, default_cost, make_backend
 from egraph import EGraph, Pattern
 from egraph.rules import load_rules
 
@@ -350,6 +350,18 @@ def test_a_spelling_exported_with_torch_export_reaches_the_fused_op(fused, spell
     compiled = eg.extract(default_cost(inputs), validate="raise")
     assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)} (exported)"
     torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_through_torch_compile_reaches_sdpa():
+    """Through dynamo and aot_autograd a batched matmul arrives as reshape, bmm, reshape and
+    the buffer as an input: nanoGPT's attention still becomes one sdpa call."""
+    model, inputs = NanoGPTAttention(), _qkv()
+    backend = make_backend(validate="raise")
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    (compiled,) = backend.cache.values()
+    assert "scaled_dot_product_attention" in compiled.module.code
+    torch.testing.assert_close(got, model(*inputs), rtol=1e-4, atol=1e-5)
 
 
 class _Wrap(nn.Module):

@@ -29,6 +29,7 @@ from egraph.ops import (
     neg,
     reciprocal,
     relu,
+    reshape,
     rsqrt,
     sigmoid,
     sqrt,
@@ -66,12 +67,18 @@ ONE_DTYPE = same_dtype(a, b, c)
 MATRICES = all_of(rank_is(a, 2), rank_is(b, 2), rank_is(c, 2))
 
 
-def _mean_as_sum(egraph, subst):
+def _count_of(egraph, subst) -> int | None:
+    """How many elements ``sum(?x, ?d, _)`` or ``mean(?x, ?d, _)`` reduces per result
+    (None: unknown)."""
     shape, dims = getattr(egraph.data(subst["x"]), "shape", None), value_of(egraph, subst["d"])
     if shape is None or not isinstance(dims, tuple):
         return None
-    n = math.prod(shape[d] for d in dims)
-    if n == 0:
+    return math.prod(shape[d] for d in dims)
+
+
+def _mean_as_sum(egraph, subst):
+    n = _count_of(egraph, subst)
+    if not n:
         return None
     total = egraph.add_node("sum", [subst["x"], subst["d"], subst["k"]])
     return egraph.add_node("div", [total, egraph.add_node(literal(float(n)))])
@@ -91,14 +98,6 @@ def _div_by_constant(egraph, subst):
     if not isinstance(v, (int, float)) or isinstance(v, bool) or v == 0:
         return None
     return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(1.0 / v))])
-
-
-def _count_of(egraph, subst) -> int | None:
-    """How many elements ``sum(?x, ?d, _)`` adds per result (None: unknown)."""
-    shape, dims = getattr(egraph.data(subst["x"]), "shape", None), value_of(egraph, subst["d"])
-    if shape is None or not isinstance(dims, tuple):
-        return None
-    return math.prod(shape[d] for d in dims)
 
 
 def _divides_by_count(egraph, subst) -> bool:
@@ -121,6 +120,23 @@ def _scaled_fill(egraph, subst):
     product = egraph.add_node("mul", [subst["a"], subst["s"]])
     return egraph.add_node("masked_fill", [product, subst["m"],
                                            egraph.add_node(literal(float(c * scale)))])
+
+
+def _flattened_batch(egraph, subst) -> bool:
+    """``?s1`` and ``?s2`` flatten the batch dims of ``?a`` and ``?b`` (equal, at least one)
+    into one, and ``?s`` restores them on the product: how aot_autograd writes a batched
+    matmul (reshape, bmm, reshape)."""
+    sa = getattr(egraph.data(subst["a"]), "shape", None)
+    sb = getattr(egraph.data(subst["b"]), "shape", None)
+    if sa is None or sb is None or len(sa) < 3 or len(sa) != len(sb) or sa[:-2] != sb[:-2]:
+        return False
+    n = math.prod(sa[:-2])
+    return (value_of(egraph, subst["d1"]) == (n, *sa[-2:])
+            and value_of(egraph, subst["d2"]) == (n, *sb[-2:])
+            and value_of(egraph, subst["s"]) == (*sa[:-2], sa[-2], sb[-1]))
+
+
+_flattened_batch.__name__ = "the reshapes flatten and restore the batch dims"
 
 
 def _amax_of_max(egraph, subst):
@@ -258,6 +274,11 @@ RULES: list[LibraryRule] = [
     rule("matmul-assoc-rev", a @ (b @ c), (a @ b) @ c, when=MATRICES,
          example=lambda a, b, c: a @ (b @ c), inputs=CHAIN,
          description="matrix chains reassociate the other way"),
+    rule("matmul-batched", reshape(reshape(a, d1) @ reshape(b, d2), s), a @ b,
+         when=_flattened_batch,
+         example=lambda a, b: (a.reshape(6, 4, 8) @ b.reshape(6, 8, 3)).reshape(2, 3, 4, 3),
+         inputs={"a": (2, 3, 4, 8), "b": (2, 3, 8, 3)},
+         description="a bmm over flattened batch dims is the batched matmul"),
     rule("matmul-scale-left", (a * s) @ b, (a @ b) * s, when=scalar(s),
          example=(lambda a, b: (a * 0.5) @ b, lambda a, b: (2 * a) @ b),
          inputs={"a": (4, 8), "b": (8, 3)}, description="a scalar factor moves through matmul"),

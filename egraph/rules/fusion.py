@@ -1,8 +1,11 @@
 """Fusion: the fused ops users could have called, recovered from the pieces they wrote.
 
 Softmax, log_softmax, layer_norm and rms_norm from their arithmetic; linear from matmul and
-bias; GELU and SiLU from their formulas; attention from matmul, scale, (causal mask),
-softmax and matmul; convolution with an eval-mode batch norm folded into its weights.
+bias; GELU and SiLU from their formulas; attention from matmul, scale, a mask (causal, bool
+or additive), softmax and matmul; convolution with an eval-mode batch norm folded into its
+weights. Each fused form is matched in one canonical spelling: the algebra rules bring the
+others to it (a division by sqrt to a multiplication by rsqrt and back, x**2 to x*x, a
+scale on q or after the mask to one on the scores, ``where`` to ``masked_fill``).
 
 >>> next(r for r in RULES if r.name == "silu").rewrite
 Rewrite('silu', '(mul ?x (sigmoid ?x))' => '(silu ?x)')
@@ -143,9 +146,11 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
         add = egraph.add_node
         last, keep = add(literal((-1,))), add(literal(True))
         if mask == "dropped":
+            dtype = getattr(egraph.data(subst["q"]), "dtype", None)
+            if dtype is None:
+                return None
             attn_mask = add("bitwise_not", [subst["m"]])
-            dtype = str(getattr(egraph.data(subst["q"]), "dtype", "")).removeprefix("torch.")
-            flags = add("to", [attn_mask, add(("dtype", dtype))])
+            flags = add("to", [attn_mask, add(("dtype", str(dtype).removeprefix("torch.")))])
             guard, combine = add("amax", [flags, last, keep]), "div"
         elif mask == "additive":
             attn_mask = subst["m"]
@@ -194,8 +199,6 @@ def _fold_bn(egraph, subst):
     bias = add("add", [add("mul", [add("sub", [bias_in, subst["mean"]]), scale]), subst["be"]])
     return add("conv2d", [subst["x"], weight, bias, subst["st"], subst["pa"], subst["di"],
                           subst["g"]])
-
-
 
 
 def _all_true(egraph, cid: int) -> bool:

@@ -124,7 +124,11 @@ def floating(var: Variable) -> Guard:
 
 
 def tensor(var: Variable) -> Guard:
-    """``?var`` is a tensor (not a literal number)."""
+    """``?var`` is a tensor (not a literal number).
+
+    >>> tensor("b").__name__
+    'b is a tensor'
+    """
     var = _name(var)
 
     def guard(egraph, subst) -> bool:
@@ -133,7 +137,11 @@ def tensor(var: Variable) -> Guard:
 
 
 def boolean(var: Variable) -> Guard:
-    """``?var`` is a bool tensor (a mask)."""
+    """``?var`` is a bool tensor (a mask).
+
+    >>> boolean("m").__name__
+    'm is a bool tensor'
+    """
     var = _name(var)
 
     def guard(egraph, subst) -> bool:
@@ -144,7 +152,13 @@ def boolean(var: Variable) -> Guard:
 
 
 def scalar(var: Variable) -> Guard:
-    """``?var`` is a literal number (or one folded from literals), not a bool."""
+    """``?var`` is a literal number (or one folded from literals), not a bool.
+
+    >>> from egraph import EGraph, parse
+    >>> eg = EGraph()
+    >>> scalar("s")(eg, {"s": eg.add(parse("2"))})  # no tensor analysis: nothing is known
+    False
+    """
     var = _name(var)
 
     def guard(egraph, subst) -> bool:
