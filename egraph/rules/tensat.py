@@ -29,9 +29,15 @@ weight concatenated into the first: q, k, v give qk, qv, kv and qkv.
 The family is split by what it costs. Merging and the split algebra (:data:`MERGING`) add
 few e-nodes and are loaded by ``'all'`` (with the ``layout`` family); the other axioms
 (:data:`RULES`, the opt-in ``tensat`` family) let a search reach TENSAT's rewrites but
-distribute every matmul and concatenation they meet: on the bundled demo they take
-saturation from 1.6-2.3 s to 4.9-5.9 s (4086 e-nodes instead of 2266), so they are loaded
-by name, ``load_rules("all", "tensat")``.
+distribute every matmul and concatenation they meet: on the bundled demo (one thread) they
+take saturation from 0.67 s and 2105 e-nodes to 1.65 s and 3410, and find nothing the
+extraction keeps that ``'all'`` misses, so they are loaded by name,
+``load_rules("all", "tensat")``. Saturating in phases (algebra and layout, then these, then
+the rest) was slower still (4.6 s, 4948 e-nodes).
+
+A merged op is used by each of its parts: DAG and ILP extraction (``method="dag"`` or
+``"ilp"``) pay for it once and choose it; greedy extraction's tree cost pays for it once per
+part, so it keeps the separate ops.
 
 >>> [r.name for r in MERGING][:3]
 ['split-cat', 'cat-split', 'matmul-merge']
@@ -52,13 +58,21 @@ from egraph.ops import (
     transpose,
 )
 from egraph.rules.define import F, LibraryRule, rule, torch
-from egraph.rules.guards import all_of, distinct, is_none, rank_is, same_shape, value_of
+from egraph.rules.guards import (
+    Guard,
+    all_of,
+    distinct,
+    is_none,
+    rank_is,
+    same_shape,
+    value_of,
+)
 from egraph.term import literal, vars
 
 __all__ = ["MERGING", "RULES"]
 
-(a, b, c, d, d0, d1, i, j, k, s, t, u, v, w, x, y, z, w1, w2, b1, b2, st, pa, di, g) = vars(
-    "a b c d d0 d1 i j k s t u v w x y z w1 w2 b1 b2 st pa di g")
+(a, b, c, d, d0, d1, i, j, k, s, w, x, y, z, w1, w2, b1, b2, st, pa, di, g) = vars(
+    "a b c d d0 d1 i j k s w x y z w1 w2 b1 b2 st pa di g")
 
 
 # -- what the guards and right sides read -------------------------------------------------
@@ -78,7 +92,7 @@ def _dim(egraph, cid, rank: int) -> int | None:
     return value % rank
 
 
-def _scalar(var) -> callable:
+def _scalar(var) -> Guard:
     def guard(egraph, subst) -> bool:
         value = value_of(egraph, subst[var.name])
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -86,12 +100,7 @@ def _scalar(var) -> callable:
     return guard
 
 
-def _same_shapes(*pairs) -> callable:
-    """Each pair of variables has one known shape (no broadcasting between them)."""
-    return all_of(*(same_shape(p, q) for p, q in pairs))
-
-
-def _cat_dim(var, where: str) -> callable:
+def _cat_dim(var, where: str) -> Guard:
     """The cat dim ``var`` is the output's ``where`` dim (``last`` or ``rows``, the one
     before it) of ``?x``'s rank, for the matmul rules."""
     def guard(egraph, subst) -> bool:
@@ -104,7 +113,7 @@ def _cat_dim(var, where: str) -> callable:
     return guard
 
 
-def _joinable(p, q, dim_var) -> callable:
+def _joinable(p, q, dim_var) -> Guard:
     """``?p`` and ``?q`` can be concatenated along ``dim_var`` (equal shapes elsewhere)."""
     def guard(egraph, subst) -> bool:
         sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
@@ -117,7 +126,7 @@ def _joinable(p, q, dim_var) -> callable:
     return guard
 
 
-def _same_image(p, q) -> callable:
+def _same_image(p, q) -> Guard:
     """``?p`` and ``?q`` are batches of equally shaped images (any batch sizes)."""
     def guard(egraph, subst) -> bool:
         sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
@@ -126,14 +135,14 @@ def _same_image(p, q) -> callable:
     return guard
 
 
-def _is_literal(var, value) -> callable:
+def _is_literal(var, value) -> Guard:
     def guard(egraph, subst) -> bool:
         return value_of(egraph, subst[var.name]) == value
     guard.__name__ = f"{var.name} == {value!r}"
     return guard
 
 
-def _no_bias(var) -> callable:
+def _no_bias(var) -> Guard:
     def guard(egraph, subst) -> bool:
         return is_none(egraph, subst[var.name])
     guard.__name__ = f"{var.name} is None"
@@ -246,7 +255,7 @@ def _weights_of(egraph, cid) -> list[int] | None:
     return [egraph.find(cid)]
 
 
-def _merge_order(first: str, second: str) -> callable:
+def _merge_order(first: str, second: str) -> Guard:
     """Every weight in ``?first`` comes before ``?second``, a single weight: each subset
     of the ops sharing an input is merged once."""
     def guard(egraph, subst) -> bool:
@@ -258,7 +267,7 @@ def _merge_order(first: str, second: str) -> callable:
     return guard
 
 
-def _not_linear(*names: str) -> callable:
+def _not_linear(*names: str) -> Guard:
     """None of the classes holds a ``linear``: those merge by ``linear-merge``, and merging
     the matmuls of their unfused forms too would only repeat it."""
     def guard(egraph, subst) -> bool:
