@@ -22,6 +22,7 @@ sums (``Flops() + 1e-3 * Memory()``) and lexicographic order (``Lexicographic(a,
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,8 @@ def _bytes(meta) -> int:
 
 _SOURCES = frozenset({"param", "const"})
 _PER_CALL = (names(kind="leaf") | names(kind="opaque")) - _SOURCES  # inputs, opaque calls
-_COMPUTED_ONCE: dict[int, tuple[int, dict[int, bool]]] = {}
+# per e-graph: (its hash-cons size when asked, class -> parameter-only)
+_COMPUTED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def parameter_only(egraph, cid: int) -> bool:
@@ -70,11 +72,10 @@ def parameter_only(egraph, cid: int) -> bool:
     [False]
     """
     size = len(egraph._memo)
-    seen_size, known = _COMPUTED_ONCE.get(id(egraph), (None, {}))
-    if seen_size != size:
+    seen_size, known = _COMPUTED_ONCE.get(egraph, (None, {}))
+    if seen_size != size:  # the e-graph grew: what was known may have changed
         known = {}
-        _COMPUTED_ONCE.clear()  # one e-graph at a time: extraction asks about one
-        _COMPUTED_ONCE[id(egraph)] = (size, known)
+        _COMPUTED_ONCE[egraph] = (size, known)
     return _parameter_only(egraph, egraph.find(cid), known)
 
 
