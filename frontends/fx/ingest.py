@@ -739,8 +739,9 @@ class _Builder:
     def _dtype_or_arg(self, arg):
         """A node known to be a dtype (``x.dtype`` above) as the dtype itself, so that the
         lowering of ``h.to(input_dtype)`` sees a dtype."""
-        if isinstance(arg, fx.Node) and self.env.get(arg) is not None:
-            for n in self.eg.nodes(self.env[arg]):
+        cid = self.env.get(arg) if isinstance(arg, fx.Node) else None
+        if isinstance(cid, int):  # not an effect's output, nor a higher-order op's region
+            for n in self.eg.nodes(cid):
                 if isinstance(n.op, tuple) and n.op[0] == "dtype":
                     return getattr(torch, n.op[1])
         return arg
