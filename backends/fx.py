@@ -133,11 +133,14 @@ class _Emitter:
         # parameter and constant nodes -> their tensors, folded nodes -> their names
         self.foldable: dict[fx.Node, torch.Tensor | _Folded] = {}
         self.folded: dict[str, tuple[str, list]] = {}
+        # emitted nodes -> the analysis data of their class (shape, dtype)
+        self.metas: dict[fx.Node, Any] = {}
 
     def run(self) -> fx.Graph:
         src = self.src
         for name, cid in zip(src.inputs, src.input_classes):
             self.values[self.find(cid)] = self.graph.placeholder(name)
+            self.metas[self.values[self.find(cid)]] = self.eg.data(cid)
         for effect in src.effects:
             self.value(effect)
         out = fx.node.map_aggregate(src.output, lambda a: self.value(a.cid)
@@ -170,6 +173,8 @@ class _Emitter:
                 continue
             stack.pop()
             self.values[c] = self.emit(node, self.eg.data(c))
+            if isinstance(self.values[c], fx.Node):
+                self.metas[self.values[c]] = self.eg.data(c)
         return self.values[root]
 
     def emit(self, node: tuple, meta: Any) -> Any:
@@ -326,6 +331,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     src = egraph.fx
     if emitter.baked:
         explain_sizes(graph, egraph, emitter.baked)
+    _bias_into_matmul(graph, emitter.metas)
     holder = nn.Module()
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
@@ -364,6 +370,39 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if fusions:
         gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
     return gm
+
+
+def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
+    """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
+    product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
+    Conv1D) as a product and a sum, but one GEMM with the bias in its accumulator is faster
+    in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum."""
+    def fits(product: fx.Node, bias: Any, total: fx.Node) -> bool:
+        if not (isinstance(bias, fx.Node) and isinstance(product, fx.Node)
+                and product.op == "call_function" and product.target is torch.matmul
+                and len(product.users) == 1 and not product.kwargs):
+            return False
+        described = [metas.get(n) for n in (*product.args, bias, total)]
+        if any(getattr(m, "kind", None) != "tensor" or m.shape is None for m in described):
+            return False
+        a, b, c, out = described
+        return (len(a.shape) == len(b.shape) == 2 and len(c.shape) <= 2
+                and out.shape == (a.shape[0], b.shape[1])
+                and torch.broadcast_shapes(c.shape, out.shape) == out.shape
+                and a.dtype == b.dtype == c.dtype == out.dtype and out.dtype.is_floating_point)
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
+                node.args) != 2:
+            continue
+        for product, bias in (node.args, node.args[::-1]):
+            if fits(product, bias, node):
+                with graph.inserting_before(node):
+                    fused = graph.call_function(torch.addmm, (bias, *product.args))
+                node.replace_all_uses_with(fused)
+                graph.erase_node(node)
+                graph.erase_node(product)
+                break
 
 
 def _fetch(module: nn.Module, path: str):

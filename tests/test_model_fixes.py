@@ -56,3 +56,43 @@ def test_relative_errors_judge_infinities_and_each_element_at_its_scale():
     assert relative_errors(torch.tensor([1e-9, 1.0, 3.0]), ref) == (float("inf"),) * 2
     finite = torch.tensor([1e-9, 1.0], dtype=torch.float64)
     assert relative_errors(torch.tensor([1e-9, float("nan")]), finite) == (float("inf"),) * 2
+
+
+class Conv1D(nn.Module):
+    """GPT-2's projection: ``addmm(bias, x2d, weight)``, written as a product and a sum by
+    the canonical vocabulary."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 12))
+        self.bias = nn.Parameter(torch.randn(12))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, 8), self.weight).view(2, 3, 12).relu()
+
+
+def test_a_biased_product_is_emitted_as_one_addmm():
+    from egraph import EGraph
+    from extractors import Flops
+
+    model, x = Conv1D(), torch.randn(2, 3, 8)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(model), (x,)).extract(Flops(),
+                                                                        validate="raise")
+    assert "torch.addmm" in opt.code and "torch.matmul" not in opt.code
+    torch.testing.assert_close(opt(x), model(x))
+
+
+def test_a_shared_product_keeps_its_own_node():
+    """Where another op reads the product too, the sum stays a sum."""
+    from egraph import EGraph
+    from extractors import Flops
+
+    def f(x, w, b):
+        p = x @ w
+        return p + b, p.sum()
+
+    x, w, b = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (x, w, b)).extract(Flops(),
+                                                                         validate="raise")
+    assert "addmm" not in opt.code
+    torch.testing.assert_close(opt(x, w, b), f(x, w, b))
