@@ -29,6 +29,7 @@ from egraph.ops import (
     logsumexp,
     mean,
     ones_like,
+    rsqrt,
     sigmoid,
     sin,
     softmax,
@@ -113,8 +114,24 @@ RULES: list[LibraryRule] = [
          amax(abs(x), d, k) * sum(_SCALED * _SCALED, d, k) ** 0.5, when=floating(x),
          example=lambda x: torch.sqrt((x * x).sum(-1)), inputs=X,
          description="the 2-norm scaled by max|x|, so x*x cannot overflow or underflow"),
-    # Variance: the powers are one class (x**2, pow, square are x*x), so each form is
-    # written once with x*x.
+    # Powers in one canonical form (x**2, pow(x, 2), square are x*x; x**-0.5 is rsqrt):
+    # the variance, norm and softmax rules below are written over these forms, so the
+    # powers belong with them (the stability rewriter loads this family alone).
+    rule("pow-two", x ** 2, x * x, when=floating(x), example=lambda x: x ** 2, inputs=X,
+         description="x^2 = x x"),
+    rule("pow-one", x ** 1, x, when=floating(x), example=lambda x: x ** 1, inputs=X,
+         description="x^1 = x"),
+    rule("pow-three", x * x * x, x ** 3, when=floating(x),
+         example=(lambda x: x * x * x, lambda x: x * (x * x)), inputs=X,
+         description="x x x = x^3"),
+    rule("pow-half", x ** 0.5, sqrt(x), when=floating(x), example=lambda x: x ** 0.5,
+         inputs={"x": ((4, 8), "nonneg")}, description="x^0.5 is sqrt(x)"),
+    rule("pow-minus-half", x ** -0.5, rsqrt(x), when=floating(x),
+         example=lambda x: torch.pow(x, -0.5), inputs={"x": ((4, 8), "positive")},
+         description="x^-0.5 is rsqrt(x)"),
+    rule("pow-minus-one", x ** -1, 1 / x, when=floating(x), example=lambda x: x ** -1,
+         inputs={"x": ((4, 8), "nonzero")}, description="x^-1 is 1 / x"),
+    # Variance, written once with x*x.
     rule("var-two-pass", mean(x * x, d, k) - mean(x, d, k) * mean(x, d, k), var(x, d, 0, k),
          example=lambda x: (x * x).mean(-1) - x.mean(-1) * x.mean(-1), inputs=X,
          description="E[x^2] - E[x]^2 cancels catastrophically; var is two-pass"),
