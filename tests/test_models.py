@@ -19,8 +19,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from compiler.compile import make_backend  # noqa: E402
 from benchmarks.corpus import MODELS, build  # noqa: E402
+from compiler.compile import make_backend  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import Flops  # noqa: E402
