@@ -76,7 +76,7 @@ class GraphReport:
 
     def __str__(self) -> str:
         e = self.extraction
-        rewrites = ", ".join(f"{n} x{k}" for n, k in sorted(e.rewrites.items())) or "none"
+        rewrites = ", ".join(f"{n} x{k}" for n, k in sorted(e.used.items())) or "none"
         parts = [f"{self.name}: nodes {e.nodes_before} -> {e.nodes_after}",
                  f"rewrites {rewrites}", f"cost {e.cost_before:.4g} -> {e.cost_after:.4g}"]
         if self.saturation is not None:

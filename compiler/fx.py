@@ -36,11 +36,11 @@ from backends.sizes import require_sizes
 from compiler.sizes import probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
-from egraph.extract import best_nodes, choose, program_roots, source_program
+from egraph.extract import best_nodes, cheaper, choose, program_roots, source_program
 from egraph.extract.local_search import improve
 from egraph.extract.pareto import ParetoPoint
 from egraph.extract.pareto import pareto as pareto_frontier
-from egraph.extract.program import dag_cost
+from egraph.extract.program import dag_cost, program_order
 from extractors.costs import Roofline
 from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
@@ -116,13 +116,16 @@ class ExtractionReport:
     """What ``extract`` did to an FX program; ``print(report)`` reads as a summary.
 
     ``cost_before`` and ``cost_after`` are the DAG costs (each e-node once, whatever the
-    extraction method) of the source program and of the emitted one.
+    extraction method) of the source program and of the emitted one. ``rewrites``: how
+    often each rule applied during saturation; ``used``: the rules whose e-nodes the emitted
+    program holds, with how many (what the program owes to each rule).
     """
 
     cost_before: Any
     cost_after: Any
     method: str
     rewrites: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
     optimal: bool | None = None
     validation: Validation | None = None
     fell_back: bool = False
@@ -138,11 +141,10 @@ class ExtractionReport:
             + (", proven optimal" if self.optimal else "") + ")",
             f"graph nodes {self.nodes_before} -> {self.nodes_after}",
         ]
-        if self.rewrites:
-            lines.append("rewrites applied: " + ", ".join(
-                f"{name} x{n}" for name, n in sorted(self.rewrites.items())))
-        else:
-            lines.append("rewrites applied: none")
+        for label, counts in (("rewrites in the program", self.used),
+                              ("rewrites applied", self.rewrites)):
+            lines.append(f"{label}: " + (", ".join(
+                f"{name} x{n}" for name, n in sorted(counts.items())) or "none"))
         if self.validation is not None:
             lines.append(str(self.validation))
         if self.kernels:
@@ -156,6 +158,24 @@ class ExtractionReport:
         lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                            for k, v in self.times.items()))
         return "\n".join(lines)
+
+
+def _rewrites_used(egraph: EGraph, choice: dict[int, tuple],
+                   roots: list[int]) -> dict[str, int]:
+    """The rules whose e-nodes the chosen program holds, with how many of its e-nodes each
+    added (an e-node the source program also holds counts for no rule)."""
+    added = egraph.added_by()
+    if not added:
+        return {}
+    find = egraph.find
+    source = {(n[0], *[find(c) for c in n[1:]])
+              for nodes in egraph.initial.values() for n in nodes}
+    used: dict[str, int] = {}
+    for node in (choice[c] for c in program_order(egraph, choice, roots)):
+        name = added.get(node)
+        if name is not None and node not in source:
+            used[name] = used.get(name, 0) + 1
+    return used
 
 
 def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
@@ -198,7 +218,12 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         picked = improve(egraph, picked, cost)
     # What a user reads is the cost of the program run: its DAG, each e-node once.
     cost_after = dag_cost(egraph, cost, picked)
-    cost_before = dag_cost(egraph, cost, source_program(egraph, cost))
+    source = source_program(egraph, cost)
+    cost_before = dag_cost(egraph, cost, source)
+    if cheaper(cost_before, cost_after):
+        # A tree-cost choice can be dearer as a DAG than the source (a shared value
+        # recomputed in two places): never emit a program worse than the one given.
+        picked, cost_after = source, cost_before
     times["extract"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     judge = None
@@ -211,6 +236,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
     report = ExtractionReport(
         cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
+        used=_rewrites_used(egraph, picked, roots),
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
     )
@@ -221,7 +247,7 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         report.validation = result
         if not result.ok:
             why = (f"{result.reason}; rewrites involved: "
-                   + (", ".join(sorted(rewrites)) or "none (emission itself)"))
+                   + (", ".join(sorted(report.used or rewrites)) or "none (emission itself)"))
             if validate == "raise":
                 raise ValidationError(why)
             warnings.warn(f"egraph: the optimised program failed validation ({why}); "

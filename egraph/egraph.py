@@ -79,6 +79,8 @@ class EGraph:
         self._num_classes = 0
         self._proofs: ProofForest | None = ProofForest() if explanations else None
         self.report: Report | None = None
+        # (first id, end id, rule name) of the e-nodes each rewrite application added
+        self.origins: list[tuple[int, int, str]] = []
         self.fx: Any = None  # for an e-graph built from FX: what emission needs of the source
 
     # -- adding -------------------------------------------------------------------------
@@ -457,6 +459,42 @@ class EGraph:
     def num_classes(self) -> int:
         """Number of e-classes."""
         return self._num_classes
+
+    @property
+    def num_created(self) -> int:
+        """How many e-nodes were ever added, merged ones included; ids are handed out in
+        order, so the ids a step created are a range (see :meth:`created_node`).
+
+        >>> from egraph import EGraph, parse
+        >>> eg = EGraph()
+        >>> _ = eg.add(parse("(+ x 1)"))
+        >>> eg.num_created, eg.created_node(2)
+        (3, ('+', 0, 1))
+        """
+        return len(self._node)
+
+    def created_node(self, nid: int) -> tuple:
+        """The ``nid``-th e-node ever added, canonical now: ``(op, *child class ids)``."""
+        node = self._node[nid]
+        find = self.find
+        return (node[0], *[find(c) for c in node[1:]])
+
+    def added_by(self) -> dict[tuple, str]:
+        """Each e-node a rewrite added (canonical now) and the first rule that added it;
+        the e-nodes the e-graph was built with are not in it.
+
+        >>> from egraph import EGraph, parse, rewrite
+        >>> eg = EGraph()
+        >>> _ = eg.add(parse("(* a 2)"))
+        >>> _ = eg.saturate([rewrite("double", "(* ?x 2)", "(+ ?x ?x)")])
+        >>> eg.added_by()
+        {('+', 0, 0): 'double'}
+        """
+        origin: dict[tuple, str] = {}
+        for first, end, name in self.origins:
+            for nid in range(first, end):
+                origin.setdefault(self.created_node(nid), name)
+        return origin
 
     @property
     def num_nodes(self) -> int:

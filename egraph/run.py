@@ -298,9 +298,11 @@ class Runner:
                 for i, (rule, matches) in enumerate(zip(rules, found)):
                     if matches is None:
                         continue
-                    ta = clock()
+                    ta, first = clock(), egraph.num_created
                     merged, complete = rule.apply(egraph, matches, self.node_limit, deadline, clock)
                     report.rules[rule.name].apply_time += clock() - ta
+                    if egraph.num_created > first:
+                        egraph.origins.append((first, egraph.num_created, rule.name))
                     if merged:
                         applied[rule.name] = merged
                         report.rules[rule.name].applied += merged

@@ -273,3 +273,37 @@ def test_compile_backend_caches_repeated_graphs():
         torch._dynamo.reset()
         torch.testing.assert_close(torch.compile(b, backend=backend)(x), b(x))
     assert first > 0 and len(calls) == first  # the second model's graph came from the cache
+
+
+def test_the_report_names_the_rewrites_the_emitted_program_owes():
+    """``used`` counts the rules whose e-nodes the emitted program holds; ``rewrites``
+    everything saturation applied (comm-add fired, but nothing of it is emitted)."""
+    from egraph.rules import load_rules
+    from extractors import Curvature
+
+    x = torch.rand(4, 16)
+    gm = torch.fx.symbolic_trace(lambda x: torch.log(1 + x) * 2)
+    opt = EGraph.from_fx(gm, (x,)).saturate(load_rules("all")).extract(Curvature())
+    report = opt.meta["egraph_report"]
+    assert report.used == {"log1p": 1}
+    assert "comm-add" in report.rewrites and "comm-add" not in report.used
+    assert "rewrites in the program: log1p x1" in str(report)
+
+
+def test_extraction_never_emits_a_program_dearer_than_its_source():
+    """Greedy extraction prices trees: var(x) looks cheaper than the mean square of the
+    shared centred values, but as the program runs (each value once) it costs more. The
+    emitted program is never dearer than the source under the user's cost."""
+    from egraph.rules import load_rules
+    from extractors import Flops
+
+    def standardise(x):
+        xc = x - x.mean(-1, keepdim=True)
+        return xc / torch.sqrt((xc * xc).mean(-1, keepdim=True) + 1e-5)
+
+    x = torch.randn(4, 16)
+    gm = torch.fx.symbolic_trace(standardise)
+    opt = EGraph.from_fx(gm, (x,)).saturate(load_rules("all")).extract(Flops())
+    report = opt.meta["egraph_report"]
+    assert report.cost_after <= report.cost_before
+    torch.testing.assert_close(opt(x), standardise(x))
