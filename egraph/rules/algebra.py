@@ -237,8 +237,6 @@ RULES: list[LibraryRule] = [
     rule("sum-div-count", sum(x, d, k) / n, mean(x, d, k), when=_divides_by_count,
          example=(lambda x: x.sum(-1, keepdim=True) / 8, lambda x: x.sum(-1) / x.shape[-1]),
          inputs=X, description="a sum divided by the number of its terms is the mean"),
-    rule("exp-add", exp(a + b), exp(a) * exp(b), example=lambda a, b: torch.exp(a + b),
-         inputs=AB, description="exp(a + b) = exp(a) exp(b)"),
     rule("log-mul", log(a * b), log(a) + log(b), when=all_of(positive(a), positive(b)),
          example=lambda a, b: torch.log(a * b),
          inputs={"a": ((4, 8), "positive"), "b": ((4, 8), "positive")},

@@ -111,6 +111,10 @@ RULES: list[LibraryRule] = [
          example=lambda a, b, c: a / c - b / c, inputs=ABC,
          description="a/c - b/c = (a - b) / c; undefined where c = 0 on both sides"),
     # exp, log and pow
+    # Not in "all": on a tensor program the factors only add work, and a cost model that
+    # misjudges their range emits exp(a) * exp(-b) where exp(a - b) was finite (inf * 0).
+    rule("exp-add", exp(a + b), exp(a) * exp(b), example=lambda a, b: torch.exp(a + b),
+         inputs=AB, description="exp(a + b) = exp(a) exp(b); NaN-free where both sides are finite"),
     rule("exp-diff", exp(a - b), exp(a) / exp(b), example=lambda a, b: torch.exp(a - b),
          inputs=AB, description="exp(a - b) = exp(a) / exp(b); no NaN over the reals (the "
                                 "right side overflows sooner)"),
