@@ -540,6 +540,7 @@ def rule_candidates(gm: fx.GraphModule, unit: _Unit, samples: list[torch.Tensor]
     from backends.fx import build_module
     from egraph.egraph import EGraph
     from egraph.extract import AstSize, best_nodes
+    from egraph.extract.program import is_acyclic
     from egraph.rules import load_rules
 
     left = deadline - time.perf_counter()
@@ -573,7 +574,7 @@ def rule_candidates(gm: fx.GraphModule, unit: _Unit, samples: list[torch.Tensor]
             if time.perf_counter() > deadline:
                 return out
             choice = {**base, c: (node.op, *node.children)}
-            if not _acyclic(eg.find, choice, eg.roots[0]):
+            if not is_acyclic(eg, choice, [eg.roots[0]]):
                 continue
             try:
                 expr = _formula(build_module(eg, choice))
@@ -582,31 +583,6 @@ def rule_candidates(gm: fx.GraphModule, unit: _Unit, samples: list[torch.Tensor]
             if expr is not None:
                 out.append((f"rules ({applied})", expr))
     return out
-
-
-def _acyclic(find, choice: dict[int, tuple], root: int) -> bool:
-    """Whether the program ``choice`` makes from ``root`` is a DAG (an e-node chosen for a
-    class may read that class again through the others' choices)."""
-    state: dict[int, int] = {}  # 1: on the path, 2: done
-    stack = [(find(root), False)]
-    while stack:
-        c, leaving = stack.pop()
-        if leaving:
-            state[c] = 2
-            continue
-        if state.get(c) == 2:
-            continue
-        if state.get(c) == 1 or c not in choice:
-            return False
-        state[c] = 1
-        stack.append((c, True))
-        for k in choice[c][1:]:
-            k = find(k)
-            if state.get(k) == 1:
-                return False
-            if state.get(k) != 2:
-                stack.append((k, False))
-    return True
 
 
 def _hot_names(unit: _Unit) -> set[str]:

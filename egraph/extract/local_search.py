@@ -20,32 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from egraph.extract.program import program_order, program_roots
+from egraph.extract.program import is_acyclic, program_order, program_roots
 from egraph.extract.tree import cheaper
-
-
-def _acyclic(egraph, choice: dict[int, tuple], roots: list[int]) -> bool:
-    find = egraph.find
-    state: dict[int, int] = {}
-    stack: list[tuple[int, bool]] = [(r, False) for r in roots]
-    while stack:
-        c, done = stack.pop()
-        if done:
-            state[c] = 2
-            continue
-        if state.get(c) == 2:
-            continue
-        if state.get(c) == 1:
-            return False
-        state[c] = 1
-        stack.append((c, True))
-        for k in choice[c][1:]:
-            k = find(k)
-            if state.get(k) == 1:
-                return False
-            if state.get(k) != 2:
-                stack.append((k, False))
-    return True
 
 
 def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
@@ -67,7 +43,7 @@ def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
                     continue
                 trial = dict(best)
                 trial[c] = alt
-                if not _acyclic(egraph, trial, roots):
+                if not is_acyclic(egraph, trial, roots):
                     continue
                 evaluations += 1
                 value = cost.program_cost(egraph, trial)

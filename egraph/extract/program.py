@@ -74,6 +74,43 @@ def program_order(egraph: EGraph, choice: dict[int, Any],
     return order
 
 
+def is_acyclic(egraph: EGraph, choice: dict[int, tuple], roots: list[int]) -> bool:
+    """Whether the program ``choice`` makes from ``roots`` is a DAG that ``choice`` covers:
+    an e-node chosen for a class may read that class again through the others' choices.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> x, fx = eg.add("x"), eg.add("(f x)")
+    >>> is_acyclic(eg, {x: ("x",), fx: ("f", x)}, [fx])
+    True
+    >>> _ = eg.union(x, fx); _ = eg.rebuild()
+    >>> r = eg.find(x)
+    >>> is_acyclic(eg, {r: ("f", r)}, [r]), is_acyclic(eg, {}, [r])
+    (False, False)
+    """
+    find = egraph.find
+    state: dict[int, int] = {}  # 1: on the path, 2: done
+    stack: list[tuple[int, bool]] = [(find(r), False) for r in roots]
+    while stack:
+        c, leaving = stack.pop()
+        if leaving:
+            state[c] = 2
+            continue
+        if state.get(c) == 2:
+            continue
+        if state.get(c) == 1 or c not in choice:
+            return False
+        state[c] = 1
+        stack.append((c, True))
+        for k in choice[c][1:]:
+            k = find(k)
+            if state.get(k) == 1:
+                return False
+            if state.get(k) != 2:
+                stack.append((k, False))
+    return True
+
+
 def source_program(egraph: EGraph, cost: Any = None) -> dict[int, tuple]:
     """The program ``egraph`` was built from, as a choice: each class's e-node among those
     it had when built (``egraph.initial``), canonical after any saturation.
