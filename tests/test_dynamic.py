@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from compiler.compile import hinted_inputs, make_backend
 from backends.sizes import SizeMismatch
+from compiler.compile import hinted_inputs, make_backend
 from egraph import AstSize, EGraph, rewrite
 from egraph.examples.zoo import build
 from egraph.rules import load_rules

@@ -140,6 +140,45 @@ def test_judge_crash_and_size_refusal_at_the_second_batch():
     assert [o.category for o in fuzzer.judge_callable(prog, crashes)] == ["crash"]
 
 
+def test_judge_accepts_what_float64_cannot_resolve():
+    """Seed 2, program 5156: ``log(1 + |x| / 1e12)`` is 0 in float64 where ``x`` is below
+    1e-4, and ``log1p`` gives the true 1e-16. Within the reference's own Monte Carlo
+    spread, that is not wrong; a value replaced by zero still is."""
+    prog = program_from(["v0 = torch.log(1 + (x0 * 1e-4).div(1e12).abs())"], X)
+    exact = fuzzer.judge_callable(prog, lambda x0: torch.log1p((x0 * 1e-4).div(1e12).abs()))
+    assert exact == []
+    # the judgement itself, with a source whose rounding spread happens to be nil there
+    t = torch.full((4,), 1e-16, dtype=torch.float64)
+    reference = torch.fx.symbolic_trace(lambda t: torch.log(1 + t))
+    r = reference(t)
+    assert (r == 0).all()
+    ref_spread = [fuzzer._MonteCarlo(reference, torch.Generator().manual_seed(i),
+                                     whole_ulp=True).run(t) for i in range(4)]
+    got, zero = torch.log1p(t).float(), torch.zeros(4)
+    assert fuzzer._judge_float(got, zero, r, [zero] * 4) is not None
+    assert fuzzer._judge_float(got, zero, r, [zero] * 4, ref_spread) is None
+    prog = program_from(["v0 = x0 * 1e-12 + x0 * 1e-20"], X)
+    assert fuzzer.judge_callable(prog, lambda x0: x0 * 1e-12) == []
+    assert fuzzer.judge_callable(prog, lambda x0: torch.zeros_like(x0))
+
+
+def test_our_size_refusal_is_clear_whatever_size_it_names():
+    """Seed 2, program 5137: the module was built for a size derived from the batch
+    (``x0.reshape(-1, 8)`` beside an input of ``2 * 4`` elements); its SizeMismatch names
+    the input, its shape and the shape it was built for, not the batch."""
+    from backends.sizes import SizeMismatch
+
+    prog = program_from(["v0 = x0.sum(-1)"], X)
+
+    def refuses(x0):
+        if x0.shape[0] != 3:
+            raise SizeMismatch(f"input 'x0' has shape {tuple(x0.shape)}, the module was "
+                               "built for (24,)")
+        return x0.sum(-1)
+
+    assert [o.category for o in fuzzer.judge_callable(prog, refuses)] == ["clear-refusal"]
+
+
 @pytest.mark.parametrize("line", ["v0 = x0 * 1e-12", "v0 = (x0 * 1e-5 + 1) * 1e5",
                                   "v0 = x0 * 0.1 * 3", "v0 = torch.exp(x0 * 1e-5) - 1",
                                   "v0 = x0 * 1e-12 + x0", "v0 = x0 + 1 / 3",
