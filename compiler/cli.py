@@ -31,18 +31,21 @@ def median_seconds(fn, repeat: int = 20) -> float:
 
 
 def optimise_and_report(model, inputs, rules: str = "all", title: str = "model") -> object:
-    """Optimise ``model`` with the rule families ``rules``; print what happened."""
+    """Optimise ``model`` with the rule families ``rules`` for the fastest program on the
+    inputs' device (:func:`compiler.compile.default_cost`); print what happened."""
     import torch
 
-    from egraph import AstSize, EGraph
+    from compiler.compile import default_cost
+    from egraph import EGraph
     from egraph.rules import load_rules
 
-    print(f"== {title}: from_fx -> saturate({rules}) -> extract")
+    cost = default_cost(inputs)
+    print(f"== {title}: from_fx -> saturate({rules}) -> extract({cost!r})")
     start = time.perf_counter()
     eg = EGraph.from_fx(model, inputs)
     eg.saturate(load_rules(*rules.split(",")), iter_limit=8, node_limit=100_000,
                 time_limit=30.0)
-    opt = eg.extract(AstSize())
+    opt = eg.extract(cost)
     elapsed = time.perf_counter() - start
     report = opt.meta["egraph_report"]
     saturation = eg.report

@@ -158,7 +158,7 @@ def capture() -> Iterator[Compilation]:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(),
                   cost=None, validate: str = "strict", iter_limit: int = 10,
                   node_limit: int = 50_000, time_limit: float = 10.0,
-                  target: str | None = None, reference: str = "float64",
+                  target: str | None = None, reference: str = "auto",
                   memory: bool = False) -> torch.fx.GraphModule:
     """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``
     for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise), validated against
@@ -176,7 +176,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), cost=None,
              validate: str = "strict", iter_limit: int = 10, node_limit: int = 50_000,
-             time_limit: float = 10.0, target: str | None = None, reference: str = "float64",
+             time_limit: float = 10.0, target: str | None = None, reference: str = "auto",
              memory: bool = False, name: str = "graph") -> torch.fx.GraphModule:
     example_inputs = tuple(example_inputs)
     if cost is None:
@@ -301,11 +301,12 @@ generation (its compile time too)."""
 
 
 def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str = "eager",
-                 reference: str = "float64", memory: bool = False, **limits) -> Callable:
+                 reference: str = "auto", memory: bool = False, **limits) -> Callable:
     """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
     for none), cost model (default: :func:`default_cost` for the inputs' device), validation
-    (``validate`` as in ``extract``; ``reference``: the source in ``"float64"`` or, cheaper
-    for large models, in its ``"working"`` dtype) and code generation (:data:`CODEGENS`);
+    (``validate`` as in ``extract``; ``reference``: the source in ``"float64"``, in its
+    ``"working"`` dtype, or ``"auto"``: float64 unless the model is large) and code
+    generation (:data:`CODEGENS`);
     ``memory=True`` measures each graph's peak memory; ``limits`` bound saturation
     (``iter_limit``, ``node_limit``, ``time_limit``).
 

@@ -119,6 +119,8 @@ class ExtractionReport:
     extraction method) of the source program and of the emitted one. ``rewrites``: how
     often each rule applied during saturation; ``used``: the rules whose e-nodes the emitted
     program holds, with how many (what the program owes to each rule).
+    ``accuracy_refused``: why the accuracy search's rewrite (under ``Curvature``) was not
+    kept, when its program failed the validation the extracted one passed.
     """
 
     cost_before: Any
@@ -134,6 +136,7 @@ class ExtractionReport:
     nodes_after: int = 0
     kernels: list[str] = field(default_factory=list)
     built_for: dict[str, dict[int, int]] = field(default_factory=dict)
+    accuracy_refused: str | None = None
 
     def __str__(self) -> str:
         lines = [
@@ -151,6 +154,8 @@ class ExtractionReport:
             lines.append("fused kernels: " + ", ".join(self.kernels))
         if self.fell_back:
             lines.append("validation failed: the original program was returned")
+        if self.accuracy_refused:
+            lines.append(f"the accuracy search's program was not kept: {self.accuracy_refused}")
         if self.built_for:
             lines.append("runs only on inputs of the example's sizes: " + ", ".join(
                 f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
@@ -178,24 +183,29 @@ def _rewrites_used(egraph: EGraph, choice: dict[int, tuple],
     return used
 
 
-def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str = "strict",
+def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
-                   reference: str = "float64") -> fx.GraphModule:
+                   reference: str = "auto") -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
     extraction policy of :meth:`FxEGraph.extract`.
 
-    ``method``: ``"greedy"`` (tree cost, ties to the source's e-nodes), ``"dag"`` or
-    ``"ilp"`` (each shared e-node paid once); a whole-program cost (``cost.local`` False)
-    is then improved by local search. ``validate``: ``"strict"`` (fall back to the source
-    with a warning on a mismatch), ``"raise"`` or ``"off"``; ``reference``: the source in
-    ``"float64"`` or, cheaper for large models, in its ``"working"`` dtype
-    (:data:`compiler.validate.REFERENCES`). ``target``: ``"cpu"`` or
-    ``"cuda"`` (default: the device of the example inputs).
+    ``method``: ``"greedy"`` (tree cost), ``"dag"`` or ``"ilp"`` (each shared e-node paid
+    once; ties go to the source's e-nodes in each), or ``"auto"`` (the default): ``"dag"`` for a
+    cost model whose node costs are plain numbers (``cost.additive``), so that one op
+    serving several values (a merged projection) is paid once as it runs once, and
+    ``"greedy"`` otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
+    cost (``cost.local`` False) is then improved by local search. ``validate``:
+    ``"strict"`` (fall back to the source with a warning on a mismatch), ``"raise"`` or
+    ``"off"``; ``reference``: the source in ``"float64"``, in its ``"working"`` dtype, or
+    ``"auto"``: float64 unless the model is large (:data:`compiler.validate.REFERENCES`).
+    ``target``: ``"cpu"`` or ``"cuda"`` (default: the device of the example inputs).
     """
     if validate not in ("strict", "raise", "off"):
         raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
-    if method not in ("greedy", "dag", "ilp"):
-        raise ValueError(f"method={method!r}: use 'greedy', 'dag' or 'ilp'")
+    if method not in ("auto", "greedy", "dag", "ilp"):
+        raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
+    if method == "auto":
+        method = "dag" if getattr(cost, "additive", False) else "greedy"
     if target is None:
         target = _device_target(egraph.fx.example_inputs)
     if target not in TARGETS:
@@ -212,7 +222,8 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
             raise ValueError(f"classes {missing} have no finite program under {cost!r}")
         picked = {c: v[1] for c, v in choice.items()}
     else:
-        picked, _, optimal = choose(egraph, cost, method, roots, time_limit)
+        picked, _, optimal = choose(egraph, cost, method, roots, time_limit,
+                                    prefer=egraph.initial)
     if not getattr(cost, "local", True):
         # a whole-program cost: the proxy's choice, improved under the exact cost
         picked = improve(egraph, picked, cost)
@@ -267,7 +278,16 @@ def extract_module(egraph: EGraph, cost, method: str = "greedy", validate: str =
         from compiler.herbie import improve_accuracy
 
         t4 = time.perf_counter()
-        gm = improve_accuracy(gm, egraph.fx.example_inputs)
+        improved = improve_accuracy(gm, egraph.fx.example_inputs)
+        if improved.meta["accuracy_report"].improvements:
+            # The search scores formulas on samples; the program it rewrote must still
+            # run and agree with the source, as the extracted one did.
+            check = validate_module(egraph.fx, improved, reference=reference,
+                                    defined_only=True)
+            if check.ok:
+                gm = improved
+            else:
+                report.accuracy_refused = check.reason
         report.times["accuracy"] = time.perf_counter() - t4
     gm.meta["egraph_report"] = report
     if egraph.report is not None:

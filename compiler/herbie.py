@@ -351,10 +351,43 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     got = _run_program(regimes, exprs, key, env)
     if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
         return None
-    _emit(gm, unit, regimes, exprs)
+    if not _holds_between_samples(unit, regimes, exprs, samples, dtype):
+        return None
+    _emit(gm, unit, regimes, exprs,
+          {s for s, n in zip(unit.symbols, unit.leaves)
+           if not isinstance(values[n.name], torch.Tensor)})
     how = "; ".join(dict.fromkeys(labels[c] for c in regimes.candidates))
     return Improvement(unit.root.name, str(unit.expr), _program(regimes, exprs, key), before,
                        regimes.mean_error, len(exact), how)
+
+
+def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
+                           samples: list[torch.Tensor], dtype: torch.dtype) -> bool:
+    """Whether the piecewise program stays finite where the exact value is, also where the
+    samples are sparse: at its extremes and just below each threshold of the branching
+    input (a branch that overflows past 44.36 when chosen up to 44.40, say: the samples
+    between its threshold and the overflow were none), the other inputs taken from the
+    samples."""
+    key = samples[regimes.variable]
+    lo, hi = float(key.min()), float(key.max())
+    probes = [lo, hi]
+    for t in regimes.thresholds:
+        for step in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6):
+            probes.append(t - abs(t) * step if t else -step)
+    probes = [p for p in probes if lo <= p <= hi] or [lo, hi]
+    n = len(probes)
+    points = []
+    for i, s in enumerate(samples):
+        if i == regimes.variable:
+            points.append(torch.tensor(probes, dtype=s.dtype))
+        else:
+            points.append(s[torch.arange(n) % s.numel()])
+    exact = _exact(unit.expr, unit.symbols, points)
+    env = dict(zip(unit.symbols, points))
+    got = _run_program(regimes, exprs, unit.symbols[regimes.variable], env)
+    largest = float(torch.finfo(dtype).max)
+    defined = torch.isfinite(exact) & (exact.abs() <= largest)
+    return not bool((defined & ~torch.isfinite(got.double().expand(exact.shape))).any())
 
 
 def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
@@ -765,11 +798,17 @@ def _fused(e: sp.Expr) -> sp.Expr:
     return e.func(*args)
 
 
-def _emit(gm: fx.GraphModule, unit: _Unit, regimes: Regimes, exprs: list[sp.Expr]) -> None:
-    """Replace the unit's value in ``gm`` by the chosen (piecewise) program."""
+def _emit(gm: fx.GraphModule, unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
+          numbers: set[sp.Symbol] = frozenset()) -> None:
+    """Replace the unit's value in ``gm`` by the chosen (piecewise) program. The leaves
+    ``numbers`` hold Python numbers when the program runs (``3 * 0.1`` folded by Python):
+    the program takes them as 0-d tensors, which torch's functions accept and which
+    broadcast and promote as the number would."""
     small = fx.Graph()
     tracer = fx.proxy.GraphAppendingTracer(small)
     proxies = {s: fx.Proxy(small.placeholder(s.name), tracer) for s in unit.symbols}
+    for s in numbers:
+        proxies[s] = torch.as_tensor(proxies[s])
     key = unit.symbols[regimes.variable]
     out = _run_program(regimes, exprs, key, proxies)
     small.output(out.node if isinstance(out, fx.Proxy) else out)

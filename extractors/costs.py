@@ -158,7 +158,9 @@ class CostModel:
       ``<``; a leaf should cost something (or every e-node above it should) so that a
       cycle never looks free. Greedy extraction also accepts any other value that adds and
       compares (:class:`Lexicographic` gives tuples compared in order); DAG and ILP
-      extraction need plain numbers.
+      extraction need plain numbers. ``additive`` says which: True (the default) where
+      node costs are plain numbers, so ``extract``'s default method pays each shared e-node
+      once (DAG-aware); False where only greedy extraction applies.
     * Optionally, ``program_cost(egraph, choice=None) -> cost``: the cost of a whole
       program (``choice``: class -> chosen e-node; default the source program,
       :func:`egraph.extract.source_program`). The default sums :meth:`node_cost` over the
@@ -188,6 +190,7 @@ class CostModel:
     """
 
     local = True
+    additive = True
 
     def node_cost(self, egraph, cid: int, node: tuple) -> Any:
         """The cost of one e-node, without its children (see the class docstring)."""
@@ -265,7 +268,9 @@ class LexCost:
 
 class Lexicographic(CostModel):
     """The first model decides; ties go to the next (``Lexicographic(Curvature(), Flops())``:
-    stability first, then speed)."""
+    stability first, then speed). Its costs are tuples: greedy extraction only."""
+
+    additive = False
 
     def __init__(self, *models: CostModel):
         self.models = models

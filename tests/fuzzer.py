@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK
+from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK, reference_spread
 
 __all__ = [
     "CATEGORIES", "Chooser", "DrawChooser", "InputSpec", "Outcome", "Program", "RandomChooser",
@@ -1385,7 +1385,7 @@ class _Case:
     src: list
     ref: list
     spread: list[list]
-    ref_spread: list[list]   # Monte Carlo runs of the float64 reference
+    unresolved: list         # per output, what float64 itself cannot resolve
 
 
 def _flat(out: Any) -> list:
@@ -1421,16 +1421,11 @@ _EXACT = {"getitem", "view", "reshape", "transpose", "permute", "t", "flatten", 
 class _MonteCarlo(torch.fx.Interpreter):
     """Runs a traced source with each inexact op's result moved by a random fraction (up
     to one) of an ulp, elementwise: a sample of the source's own rounding errors
-    (Monte Carlo arithmetic), cancellations included. With ``whole_ulp`` every element
-    moves by exactly one ulp, up or down at random (random rounding at its widest): run on
-    the float64 reference, the samples bound what float64 itself cannot resolve
-    (``log(1 + 1e-16)`` is 0 in float64, ``log1p(1e-16)`` is not)."""
+    (Monte Carlo arithmetic), cancellations included."""
 
-    def __init__(self, gm: torch.fx.GraphModule, gen: torch.Generator,
-                 whole_ulp: bool = False):
+    def __init__(self, gm: torch.fx.GraphModule, gen: torch.Generator):
         super().__init__(gm)
         self.gen = gen
-        self.whole_ulp = whole_ulp
 
     def run_node(self, n):
         out = super().run_node(n)
@@ -1444,9 +1439,6 @@ class _MonteCarlo(torch.fx.Interpreter):
             name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
         if name in _EXACT:
             return out
-        if self.whole_ulp:
-            up = torch.rand(out.shape, generator=self.gen) < 0.5
-            return torch.nextafter(out, torch.where(up, math.inf, -math.inf).to(out.dtype))
         eps = torch.finfo(out.dtype).eps
         u = torch.rand(out.shape, generator=self.gen, dtype=torch.float64) * 2 - 1
         return (out.double() * (1 + eps * u)).to(out.dtype)
@@ -1459,7 +1451,6 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
     reference, and ``samples`` Monte Carlo runs of the source (its rounding spread) and of
     the reference (what float64 leaves unresolved)."""
     ref_fn = _reference(fn)
-    ref_gm = _reference(gm)
     cases = []
     for label, tag, batch in (("fresh", "fresh", prog.batch), ("mixed", "mixed", prog.batch),
                               (f"batch {prog.batch2}", "fresh2", prog.batch2)):
@@ -1471,13 +1462,12 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
                 ref = _flat(ref_fn(*_to64(xs)))
                 spread = [_flat(_MonteCarlo(gm, gen).run(*_clone(xs)))
                           for _ in range(samples)]
-                ref_spread = [_flat(_MonteCarlo(ref_gm, gen, whole_ulp=True).run(*_to64(xs)))
-                              for _ in range(samples)]
+                unresolved = reference_spread(gm, xs, ref)
         except Exception:
             if batch != prog.batch:
                 continue  # the program itself does not run at this size
             raise
-        cases.append(_Case(label, batch, xs, src, ref, spread, ref_spread))
+        cases.append(_Case(label, batch, xs, src, ref, spread, unresolved))
     return cases
 
 
@@ -1487,7 +1477,6 @@ def judge(got: list, case: _Case) -> tuple[str, str] | None:
         return "structure", f"{len(got)} outputs, the source gives {len(case.src)}"
     for k, (g, s, r) in enumerate(zip(got, case.src, case.ref)):
         spread = [sp[k] for sp in case.spread]
-        ref_spread = [sp[k] for sp in case.ref_spread]
         if not isinstance(s, torch.Tensor):
             if g != s:
                 return "value", f"output {k}: {g!r}, the source gives {s!r}"
@@ -1509,7 +1498,7 @@ def judge(got: list, case: _Case) -> tuple[str, str] | None:
                 return "value", (f"output {k} ({s.dtype}) element {i}: {g[i].item()}, the "
                                  f"source gives {s[i].item()} (reference {r[i].item()})")
             continue
-        verdict = _judge_float(g, s, r, spread, ref_spread)
+        verdict = _judge_float(g, s, r, spread, case.unresolved[k])
         if verdict is not None:
             return verdict[0], f"output {k}: {verdict[1]}"
     return None
@@ -1519,17 +1508,16 @@ def _first(mask: torch.Tensor) -> tuple:
     return tuple(int(i) for i in mask.nonzero()[0]) if mask.dim() else ()
 
 
-def _judge_float(g, s, r, spread, ref_spread=()) -> tuple[str, str] | None:
+def _judge_float(g, s, r, spread, unresolved=None) -> tuple[str, str] | None:
     fi = torch.finfo(s.dtype)
     eps, tiny = fi.eps, fi.tiny
     r = r.double()
     fin = torch.isfinite(r)
-    # What float64 cannot resolve: a value within the reference's own Monte Carlo spread
-    # of it is not in error (the reference cancels where the program does not).
-    unresolved = torch.zeros_like(r)
-    for sp in ref_spread:
-        unresolved = torch.maximum(unresolved, (sp.double() - r).abs().nan_to_num(
-            nan=0.0, posinf=0.0))
+    # What float64 cannot resolve (compiler.validate.reference_spread): a value within the
+    # reference's own Monte Carlo spread of it is not in error (the reference cancels
+    # where the program does not).
+    if unresolved is None:
+        unresolved = torch.zeros_like(r)
 
     def rel(a):
         a = a.double()

@@ -68,6 +68,23 @@ def test_validation_modes_are_reported(reference, kind):
     assert f"validation passed ({kind})" in str(backend.reports[0])
 
 
+def test_auto_reference_is_float64_for_small_models_and_working_for_large(monkeypatch):
+    """The default: a float64 copy of a model past FLOAT64_LIMIT elements (a 12-layer
+    GPT-2's 124 million) costs more than the pipeline, so such models are validated in
+    their working dtype."""
+    import compiler.validate
+
+    model, x = _mlp(), torch.randn(3, 8)
+    backend = make_backend()
+    torch.compile(model, backend=backend)(x)
+    assert backend.reports[0].extraction.validation.reference == "float64"
+    monkeypatch.setattr(compiler.validate, "FLOAT64_LIMIT", 16)
+    torch._dynamo.reset()
+    backend = make_backend()
+    torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+    assert backend.reports[0].extraction.validation.reference == "working-dtype original"
+
+
 def test_working_mode_still_catches_a_wrong_rewrite():
     wrong = [rewrite("exp-is-identity", "(exp ?x)", "?x")]  # false: exp(x) != x
     gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)

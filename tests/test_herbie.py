@@ -183,3 +183,28 @@ def test_a_formula_that_reads_a_value_its_expression_does_not_name_is_left_alone
     opt = EGraph.from_fx(gm, (x,)).saturate(load_rules("all"), iter_limit=4,
                                              node_limit=3000).extract(Curvature())
     torch.testing.assert_close(opt(x), program(x))
+
+
+def test_a_formula_reading_a_python_number_runs_after_the_accuracy_search():
+    """Extraction emits ``3 * 0.1`` as a Python product; the accuracy search rewrote a
+    formula reading it into ``torch.pow(0.3, 9.0)``, which raises TypeError on a number
+    (seed 2, program 5391 of the fuzzer). Such leaves enter the rewritten formula as 0-d
+    tensors, and the searched program is validated before it is kept."""
+    from extractors import Curvature
+
+    def program(x0, x1):
+        v2 = torch.rsqrt(x0 * x0 + 0.5) ** 0.5 * 0.1 * 3
+        v3 = torch.mul(v2, v2)
+        v6 = v3.amax(-2, keepdim=True)
+        v7 = v6 + torch.log(torch.exp(v3 - v6).sum(-2, keepdim=True))
+        v8 = v7 * 1e12 * 1e-12
+        return v8 * torch.rsqrt(v8.pow(2).mean(-1, keepdim=True) + 1e-6), x0 @ x1
+
+    gen = torch.Generator().manual_seed(0)
+    x0, x1 = torch.randn(2, 4, generator=gen) * 1e-3, torch.randn(4, 4, generator=gen) * 100
+    gm = torch.fx.symbolic_trace(program)
+    opt = EGraph.from_fx(gm, (x0, x1)).saturate(load_rules("all"), iter_limit=4,
+                                                 node_limit=3000).extract(Curvature())
+    x7 = torch.randn(7, 4, generator=gen) * 1e-3
+    for got, want in zip(opt(x7, x1), program(x7, x1)):
+        torch.testing.assert_close(got, want)

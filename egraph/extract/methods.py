@@ -32,10 +32,18 @@ if TYPE_CHECKING:
 METHODS = ("greedy", "dag", "ilp")
 
 
+TIE = 1e-9
+"""The relative surcharge on e-nodes outside ``prefer`` in :func:`choose`: far below any
+real difference in cost, it makes ties go to the preferred (the source's) e-nodes."""
+
+
 def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
-           time_limit: float = 60.0) -> tuple[dict[int, tuple], Any, bool | None]:
+           time_limit: float = 60.0, prefer: dict[int, list[tuple]] | None = None
+           ) -> tuple[dict[int, tuple], Any, bool | None]:
     """``(class -> chosen e-node, DAG cost, proven optimal?)`` for ``roots`` (default:
-    :func:`~egraph.extract.program.program_roots`)."""
+    :func:`~egraph.extract.program.program_roots`). Ties go to the e-nodes of ``prefer``
+    (class -> e-nodes, such as the source program's): every other e-node costs
+    :data:`TIE` more, relatively, so a rewrite that does not pay is not made."""
     # The solver needs numpy and highspy: imported when used, so the engine imports neither.
     from egraph.extract.serialized import extract_serialized
 
@@ -46,6 +54,8 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
     if not roots:
         raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
     node_cost = node_costs(egraph, cost)
+    preferred = None if prefer is None else {
+        (n[0], *map(find, n[1:])) for ns in prefer.values() for n in ns}
     nodes: dict[str, dict] = {}
     reached, stack = set(), list(roots)
     while stack:
@@ -60,6 +70,8 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
                     f"{method} extraction needs a finite, non-negative number per e-node; "
                     f"{cost!r} gave {value!r} (lexicographic costs: use method='greedy', or a "
                     "weighted sum)")
+            if preferred is not None and (node[0], *map(find, node[1:])) not in preferred:
+                value = value * (1 + TIE)
             nodes[f"{c}.{i}"] = {"op": str(node[0]), "eclass": str(c), "cost": value,
                                  "children": [f"{find(k)}.0" for k in node[1:]]}
             stack.extend(node[1:])

@@ -35,9 +35,10 @@ extraction keeps that ``'all'`` misses, so they are loaded by name,
 ``load_rules("all", "tensat")``. Saturating in phases (algebra and layout, then these, then
 the rest) was slower still (4.6 s, 4948 e-nodes).
 
-A merged op is used by each of its parts: DAG and ILP extraction (``method="dag"`` or
-``"ilp"``) pay for it once and choose it; greedy extraction's tree cost pays for it once per
-part, so it keeps the separate ops.
+A merged op is used by each of its parts: DAG-aware extraction (the default for cost models
+with numeric costs, and ``method="ilp"``) pays for it once and chooses it where the cost
+model finds one larger op cheaper than the parts; greedy extraction's tree cost
+(``method="greedy"``) pays for it once per part, so it keeps the separate ops.
 
 >>> [r.name for r in MERGING][:3]
 ['split-cat', 'cat-split', 'matmul-merge']
