@@ -184,6 +184,16 @@ def relu(kids, values, shapes) -> Interval:
     return (max(lo, 0.0), max(hi, 0.0))
 
 
+def with_zero(kids, values, shapes) -> Interval:
+    """The first operand's interval widened to hold 0 (an average over zero padding).
+
+    >>> with_zero([(1.0, 2.0)], [], None)
+    (0.0, 2.0)
+    """
+    lo, hi = kids[0]
+    return (min(lo, 0.0), max(hi, 0.0))
+
+
 def gated(kids, values, shapes) -> Interval:
     """``x * gate(x)`` (GELU, SiLU): x where x >= 0, no lower than -0.28 elsewhere."""
     lo, hi = kids[0]

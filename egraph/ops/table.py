@@ -282,12 +282,47 @@ def _conv_flops(n: int, kids: list) -> float:
     return 2.0 * n * per_output + (n if _has_bias(kids[2]) else 0)
 
 
+def _pool_flops(n: int, kids: list) -> float:
+    window = kids[1] if isinstance(kids[1], tuple) else ()
+    return float(n * math.prod(window))
+
+
 def _sdpa_flops(n: int, kids: list) -> float:
     q, k = _shape(kids[0]), _shape(kids[1])
     if not q or not k:
         return 0.0
     scores = math.prod(q[:-1]) * k[-2]
     return 4.0 * scores * q[-1] + 5.0 * scores
+
+
+def pair(value):
+    """A 2-D pooling size in normal form (``2`` and ``[2]`` are ``(2, 2)``).
+
+    >>> pair(2), pair([3]), pair((1, 2))
+    ((2, 2), (3, 3), (1, 2))
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (int(value), int(value))
+    value = tuple(value)
+    return value * 2 if len(value) == 1 else value
+
+
+def _norm_pool(sizes: int):
+    """Pooling attributes in normal form: the ``sizes`` after the input as pairs, an
+    absent stride (``None`` or ``[]``, as aten spells it) as the kernel, flags as bools."""
+    def normalize(values: list, metas: list) -> list:
+        absent = values[2] is UNKNOWN_VALUE and getattr(metas[2], "kind", None) in (
+            "literal", "scalar") and metas[2].value is None
+        if absent or values[2] is None or values[2] == [] or values[2] == ():
+            values[2] = values[1]
+        for i in range(1, 1 + sizes):
+            if values[i] is not UNKNOWN_VALUE:
+                values[i] = pair(values[i])
+        for i in range(1 + sizes, len(values)):
+            if isinstance(values[i], bool) or values[i] in (0, 1):
+                values[i] = bool(values[i])
+        return values
+    return normalize
 
 
 # -- nn.Module conditions --------------------------------------------------------------------
@@ -580,6 +615,30 @@ for _name in ("conv1d", "conv2d"):
                        ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                        _zero_padded),),
        why={"triton": _NO_KERNEL})
+# Pooling: a window's max (exact: one of its values) or average (a sum), per sample and
+# channel, so both commute with concatenation over the batch or the channels.
+op("max_pool2d", "x kernel stride padding dilation ceil_mode", "library",
+   attributes="kernel stride padding dilation ceil_mode",
+   impl="torch.nn.functional.max_pool2d", normalize=_norm_pool(4), flops=_pool_flops,
+   exact=True, error="exact",
+   sign=signs.same, interval=iv.same,
+   spell="torch.nn.functional.max_pool2d:max_pool2d torch.max_pool2d:max_pool2d"
+   " aten.max_pool2d.default:max_pool2d",
+   modules=(Module("torch.nn.MaxPool2d", ("input", "kernel_size", "stride", "padding",
+                                          "dilation", "ceil_mode"),
+                   lambda m: not m.return_indices),),
+   why={"triton": _NO_KERNEL})
+op("avg_pool2d", "x kernel stride padding ceil_mode count_include_pad divisor", "library",
+   attributes="kernel stride padding ceil_mode count_include_pad divisor",
+   impl="torch.nn.functional.avg_pool2d", normalize=_norm_pool(3), flops=_pool_flops,
+   error="summing",
+   interval=iv.with_zero,
+   spell="torch.nn.functional.avg_pool2d:avg_pool2d torch._C._nn.avg_pool2d:avg_pool2d"
+   " aten.avg_pool2d.default:avg_pool2d",
+   modules=(Module("torch.nn.AvgPool2d", ("input", "kernel_size", "stride", "padding",
+                                          "ceil_mode", "count_include_pad",
+                                          "divisor_override")),),
+   why={"triton": _NO_KERNEL})
 op("sdpa", "q k v mask causal scale", "library", attributes="causal scale",
    impl="torch.nn.functional.scaled_dot_product_attention",
    call=lambda q, k, v, m, c, s: ((q, k, v), {"attn_mask": m, "is_causal": c, "scale": s}),

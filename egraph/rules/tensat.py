@@ -15,9 +15,10 @@ associative laws of add and mul, distributivity over a product (``distribute``,
 ``factor``), ``smul`` associativity and distributivity (``assoc-mul``, ``distribute``),
 ``transpose-is-its-own-inverse``, ``matmul-is-associative`` and ``matmul-and-transpose``
 (``transpose-matmul``), ``ewmul-identity`` (``one-mul``). TASO's axioms over ops we do not
-have are not written: ``conv2d`` with a fused activation (ours is ``relu(conv2d(...))``),
-the pooling axioms (no pooling op in the table), and the axioms over constant kernels
-(``Iconv``, ``Imatmul``, ``Cpool``, ``enlarge``) that no program spells.
+have are not written: ``conv2d`` with a fused activation (ours is ``relu(conv2d(...))``)
+and the axioms over constant kernels (``Iconv``, ``Imatmul``, ``Cpool``, ``enlarge``) that
+no program spells. TASO's pooling axioms hold for both pooling ops over the batch and the
+channels (its three are instances).
 
 Operator merging (TENSAT's multi-pattern rules, the source of its speedups): two matmuls,
 linears or convolutions that share an input become one op on concatenated weights
@@ -49,11 +50,13 @@ True
 from __future__ import annotations
 
 from egraph.ops import (
+    avg_pool2d,
     cat,
     conv2d,
     getitem,
     linear,
     matmul,
+    max_pool2d,
     relu,
     split,
     transpose,
@@ -387,6 +390,49 @@ def _conv(inp, weight, bias):
     return conv2d(inp, weight, bias, *CONV)
 
 
+MAX_POOL = vars("pk ps pp pd pc")
+AVG_POOL = vars("ak as_ ap ac ai av")
+
+
+def _max_pool(inp):
+    return max_pool2d(inp, *MAX_POOL)
+
+
+def _avg_pool(inp):
+    return avg_pool2d(inp, *AVG_POOL)
+
+
+def _pooled_dim(var) -> Guard:
+    """The cat dim ``var`` is a batch or channel dim of ``?x`` (not one that pools): pooling
+    works per sample and per channel."""
+    def guard(egraph, subst) -> bool:
+        shape = _shape(egraph, subst["x"])
+        if shape is None or len(shape) not in (3, 4):
+            return False
+        dim = _dim(egraph, subst[var.name], len(shape))
+        return dim is not None and dim < len(shape) - 2
+    guard.__name__ = f"{var.name} is a batch or channel dim"
+    return guard
+
+
+def _pool_rules(name: str, pool, fn) -> list[LibraryRule]:
+    """TENSAT's concatenation-and-pooling axioms for one pooling op, both ways."""
+    return [
+        rule(f"cat-{name}", cat(d, pool(x), pool(y)), pool(cat(d, x, y)),
+             when=all_of(_pooled_dim(d), _joinable(x, y, d)),
+             example=(lambda x, y: torch.cat([fn(x), fn(y)], 1),
+                      lambda x, y: torch.cat([fn(x), fn(y)], 0)),
+             inputs={"x": IMG, "y": IMG},
+             description=f"cat over batch or channels of {name}s = {name} of the cat"),
+        rule(f"{name}-cat", pool(cat(d, x, y)), cat(d, pool(x), pool(y)),
+             when=_pooled_dim(d),
+             example=(lambda x, y: fn(torch.cat([x, y], 1)),
+                      lambda x, y: fn(torch.cat([x, y], 0))),
+             inputs={"x": IMG, "y": IMG},
+             description=f"{name} of a cat over batch or channels = cat of the {name}s"),
+    ]
+
+
 RULES: list[LibraryRule] = [
     # -- transpose over elementwise ops and scalar multiplication (operator-commutativity-1..3)
     rule("transpose-add", transpose(x + y, i, j), transpose(x, i, j) + transpose(y, i, j),
@@ -542,6 +588,9 @@ RULES: list[LibraryRule] = [
                                              padding=1),
          inputs={"x": IMG, "z": (2, 3, 6, 6), "y": KERNEL, "w": (5, 3, 3, 3)},
          description="a conv over concatenated channels is the sum of the convs"),
+    # -- concatenation and pooling (concatenation-and-pooling-0..2)
+    *_pool_rules("max-pool", _max_pool, lambda t: F.max_pool2d(t, 3, 2, padding=1)),
+    *_pool_rules("avg-pool", _avg_pool, lambda t: F.avg_pool2d(t, 2)),
 ]
 
 MERGING: list[LibraryRule] = [

@@ -224,6 +224,19 @@ def _conv(name: str):
     return lower
 
 
+def _max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                return_indices=False):
+    if return_indices:
+        raise _Unsupported("max_pool2d with return_indices (two outputs)")
+    return ("max_pool2d", [input, kernel_size, stride, padding, dilation, ceil_mode])
+
+
+def _avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    return ("avg_pool2d", [input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                           divisor_override])
+
+
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     if dropout_p:
@@ -466,6 +479,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "embedding": _embedding,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
+    "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
     "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
     "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
