@@ -242,6 +242,12 @@ def gelu_tanh_cube(x):
     return x * 0.5 * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
 
 
+def gelu_fast(x):
+    """transformers' FastGELUActivation: sqrt(2/pi) rounded to 0.7978845608, and the cube
+    factored as x * (1 + 0.044715 x x)."""
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
 def silu_product(x):
     return torch.sigmoid(x) * x
 
@@ -296,7 +302,7 @@ CASES = {
         (additive_big_negative, lambda: (*_qkv(), _padding())),
         (triu_in_graph, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
-                                  gelu_tanh_cube)],
+                                  gelu_tanh_cube, gelu_fast)],
     "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),
              (silu_swiglu, lambda: (*_rows(), *_rows()))],
 }
