@@ -66,14 +66,14 @@ _VOCABULARY: dict[str, Callable] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "neg": lambda a: -a,
     "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos,
-    "tanh": sp.tanh, "expm1": lambda a: sp.exp(a) - 1, "log1p": lambda a: sp.log(1 + a),
+    "tanh": sp.tanh, "tan": sp.tan, "atan": sp.atan, "sinh": sp.sinh, "cosh": sp.cosh,
+    "expm1": lambda a: sp.exp(a) - 1, "log1p": lambda a: sp.log(1 + a),
     "reciprocal": lambda a: 1 / a, "rsqrt": lambda a: 1 / sp.sqrt(a), "abs": sp.Abs,
     "sigmoid": lambda a: 1 / (1 + sp.exp(-a)),
 }
 # Elementwise torch functions the vocabulary does not model (opaque to the e-graph), by name.
 _OUTSIDE: dict[str, Callable] = {
-    "tan": sp.tan, "atan": sp.atan, "sinh": sp.sinh, "cosh": sp.cosh, "asin": sp.asin,
-    "acos": sp.acos, "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh,
+    "asin": sp.asin, "acos": sp.acos, "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh,
 }
 # sympy functions back to torch.
 _TORCH = {sp.exp: torch.exp, sp.log: torch.log, sp.sin: torch.sin, sp.cos: torch.cos,

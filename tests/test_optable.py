@@ -4,6 +4,7 @@ and kernels use are the table's, and its exactness decisions hold in both analys
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
@@ -13,7 +14,7 @@ import egraph.ops
 from backends.triton.templates import POINTWISE, ROW_OPS, attributes_of
 from egraph import EGraph
 from egraph.ops import Op
-from egraph.ops.table import ERRORS, KINDS, TABLE, names
+from egraph.ops.table import ERRORS, KINDS, TABLE, interval_of, names
 from extractors import Curvature, Flops
 from extractors.fusion import LIBRARY, VIEWS
 from frontends.fx.error_analysis import rounding_error
@@ -233,3 +234,36 @@ def test_var_mean_max_values_and_dtype_casts_ingest_as_table_ops(capture):
     eg = EGraph.from_fx(source, (x,))
     assert {"var", "mean", "max_dim", "getitem", "to"} <= _ops(eg)
     torch.testing.assert_close(eg.extract(Flops())(x), model(x))
+
+
+HYPERBOLIC_AND_TANGENT = {
+    "tan": (lambda x: torch.tan(x) * 2, lambda x: x.tan() + 1),
+    "atan": (lambda x: torch.atan(x) * 2, lambda x: x.atan() + 1),
+    "sinh": (lambda x: torch.sinh(x) * 2, lambda x: x.sinh() + 1),
+    "cosh": (lambda x: torch.cosh(x) * 2, lambda x: x.cosh() + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HYPERBOLIC_AND_TANGENT))
+def test_tan_atan_sinh_cosh_are_table_ops_with_ranges_and_kernels(name, monkeypatch):
+    """Each from its function and method spelling is an op of the e-graph, not opaque;
+    its value range is what it can take; where it has a Triton template, the generated
+    kernel agrees with eager (sinh near 0 too, where exp(x) - exp(-x) cancels)."""
+    from backends.fx import build_module
+    from egraph.extract import source_program
+
+    x = torch.cat([torch.linspace(-1.2, 1.2, 21), torch.tensor([1e-6, -3e-7, 0.0])])
+    for fn in HYPERBOLIC_AND_TANGENT[name]:
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,))
+        assert name in _ops(eg) and "opaque" not in _ops(eg)
+        torch.testing.assert_close(eg.extract(Flops())(x), fn(x))
+    lo, hi = interval_of(name, [(-1.0, 2.0)], [], None)
+    assert {"atan": (math.atan(-1.0), math.atan(2.0)), "sinh": (math.sinh(-1.0), math.sinh(2.0)),
+            "cosh": (1.0, math.cosh(2.0)), "tan": (-math.inf, math.inf)}[name] == (lo, hi)
+    if TABLE[name].triton is None or importlib.util.find_spec("triton") is None:
+        return
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(HYPERBOLIC_AND_TANGENT[name][0]), (x,))
+    module = build_module(eg, source_program(eg), target="cuda")
+    assert module.meta.get("triton_kernels"), module.code
+    torch.testing.assert_close(module(x), HYPERBOLIC_AND_TANGENT[name][0](x), rtol=2e-6,
+                               atol=0)

@@ -157,6 +157,14 @@ def _tanh(x):
     y = -e / (2.0 + e)
     return tl.where(x < 0, -y, y)
 ''',
+    "_sinh": '''
+@triton.jit
+def _sinh(x):
+    # sinh(|x|) = (e + e / (e + 1)) / 2 with e = expm1(|x|): no cancellation near 0
+    e = _expm1(tl.abs(x))
+    y = 0.5 * (e + e / (e + 1.0))
+    return tl.where(x < 0, -y, y)
+''',
     "_logaddexp": '''
 @triton.jit
 def _logaddexp(a, b):
@@ -198,7 +206,7 @@ def _sumexp_rows(total, peak, shift):
 """Small jit functions the templates call, by name; a kernel's source includes those it
 uses (``_tanh`` needs ``_expm1``, ``_logaddexp`` needs ``_log1p``)."""
 
-_HELPER_DEPENDENCIES = {"_tanh": ("_expm1",), "_logaddexp": ("_log1p",),
+_HELPER_DEPENDENCIES = {"_tanh": ("_expm1",), "_sinh": ("_expm1",), "_logaddexp": ("_log1p",),
                         "_online_sumexp": ("_safe_max",), "_sumexp_rows": ("_safe_max",)}
 
 

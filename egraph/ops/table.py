@@ -431,6 +431,19 @@ op("sin", "x", "pointwise", impl="torch.sin", flops=1, interval=iv.constant(-1.0
    triton="tl.sin({x})", spell=_UNARY_SPELL.format("sin") + " math.sin")
 op("cos", "x", "pointwise", impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
    triton="tl.cos({x})", spell=_UNARY_SPELL.format("cos") + " math.cos")
+op("tan", "x", "pointwise", impl="torch.tan", flops=1, triton="tl.sin({x}) / tl.cos({x})",
+   spell=_UNARY_SPELL.format("tan") + " math.tan",
+   why={"interval": "unbounded: a pole at every odd multiple of pi/2"})
+op("atan", "x", "pointwise", impl="torch.atan", flops=1, sign=signs.same,
+   interval=iv.monotone(math.atan), spell=_UNARY_SPELL.format("atan") + " math.atan",
+   why={"triton": "no Triton intrinsic for atan"})
+op("sinh", "x", "pointwise", impl="torch.sinh", flops=1, sign=signs.same,
+   interval=iv.monotone(math.sinh), triton="_sinh({x})",
+   spell=_UNARY_SPELL.format("sinh") + " math.sinh")
+op("cosh", "x", "pointwise", impl="torch.cosh", flops=1, sign=POS,
+   interval=lambda kids, values, shapes: iv.monotone(math.cosh)(
+       [iv.magnitude(kids, values, shapes)], values, shapes),
+   triton="0.5 * (tl.exp({x}) + tl.exp(-{x}))", spell=_UNARY_SPELL.format("cosh") + " math.cosh")
 op("tanh", "x", "pointwise", impl="torch.tanh", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.tanh), triton="_tanh({x})",
    spell=_UNARY_SPELL.format("tanh") + " math.tanh torch.nn.functional.tanh",
