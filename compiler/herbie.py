@@ -53,7 +53,7 @@ import torch
 import torch.fx as fx
 from sympy.simplify.fu import TR2, TR9, TR2i
 
-from compiler.regimes import Regimes, infer_regimes, select
+from compiler.regimes import Regimes, between, infer_regimes, select
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 from frontends.fx.error_analysis import local_error
 from frontends.fx.vocabulary import lower
@@ -347,6 +347,7 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     regimes = infer_regimes(np.stack(rows), keys)
     if regimes.mean_error > before - MIN_GAIN_BITS:
         return None
+    _refine_thresholds(unit, regimes, exprs, samples, dtype)
     key = unit.symbols[regimes.variable]
     got = _run_program(regimes, exprs, key, env)
     if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
@@ -359,6 +360,44 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     how = "; ".join(dict.fromkeys(labels[c] for c in regimes.candidates))
     return Improvement(unit.root.name, str(unit.expr), _program(regimes, exprs, key), before,
                        regimes.mean_error, len(exact), how)
+
+
+def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
+                       samples: list[torch.Tensor], dtype: torch.dtype,
+                       steps: int = 12, width: int = 8) -> None:
+    """Move each threshold, by bisection between the two samples it falls between, to
+    where the candidate on its right becomes the more accurate (Herbie's boundary
+    refinement): sparse samples can leave a threshold far from the crossing, with a
+    series used where it is already poor. The other inputs are taken from the ``width``
+    samples nearest the threshold."""
+    key = samples[regimes.variable].double()
+    for i, t in enumerate(regimes.thresholds):
+        below, above = key[key < t], key[key >= t]
+        if not len(below) or not len(above):
+            continue
+        lo, hi = float(below.max()), float(above.min())
+        near = torch.argsort((key - t).abs())[:width]
+        left, right = exprs[regimes.candidates[i]], exprs[regimes.candidates[i + 1]]
+        for _ in range(steps):
+            column = torch.full((len(near),), between(lo, hi),
+                                dtype=samples[regimes.variable].dtype)
+            mid = float(column[0])
+            if not lo < mid < hi:
+                break  # the dtype cannot tell lo and hi apart any more
+            points = [s[near].clone() for s in samples]
+            points[regimes.variable] = column
+            exact = _exact(unit.expr, unit.symbols, points)
+            env = dict(zip(unit.symbols, points))
+            try:
+                err_left = float(_bits(_evaluate(left, env), exact, dtype).mean())
+                err_right = float(_bits(_evaluate(right, env), exact, dtype).mean())
+            except (TypeError, ValueError, RuntimeError, ArithmeticError):
+                break
+            if err_left <= err_right:
+                lo = mid
+            else:
+                hi = mid
+        regimes.thresholds[i] = between(lo, hi)
 
 
 def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Regimes", "infer_regimes", "select"]
+__all__ = ["Regimes", "between", "infer_regimes", "select"]
 
 
 @dataclass
@@ -123,13 +123,17 @@ def _split(errors: np.ndarray, key: np.ndarray, max_regimes: int, split_cost: fl
         p = q
     candidates.reverse()
     starts.reverse()
-    thresholds = [_between(key[s - 1], key[s]) for s in starts[1:]]
+    thresholds = [between(key[s - 1], key[s]) for s in starts[1:]]
     return total, thresholds, candidates
 
 
-def _between(lo: float, hi: float) -> float:
+def between(lo: float, hi: float) -> float:
     """A threshold between two neighbouring sample values: their geometric mean when they
-    share a sign (sample values span many binades), else 0."""
+    share a sign (sample values span many binades), else 0.
+
+    >>> between(1.0, 4.0), between(-2.0, 3.0)
+    (2.0, 0.0)
+    """
     if lo > 0 and hi > 0:
         return math.sqrt(lo) * math.sqrt(hi)
     if lo < 0 and hi < 0:
