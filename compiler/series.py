@@ -30,6 +30,11 @@ class SeriesTimeout(Exception):
     """A sympy computation ran past its time limit (:func:`time_limit`)."""
 
 
+REPEAT_S = 0.05
+"""After the time limit, the alarm fires again every this many seconds until the block
+ends (see :func:`time_limit`)."""
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float):
     """Raise :class:`SeriesTimeout` in the block after ``seconds`` (main thread only:
@@ -47,7 +52,10 @@ def time_limit(seconds: float):
         raise SeriesTimeout(f"over {seconds:.1f} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # The alarm repeats until the block ends: an exception raised while Python runs a
+    # weakref or garbage-collection callback is printed and dropped, and a single alarm
+    # lost that way let a series run on until it took all the memory.
+    signal.setitimer(signal.ITIMER_REAL, seconds, REPEAT_S)
     try:
         yield
     finally:
