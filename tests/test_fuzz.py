@@ -126,14 +126,19 @@ def test_judge_flags_a_lost_cancellation_but_not_the_sources_own():
     assert outcomes and outcomes[0].category == "wrong"
 
 
-def test_judge_crash_and_size_refusal_at_the_second_batch():
-    prog = program_from(["v0 = x0.sum(-1)"], X)
-
+def _refusing(error: type, built_for: str):
+    """A program built for batch 3 that refuses other sizes with ``error``."""
     def refuses(x0):
         if x0.shape[0] != 3:
-            raise ValueError(f"input 'x0' has shape {tuple(x0.shape)}, the module was built "
-                             "for (3, 8)")
+            raise error(f"input 'x0' has shape {tuple(x0.shape)}, the module was built "
+                        f"for {built_for}")
         return x0.sum(-1)
+    return refuses
+
+
+def test_judge_crash_and_size_refusal_at_the_second_batch():
+    prog = program_from(["v0 = x0.sum(-1)"], X)
+    refuses = _refusing(ValueError, "(3, 8)")
 
     def crashes(x0):
         return x0.reshape(3, 8).sum(-1)
@@ -170,13 +175,7 @@ def test_our_size_refusal_is_clear_whatever_size_it_names():
     from backends.sizes import SizeMismatch
 
     prog = program_from(["v0 = x0.sum(-1)"], X)
-
-    def refuses(x0):
-        if x0.shape[0] != 3:
-            raise SizeMismatch(f"input 'x0' has shape {tuple(x0.shape)}, the module was "
-                               "built for (24,)")
-        return x0.sum(-1)
-
+    refuses = _refusing(SizeMismatch, "(24,)")
     assert [o.category for o in fuzzer.judge_callable(prog, refuses)] == ["clear-refusal"]
 
 
