@@ -179,12 +179,15 @@ def test_our_size_refusal_is_clear_whatever_size_it_names():
     assert [o.category for o in fuzzer.judge_callable(prog, refuses)] == ["clear-refusal"]
 
 
-@pytest.mark.parametrize("seed, index", [(2, 5137), (2, 5156), (2, 5391), (2, 6562)])
+@pytest.mark.parametrize("seed, index", [(2, 913), (2, 5137), (2, 5156), (2, 5391),
+                                         (2, 6351), (2, 6562)])
 def test_programs_the_soak_found(seed, index):
-    """Programs of the soak that failed, each through every cost model: 5137 a refusal of
-    other sizes judged a crash, 5156 an exact log1p judged wrong by a float64 reference
-    that cancels, 5391 the accuracy search's ``torch.pow`` of a Python number, 6562 its
-    branch of ``exp(2x)`` chosen up to 44.40 where it overflows past 44.36."""
+    """Programs of the soak that failed, each through every cost model: 913 a quotient
+    emitted as a product with a reciprocal that overflows (under greedy extraction), 5137
+    a refusal of other sizes judged a crash, 5156 an exact log1p judged wrong by a float64
+    reference that cancels, 5391 and 6351 the accuracy search's ``torch.pow`` and
+    ``full_like`` of a Python number, 6562 its branch of ``exp(2x)`` chosen up to 44.40
+    where it overflows past 44.36."""
     result = fuzzer.check(fuzzer.program(seed, index))
     assert not result.failures, _report(result)
 
