@@ -402,11 +402,13 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
 
 def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
                            samples: list[torch.Tensor], dtype: torch.dtype) -> bool:
-    """Whether the piecewise program stays finite where the exact value is, also where the
-    samples are sparse: at its extremes and just below each threshold of the branching
-    input (a branch that overflows past 44.36 when chosen up to 44.40, say: the samples
-    between its threshold and the overflow were none), the other inputs taken from the
-    samples."""
+    """Whether the piecewise program holds where the samples are sparse or absent: at its
+    extremes, just below each threshold of the branching input (a branch that overflows
+    past 44.36 when chosen up to 44.40, say: no sample lay between), and at the same
+    values with the other sign (a series at +inf, ``1/x`` for ``rsqrt(x^2 + c)``, is wrong
+    for negative x, which samples of one sign never show). The other inputs are taken from
+    the samples. The program must be finite where the exact value is, and nowhere far
+    worse than the formula: more than half the mantissa's bits beyond it."""
     key = samples[regimes.variable]
     lo, hi = float(key.min()), float(key.max())
     probes = [lo, hi]
@@ -414,6 +416,7 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         for step in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6):
             probes.append(t - abs(t) * step if t else -step)
     probes = [p for p in probes if lo <= p <= hi] or [lo, hi]
+    probes += [-p for p in probes if p]
     n = len(probes)
     points = []
     for i, s in enumerate(samples):
@@ -424,9 +427,16 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
     exact = _exact(unit.expr, unit.symbols, points)
     env = dict(zip(unit.symbols, points))
     got = _run_program(regimes, exprs, unit.symbols[regimes.variable], env)
+    got = got.double().expand(exact.shape) if torch.is_tensor(got) else torch.full_like(
+        exact, float(got))
     largest = float(torch.finfo(dtype).max)
     defined = torch.isfinite(exact) & (exact.abs() <= largest)
-    return not bool((defined & ~torch.isfinite(got.double().expand(exact.shape))).any())
+    if bool((defined & ~torch.isfinite(got)).any()):
+        return False
+    source = _evaluate(unit.expr, env)
+    mantissa = round(-math.log2(torch.finfo(dtype).eps)) + 1
+    worse = _bits(got, exact, dtype) - _bits(source, exact, dtype)
+    return not bool((defined & (worse > mantissa / 2)).any())
 
 
 def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
@@ -717,10 +727,24 @@ def _walk(e: sp.Expr, env: dict, memo: dict):
         value = torch.log1p(_walk(e.args[0] - 1, env, memo))
     elif e.func in _TORCH:
         value = _TORCH[e.func](_tensor(_walk(e.args[0], env, memo), env))
+    elif isinstance(e, sp.Piecewise):
+        *pieces, (value, _) = e.args
+        value = math.nan if value is sp.nan else _walk(value, env, memo)
+        for piece, condition in reversed(pieces):
+            value = torch.where(_condition(condition, env, memo),
+                                _tensor(_walk(piece, env, memo), env), _tensor(value, env))
     else:
         raise ValueError(f"no torch for {e.func}")
     memo[e] = value
     return value
+
+
+def _condition(c: sp.Basic, env: dict, memo: dict):
+    """A comparison of a Piecewise branch (the side of a series at infinity)."""
+    compare = {sp.StrictGreaterThan: lambda a, b: a > b, sp.StrictLessThan: lambda a, b: a < b}
+    if type(c) not in compare:
+        raise ValueError(f"no torch for the condition {c}")
+    return compare[type(c)](_tensor(_walk(c.lhs, env, memo), env), _walk(c.rhs, env, memo))
 
 
 def _tensor(value, env):

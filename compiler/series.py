@@ -67,7 +67,9 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
                       seconds: float = 4.0) -> list[tuple[str, sp.Expr]]:
     """``(label, truncated series)`` of ``expr`` in each of ``symbols`` around 0, +inf and
     -inf (``terms`` orders: up to ``x**(terms - 1)``), skipping expansions that sympy cannot
-    make within ``seconds`` in all, that keep an unevaluated part, or that equal ``expr``."""
+    make within ``seconds`` in all, that keep an unevaluated part, or that equal ``expr``.
+    A series at +inf (-inf) holds for positive (negative) values only and is NaN on the
+    other side: ``rsqrt(x^2 + 1)`` is ``1/x`` at +inf and ``-1/x`` at -inf."""
     out: list[tuple[str, sp.Expr]] = []
     deadline = time.perf_counter() + seconds
     for s in symbols:
@@ -88,6 +90,12 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
                 if approx.is_number and approx.is_finite:
                     out.append((f"series in {s} around {name}", approx))
                 continue
+            if point != 0:
+                # a series at +inf holds for positive values only (sqrt(x^2) is x there,
+                # -x at -inf): NaN on the other side, so that a regime choosing it there
+                # is seen to fail (the finite checks of the accuracy search)
+                side = s > 0 if point == sp.oo else s < 0
+                approx = sp.Piecewise((approx, side), (sp.nan, True))
             out.append((f"series in {s} around {name}", approx))
     return out
 

@@ -179,12 +179,13 @@ def test_our_size_refusal_is_clear_whatever_size_it_names():
     assert [o.category for o in fuzzer.judge_callable(prog, refuses)] == ["clear-refusal"]
 
 
-@pytest.mark.parametrize("seed, index", [(2, 913), (2, 5137), (2, 5156), (2, 5391),
-                                         (2, 6351), (2, 6562)])
+@pytest.mark.parametrize("seed, index", [(2, 913), (2, 4683), (2, 5137), (2, 5156),
+                                         (2, 5391), (2, 6351), (2, 6562)])
 def test_programs_the_soak_found(seed, index):
     """Programs of the soak that failed, each through every cost model: 913 an output the
     source gives finite (3e31) overflowing to inf under Curvature, on the code the soak
-    started on (correct since the accuracy search's program is validated), 5137
+    started on (correct since the accuracy search's program is validated), 4683 a series
+    of rsqrt(x^2 + c) at -inf (-1/x) used for positive x too, 5137
     a refusal of other sizes judged a crash, 5156 an exact log1p judged wrong by a float64
     reference that cancels, 5391 and 6351 the accuracy search's ``torch.pow`` and
     ``full_like`` of a Python number, 6562 its branch of ``exp(2x)`` chosen up to 44.40
