@@ -407,8 +407,7 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
     past 44.36 when chosen up to 44.40, say: no sample lay between), and at the same
     values with the other sign (a series at +inf, ``1/x`` for ``rsqrt(x^2 + c)``, is wrong
     for negative x, which samples of one sign never show). The other inputs are taken from
-    the samples. The program must be finite where the exact value is, and nowhere far
-    worse than the formula: more than half the mantissa's bits beyond it."""
+    the samples. The program must be finite where the exact value is."""
     key = samples[regimes.variable]
     lo, hi = float(key.min()), float(key.max())
     probes = [lo, hi]
@@ -431,12 +430,7 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         exact, float(got))
     largest = float(torch.finfo(dtype).max)
     defined = torch.isfinite(exact) & (exact.abs() <= largest)
-    if bool((defined & ~torch.isfinite(got)).any()):
-        return False
-    source = _evaluate(unit.expr, env)
-    mantissa = round(-math.log2(torch.finfo(dtype).eps)) + 1
-    worse = _bits(got, exact, dtype) - _bits(source, exact, dtype)
-    return not bool((defined & (worse > mantissa / 2)).any())
+    return not bool((defined & ~torch.isfinite(got)).any())
 
 
 def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]

@@ -68,17 +68,19 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
     """``(label, truncated series)`` of ``expr`` in each of ``symbols`` around 0, +inf and
     -inf (``terms`` orders: up to ``x**(terms - 1)``), skipping expansions that sympy cannot
     make within ``seconds`` in all, that keep an unevaluated part, or that equal ``expr``.
-    A series at +inf (-inf) holds for positive (negative) values only and is NaN on the
-    other side: ``rsqrt(x^2 + 1)`` is ``1/x`` at +inf and ``-1/x`` at -inf."""
+    A series at +inf (-inf) that differs from the one at -inf (+inf) holds for positive
+    (negative) values only and is NaN on the other side: ``rsqrt(x^2 + 1)`` is ``1/x`` at
+    +inf and ``-1/x`` at -inf, while ``atan(x + 1) - atan(x)`` is ``1/x^2`` at both."""
     out: list[tuple[str, sp.Expr]] = []
     deadline = time.perf_counter() + seconds
     for s in symbols:
         if s not in expr.free_symbols:
             continue
+        at: dict[str, sp.Expr] = {}
         for point, name in ((0, "0"), (sp.oo, "+inf"), (-sp.oo, "-inf")):
             left = deadline - time.perf_counter()
             if left <= 0:
-                return out
+                break
             try:
                 with time_limit(left):
                     approx = sp.series(expr, s, point, terms).removeO()
@@ -90,11 +92,15 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
                 if approx.is_number and approx.is_finite:
                     out.append((f"series in {s} around {name}", approx))
                 continue
-            if point != 0:
-                # a series at +inf holds for positive values only (sqrt(x^2) is x there,
-                # -x at -inf): NaN on the other side, so that a regime choosing it there
-                # is seen to fail (the finite checks of the accuracy search)
-                side = s > 0 if point == sp.oo else s < 0
+            at[name] = approx
+        for name, approx in at.items():
+            other = {"+inf": "-inf", "-inf": "+inf"}.get(name)
+            if other in at and sp.expand(approx - at[other]) != 0:
+                # a series at +inf holds for positive values only where the one at -inf
+                # differs (sqrt(x^2) is x there, -x at -inf): NaN on the other side, so
+                # that a regime choosing it there fails the search's finite checks (a
+                # formula with one expansion, log x at +inf, is not defined on the other)
+                side = s > 0 if name == "+inf" else s < 0
                 approx = sp.Piecewise((approx, side), (sp.nan, True))
             out.append((f"series in {s} around {name}", approx))
     return out

@@ -326,11 +326,12 @@ def _float64_reference(original: nn.Module):
 
 
 def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
-                     samples: int = 3) -> list:
-    """Per output, how far float64 itself may be from the exact value: the largest distance
-    of ``samples`` Monte Carlo runs of ``graph`` in float64 (each inexact op's result moved
-    by up to 16 roundings at random) from the ``reference`` outputs; None for an output it
-    cannot tell.
+                     samples: int = 4) -> list:
+    """Per output, how far float64 itself may be from the exact value: twice the largest
+    distance of ``samples`` Monte Carlo runs of ``graph`` in float64 (each inexact op's
+    result moved by up to 16 roundings at random) from the ``reference`` outputs (a few
+    samples underestimate the spread: ``sin(x + eps) - sin(x)`` at x = 1.7e28 is 0 in
+    float64 and anywhere in [-2, 2] in truth); None for an output it cannot tell.
 
     >>> g = fx.symbolic_trace(lambda x: torch.log(x + 1) - torch.log(x))
     >>> x = torch.tensor([1e20], dtype=torch.float64)
@@ -352,7 +353,7 @@ def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
             if not (isinstance(run, torch.Tensor) and isinstance(ref, torch.Tensor)
                     and run.is_floating_point() and run.shape == ref.shape):
                 continue
-            distance = (run - ref.to(run.device)).abs().nan_to_num_(nan=0.0, posinf=0.0)
+            distance = (run - ref.to(run.device)).abs().nan_to_num_(nan=0.0, posinf=0.0) * 2
             spread[i] = distance if spread[i] is None else torch.maximum(spread[i], distance)
     return spread
 
@@ -375,10 +376,10 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
                     defined_only: bool = False) -> Validation:
     """Check ``new`` against the source program of ``src`` (see the module docstring), with
     the source in float64 or in its working dtype as the ``reference``
-    (:data:`REFERENCES`). ``defined_only``: judge only the elements where the reference is
-    a number, as Herbie judges a formula rewritten for accuracy on the inputs where its
-    source is defined (``log1p(1/x)`` for ``log(x + 1) - log(x)`` is a number at ``x < -1``,
-    where the source is NaN)."""
+    (:data:`REFERENCES`). ``defined_only``: the check of a formula rewritten for accuracy
+    against a 150-digit reference (Herbie's search): only the elements where the reference
+    is a number are judged (``log1p(1/x)`` for ``log(x + 1) - log(x)`` is a number at
+    ``x < -1``, where the source is NaN), normwise and for finiteness, not elementwise."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     if reference not in REFERENCES:
@@ -416,7 +417,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     # Extra random input sets where cheap: each one runs the model three times.
     if numel <= max_numel:
         gen = torch.Generator().manual_seed(0)
-        for scale in [1.0] * trials + [STRESS_SCALE]:
+        # (no stress set for a formula rewritten for accuracy: its search checked where it
+        # overflows, against 150 digits, which wide random inputs cannot)
+        for scale in [1.0] * trials + ([] if defined_only else [STRESS_SCALE]):
             stressed.append(scale != 1.0)
             input_sets.append(tuple(
                 _in_domain(_random_like(x, gen, scale), src.domains.get(name))
@@ -495,6 +498,11 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                         e_after, n_after = relative_errors(a, r, unresolved)
                 worst_before = max(worst_before, e_before)
                 worst_after = max(worst_after, e_after)
+                if defined_only:
+                    # elementwise accuracy was judged by the search, against 150 digits;
+                    # float64 cannot judge it where the formula cancels (tan(x + eps) -
+                    # tan(x) near a pole): only the output's scale and finiteness here
+                    e_after = e_before
                 if _exceeds(e_before, n_before, e_after, n_after, normwise_slack, tol):
                     return Validation(False, worst_before, worst_after, len(input_sets),
                                       f"relative error {e_after:.3g} elementwise, {n_after:.3g} "
