@@ -379,6 +379,7 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum."""
     def fits(product: fx.Node, bias: Any, total: fx.Node) -> bool:
         if not (isinstance(bias, fx.Node) and isinstance(product, fx.Node)
+                and bias is not product  # p + p reads the product twice
                 and product.op == "call_function" and product.target is torch.matmul
                 and len(product.users) == 1 and not product.kwargs):
             return False

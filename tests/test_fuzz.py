@@ -180,7 +180,7 @@ def test_our_size_refusal_is_clear_whatever_size_it_names():
 
 
 @pytest.mark.parametrize("seed, index", [(2, 913), (2, 4683), (2, 5137), (2, 5156),
-                                         (2, 5391), (2, 6351), (2, 6562)])
+                                         (2, 5391), (2, 6351), (2, 6562), (3, 2525)])
 def test_programs_the_soak_found(seed, index):
     """Programs of the soak that failed, each through every cost model: 913 an output the
     source gives finite (3e31) overflowing to inf under Curvature, on the code the soak
@@ -189,7 +189,8 @@ def test_programs_the_soak_found(seed, index):
     a refusal of other sizes judged a crash, 5156 an exact log1p judged wrong by a float64
     reference that cancels, 5391 and 6351 the accuracy search's ``torch.pow`` and
     ``full_like`` of a Python number, 6562 its branch of ``exp(2x)`` chosen up to 44.40
-    where it overflows past 44.36."""
+    where it overflows past 44.36; seed 3, 2525: ``v1 + v1`` of a product emitted as
+    ``addmm(v1, ...)``, erasing the product it still reads."""
     result = fuzzer.check(fuzzer.program(seed, index))
     assert not result.failures, _report(result)
 
