@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
-from compiler.validate import validate_module
+from compiler.validate import program_numel, validate_module
 from egraph.signs import NEG, POS
 from egraph.term import is_literal_op
 
@@ -65,9 +65,7 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
     if not rewritten and not _new_literals(egraph, choice, roots):
         return {}
     original = src.graph_module if src.module is None else src.module
-    numel = sum(x.numel() for _, x in tensors)
-    numel += sum(p.numel() for p in original.parameters())
-    if numel > max_numel:
+    if program_numel(original, inputs) > max_numel:
         return {}
     groups: dict[int, list[tuple[int, int]]] = {}
     for i, x in tensors:

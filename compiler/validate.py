@@ -385,25 +385,26 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
     if reference not in REFERENCES:
         raise ValueError(f"reference={reference!r}: use one of "
                          f"{', '.join(map(repr, REFERENCES))}")
-    if reference == "auto":
-        reference = "working" if _numel(src) > FLOAT64_LIMIT else "float64"
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
     with unset_fake_temporarily():
-        return _validate(src, new, trials, max_numel, reference == "working", defined_only)
+        return _validate(src, new, trials, max_numel, reference, defined_only)
 
 
-def _numel(src: FxSource) -> int:
-    """Elements of the source's parameters, buffers and tensor inputs."""
-    original = src.graph_module if src.module is None else src.module
-    seen = {id(t): t.numel() for t in [*original.parameters(), *original.buffers()]}
-    for x in src.example_inputs or ():
-        if isinstance(x, torch.Tensor):
-            seen[id(x)] = x.numel()
-    return sum(seen.values())
+def program_numel(original: Any, inputs: tuple) -> int:
+    """Elements of a program's tensor inputs and parameters: what running it, or a copy
+    of it, costs (the limits of validation and of probing other sizes).
+
+    >>> program_numel(nn.Linear(3, 2), (torch.randn(4, 3),))
+    20
+    """
+    numel = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+    if isinstance(original, nn.Module):
+        numel += sum(p.numel() for p in original.parameters())
+    return numel
 
 
 def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
-              working: bool, defined_only: bool = False) -> Validation:
+              mode: str, defined_only: bool = False) -> Validation:
     original = src.graph_module if src.module is None else src.module
     inputs = tuple(_materialise(x) for x in src.example_inputs)
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
@@ -411,9 +412,10 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]
     input_sets = [inputs]
     stressed = [False]
-    numel = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
-    if isinstance(original, nn.Module):
-        numel += sum(p.numel() for p in original.parameters())
+    numel = program_numel(original, inputs)
+    if mode == "auto":
+        mode = "working" if numel > FLOAT64_LIMIT else "float64"
+    working = mode == "working"
     # Extra random input sets where cheap: each one runs the model three times.
     if numel <= max_numel:
         gen = torch.Generator().manual_seed(0)
