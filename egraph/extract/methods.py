@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from egraph.extract.program import node_costs, program_roots
-from egraph.extract.tree import best_nodes, build_term
+from egraph.extract.tree import best_nodes, build_term, canonical_nodes
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -54,8 +54,7 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
     if not roots:
         raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
     node_cost = node_costs(egraph, cost)
-    preferred = None if prefer is None else {
-        (n[0], *map(find, n[1:])) for ns in prefer.values() for n in ns}
+    preferred = None if prefer is None else canonical_nodes(egraph, prefer)
     nodes: dict[str, dict] = {}
     reached, stack = set(), list(roots)
     while stack:

@@ -47,6 +47,22 @@ class AstDepth:
         return "AstDepth()"
 
 
+def canonical_nodes(egraph: EGraph, by_class: dict[int, list[tuple]]) -> set[tuple]:
+    """The e-nodes of ``by_class`` (class -> e-node tuples, such as the source program's
+    ``egraph.initial``) with their children made canonical, as the e-graph holds them now.
+
+    >>> from egraph import EGraph, parse
+    >>> eg = EGraph()
+    >>> x, y = eg.add(parse("x")), eg.add(parse("y"))
+    >>> f = eg.add(parse("(f y)"))
+    >>> _ = eg.union(x, y), eg.rebuild()
+    >>> canonical_nodes(eg, {f: [("f", y)]}) == {("f", eg.find(x))}
+    True
+    """
+    find = egraph.find
+    return {(n[0], *map(find, n[1:])) for nodes in by_class.values() for n in nodes}
+
+
 def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
                nodes_of: dict[int, list[tuple]] | None = None,
                prefer: dict[int, list[tuple]] | None = None) -> dict[int, tuple[Any, tuple]]:
@@ -73,8 +89,7 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
         cnodes = {c: list(g) for c, g in groups.items()}
     # A cost model that reads the analysis binds to the e-graph: (class, e-node, costs).
     bound = cost.bind(egraph) if hasattr(cost, "bind") else None
-    preferred = set() if prefer is None else {
-        (n[0], *map(find, n[1:])) for nodes in prefer.values() for n in nodes}
+    preferred = set() if prefer is None else canonical_nodes(egraph, prefer)
     best: dict[int, tuple[Any, tuple]] = {}
     size: dict[int, int] = {}  # term size of each class's choice: the tie-breaker
     changed = True
