@@ -75,11 +75,12 @@ class NanoGPTCausal(nn.Module):
 
 
 class ManualSoftmaxCausal(nn.Module):
-    """A bool mask, ``masked_fill(~mask, -inf)`` and a manual max-shifted softmax."""
+    """A bool mask, ``masked_fill(~mask, -inf)`` and a manual max-shifted softmax, for
+    sequences of ``size``."""
 
-    def __init__(self):
+    def __init__(self, size: int = T):
         super().__init__()
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+        self.register_buffer("mask", torch.tril(torch.ones(size, size, dtype=torch.bool)))
 
     def forward(self, q, k, v):
         att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])

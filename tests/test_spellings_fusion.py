@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmarks.naive_suite import ManualSoftmaxCausal, NanoGPTCausal
 from compiler.compile import compile_graph, default_cost, make_backend
 from egraph import EGraph, Pattern
 from egraph.rules import load_rules
@@ -156,36 +157,12 @@ def softmax_logsumexp(x):
 T, HS = 64, 32
 
 
-class NanoGPTAttention(nn.Module):
-    """nanoGPT's CausalSelfAttention, the manual branch: a tril buffer, ``masked_fill(bias
-    == 0, float('-inf'))``, F.softmax."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
-
-    def forward(self, q, k, v):
-        t = q.size(-2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        return att @ v
-
-
-class IssueAttention(nn.Module):
+class IssueAttention(ManualSoftmaxCausal):
     """The issue's spelling: a bool causal mask, ``masked_fill(~mask, -inf)`` and a manual
-    max-shifted softmax."""
+    max-shifted softmax (the naive suite's, at this file's sequence length)."""
 
     def __init__(self):
-        super().__init__()
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
-
-    def forward(self, q, k, v):
-        att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        att = att.masked_fill(~self.mask, float("-inf"))
-        att = torch.exp(att - att.amax(-1, keepdim=True))
-        att = att / att.sum(-1, keepdim=True)
-        return att @ v
+        super().__init__(T)
 
 
 def hf_eager_attention(q, k, v, attention_mask):
@@ -296,7 +273,7 @@ CASES = {
     "softmax": [(f, _rows) for f in (softmax_naive, softmax_amax, softmax_max_values,
                                      softmax_max_index, softmax_logsumexp)],
     "scaled_dot_product_attention": [
-        (NanoGPTAttention, _qkv), (IssueAttention, _qkv),
+        (NanoGPTCausal, _qkv), (IssueAttention, _qkv),
         (hf_eager_attention, lambda: (*_qkv(), _additive_causal())),
         (padding_where_scaled_query, lambda: (*_qkv(), _padding().bool())),
         (additive_big_negative, lambda: (*_qkv(), _padding())),
@@ -361,7 +338,7 @@ def test_a_spelling_exported_with_torch_export_reaches_the_fused_op(fused, spell
 def test_attention_through_torch_compile_reaches_sdpa():
     """Through dynamo and aot_autograd a batched matmul arrives as reshape, bmm, reshape and
     the buffer as an input: nanoGPT's attention still becomes one sdpa call."""
-    model, inputs = NanoGPTAttention(), _qkv()
+    model, inputs = NanoGPTCausal(), _qkv()
     backend = make_backend(validate="raise")
     with torch.no_grad():
         got = torch.compile(model, backend=backend, dynamic=False)(*inputs)
