@@ -41,6 +41,7 @@ from egraph.extract.local_search import improve
 from egraph.extract.pareto import ParetoPoint
 from egraph.extract.pareto import pareto as pareto_frontier
 from egraph.extract.program import dag_cost, program_order
+from egraph.extract.tree import canonical_nodes
 from extractors.costs import Roofline
 from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
@@ -172,9 +173,7 @@ def _rewrites_used(egraph: EGraph, choice: dict[int, tuple],
     added = egraph.added_by()
     if not added:
         return {}
-    find = egraph.find
-    source = {(n[0], *[find(c) for c in n[1:]])
-              for nodes in egraph.initial.values() for n in nodes}
+    source = canonical_nodes(egraph, egraph.initial)
     used: dict[str, int] = {}
     for node in (choice[c] for c in program_order(egraph, choice, roots)):
         name = added.get(node)

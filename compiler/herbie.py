@@ -384,10 +384,7 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
             mid = float(column[0])
             if not lo < mid < hi:
                 break  # the dtype cannot tell lo and hi apart any more
-            points = [s[near].clone() for s in samples]
-            points[regimes.variable] = column
-            exact = _exact(unit.expr, unit.symbols, points)
-            env = dict(zip(unit.symbols, points))
+            env, exact = _probe(unit, samples, regimes.variable, column, near)
             try:
                 err_left = float(_bits(_evaluate(left, env), exact, dtype).mean())
                 err_right = float(_bits(_evaluate(right, env), exact, dtype).mean())
@@ -416,21 +413,23 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
             probes.append(t - abs(t) * step if t else -step)
     probes = [p for p in probes if lo <= p <= hi] or [lo, hi]
     probes += [-p for p in probes if p]
-    n = len(probes)
-    points = []
-    for i, s in enumerate(samples):
-        if i == regimes.variable:
-            points.append(torch.tensor(probes, dtype=s.dtype))
-        else:
-            points.append(s[torch.arange(n) % s.numel()])
-    exact = _exact(unit.expr, unit.symbols, points)
-    env = dict(zip(unit.symbols, points))
+    column = torch.tensor(probes, dtype=key.dtype)
+    env, exact = _probe(unit, samples, regimes.variable, column,
+                        torch.arange(len(probes)) % key.numel())
     got = _run_program(regimes, exprs, unit.symbols[regimes.variable], env)
     got = got.double().expand(exact.shape) if torch.is_tensor(got) else torch.full_like(
         exact, float(got))
     largest = float(torch.finfo(dtype).max)
     defined = torch.isfinite(exact) & (exact.abs() <= largest)
     return not bool((defined & ~torch.isfinite(got)).any())
+
+
+def _probe(unit: _Unit, samples: list[torch.Tensor], variable: int, column: torch.Tensor,
+           pick: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """``(env, exact)`` at points off the samples: input ``variable`` takes the values
+    ``column``, the others their samples at ``pick``."""
+    points = [column if i == variable else s[pick] for i, s in enumerate(samples)]
+    return dict(zip(unit.symbols, points)), _exact(unit.expr, unit.symbols, points)
 
 
 def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
