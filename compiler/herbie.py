@@ -364,12 +364,14 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
 
 def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
                        samples: list[torch.Tensor], dtype: torch.dtype,
-                       steps: int = 12, width: int = 8) -> None:
+                       steps: int = 40, width: int = 8) -> None:
     """Move each threshold, by bisection between the two samples it falls between, to
     where the candidate on its right becomes the more accurate (Herbie's boundary
     refinement): sparse samples can leave a threshold far from the crossing, with a
-    series used where it is already poor. The other inputs are taken from the ``width``
-    samples nearest the threshold."""
+    series used where it is already poor. The bisection halves the count of ``dtype``
+    values between the ends (:func:`_ordinal_midpoint`), so it crosses every binade
+    between 0 and a sample. The other inputs are taken from the ``width`` samples
+    nearest the threshold."""
     key = samples[regimes.variable].double()
     for i, t in enumerate(regimes.thresholds):
         below, above = key[key < t], key[key >= t]
@@ -379,11 +381,10 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         near = torch.argsort((key - t).abs())[:width]
         left, right = exprs[regimes.candidates[i]], exprs[regimes.candidates[i + 1]]
         for _ in range(steps):
-            column = torch.full((len(near),), between(lo, hi),
-                                dtype=samples[regimes.variable].dtype)
-            mid = float(column[0])
+            mid = _ordinal_midpoint(lo, hi, samples[regimes.variable].dtype)
             if not lo < mid < hi:
-                break  # the dtype cannot tell lo and hi apart any more
+                break  # the dtype has no value between lo and hi
+            column = torch.full((len(near),), mid, dtype=samples[regimes.variable].dtype)
             env, exact = _probe(unit, samples, regimes.variable, column, near)
             try:
                 err_left = float(_bits(_evaluate(left, env), exact, dtype).mean())
@@ -397,20 +398,41 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         regimes.thresholds[i] = between(lo, hi)
 
 
+def _ordinal_midpoint(lo: float, hi: float, dtype: torch.dtype) -> float:
+    """The ``dtype`` value halfway between ``lo`` and ``hi`` in the order of all its
+    values (Herbie bisects on these ordinals): between 0 and 12.5 in float32 it is about
+    1e-19, where the arithmetic mean would skip 38 binades and the geometric mean is 0.
+
+    >>> _ordinal_midpoint(1.0, 4.0, torch.float32), _ordinal_midpoint(-1.0, 1.0, torch.float32)
+    (2.0, 0.0)
+    """
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    bits = torch.tensor([lo, hi], dtype=dtype).view(ints).long()
+    sign = 1 << (8 * dtype.itemsize - 1)
+    # negative floats count down from -0 (bit patterns with the sign bit set)
+    ordinal = torch.where(bits < 0, -(bits + sign), bits)
+    middle = int(ordinal.sum()) // 2
+    pattern = middle if middle >= 0 else -middle - sign
+    return float(torch.tensor([pattern], dtype=torch.int64).to(ints).view(dtype))
+
+
 def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
                            samples: list[torch.Tensor], dtype: torch.dtype) -> bool:
     """Whether the piecewise program holds where the samples are sparse or absent: at its
-    extremes, just below each threshold of the branching input (a branch that overflows
-    past 44.36 when chosen up to 44.40, say: no sample lay between), and at the same
+    extremes, on both sides of each threshold of the branching input (a branch that
+    overflows past 44.36 when chosen up to 44.40, say: no sample lay between; a series
+    ``1`` of ``sigmoid(2x)`` chosen from 0 when no sample lay below 12), and at the same
     values with the other sign (a series at +inf, ``1/x`` for ``rsqrt(x^2 + c)``, is wrong
-    for negative x, which samples of one sign never show). The other inputs are taken from
-    the samples. The program must be finite where the exact value is."""
+    for negative x, which samples of one sign never show). The other inputs are taken
+    from the samples. The program must be finite where the exact value is, and lose at no
+    such point more than half the dtype's bits against the formula: a branch may be a
+    little less accurate than the formula near a threshold (both are, there), not wrong."""
     key = samples[regimes.variable]
     lo, hi = float(key.min()), float(key.max())
     probes = [lo, hi]
     for t in regimes.thresholds:
         for step in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6):
-            probes.append(t - abs(t) * step if t else -step)
+            probes += [t - abs(t) * step, t + abs(t) * step] if t else [-step, step]
     probes = [p for p in probes if lo <= p <= hi] or [lo, hi]
     probes += [-p for p in probes if p]
     column = torch.tensor(probes, dtype=key.dtype)
@@ -421,7 +443,16 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         exact, float(got))
     largest = float(torch.finfo(dtype).max)
     defined = torch.isfinite(exact) & (exact.abs() <= largest)
-    return not bool((defined & ~torch.isfinite(got)).any())
+    if bool((defined & ~torch.isfinite(got)).any()):
+        return False
+    if not bool(defined.any()):
+        return True
+    try:
+        formula = _bits(_evaluate(unit.expr, env), exact, dtype)[defined]
+    except (TypeError, ValueError, RuntimeError, ArithmeticError):
+        return True  # the formula cannot be evaluated here: finiteness is the check
+    program = _bits(got, exact, dtype)[defined]
+    return not bool((program > formula + _mantissa(dtype) / 2).any())
 
 
 def _probe(unit: _Unit, samples: list[torch.Tensor], variable: int, column: torch.Tensor,
@@ -448,9 +479,14 @@ def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
     return torch.tensor(out, dtype=torch.float64)
 
 
+def _mantissa(dtype: torch.dtype) -> int:
+    """Significand bits of ``dtype`` (24 for float32): the most a result can be off by."""
+    return round(-math.log2(torch.finfo(dtype).eps)) + 1
+
+
 def _bits(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Per point error in bits of ``dtype`` (a non-finite result costs every bit)."""
-    mantissa = round(-math.log2(torch.finfo(dtype).eps)) + 1
+    mantissa = _mantissa(dtype)
     got = got.double().reshape(exact.shape) if got.numel() == exact.numel() else (
         got.double().expand(exact.shape))
     ulp = exact.abs().clamp(min=torch.finfo(dtype).tiny) * 2.0 ** (1 - mantissa)

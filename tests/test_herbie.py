@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from compiler.herbie import improve_accuracy
+from compiler.herbie import _ordinal_midpoint, improve_accuracy
 from compiler.regimes import infer_regimes
 from compiler.soundness import check_rule, sympy_proof
 from compiler.stability import StabilityRewriter, error_bits
@@ -84,6 +84,34 @@ def test_a_threshold_is_refined_to_where_the_branches_cross():
     near = torch.linspace(0.18, 0.21, 50)
     exact = _exact(lambda x: (1 - mp.cos(x)) / (x * x), near)
     assert _bits(better, (near,), exact) < _bits(naive, (near,), exact) + 1.0
+
+
+def test_a_branch_is_not_used_across_a_gap_in_the_samples():
+    """sigmoid(2x) from a dozen samples with |x| > 10 (the fuzzer's program 5408 of seed 4):
+    the series 1 at +inf is exact on every positive sample, and a threshold put at 0
+    (between -10.9 and 12.5, where bisection on the geometric mean stalled) returned 1
+    for x = 2. Bisection on the dtype's ordinals moves it to where 1 becomes accurate, and
+    the probes on both sides of a threshold would refuse it otherwise."""
+    def naive(x):
+        return torch.sigmoid(x + x)
+
+    samples = torch.tensor([-229.5, -65.2, -93.2, 25.4, -275.7, 12.5, 162.4, -47.3,
+                            -10.9, 54.4, -99.4, -186.1])
+    better = improve_accuracy(torch.fx.symbolic_trace(naive), (samples,))
+    gap = torch.linspace(-10.0, 12.0, 89)
+    exact = _exact(lambda x: 1 / (1 + mp.exp(-2 * x)), gap)
+    assert _bits(better, (gap,), exact) < _bits(naive, (gap,), exact) + 1.0
+    assert torch.allclose(better(gap), torch.sigmoid(2 * gap), rtol=1e-5, atol=0)
+
+
+def test_ordinal_midpoints_cross_every_binade():
+    assert _ordinal_midpoint(1.0, 4.0, torch.float32) == 2.0
+    assert 1e-20 < _ordinal_midpoint(0.0, 12.5, torch.float32) < 1e-18
+    assert _ordinal_midpoint(-12.5, 0.0, torch.float32) == -_ordinal_midpoint(
+        0.0, 12.5, torch.float32)
+    assert _ordinal_midpoint(-1.0, 1.0, torch.float16) == 0.0
+    lo, hi = 1.0, 1.0 + 2 ** -52
+    assert _ordinal_midpoint(lo, hi, torch.float64) in (lo, hi)
 
 
 def test_a_rewrite_that_is_not_more_accurate_is_not_made():
