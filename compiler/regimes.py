@@ -123,8 +123,42 @@ def _split(errors: np.ndarray, key: np.ndarray, max_regimes: int, split_cost: fl
         p = q
     candidates.reverse()
     starts.reverse()
+    _center_ties(prefix, starts, candidates, positions, min_points)
     thresholds = [between(key[s - 1], key[s]) for s in starts[1:]]
     return total, thresholds, candidates
+
+
+TIE_BITS = 1.0
+"""Bits per point moved within which two positions of a split are equally good
+(:func:`_center_ties`): less than the samples can tell apart (see
+:data:`compiler.herbie.MIN_GAIN_BITS`)."""
+
+
+def _center_ties(prefix: np.ndarray, starts: list[int], candidates: list[int],
+                 positions: list[int], min_points: int) -> None:
+    """Move each split to the middle of the run of positions that cost the same (within
+    :data:`TIE_BITS` per point): where two candidates are equally accurate on the samples between
+    them (a leading-order series and the exact rewrite it approximates), the first
+    position of the run hands the series the most range, the middle hedges between the
+    two."""
+    points = positions[-1]
+    for k in range(1, len(starts)):
+        left, right, s = candidates[k - 1], candidates[k], starts[k]
+        lo = starts[k - 1] + min_points
+        hi = (starts[k + 1] if k + 1 < len(starts) else points) - min_points
+        # what the left candidate costs more than the right one on the points before p
+        excess = prefix[left] - prefix[right]
+        allowed = [p for p in positions if lo <= p <= hi]
+        i = j = allowed.index(s)
+
+        def tied(p: int, excess=excess, s=s) -> bool:
+            return float(excess[p] - excess[s]) <= TIE_BITS * abs(p - s)
+
+        while i > 0 and tied(allowed[i - 1]):
+            i -= 1
+        while j + 1 < len(allowed) and tied(allowed[j + 1]):
+            j += 1
+        starts[k] = allowed[(i + j) // 2]
 
 
 def between(lo: float, hi: float) -> float:

@@ -84,7 +84,9 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
             try:
                 with time_limit(left):
                     approx = sp.series(expr, s, point, terms).removeO()
+                    shorter = _truncations(approx, s, point)
                     approx = _horner(approx, s)
+                    shorter = [_horner(t, s) for t in shorter]
             except (SeriesTimeout, Exception):  # noqa: BLE001 - sympy cannot expand it
                 continue
             if (approx.has(sp.Order, sp.zoo, sp.nan, sp.oo, sp.I, sp.Subs, sp.Derivative)
@@ -92,18 +94,45 @@ def series_candidates(expr: sp.Expr, symbols: list[sp.Symbol], terms: int = 4,
                 if approx.is_number and approx.is_finite:
                     out.append((f"series in {s} around {name}", approx))
                 continue
-            at[name] = approx
-        for name, approx in at.items():
+            at[name] = [approx, *shorter]
+        for name, approxes in at.items():
             other = {"+inf": "-inf", "-inf": "+inf"}.get(name)
-            if other in at and sp.expand(approx - at[other]) != 0:
-                # a series at +inf holds for positive values only where the one at -inf
-                # differs (sqrt(x^2) is x there, -x at -inf): NaN on the other side, so
-                # that a regime choosing it there fails the search's finite checks (a
-                # formula with one expansion, log x at +inf, is not defined on the other)
-                side = s > 0 if name == "+inf" else s < 0
-                approx = sp.Piecewise((approx, side), (sp.nan, True))
-            out.append((f"series in {s} around {name}", approx))
+            one_sided = other in at and sp.expand(approxes[0] - at[other][0]) != 0
+            for approx in approxes:
+                count = len(sp.Add.make_args(sp.expand(approx)))
+                label = f"series in {s} around {name}" + (
+                    f" ({count} term{'s' * (count > 1)})" if approx is not approxes[0] else "")
+                if one_sided:
+                    # a series at +inf holds for positive values only where the one at
+                    # -inf differs (sqrt(x^2) is x there, -x at -inf): NaN on the other
+                    # side, so that a regime choosing it there fails the search's finite
+                    # checks (a formula with one expansion, log x at +inf, is not defined
+                    # on the other)
+                    side = s > 0 if name == "+inf" else s < 0
+                    approx = sp.Piecewise((approx, side), (sp.nan, True))
+                out.append((label, approx))
     return out
+
+
+def _truncations(approx: sp.Expr, s: sp.Symbol, point) -> list[sp.Expr]:
+    """The series ``approx`` cut to its leading order, and to its two leading orders,
+    where it has more: fewer terms are less accurate near the point but overflow later
+    away from it (``c/b - b/a`` holds where ``a*c**2/b**3`` overflows first), and
+    Herbie's regimes often keep only the leading term.
+
+    >>> x = sp.Symbol("x")
+    >>> _truncations(1 - x**2/6 + x**4/120, x, 0)
+    [1, 1 - x**2/6]
+    """
+    orders: dict = {}
+    for term in sp.Add.make_args(sp.expand(approx)):
+        orders.setdefault(term.as_coeff_exponent(s)[1], []).append(term)
+    if not all(k.is_number for k in orders):
+        return []
+    # leading: the lowest power at 0, the highest at infinity
+    ranked = sorted(orders, key=lambda k: float(k), reverse=point != 0)
+    return [sp.Add(*(t for k in ranked[:n] for t in orders[k]))
+            for n in (1, 2) if n < len(ranked)]
 
 
 def _horner(expr: sp.Expr, s: sp.Symbol) -> sp.Expr:

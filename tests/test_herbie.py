@@ -145,6 +145,57 @@ def test_regimes_split_where_candidates_trade_places_and_not_for_one_noisy_point
     assert infer_regimes(noisy, keys).thresholds == []
 
 
+def test_a_split_where_two_candidates_tie_goes_to_the_middle_of_the_tie():
+    """A leading-order series and the rewrite it approximates are equally accurate on a
+    long run of samples: the split goes to the middle of that run, not to its first
+    position, where the series would be used furthest from its point."""
+    keys = [np.linspace(0, 1, 100)]
+    errors = np.stack([np.where(keys[0] < 0.9, 0.0, 20.0),    # the rewrite: overflows late
+                       np.where(keys[0] < 0.3, 20.0, 0.0)])   # the series: holds from 0.3
+    regimes = infer_regimes(errors, keys)
+    assert regimes.candidates == [0, 1]
+    assert 0.55 < regimes.thresholds[0] < 0.65
+
+
+def test_a_quadratic_formula_gets_herbies_regimes():
+    """Hamming's p42 (the quadratic formula's positive root) over every binade: the search
+    needs the flip -2c/(b + sqrt(b^2 - 4ac)) and the leading orders of the series at
+    +-inf in b (-c/b; c/b - b/a), which overflow later than the longer series, each on
+    its own range of b."""
+    from benchmarks.stability.hamming import BENCHMARKS, sample
+
+    bench = next(b for b in BENCHMARKS if b.name == "p42, positive")
+    train, _ = sample(bench, 256, seed=1)
+    test, exact = sample(bench, 256, seed=2)
+    better = improve_accuracy(torch.fx.symbolic_trace(bench.fn), train)
+    (found,) = better.meta["accuracy_report"].improvements
+    assert "-c/b" in found.after and "c/b - b/a" in found.after
+    with torch.no_grad():
+        before, after = bench.fn(*test), better(*test)
+    assert error_bits(after, exact, torch.float32) < error_bits(before, exact, torch.float32) - 8
+    assert int((~torch.isfinite(after)).sum()) < int((~torch.isfinite(before)).sum())
+
+
+def test_a_constant_computed_from_literals_is_part_of_the_formula():
+    """Extraction emits -2 as ``operator.neg(2)``: the formula ``exp(x) + exp(-x) + neg(2)``
+    must see -2, not an unknown input, to become 4 sinh(x/2)^2 (Hamming's 3.3.7)."""
+    import operator
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    total = graph.call_function(torch.add, (graph.call_function(torch.exp, (x,)),
+                                            graph.call_function(torch.exp, (
+                                                graph.call_function(torch.neg, (x,)),))))
+    graph.output(graph.call_function(torch.add, (total, graph.call_function(
+        operator.neg, (2,)))))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    xs = _log_spread(-12, 1, 200, 0) * torch.where(torch.arange(200) % 2 == 0, 1.0, -1.0)
+    better = improve_accuracy(gm, (xs,))
+    (found,) = better.meta["accuracy_report"].improvements
+    assert "sinh" in found.after
+    assert not any(n.target is operator.neg for n in better.graph.nodes)
+
+
 @pytest.mark.parametrize("entry", ["rewriter", "egraph"])
 def test_both_entry_points_fix_formulas_the_rules_were_not_written_for(entry):
     def naive(x):
