@@ -53,6 +53,7 @@ import torch
 import torch.fx as fx
 from sympy.simplify.fu import TR2, TR9, TR2i
 
+from compiler.ordinals import from_ordinals, midpoint, ordinals, uniform
 from compiler.regimes import Regimes, between, infer_regimes, select
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 from frontends.fx.error_analysis import local_error
@@ -86,7 +87,13 @@ _DIGITS = 150  # of the mpmath reference (see benchmarks/stability/hamming.py)
 _MAX_OPS = 40  # ops of one formula; larger formulas are cut into pieces at their leaves
 WRONG_PROBES = 0.1
 """The share of the points probed between samples where a program may lose more than
-half the dtype's bits against the formula (see ``_holds_between_samples``)."""
+half the dtype's bits against the formula (see ``_refuting_probes``)."""
+NEAR = 512
+"""Points added around a refuting probe lie within this fraction of the dtype's values
+between its neighbouring samples (see ``_resample``)."""
+ROUNDS = 3
+"""Regime inferences per formula: after each whose program a probe refutes, points around
+the refuting probes join the samples (see ``_resample``)."""
 MIN_GAIN_BITS = 1.0
 """A formula is replaced only when the candidate is this many bits more accurate on average
 over the samples. Smaller gains are within what the samples can tell apart: an expanded
@@ -358,26 +365,39 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     found = candidates(unit.expr, unit.symbols, unit.hot, env, exact, dtype, deadline)
     found += rule_candidates(gm, unit, samples, deadline)
     # Candidate 0 is the formula itself as emitted here (with expm1 and log1p fused).
-    exprs, labels, rows = [], [], []
+    exprs, labels = [], []
     for label, e in [("the formula", unit.expr), *found]:
         try:
-            rows.append(_bits(_evaluate(e, env), exact, dtype).numpy())
+            _evaluate(e, env)
         except (TypeError, ValueError, RuntimeError, ArithmeticError):
             continue
         exprs.append(e)
         labels.append(label)
-    if not rows:
-        return None
-    keys = [s.double().numpy() for s in samples]
-    regimes = infer_regimes(np.stack(rows), keys)
-    if regimes.mean_error > before - MIN_GAIN_BITS:
-        return None
-    _refine_thresholds(unit, regimes, exprs, samples, dtype)
-    key = unit.symbols[regimes.variable]
-    got = _run_program(regimes, exprs, key, env)
-    if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
-        return None
-    if not _holds_between_samples(unit, regimes, exprs, samples, dtype):
+    for _ in range(ROUNDS):
+        rows = _scores(exprs, env, exact, dtype)
+        regimes = infer_regimes(rows, [s.double().numpy() for s in samples])
+        if regimes.mean_error > before - MIN_GAIN_BITS:
+            return None
+        _refine_thresholds(unit, regimes, exprs, samples, dtype)
+        key = unit.symbols[regimes.variable]
+        got = _run_program(regimes, exprs, key, env)
+        if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
+            return None
+        refuted = _refuting_probes(unit, regimes, exprs, samples, dtype)
+        if refuted is None:
+            break
+        # Herbie samples more where the program is in doubt: points around each probe
+        # that refuted it join the samples, and the regimes are inferred again
+        more, more_exact = _resample(unit, samples, regimes.variable, refuted, dtype)
+        if more_exact is None:
+            return None
+        samples = [torch.cat([s, m]) for s, m in zip(samples, more)]
+        exact = torch.cat([exact, more_exact])
+        env = dict(zip(unit.symbols, samples))
+        source = torch.cat([source, _at_points(_evaluate(unit.expr, dict(zip(
+            unit.symbols, more))), more_exact).to(dtype)])
+        before = float(_bits(source, exact, dtype).mean())
+    else:
         return None
     _emit(gm, unit, regimes, exprs,
           {s for s, n in zip(unit.symbols, unit.leaves)
@@ -387,6 +407,47 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
                        regimes.mean_error, len(exact), how)
 
 
+def _scores(exprs: list[sp.Expr], env: dict, exact: torch.Tensor,
+            dtype: torch.dtype) -> np.ndarray:
+    """(candidates, points) bits of error; a candidate that cannot be evaluated at these
+    points costs every bit."""
+    rows = []
+    for e in exprs:
+        try:
+            rows.append(_bits(_evaluate(e, env), exact, dtype).numpy())
+        except (TypeError, ValueError, RuntimeError, ArithmeticError):
+            rows.append(np.full(len(exact), float(_mantissa(dtype))))
+    return np.stack(rows)
+
+
+def _resample(unit: _Unit, samples: list[torch.Tensor], variable: int,
+              around: torch.Tensor, dtype: torch.dtype, count: int = 16
+              ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """``count`` new points near each value of input ``variable`` in ``around``: within
+    1/``NEAR`` of the values of the dtype between the samples on either side of it (so
+    that they fall where the probe failed: below 2.9e-39, say, where ``1/n`` overflows,
+    not anywhere between the smallest subnormal and the first sample), the other inputs
+    taken from random samples; with their exact values. None where none is defined."""
+    key = samples[variable].double()
+    kind = samples[variable].dtype
+    gen = torch.Generator().manual_seed(len(key))
+    columns, picks = [], []
+    for value in around.double().tolist():
+        below, above = key[key < value], key[key > value]
+        ends = torch.tensor([float(below.max()) if len(below) else value, value,
+                             float(above.min()) if len(above) else value], dtype=kind)
+        lo, at, hi = (int(o) for o in ordinals(ends))
+        width = max(1, (hi - lo) // NEAR)
+        near = from_ordinals(torch.tensor([max(lo, at - width), min(hi, at + width)]), kind)
+        columns.append(uniform(float(near[0]), float(near[1]), (count,), kind, gen))
+        picks.append(torch.randint(0, len(key), (count,), generator=gen))
+    env, exact = _probe(unit, samples, variable, torch.cat(columns), torch.cat(picks))
+    defined = torch.isfinite(exact) & (exact.abs() <= float(torch.finfo(dtype).max))
+    if not bool(defined.any()):
+        return [], None
+    return [env[s][defined] for s in unit.symbols], exact[defined]
+
+
 def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
                        samples: list[torch.Tensor], dtype: torch.dtype,
                        steps: int = 40, width: int = 8) -> None:
@@ -394,7 +455,7 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
     where the candidate on its right becomes the more accurate (Herbie's boundary
     refinement): sparse samples can leave a threshold far from the crossing, with a
     series used where it is already poor. The bisection halves the count of ``dtype``
-    values between the ends (:func:`_ordinal_midpoint`), so it crosses every binade
+    values between the ends (:func:`compiler.ordinals.midpoint`), so it crosses every binade
     between 0 and a sample. The other inputs are taken from the ``width`` samples
     nearest the threshold."""
     key = samples[regimes.variable].double()
@@ -410,7 +471,7 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
                           torch.linspace(0, len(key) - 1, width).long()])
         left, right = exprs[regimes.candidates[i]], exprs[regimes.candidates[i + 1]]
         for _ in range(steps):
-            mid = _ordinal_midpoint(lo, hi, samples[regimes.variable].dtype)
+            mid = midpoint(lo, hi, samples[regimes.variable].dtype)
             if not lo < mid < hi:
                 break  # the dtype has no value between lo and hi
             column = torch.full((len(near),), mid, dtype=samples[regimes.variable].dtype)
@@ -427,38 +488,22 @@ def _refine_thresholds(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         regimes.thresholds[i] = between(lo, hi)
 
 
-def _ordinal_midpoint(lo: float, hi: float, dtype: torch.dtype) -> float:
-    """The ``dtype`` value halfway between ``lo`` and ``hi`` in the order of all its
-    values (Herbie bisects on these ordinals): between 0 and 12.5 in float32 it is about
-    1e-19, where the arithmetic mean would skip 38 binades and the geometric mean is 0.
-
-    >>> _ordinal_midpoint(1.0, 4.0, torch.float32), _ordinal_midpoint(-1.0, 1.0, torch.float32)
-    (2.0, 0.0)
-    """
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
-    bits = torch.tensor([lo, hi], dtype=dtype).view(ints).long()
-    sign = 1 << (8 * dtype.itemsize - 1)
-    # negative floats count down from -0 (bit patterns with the sign bit set)
-    ordinal = torch.where(bits < 0, -(bits + sign), bits)
-    middle = int(ordinal.sum()) // 2
-    pattern = middle if middle >= 0 else -middle - sign
-    return float(torch.tensor([pattern], dtype=torch.int64).to(ints).view(dtype))
-
-
-def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
-                           samples: list[torch.Tensor], dtype: torch.dtype) -> bool:
-    """Whether the piecewise program holds where the samples are sparse or absent: at its
-    extremes, on both sides of each threshold of the branching input (a branch that
-    overflows past 44.36 when chosen up to 44.40, say: no sample lay between; a series
-    ``1`` of ``sigmoid(2x)`` chosen from 0 when no sample lay below 12), and at the same
-    values with the other sign (a series at +inf, ``1/x`` for ``rsqrt(x^2 + c)``, is wrong
-    for negative x, which samples of one sign never show). The other inputs are taken
-    from the samples. The program must be finite where the exact value and the formula are,
-    and lose more than half the dtype's bits against the formula at no more than
-    :data:`WRONG_PROBES` of these points: a branch may be a little less accurate than
-    the formula near a threshold (both are, there), and a leading-order series wrong
-    where another input is as large as its own (``-c/b`` where ``4ac`` is near ``b^2``:
-    a split on one input cannot avoid that), not wrong across a range."""
+def _refuting_probes(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
+                     samples: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor | None:
+    """Where the piecewise program fails between or beyond the samples (the values of the
+    branching input there), or None where it holds. Probed: its extremes and the dtype's
+    (the smallest subnormal, the largest value, of each sign the samples have), both sides
+    of each threshold (a branch that overflows past 44.36 when chosen up to 44.40: no
+    sample lay between; a series ``1`` of ``sigmoid(2x)`` chosen from 0 when no sample lay
+    below 12), and the same values with the other sign (a series at +inf, ``1/x`` for
+    ``rsqrt(x^2 + c)``, is wrong for negative x, which samples of one sign never show);
+    the other inputs are taken from the samples. The program fails where it is not finite
+    though the exact value and the formula are, or when it loses more than half the
+    dtype's bits against the formula at more than :data:`WRONG_PROBES` of the points: a
+    branch may be a little less accurate than the formula near a threshold (both are,
+    there), and a leading-order series wrong where another input is as large as its own
+    (``-c/b`` where ``4ac`` is near ``b^2``: a split on one input cannot avoid that), not
+    wrong across a range."""
     key = samples[regimes.variable]
     lo, hi = float(key.min()), float(key.max())
     probes = [lo, hi]
@@ -467,9 +512,11 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
             probes += [t - abs(t) * step, t + abs(t) * step] if t else [-step, step]
     probes = [p for p in probes if lo <= p <= hi] or [lo, hi]
     probes += [-p for p in probes if p]
-    column = torch.tensor(probes, dtype=key.dtype)
+    column = torch.cat([torch.tensor(probes, dtype=key.dtype),
+                        *[sign * _extremes(key.dtype) for sign in (1, -1)
+                          if bool((key * sign > 0).any())]])
     env, exact = _probe(unit, samples, regimes.variable, column,
-                        torch.arange(len(probes)) % key.numel())
+                        torch.arange(len(column)) % key.numel())
     got = _at_points(_run_program(regimes, exprs, unit.symbols[regimes.variable], env), exact)
     largest = float(torch.finfo(dtype).max)
     defined = torch.isfinite(exact) & (exact.abs() <= largest)
@@ -479,12 +526,29 @@ def _holds_between_samples(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
         formula = None  # the formula cannot be evaluated here: finiteness is the check
     else:
         defined &= torch.isfinite(formula)  # where it overflows, the program may too
-    if bool((defined & ~torch.isfinite(got)).any()):
-        return False
-    if formula is None or not bool(defined.any()):
-        return True
-    lost = _bits(got, exact, dtype)[defined] - _bits(formula, exact, dtype)[defined]
-    return float((lost > _mantissa(dtype) / 2).double().mean()) <= WRONG_PROBES
+    broken = defined & ~torch.isfinite(got)
+    if formula is not None and not bool(broken.any()) and bool(defined.any()):
+        lost = _bits(got, exact, dtype) - _bits(formula, exact, dtype)
+        wrong = defined & (lost > _mantissa(dtype) / 2)
+        if float(wrong.sum()) <= WRONG_PROBES * float(defined.sum()):
+            return None
+        broken = wrong
+    return column[broken] if bool(broken.any()) else None
+
+
+def _extremes(dtype: torch.dtype, count: int = 8) -> torch.Tensor:
+    """Positive values of ``dtype`` at its two ends: the smallest and the largest, and
+    ``count - 1`` more at random within each of the quarter binades next to them (the
+    subnormals up, the largest values down): ``2*x`` of a rewrite overflows from 1.7e38 in
+    float32 into ``inf - inf`` where ``sin(x/2)`` beside it is not 0, which the round
+    values of an evenly spaced probe can all miss."""
+    step = 1 << (_mantissa(dtype) - 3)
+    top = int(ordinals(torch.tensor([torch.finfo(dtype).max], dtype=dtype)))
+    offsets = torch.randint(0, step, (2, count - 1), generator=torch.Generator().manual_seed(0))
+    offsets += torch.arange(count - 1) * step
+    counts = torch.cat([torch.tensor([1]), 1 + offsets[0], torch.tensor([top]),
+                        top - offsets[1]])
+    return from_ordinals(counts, dtype)
 
 
 def _at_points(value, exact: torch.Tensor) -> torch.Tensor:

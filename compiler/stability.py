@@ -267,8 +267,9 @@ class StabilityRewriter:
         return eg, model, gm, inputs
 
     def curvature(self, model, sample_inputs, ranges=None, dtype=None) -> CurvatureReport:
-        """Total and per-node curvature of ``model`` on ``sample_inputs`` (or on inputs of
-        their shapes drawn uniformly from ``ranges``: input name -> (lo, hi)).
+        """Total and per-node curvature of ``model`` on ``sample_inputs``, their values
+        outside ``ranges`` (input name -> (lo, hi)) replaced by ones drawn inside, every
+        binade alike.
 
         >>> import torch
         >>> x = torch.linspace(-100, 100, 64).reshape(4, 16)
@@ -428,23 +429,20 @@ def _as_graph_module(model):
 
 
 def _within(inputs, ranges, gm) -> tuple:
-    """The sample inputs, or (with ``ranges``: input name -> (lo, hi)) inputs of the same
-    shapes and dtypes drawn uniformly from those ranges (seeded)."""
+    """The sample inputs, each value outside its input's declared range (``ranges``: input
+    name -> (lo, hi)) replaced by one drawn inside it, every binade alike (seeded)."""
     import torch
+
+    from compiler.ordinals import within
 
     if not ranges:
         return inputs
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     ranges = _by_name(ranges, names)
     gen = torch.Generator().manual_seed(0)
-    out = []
-    for name, x in zip(names, inputs):
-        if name in ranges and isinstance(x, torch.Tensor) and x.is_floating_point():
-            lo, hi = ranges[name]
-            x = (torch.rand(x.shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-                 ).to(x.dtype)
-        out.append(x)
-    return tuple(out)
+    return tuple(within(x, *ranges[name], gen)
+                 if name in ranges and isinstance(x, torch.Tensor) else x
+                 for name, x in zip(names, inputs))
 
 
 def _by_name(spec, names: list[str]) -> dict | None:

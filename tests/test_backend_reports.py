@@ -1,6 +1,8 @@
 """The compile backend's reports: every graph, dynamo's graph breaks, validation modes and
 measured memory."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -97,6 +99,25 @@ def test_working_mode_still_catches_a_wrong_rewrite():
     torch.testing.assert_close(module(x), torch.exp(x) + 1)
     with pytest.raises(ValidationError):
         compile_graph(gm, (x,), wrong, validate="raise", reference="working")
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_validation_draws_inside_declared_ranges(declared):
+    """sqrt(x * x) = x holds for x >= 0 only. With the range declared, validation's random
+    inputs stay inside it and the rewrite is kept; undeclared, inputs drawn around the
+    (positive) examples reach negative x and it is refused."""
+    from egraph import EGraph
+    from extractors import AstSize
+
+    rule = [rewrite("sqrt-of-square", "(sqrt (mul ?x ?x))", "?x")]
+    gm = torch.fx.symbolic_trace(lambda x: torch.sqrt(x * x) + 1)
+    x = torch.rand(256, generator=torch.Generator().manual_seed(0)) + 0.01
+    eg = EGraph.from_fx(gm, (x,), ranges={"x": (0.0, float("inf"))} if declared else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = eg.saturate(rule).extract(AstSize())
+    assert out.meta["egraph_report"].fell_back != declared
+    assert ("sqrt" not in out.code) == declared
 
 
 def test_working_tolerance_follows_the_dtype():

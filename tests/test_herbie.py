@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from compiler.herbie import _ordinal_midpoint, improve_accuracy
+from compiler.herbie import improve_accuracy
+from compiler.ordinals import midpoint, uniform
 from compiler.regimes import infer_regimes
 from compiler.soundness import check_rule, sympy_proof
 from compiler.stability import StabilityRewriter, error_bits
@@ -105,13 +106,13 @@ def test_a_branch_is_not_used_across_a_gap_in_the_samples():
 
 
 def test_ordinal_midpoints_cross_every_binade():
-    assert _ordinal_midpoint(1.0, 4.0, torch.float32) == 2.0
-    assert 1e-20 < _ordinal_midpoint(0.0, 12.5, torch.float32) < 1e-18
-    assert _ordinal_midpoint(-12.5, 0.0, torch.float32) == -_ordinal_midpoint(
+    assert midpoint(1.0, 4.0, torch.float32) == 2.0
+    assert 1e-20 < midpoint(0.0, 12.5, torch.float32) < 1e-18
+    assert midpoint(-12.5, 0.0, torch.float32) == -midpoint(
         0.0, 12.5, torch.float32)
-    assert _ordinal_midpoint(-1.0, 1.0, torch.float16) == 0.0
+    assert midpoint(-1.0, 1.0, torch.float16) == 0.0
     lo, hi = 1.0, 1.0 + 2 ** -52
-    assert _ordinal_midpoint(lo, hi, torch.float64) in (lo, hi)
+    assert midpoint(lo, hi, torch.float64) in (lo, hi)
 
 
 def test_a_rewrite_that_is_not_more_accurate_is_not_made():
@@ -194,6 +195,24 @@ def test_a_constant_computed_from_literals_is_part_of_the_formula():
     (found,) = better.meta["accuracy_report"].improvements
     assert "sinh" in found.after
     assert not any(n.target is operator.neg for n in better.graph.nodes)
+
+
+def test_probes_that_refute_the_program_become_samples():
+    """log(n + 1) - log(n) from samples over every binade: log1p(1/n) wins on them, and
+    is inf below 2.9e-39, where 1/n overflows and the truth is about 90. The probe at the
+    smallest subnormal refutes it; points around it join the samples, and the formula
+    keeps that range."""
+    from benchmarks.stability.hamming import BENCHMARKS, exact_values, sample
+
+    bench = next(b for b in BENCHMARKS if b.name == "problem 3.3.6")
+    train, _ = sample(bench, 256, seed=1)
+    better = improve_accuracy(torch.fx.symbolic_trace(bench.fn), train)
+    assert better.meta["accuracy_report"].improvements
+    tiny = uniform(1e-45, 1e-38, (64,), torch.float32, torch.Generator().manual_seed(0))
+    exact = exact_values(bench, (tiny,))
+    with torch.no_grad():
+        assert bool(torch.isfinite(better(tiny)).all())
+        assert error_bits(better(tiny), exact, torch.float32) < 1
 
 
 @pytest.mark.parametrize("entry", ["rewriter", "egraph"])

@@ -3,7 +3,8 @@
 The 28 benchmarks of FPBench's ``benchmarks/hamming-ch3.fpcore`` (Hamming, *Numerical
 Methods for Scientists and Engineers*, chapter 3; the suite Herbie was evaluated on in
 PLDI 2015), each written the naive way, as the FPCore states it, with an mpmath reference of
-the same mathematics and the FPCore's precondition as its input domain.
+the same mathematics and the FPCore's precondition as its input domain (its bounds on single
+variables are declared to both entry points as `ranges`, as Herbie is given the precondition).
 
 Inputs are sampled as Herbie samples them: float32 bit patterns drawn uniformly (so every
 binade is equally likely), kept where the precondition holds and the exact result is a finite
@@ -52,24 +53,30 @@ _DIGITS = 150
 @dataclass(frozen=True)
 class Hamming:
     """One benchmark: ``name`` (the FPCore's, without "NMSE "), ``args`` (its variables),
-    ``fn`` (naive torch code), ``exact`` (the same mathematics in mpmath, on mpf scalars)
-    and ``pre`` (its precondition on float64 tensors; None: every input)."""
+    ``fn`` (naive torch code), ``exact`` (the same mathematics in mpmath, on mpf scalars),
+    ``pre`` (its precondition on float64 tensors; None: every input) and ``ranges`` (the
+    part of the precondition that bounds one variable, ``{"n": (6.8e15, inf)}``, declared
+    to both entry points as Herbie is given the precondition)."""
 
     name: str
     args: tuple[str, ...]
     fn: Callable
     exact: Callable
     pre: Callable | None = None
+    ranges: dict[str, tuple[float, float]] | None = None
 
 
-def _h(name: str, args: str, fn: Callable, exact: Callable, pre: Callable | None = None
-       ) -> Hamming:
-    return Hamming(name, tuple(args.split()), fn, exact, pre)
+_INF = float("inf")
+
+
+def _h(name: str, args: str, fn: Callable, exact: Callable, pre: Callable | None = None,
+       ranges: dict[str, tuple[float, float]] | None = None) -> Hamming:
+    return Hamming(name, tuple(args.split()), fn, exact, pre, ranges)
 
 
 BENCHMARKS: list[Hamming] = [
     _h("example 3.1", "x", lambda x: torch.sqrt(x + 1) - torch.sqrt(x),
-       lambda x: mp.sqrt(x + 1) - mp.sqrt(x), lambda x: x >= 0),
+       lambda x: mp.sqrt(x + 1) - mp.sqrt(x), lambda x: x >= 0, {"x": (0.0, _INF)}),
     _h("example 3.3", "x eps", lambda x, eps: torch.sin(x + eps) - torch.sin(x),
        lambda x, eps: mp.sin(x + eps) - mp.sin(x)),
     _h("example 3.4", "x", lambda x: (1 - torch.cos(x)) / torch.sin(x),
@@ -77,7 +84,7 @@ BENCHMARKS: list[Hamming] = [
     _h("example 3.5", "N", lambda n: torch.atan(n + 1) - torch.atan(n),
        lambda n: mp.atan(n + 1) - mp.atan(n)),
     _h("example 3.6", "x", lambda x: 1 / torch.sqrt(x) - 1 / torch.sqrt(x + 1),
-       lambda x: 1 / mp.sqrt(x) - 1 / mp.sqrt(x + 1), lambda x: x >= 0),
+       lambda x: 1 / mp.sqrt(x) - 1 / mp.sqrt(x + 1), lambda x: x >= 0, {"x": (0.0, _INF)}),
     _h("problem 3.3.1", "x", lambda x: 1 / (x + 1) - 1 / x, lambda x: 1 / (x + 1) - 1 / x,
        lambda x: x != 0),
     _h("problem 3.3.2", "x eps", lambda x, eps: torch.tan(x + eps) - torch.tan(x),
@@ -85,11 +92,11 @@ BENCHMARKS: list[Hamming] = [
     _h("problem 3.3.3", "x", lambda x: (1 / (x + 1) - 2 / x) + 1 / (x - 1),
        lambda x: (1 / (x + 1) - 2 / x) + 1 / (x - 1), lambda x: x != 0),
     _h("problem 3.3.4", "x", lambda x: torch.pow(x + 1, 1 / 3) - torch.pow(x, 1 / 3),
-       lambda x: mp.cbrt(x + 1) - mp.cbrt(x), lambda x: x >= 0),
+       lambda x: mp.cbrt(x + 1) - mp.cbrt(x), lambda x: x >= 0, {"x": (0.0, _INF)}),
     _h("problem 3.3.5", "x eps", lambda x, eps: torch.cos(x + eps) - torch.cos(x),
        lambda x, eps: mp.cos(x + eps) - mp.cos(x)),
     _h("problem 3.3.6", "N", lambda n: torch.log(n + 1) - torch.log(n),
-       lambda n: mp.log(n + 1) - mp.log(n), lambda n: n >= 0),
+       lambda n: mp.log(n + 1) - mp.log(n), lambda n: n >= 0, {"n": (0.0, _INF)}),
     _h("problem 3.3.7", "x", lambda x: (torch.exp(x) - 2) + torch.exp(-x),
        lambda x: (mp.exp(x) - 2) + mp.exp(-x)),
     _h("p42, positive", "a b c",
@@ -109,14 +116,17 @@ BENCHMARKS: list[Hamming] = [
        lambda a, b2, c: (-b2 - mp.sqrt(b2 * b2 - a * c)) / a,
        lambda a, b2, c: (b2 * b2 >= a * c) & (a != 0)),
     _h("example 3.7", "x", lambda x: torch.exp(x) - 1, lambda x: mp.exp(x) - 1,
-       lambda x: x > -0.00017),
+       lambda x: x > -0.00017, {"x": (-0.00017, _INF)}),
     _h("example 3.8", "N",
        lambda n: ((n + 1) * torch.log(n + 1) - n * torch.log(n)) - 1,
-       lambda n: ((n + 1) * mp.log(n + 1) - n * mp.log(n)) - 1, lambda n: n > 6.8e15),
+       lambda n: ((n + 1) * mp.log(n + 1) - n * mp.log(n)) - 1, lambda n: n > 6.8e15,
+       {"n": (6.8e15, _INF)}),
     _h("example 3.9", "x", lambda x: 1 / x - 1 / torch.tan(x),
-       lambda x: 1 / x - 1 / mp.tan(x), lambda x: (x > -0.026) & (x < 0.026) & (x != 0)),
+       lambda x: 1 / x - 1 / mp.tan(x), lambda x: (x > -0.026) & (x < 0.026) & (x != 0),
+       {"x": (-0.026, 0.026)}),
     _h("example 3.10", "x", lambda x: torch.log(1 - x) / torch.log(1 + x),
-       lambda x: mp.log(1 - x) / mp.log(1 + x), lambda x: (x > -1) & (x < 1)),
+       lambda x: mp.log(1 - x) / mp.log(1 + x), lambda x: (x > -1) & (x < 1),
+       {"x": (-1.0, 1.0)}),
     _h("problem 3.4.1", "x", lambda x: (1 - torch.cos(x)) / (x * x),
        lambda x: (1 - mp.cos(x)) / (x * x)),
     _h("problem 3.4.2", "a b eps",
@@ -124,9 +134,9 @@ BENCHMARKS: list[Hamming] = [
        / ((torch.exp(a * eps) - 1) * (torch.exp(b * eps) - 1)),
        lambda a, b, eps: (eps * (mp.exp((a + b) * eps) - 1))
        / ((mp.exp(a * eps) - 1) * (mp.exp(b * eps) - 1)),
-       lambda a, b, eps: (eps > -1) & (eps < 1)),
+       lambda a, b, eps: (eps > -1) & (eps < 1), {"eps": (-1.0, 1.0)}),
     _h("problem 3.4.3", "eps", lambda e: torch.log((1 - e) / (1 + e)),
-       lambda e: mp.log((1 - e) / (1 + e)), lambda e: (e > -1) & (e < 1)),
+       lambda e: mp.log((1 - e) / (1 + e)), lambda e: (e > -1) & (e < 1), {"e": (-1.0, 1.0)}),
     _h("problem 3.4.4", "x",
        lambda x: torch.sqrt((torch.exp(2 * x) - 1) / (torch.exp(x) - 1)),
        lambda x: mp.sqrt((mp.exp(2 * x) - 1) / (mp.exp(x) - 1)), lambda x: x != 0),
@@ -134,7 +144,8 @@ BENCHMARKS: list[Hamming] = [
        lambda x: (x - mp.sin(x)) / (x - mp.tan(x)), lambda x: x != 0),
     _h("problem 3.4.6", "x n",
        lambda x, n: torch.pow(x + 1, 1 / n) - torch.pow(x, 1 / n),
-       lambda x, n: mp.power(x + 1, 1 / n) - mp.power(x, 1 / n), lambda x, n: x >= 0),
+       lambda x, n: mp.power(x + 1, 1 / n) - mp.power(x, 1 / n), lambda x, n: x >= 0,
+       {"x": (0.0, _INF)}),
     _h("section 3.5", "a x", lambda a, x: torch.exp(a * x) - 1,
        lambda a, x: mp.exp(a * x) - 1),
     _h("section 3.11", "x", lambda x: torch.exp(x) / (torch.exp(x) - 1),
@@ -252,11 +263,11 @@ def run_hamming(points: int = 256, only: list[str] | None = None) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if entry == "egraph":
-                    opt = EGraph.from_fx(gm, train).saturate(
+                    opt = EGraph.from_fx(gm, train, ranges=bench.ranges).saturate(
                         rules, iter_limit=8, node_limit=20_000, time_limit=20.0
                     ).extract(Curvature())
                 else:
-                    opt = StabilityRewriter().optimize(bench.fn, train)
+                    opt = StabilityRewriter().optimize(bench.fn, train, ranges=bench.ranges)
             row[f"seconds_{entry}"] = time.perf_counter() - start
             with torch.no_grad():
                 bits, nonfinite = _errors(opt(*test), exact)

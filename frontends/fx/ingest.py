@@ -81,6 +81,7 @@ class FxSource:
     random: bool = False
     origins: dict[int, str] = field(default_factory=dict)
     domains: dict[str, int] = field(default_factory=dict)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def location(self, cid: int, find) -> str | None:
         """Where in the source a class came from: the FX node, with its module path when
@@ -887,8 +888,10 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     passes the pipeline's :class:`compiler.fx.FxEGraph`).
     ``domains`` declares input domains (``{"x": "positive"}``, see :data:`DOMAINS`); rules
     whose conditions need them (``exp(log x) -> x`` needs x > 0) may then fire.
-    ``ranges`` gives the value range of inputs (``{"x": (-100.0, 100.0)}``) for the
-    curvature cost, in place of the range observed on the example inputs. ``observe``
+    ``ranges`` gives the value range of inputs (``{"x": (-100.0, 100.0)}``, an end may be
+    infinite) for the curvature cost, in place of the range observed on the example
+    inputs; it is a promise about the inputs the program will run on, so validation
+    draws its random inputs inside it. ``observe``
     runs the graph once on the (real) example inputs to record every tensor's range for
     the curvature cost; by default only when inputs and parameters are small.
     """
@@ -948,6 +951,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
         origins=builder.origins,
         domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
+        ranges={name: (float(lo), float(hi)) for name, (lo, hi) in (ranges or {}).items()},
     )
     return eg
 
