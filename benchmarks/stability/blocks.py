@@ -2,7 +2,8 @@
 
 Attention with large logits, layer norm on large activations (and on activations where
 the naive form stays finite but cancels most of its bits), batch norm (eval), cross
-entropy from probabilities with large logits, and a GPT-style block; fp32 and fp16. Each is
+entropy from probabilities with large logits, and a GPT-style block; fp32, fp16 and bf16
+(float32's range with 8 bits: the fp32 magnitudes). Each is
 rewritten by ``StabilityRewriter``; the error is the normwise relative error
 ``max|got - ref| / max|ref|`` against the float64 reference (inf where a finite reference
 gets a non-finite value).
@@ -74,7 +75,7 @@ def _normwise(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 def _blocks(dtype: torch.dtype):
     g = torch.Generator().manual_seed(0)
-    half = dtype == torch.float16
+    half = dtype == torch.float16  # bfloat16 has float32's range, with 8 bits
     logit = 12.0 if half else 120.0  # large logits: exp overflows in the working dtype
     d = 64
     yield "attention", NaiveAttention(), tuple(
@@ -103,7 +104,7 @@ def run_blocks() -> list[dict]:
     """One row per block and dtype: errors before and after, and the rewrites."""
     rewriter = StabilityRewriter()
     rows = []
-    for dtype in (torch.float32, torch.float16):
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for name, module, inputs in _blocks(dtype):
             opt = rewriter.optimize(module, inputs, dtype=dtype)
             cast = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)

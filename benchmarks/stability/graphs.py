@@ -1,8 +1,12 @@
 """Experiment 3: does curvature predict error? Random computation graphs, seeded.
 
-Each graph composes random idioms (naive softmax, logsumexp, log(1+x), exp(x)-1, one-pass
-variance, sigmoid and softplus from exponentials, differences of square roots, plain
-arithmetic and elementwise functions) over random inputs at random scales. For each one
+Each graph composes random idioms over random inputs at random scales. Two pools of idioms:
+``library`` (naive softmax, logsumexp, log(1+x), exp(x)-1, one-pass variance, sigmoid and
+softplus from exponentials, differences of square roots, plain arithmetic and elementwise
+functions: the spellings the rule library was written for) and ``hamming`` (the
+one-variable formulas of Hamming's NMSE benchmarks, :mod:`benchmarks.stability.hamming`,
+each fed through a map of its argument into the bounds of its precondition, composed with
+plain arithmetic: formulas the rules were not written for). For each one
 ``StabilityRewriter`` reports the curvature before and after (the predicted error of the
 first-order analysis, ``frontends.fx.error_analysis``, and the bits at risk by the
 extraction's ``Curvature`` cost model), and we measure the error in bits of fp32 against
@@ -13,6 +17,7 @@ error reduction, for both notions of curvature.
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -42,6 +47,10 @@ class _Torch:
     def softmax(a):
         return torch.softmax(a, -1)
 
+    @staticmethod
+    def hamming(bench, a):
+        return bench.fn(a)
+
 
 class _Exact:
     """The same operations on numpy arrays of 60-digit mpmath numbers (the reference)."""
@@ -64,6 +73,17 @@ class _Exact:
         e = _Exact.exp(a)
         return e / e.sum(-1, keepdims=True)
 
+    @staticmethod
+    def hamming(bench, a):
+        def exact(v):
+            try:
+                value = bench.exact(v)
+            except (ZeroDivisionError, ValueError):
+                return mp.nan
+            return value if mp.im(value) == 0 else mp.nan
+
+        return np.vectorize(exact, otypes=[object])(a)
+
 
 # Each idiom: (arity, builder over an operations namespace t). Reductions keep the last dim.
 _IDIOMS = [
@@ -84,29 +104,60 @@ _IDIOMS = [
 ]
 
 
-def _random_program(rng: random.Random, depth: int, inputs: int):
+def _into_bounds(bounds: tuple[float, float] | None):
+    """A map of any value into a precondition's bounds, over an operations namespace:
+    ``lo + max(|lo|, 1) * a*a`` below an open top, the middle plus a tanh between two
+    finite ends, the value itself without bounds."""
+    if bounds is None:
+        return lambda t, a: a
+    lo, hi = bounds
+    if hi == float("inf"):
+        return lambda t, a: lo + max(abs(lo), 1.0) * (a * a)
+    return lambda t, a: (lo + hi) / 2 + (hi - lo) / 2 * 0.99 * t.tanh(a)
+
+
+def _hamming_idioms() -> list:
+    from benchmarks.stability.hamming import BENCHMARKS
+
+    def formula(bench):
+        into = _into_bounds((bench.ranges or {}).get(bench.args[0]))
+        return lambda t, a: t.hamming(bench, into(t, a))
+
+    return [(1, formula(b)) for b in BENCHMARKS if len(b.args) == 1] + [
+        (2, lambda t, a, b: a + b),
+        (2, lambda t, a, b: a * b),
+        (1, lambda t, a: a * 0.5),
+    ]
+
+
+IDIOMS = {"library": _IDIOMS, "hamming": _hamming_idioms()}
+"""The pools of idioms random graphs are composed of (see the module docstring)."""
+
+
+def _random_program(rng: random.Random, depth: int, inputs: int, idioms: list = _IDIOMS):
     """A random expression as nested tuples: ('x', i) leaves, (idiom index, children)."""
     if depth <= 0:
         return ("x", rng.randrange(inputs))
-    index = rng.randrange(len(_IDIOMS))
-    arity = _IDIOMS[index][0]
-    return (index, [_random_program(rng, depth - 1 - rng.randrange(2), inputs)
+    index = rng.randrange(len(idioms))
+    arity = idioms[index][0]
+    return (index, [_random_program(rng, depth - 1 - rng.randrange(2), inputs, idioms)
                     for _ in range(arity)])
 
 
-def _evaluate(program, xs, ops=_Torch):
+def _evaluate(program, xs, ops=_Torch, idioms: list = _IDIOMS):
     if program[0] == "x":
         return xs[program[1]]
     index, kids = program
-    return _IDIOMS[index][1](ops, *[_evaluate(k, xs, ops) for k in kids])
+    return idioms[index][1](ops, *[_evaluate(k, xs, ops, idioms) for k in kids])
 
 
-def _exact(program, xs) -> torch.Tensor:
+def _exact(program, xs, idioms: list = _IDIOMS) -> torch.Tensor:
     """The program at 60 digits (mpmath), rounded to float64."""
     values = [np.vectorize(lambda v: mp.mpf(float(v)), otypes=[object])(x.double().numpy())
               for x in xs]
-    out = _evaluate(program, values, _Exact)
-    return torch.tensor(np.vectorize(float)(out).astype(np.float64))
+    out = _evaluate(program, values, _Exact, idioms)
+    real = np.vectorize(lambda v: float(v) if mp.im(v) == 0 else math.nan)
+    return torch.tensor(real(out).astype(np.float64))
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -121,31 +172,34 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
-def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
-    """Run ``count`` random graphs; write the points (correlation.csv) and scatter plots of
-    error reduction against curvature reduction (correlation-mean and correlation-worst,
-    PNG and SVG); return the correlations."""
+def run_correlation(count: int, out: Path, seed: int = 0, idioms: str = "library") -> dict:
+    """Run ``count`` random graphs composed of the pool ``idioms`` (:data:`IDIOMS`); write
+    the points (correlation[-hamming].csv) and scatter plots of error reduction against
+    curvature reduction (correlation[-hamming]-mean and -worst, PNG and SVG); return the
+    correlations."""
+    pool = IDIOMS[idioms]
+    tag = "" if idioms == "library" else f"-{idioms}"
     rng = random.Random(seed)
     rewriter = StabilityRewriter(iter_limit=6, node_limit=20_000)
     points = []
     for i in range(count):
         n_inputs = rng.randint(1, 2)
-        program = _random_program(rng, rng.randint(1, 3), n_inputs)
+        program = _random_program(rng, rng.randint(1, 3), n_inputs, pool)
         gen = torch.Generator().manual_seed(seed * 100_000 + i)
         scale = rng.choice([0.1, 1.0, 10.0, 60.0])
         offset = rng.choice([0.0, 0.0, 100.0])
         xs = tuple(torch.randn((8, 16), generator=gen) * scale + offset
                    for _ in range(n_inputs))
         names = ", ".join(f"x{j}" for j in range(n_inputs))
-        fn = eval(f"lambda {names}: evaluate(program, [{names}])",  # noqa: S307
-                  {"evaluate": _evaluate, "program": program})
+        fn = eval(f"lambda {names}: evaluate(program, [{names}], idioms=pool)",  # noqa: S307
+                  {"evaluate": _evaluate, "program": program, "pool": pool})
         try:
             opt = rewriter.optimize(torch.fx.symbolic_trace(fn), xs)
         except Exception as err:  # noqa: BLE001 - a graph the pipeline refuses is reported
             points.append({"graph": i, "error": repr(err)[:80]})
             continue
         report = opt.meta["stability_report"]
-        exact = _exact(program, xs)
+        exact = _exact(program, xs, pool)
         with torch.no_grad():
             before, after = fn(*xs), opt(*xs)
         points.append({
@@ -170,7 +224,7 @@ def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
         result[f"pearson_{name}"] = float(np.corrcoef(dc, gain)[0, 1])
         result[f"spearman_{name}"] = _spearman(dc, gain)
         result[f"risk_spearman_{name}"] = _spearman(drisk, gain)
-    with open(out / "correlation.csv", "w") as f:
+    with open(out / f"correlation{tag}.csv", "w") as f:
         f.write("graph,curvature_before,curvature_after,risk_before,risk_after,bits_before,"
                 "bits_after,worst_bits_before,worst_bits_after,rewrites\n")
         for p in good:
@@ -179,12 +233,12 @@ def run_correlation(count: int, out: Path, seed: int = 0) -> dict:
                     f"{p['bits_before']:.4f},{p['bits_after']:.4f},{p['worst_before']:.4f},"
                     f"{p['worst_after']:.4f},{p['rewrites']}\n")
     for name, gain in (("mean", mean_gain), ("worst", worst_gain)):
-        _correlation_chart(out, name, dc, drisk, gain, result)
+        _correlation_chart(out, name, dc, drisk, gain, result, tag)
     return result
 
 
 def _correlation_chart(out: Path, kind: str, curvature: np.ndarray, risk: np.ndarray,
-                       gain: np.ndarray, result: dict) -> None:
+                       gain: np.ndarray, result: dict, tag: str = "") -> None:
     """Measured error reduction against each estimate of it: the first-order analysis's
     curvature and the cost model's bits at risk (correlation-<kind>.png and .svg)."""
     what = {"mean": "mean", "worst": "worst-element"}[kind]
@@ -198,4 +252,5 @@ def _correlation_chart(out: Path, kind: str, curvature: np.ndarray, risk: np.nda
                    xlabel="reduction of the bits at risk (Curvature cost model)",
                    ylabel=f"measured {what} error reduction (bits of fp32)")
     left.figure.suptitle(f"random graphs: does curvature predict the {what} error reduction?")
-    charts.save(left.figure, out / f"correlation-{kind}.png", out / f"correlation-{kind}.svg")
+    charts.save(left.figure, out / f"correlation{tag}-{kind}.png",
+                out / f"correlation{tag}-{kind}.svg")
