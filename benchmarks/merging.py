@@ -10,7 +10,8 @@ without merging and with it (medians of interleaved rounds: each round times eve
 once, so drift in the machine's load falls on all of them alike), and the speedup merging
 gives. Both programs come from ``torch.export`` -> ``EGraph.from_fx`` -> ``saturate`` ->
 ``extract(default_cost(inputs))`` (the time on this machine's profile; the default
-extraction is DAG-aware, so a merged op is paid once), validated against float64.
+extraction is DAG-aware, so a merged op is paid once, and exact on small e-graphs, so
+three projections merge when only all three together pay), validated against float64.
 ``demo`` is the bundled naive transformer block of ``python -m compiler``.
 """
 

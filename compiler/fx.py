@@ -182,6 +182,13 @@ def _rewrites_used(egraph: EGraph, choice: dict[int, tuple],
     return used
 
 
+EXACT_NODES = 20_000
+"""``method="auto"`` also solves the extraction exactly (ILP) on e-graphs of at most this
+many e-nodes, within :data:`EXACT_SECONDS`, and keeps that choice where it is cheaper than
+the DAG heuristic's (the bundled transformer's e-graph: 2,105 e-nodes, 0.09 s)."""
+EXACT_SECONDS = 5.0
+
+
 def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
                    reference: str = "auto") -> fx.GraphModule:
@@ -191,8 +198,9 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     ``method``: ``"greedy"`` (tree cost), ``"dag"`` or ``"ilp"`` (each shared e-node paid
     once; ties go to the source's e-nodes in each), or ``"auto"`` (the default): ``"dag"`` for a
     cost model whose node costs are plain numbers (``cost.additive``), so that one op
-    serving several values (a merged projection) is paid once as it runs once, and
-    ``"greedy"`` otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
+    serving several values (a merged projection) is paid once as it runs once, improved
+    by an exact solution on small e-graphs (:data:`EXACT_NODES`), and ``"greedy"``
+    otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
     cost (``cost.local`` False) is then improved by local search. ``validate``:
     ``"strict"`` (fall back to the source with a warning on a mismatch), ``"raise"`` or
     ``"off"``; ``reference``: the source in ``"float64"``, in its ``"working"`` dtype, or
@@ -203,8 +211,10 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
     if method not in ("auto", "greedy", "dag", "ilp"):
         raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
+    exact = False
     if method == "auto":
         method = "dag" if getattr(cost, "additive", False) else "greedy"
+        exact = method == "dag" and egraph.num_nodes <= EXACT_NODES
     if target is None:
         target = _device_target(egraph.fx.example_inputs)
     if target not in TARGETS:
@@ -221,8 +231,16 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
             raise ValueError(f"classes {missing} have no finite program under {cost!r}")
         picked = {c: v[1] for c, v in choice.items()}
     else:
-        picked, _, optimal = choose(egraph, cost, method, roots, time_limit,
-                                    prefer=egraph.initial)
+        picked, found, optimal = choose(egraph, cost, method, roots, time_limit,
+                                        prefer=egraph.initial)
+        if exact:
+            # DAG extraction is greedy per class: three projections merged into one
+            # linear pay only when all three take it, which no single switch shows
+            best, best_cost, proven = choose(egraph, cost, "ilp", roots,
+                                             min(time_limit, EXACT_SECONDS),
+                                             prefer=egraph.initial)
+            if cheaper(best_cost, found):
+                picked, optimal, method = best, proven, "ilp"
     if not getattr(cost, "local", True):
         # a whole-program cost: the proxy's choice, improved under the exact cost
         picked = improve(egraph, picked, cost)

@@ -6,6 +6,7 @@ are checked with the library in test_rules.py); merged projections are chosen by
 cost model, emitted on weights concatenated once, and stay exact when trained."""
 
 import inspect
+import operator
 
 import pytest
 import torch
@@ -217,3 +218,23 @@ def test_the_roofline_prefers_the_merged_program():
     model, x, opt = _merged()
     report = opt.meta["egraph_report"]
     assert report.cost_after < report.cost_before
+
+
+def test_the_default_extraction_merges_the_demos_three_projections():
+    """The bundled transformer's Q, K and V projections pay as one linear only when all
+    three take it: the DAG heuristic, switching one class at a time, kept two of them
+    merged and K apart; the default extraction solves small e-graphs exactly."""
+    from compiler.compile import default_cost
+    from egraph.examples.zoo import build
+
+    model, inputs = build("naive_transformer")
+    eg = EGraph.from_fx(model, inputs).saturate(load_rules("all"), iter_limit=8,
+                                                  node_limit=100_000, time_limit=30.0)
+    opt = eg.extract(default_cost(inputs))
+    report = opt.meta["egraph_report"]
+    assert report.method == "ilp"
+    widths = [operator.attrgetter(n.args[1].target)(opt).shape[0] for n in opt.graph.nodes
+              if getattr(n.target, "__name__", "") == "linear"]
+    assert 3 * 64 in widths and _linears(opt) == 4
+    with torch.no_grad():
+        torch.testing.assert_close(opt(*inputs), model(*inputs))
