@@ -26,7 +26,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from compiler.fx import ExtractionReport
 from compiler.memory import peak_bytes
@@ -205,7 +206,6 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
 def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
                     example_inputs: tuple) -> dict[str, int]:
     """Peak bytes of the source and the optimised module on real example inputs."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
         inputs = hinted_inputs(example_inputs)
@@ -254,7 +254,6 @@ def hinted_inputs(example_inputs: Sequence[Any]) -> tuple:
     """Real values standing for the example inputs dynamo hands a backend: SymInts by
     their hinted value, fake tensors (symbolic sizes too) as random tensors of the hinted
     shape, dtype and device (small integers for integer tensors: valid indices)."""
-    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
     def real(x):
         if not isinstance(x, torch.Tensor):
@@ -271,6 +270,34 @@ def hinted_inputs(example_inputs: Sequence[Any]) -> tuple:
 
     with unset_fake_temporarily():
         return tuple(real(x) for x in example_inputs)
+
+
+def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
+    """The inputs aot_autograd hands the forward compiler (fake tensors), each replaced by
+    the real tensor dynamo was called with where the two line up one to one (as many, each
+    of the same concrete shape, dtype and device), else unchanged: validation then runs on
+    the user's own values, where a rewrite that differs only past an fp16 overflow
+    (``x - logsumexp(x)`` against ``log_softmax(x)`` with an inf in ``x``) shows, and not
+    only on random ones.
+
+    >>> x = torch.ones(2)
+    >>> real_values((torch.empty(2),), (x,))[0] is x, real_values((torch.empty(3),), (x,))[0] is x
+    (True, False)
+    """
+    fake = tuple(fake)
+    if len(real) != len(fake):
+        return fake
+    out = []
+    for f, r in zip(fake, real):
+        if not isinstance(f, torch.Tensor):
+            out.append(f)
+            continue
+        if (not isinstance(r, torch.Tensor) or _is_symbolic(f) or _is_symbolic(r)
+                or tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype
+                or f.device != r.device):
+            return fake
+        out.append(r)
+    return tuple(out)
 
 
 def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
@@ -329,16 +356,25 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str =
         rules = load_rules("all")
     cache: dict[tuple, Callable] = {}
     reports: list[GraphReport] = []
+    calls: list[tuple] = []  # the real inputs of the call dynamo compiles for, while it does
 
     def compiler_for(kind: str) -> Callable:
         def compiler(gm: torch.fx.GraphModule, example_inputs):
+            real = kind == "forward" and bool(calls)
+            if real:
+                example_inputs = real_values(example_inputs, calls[-1])
+                real = example_inputs is not calls[-1] and not any(
+                    isinstance(x, FakeTensor) for x in example_inputs)
             key = _signature(gm, example_inputs)
             if key not in cache:
                 graph_cost = cost if cost is not None else default_cost(
                     example_inputs, fused=codegen == "inductor")
                 name = f"{kind} {sum(r.name.startswith(kind) for r in reports)}"
-                module = _compile(gm, example_inputs, rules, graph_cost, validate,
-                                  reference=reference, memory=memory, name=name, **limits)
+                # (aot_autograd's fake mode would intercept ops on the real values)
+                with unset_fake_temporarily() if real else nullcontext():
+                    module = _compile(gm, example_inputs, rules, graph_cost, validate,
+                                      reference=reference, memory=memory, name=name,
+                                      **limits)
                 reports.append(module.meta["egraph_graph"])
                 if codegen == "inductor":
                     from torch._inductor.compile_fx import compile_fx
@@ -355,8 +391,15 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str =
     if codegen == "inductor":
         backend = compiler_for("graph")  # Inductor runs aot_autograd itself
     else:
-        backend = aot_autograd(fw_compiler=compiler_for("forward"),
-                               bw_compiler=compiler_for("backward"))
+        aot = aot_autograd(fw_compiler=compiler_for("forward"),
+                           bw_compiler=compiler_for("backward"))
+
+        def backend(gm: torch.fx.GraphModule, example_inputs):
+            calls.append(tuple(example_inputs))
+            try:
+                return aot(gm, example_inputs)
+            finally:
+                calls.pop()
     backend.cache = cache
     backend.reports = reports
     return backend

@@ -151,7 +151,8 @@ def _to64(x: Any) -> Any:
 
 
 def relative_errors(got: torch.Tensor, ref: torch.Tensor,
-                    unresolved: torch.Tensor | None = None) -> tuple[float, float]:
+                    unresolved: torch.Tensor | None = None,
+                    ignore: torch.Tensor | None = None) -> tuple[float, float]:
     """``(elementwise, normwise)`` relative errors of ``got`` against the reference ``ref``.
 
     Elementwise: ``max |got - ref| / max(|ref|, tiny)``, tiny being the smallest normal
@@ -161,7 +162,8 @@ def relative_errors(got: torch.Tensor, ref: torch.Tensor,
     rounding noise where a sum cancels does not inflate. Non-finite values must match the
     reference's exactly (inf where the reference is finite is an infinite error); integer
     and bool outputs must be equal. ``unresolved``: how far the reference itself may be off
-    per element (:func:`reference_spread`); that much difference is not error.
+    per element (:func:`reference_spread`); that much difference is not error. ``ignore``:
+    elements left out of the judgement (where the source itself failed).
 
     >>> relative_errors(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 1.0], dtype=torch.float64))
     (1.0, 0.5)
@@ -172,6 +174,11 @@ def relative_errors(got: torch.Tensor, ref: torch.Tensor,
     tiny = torch.finfo(got.dtype).tiny if got.is_floating_point() else 0.0
     got = got.to(torch.float64)
     ref = ref.to(torch.float64)
+    if ignore is not None and bool(ignore.any()):
+        keep = ~ignore.to(got.device)
+        got, ref = got[keep], ref.to(got.device)[keep]
+        if unresolved is not None:
+            unresolved = unresolved.to(got.device).expand_as(keep)[keep]
     finite = torch.isfinite(ref)
     if not bool(finite.all()):  # rare: select the finite elements (a copy of each side)
         if (finite & ~torch.isfinite(got)).any() or (
@@ -491,8 +498,13 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 if defined_only and b.is_floating_point():
                     undefined = torch.isnan(r).to(a.device)
                     a = a.masked_fill(undefined, math.nan)
-                (e_before, n_before), (e_after, n_after) = (relative_errors(b, r),
-                                                            relative_errors(a, r))
+                # where the source overflowed or cancelled to NaN though the reference is
+                # finite, it is not judged, and neither is the new program (inf becoming NaN
+                # there is checked below); elsewhere the new program must do as well
+                failed = (torch.isfinite(r.to(b.device)) & ~torch.isfinite(b)
+                          if b.is_floating_point() else None)
+                (e_before, n_before), (e_after, n_after) = (
+                    relative_errors(b, r, ignore=failed), relative_errors(a, r, ignore=failed))
                 if b.is_floating_point() and _overflow_changed(a, b, r):
                     return Validation(False, worst_before, float("inf"), len(input_sets),
                                       "a value the original overflows to inf becomes NaN or "
@@ -506,8 +518,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                         spread = reference_spread(src.graph_module, xs, out_ref)
                     unresolved = spread[index]
                     if unresolved is not None:
-                        e_before, n_before = relative_errors(b, r, unresolved)
-                        e_after, n_after = relative_errors(a, r, unresolved)
+                        e_before, n_before = relative_errors(b, r, unresolved, failed)
+                        e_after, n_after = relative_errors(a, r, unresolved, failed)
                 worst_before = max(worst_before, e_before)
                 worst_after = max(worst_after, e_after)
                 if defined_only:

@@ -196,6 +196,16 @@ def test_programs_the_soak_found(seed, index):
     assert not result.failures, _report(result)
 
 
+def test_a_program_the_soak_found_through_torch_compile():
+    """Seed 4, program 9190, in float16: ``v6 - logsumexp(v6)`` where ``x0 * 1e4`` has
+    overflowed into v6; as ``log_softmax`` every element is NaN, where the source's
+    ``-inf - inf`` gives 0 after relu. The backend validated on random inputs (aot_autograd
+    hands it fake tensors), which did not overflow; it now validates on the values of the
+    call being compiled, and falls back."""
+    result = fuzzer.check(fuzzer.program(4, 9190), costs=[], torch_compile=True)
+    assert not result.failures, _report(result)
+
+
 @pytest.mark.parametrize("line", ["v0 = x0 * 1e-12", "v0 = (x0 * 1e-5 + 1) * 1e5",
                                   "v0 = x0 * 0.1 * 3", "v0 = torch.exp(x0 * 1e-5) - 1",
                                   "v0 = x0 * 1e-12 + x0", "v0 = x0 + 1 / 3",
