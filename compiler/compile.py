@@ -363,8 +363,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str =
             real = kind == "forward" and bool(calls)
             if real:
                 example_inputs = real_values(example_inputs, calls[-1])
-                real = example_inputs is not calls[-1] and not any(
-                    isinstance(x, FakeTensor) for x in example_inputs)
+                real = not any(isinstance(x, FakeTensor) for x in example_inputs)
             key = _signature(gm, example_inputs)
             if key not in cache:
                 graph_cost = cost if cost is not None else default_cost(

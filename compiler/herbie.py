@@ -351,8 +351,7 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
     pick = torch.randperm(source.numel(), generator=gen)[:points]
     samples = [v[pick] for v in flat]
     exact = _exact(unit.expr, unit.symbols, samples)
-    largest = float(torch.finfo(dtype).max)
-    keep = torch.isfinite(exact) & (exact.abs() <= largest)
+    keep = _representable(exact, dtype)
     if int(keep.sum()) < 8:
         return None
     samples = [s[keep] for s in samples]
@@ -442,7 +441,7 @@ def _resample(unit: _Unit, samples: list[torch.Tensor], variable: int,
         columns.append(uniform(float(near[0]), float(near[1]), (count,), kind, gen))
         picks.append(torch.randint(0, len(key), (count,), generator=gen))
     env, exact = _probe(unit, samples, variable, torch.cat(columns), torch.cat(picks))
-    defined = torch.isfinite(exact) & (exact.abs() <= float(torch.finfo(dtype).max))
+    defined = _representable(exact, dtype)
     if not bool(defined.any()):
         return [], None
     return [env[s][defined] for s in unit.symbols], exact[defined]
@@ -518,8 +517,7 @@ def _refuting_probes(unit: _Unit, regimes: Regimes, exprs: list[sp.Expr],
     env, exact = _probe(unit, samples, regimes.variable, column,
                         torch.arange(len(column)) % key.numel())
     got = _at_points(_run_program(regimes, exprs, unit.symbols[regimes.variable], env), exact)
-    largest = float(torch.finfo(dtype).max)
-    defined = torch.isfinite(exact) & (exact.abs() <= largest)
+    defined = _representable(exact, dtype)
     try:
         formula = _at_points(_evaluate(unit.expr, env), exact)
     except (TypeError, ValueError, RuntimeError, ArithmeticError):
@@ -581,6 +579,12 @@ def _exact(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
             except (ZeroDivisionError, ValueError, TypeError, OverflowError):
                 out.append(math.nan)
     return torch.tensor(out, dtype=torch.float64)
+
+
+def _representable(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Where an exact value is a finite number of ``dtype``: the points a program is
+    judged on."""
+    return torch.isfinite(exact) & (exact.abs() <= float(torch.finfo(dtype).max))
 
 
 def _mantissa(dtype: torch.dtype) -> int:
