@@ -216,6 +216,8 @@ class _Emitter:
             if isinstance(shape, tuple) and all(type(d) is int for d in shape):
                 self.baked.append(f"{op} to {shape}")
         args, kwargs = spec.arguments(kids)
+        args = spec.numbers_as_tensors(
+            args, lambda like, number: self.graph.call_method("new_tensor", (like, number)))
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)

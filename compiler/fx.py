@@ -296,19 +296,11 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         # Accuracy is the objective (Curvature): Herbie's search on the validated program.
         # It judges against a 150-digit reference, which the float64 validation above could
         # not (float64 cancels too).
-        from compiler.herbie import improve_accuracy
+        from compiler.herbie import improve_validated
 
         t4 = time.perf_counter()
-        improved = improve_accuracy(gm, egraph.fx.example_inputs)
-        if improved.meta["accuracy_report"].improvements:
-            # The search scores formulas on samples; the program it rewrote must still
-            # run and agree with the source, as the extracted one did.
-            check = validate_module(egraph.fx, improved, reference=reference,
-                                    defined_only=True)
-            if check.ok:
-                gm = improved
-            else:
-                report.accuracy_refused = check.reason
+        gm, accuracy = improve_validated(egraph.fx, gm, reference=reference)
+        report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
     gm.meta["egraph_report"] = report
     if egraph.report is not None:

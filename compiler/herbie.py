@@ -35,7 +35,7 @@ What changed is in ``gm.meta["accuracy_report"]`` (:class:`AccuracyReport`).
 >>> x = 10 ** torch.linspace(0, 30, 200)
 >>> better = improve_accuracy(naive, (x,))
 >>> print(better.meta["accuracy_report"].improvements[0])  # doctest: +ELLIPSIS
-sub: -sqrt(x) + sqrt(x + 1) -> 1/(sqrt(x) + sqrt(x + 1))  [20.01 -> 0.33 bits on 200 points]
+sub: -sqrt(x) + sqrt(x + 1) -> 1/(sqrt(x) + sqrt(x + 1))  [20.0... -> 0.33 bits on 200 points]
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ from compiler.ordinals import from_ordinals, midpoint, ordinals, uniform
 from compiler.regimes import Regimes, between, infer_regimes, select
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 from frontends.fx.error_analysis import local_error
+from frontends.fx.ingest import FxSource
 from frontends.fx.vocabulary import lower
 
 __all__ = ["MIN_GAIN_BITS", "REWRITES", "AccuracyReport", "Improvement", "candidates",
-           "improve_accuracy", "rule_candidates", "to_sympy"]
+           "improve_accuracy", "improve_validated", "rule_candidates", "to_sympy"]
 
 # The elementwise ops of the vocabulary as sympy builders.
 _VOCABULARY: dict[str, Callable] = {
@@ -123,25 +124,31 @@ class Improvement:
 @dataclass
 class AccuracyReport:
     """What :func:`improve_accuracy` did: the ``improvements``, the ops whose local error
-    passed the threshold (``localised``: node, op, mean bits), and the time it took."""
+    passed the threshold (``localised``: node, op, mean bits), the time it took, and why
+    validation refused the rewritten program (``refused``, :func:`improve_validated`)."""
 
     improvements: list[Improvement] = field(default_factory=list)
     localised: list[tuple[str, str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    refused: str | None = None
 
     def __str__(self) -> str:
         lines = [str(i) for i in self.improvements] or ["no formula improved"]
+        if self.refused:
+            lines.append(f"not kept: {self.refused}")
         lines.append("error localised at: " + (", ".join(
             f"{name} ({op}, {bits:.1f} bits)" for name, op, bits in self.localised) or "none"))
         return "\n".join(lines)
 
 
 def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
-                     threshold: float = 0.5, time_limit_s: float = 60.0) -> fx.GraphModule:
+                     threshold: float = 0.5, time_limit_s: float = 60.0,
+                     max_regimes: int = 4) -> fx.GraphModule:
     """A copy of ``gm`` with its inaccurate elementwise formulas replaced (see the module
     docstring); ``meta["accuracy_report"]`` says what changed. ``points``: sample points per
     formula (drawn from the elements of the example inputs); ``threshold``: the local error
-    (mean bits) that makes an op worth rewriting."""
+    (mean bits) that makes an op worth rewriting; ``max_regimes``: the most input ranges a
+    formula is split into (1: one candidate everywhere, no branch)."""
     start = time.perf_counter()
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (
         example_inputs,)
@@ -169,7 +176,7 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
         if time.perf_counter() - start > time_limit_s:
             break
         try:
-            found = _improve(out, unit, values, points,
+            found = _improve(out, unit, values, points, max_regimes,
                              deadline=start + time_limit_s)
         except (SeriesTimeout, ArithmeticError, ValueError, TypeError, RuntimeError):
             found = None
@@ -181,6 +188,47 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
         out.recompile()
     report.seconds = time.perf_counter() - start
     return out
+
+
+def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
+                      reference: str = "auto") -> tuple[fx.GraphModule, AccuracyReport]:
+    """:func:`improve_accuracy` on ``gm`` (a program equal to ``source``'s, checked already),
+    the rewritten program kept only if it still agrees with ``source``
+    (:func:`compiler.validate.validate_module` with ``defined_only``: the search judged
+    accuracy against 150 digits, validation judges finiteness, scale and overflow on inputs
+    the search did not see). A program split into regimes that validation refuses is
+    searched again without branches (regimes chosen on one input can be wrong on inputs
+    the samples did not combine: Hamming's 3.4.2 splits on ``eps`` where accuracy
+    depends on ``a * eps``). Returns the program to use and the search's report, whose
+    ``refused`` says why a rewrite was not kept. ``example_inputs``: the samples of the
+    search (default: the source's examples). Both entry points, extraction under
+    ``Curvature`` and :class:`compiler.stability.StabilityRewriter`, use this.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> naive = torch.fx.symbolic_trace(lambda x: torch.sqrt(x + 1) - torch.sqrt(x))
+    >>> source = EGraph.from_fx(naive, (10 ** torch.linspace(0, 30, 200),)).fx
+    >>> better, report = improve_validated(source, naive)
+    >>> report.refused is None and len(report.improvements)
+    1
+    """
+    from compiler.validate import validate_module
+
+    samples = source.example_inputs if example_inputs is None else example_inputs
+    refused = None
+    for max_regimes in (4, 1):
+        improved = improve_accuracy(gm, samples, max_regimes=max_regimes)
+        report = improved.meta["accuracy_report"]
+        if not report.improvements:
+            break
+        check = validate_module(source, improved, reference=reference, defined_only=True)
+        if check.ok:
+            return improved, report
+        refused = refused or check.reason
+        if not any("; else " in i.after for i in report.improvements):
+            break  # no branch to give up
+    report.refused = refused
+    return gm, report
 
 
 @dataclass
@@ -333,7 +381,7 @@ def _values(gm: fx.GraphModule, inputs: tuple, names: set[str]) -> dict[str, obj
     return kept
 
 
-def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
+def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int, max_regimes: int,
              deadline: float) -> Improvement | None:
     """Replace one formula when a candidate program is more accurate on its samples."""
     root_value = values.get(unit.root.name)
@@ -374,7 +422,7 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int,
         labels.append(label)
     for _ in range(ROUNDS):
         rows = _scores(exprs, env, exact, dtype)
-        regimes = infer_regimes(rows, [s.double().numpy() for s in samples])
+        regimes = infer_regimes(rows, [s.double().numpy() for s in samples], max_regimes)
         if regimes.mean_error > before - MIN_GAIN_BITS:
             return None
         _refine_thresholds(unit, regimes, exprs, samples, dtype)

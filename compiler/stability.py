@@ -93,7 +93,8 @@ class StabilityReport:
     """What :meth:`StabilityRewriter.optimize` changed and what it bought: curvature is
     the predicted mean error in bits (first-order analysis on the sample inputs), error the
     measured one (max relative, and mean/worst bits, against float64); risk the bits at
-    risk by the extraction's :class:`~extractors.costs.Curvature` cost model."""
+    risk by the extraction's :class:`~extractors.costs.Curvature` cost model; ``accuracy_refused``
+    why validation refused the accuracy search's program (it is then not used)."""
 
     rewrites: list[Rewrite]
     curvature_before: float
@@ -108,10 +109,13 @@ class StabilityReport:
     rejected: list[Rewrite] = field(default_factory=list)
     risk_before: float = 0.0
     risk_after: float = 0.0
+    accuracy_refused: str | None = None
 
     def __str__(self) -> str:
         lines = [str(r) for r in self.rewrites] or ["no rewrite: the program is already stable"]
         lines += [f"not applied (predicted less accurate): {r}" for r in self.rejected]
+        if self.accuracy_refused:
+            lines.append(f"the accuracy search's program was not kept: {self.accuracy_refused}")
         lines.append(
             f"total curvature {self.curvature_before:.1f} -> {self.curvature_after:.1f} bits; "
             f"max relative error in {self.dtype} vs float64 {self.error_before:.3g} -> "
@@ -340,8 +344,9 @@ class StabilityRewriter:
             opt = build_module(eg, final)
             opt.meta.update(opt_meta)
         after = predict(final)
+        refused = None
         if self.accuracy:
-            opt, after = self._herbie(opt, samples, kept, after)
+            opt, after, refused = self._herbie(eg, opt, samples, kept, after)
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
         ref_model = _float64(model)
@@ -363,21 +368,23 @@ class StabilityRewriter:
             rejected,
             Curvature.to_bits(Curvature().program_cost(eg, source)),
             Curvature.to_bits(Curvature().program_cost(eg, final)),
+            refused,
         )
         opt.meta["stability_egraph"] = eg
         return opt
 
-    def _herbie(self, opt, samples, kept: list, after):
-        """Herbie's search (:func:`compiler.herbie.improve_accuracy`) on the extracted
-        program's elementwise formulas; each formula it replaces is one more rewrite, and
-        the predicted error after is the analysis of the final program."""
-        from compiler.herbie import improve_accuracy
+    def _herbie(self, eg, opt, samples, kept: list, after):
+        """Herbie's search (:func:`compiler.herbie.improve_validated`) on the extracted
+        program's elementwise formulas, kept where it validates against the source; each
+        formula it replaces is one more rewrite, and the predicted error after is the
+        analysis of the final program."""
+        from compiler.herbie import improve_validated
         from frontends.fx.error_analysis import rounding_error
 
-        better = improve_accuracy(opt, samples)
-        found = better.meta["accuracy_report"].improvements
+        better, accuracy = improve_validated(eg.fx, opt, samples)
+        found = [] if accuracy.refused else accuracy.improvements
         if not found:
-            return opt, after
+            return opt, after, accuracy.refused
         try:
             final = rounding_error(better, samples)
         except Exception:  # noqa: BLE001 - a program the analysis cannot run is not judged
@@ -387,7 +394,7 @@ class StabilityRewriter:
                 imp.location, imp.before, imp.after,
                 after.mean_bits if after is not None else math.nan,
                 final.mean_bits if final is not None else math.nan)))
-        return better, final if final is not None else after
+        return better, final if final is not None else after, None
 
     def diff(self, before, after) -> str:
         """The rewrites that turned ``before`` into ``after`` (an ``optimize`` result),

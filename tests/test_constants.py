@@ -267,3 +267,31 @@ def test_validation_refuses_an_overflow_turned_into_nan():
     assert _overflow_changed(torch.tensor([float("nan")]).half(), source, ref)
     assert not _overflow_changed(torch.tensor([float("inf")]).half(), source, ref)
     assert not _overflow_changed(torch.tensor([1e4]).half(), source, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_number_a_torch_function_refuses_is_emitted_as_a_tensor(dtype):
+    """``sqrt(x * x + c * c)`` with ``c`` a Python number becomes ``hypot(x, c)``, and
+    ``torch.hypot`` (like ``maximum`` and ``atan2``) raises TypeError on a number: the
+    extracted program failed and validation fell back (seen in the fuzzer's soaks). The
+    number is now passed as a 0-d tensor of the operand's dtype."""
+    import operator
+
+    from extractors.costs import Curvature
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    total = graph.call_function(torch.add, (graph.call_function(torch.mul, (x, x)),
+                                            graph.call_function(operator.mul, (2.0, 2.0))))
+    graph.output(graph.call_function(torch.sqrt, (total,)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    xs = torch.randn(16, generator=torch.Generator().manual_seed(0)).to(dtype) * 1e3
+    opt = EGraph.from_fx(gm, (xs,)).saturate(RULES, iter_limit=4, node_limit=3000).extract(
+        Curvature())
+    report = opt.meta["egraph_report"]
+    assert "hypot" in report.used and report.validation.ok and not report.fell_back
+    wide = xs * 10  # past float16's range for x * x, not for hypot
+    got = opt(wide)
+    assert got.dtype == dtype and bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got.double(), torch.hypot(wide.double(), torch.tensor(2.0)),
+                               rtol=1e-3, atol=0)

@@ -166,6 +166,21 @@ def test_dag_and_ilp_extraction_count_shared_subterms_once():
     assert eg.lookup(ilp_term) == eg.find(root)
 
 
+def test_ilp_extraction_prints_nothing():
+    """HiGHS's constructor printed its copyright banner into the user's output the first
+    time a process solved anything; a fresh process shows whether it still does."""
+    import subprocess
+    import sys
+
+    code = ("from egraph import AstSize, EGraph, parse\n"
+            "eg = EGraph(); root = eg.add(parse('(f (g x) (g x))'), root=True)\n"
+            "eg.union(eg.add(parse('(g x)')), eg.add(parse('(h y z)')))\n"
+            "print(eg.extract(AstSize(), root=root, method='ilp')[1])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert run.stdout == "3\n"
+
+
 def test_ilp_extraction_on_an_fx_graph_is_proven_optimal_and_validated():
     a, b, c = torch.randn(100, 10), torch.randn(10, 100), torch.randn(100, 10)
     eg = _eg(lambda a, b, c: (a @ b) @ c, a, b, c)

@@ -302,7 +302,7 @@ class _Model:
         lp.a_matrix_.index_ = np.array(rows.index, dtype=np.int32)
         lp.a_matrix_.value_ = np.array(rows.value)
 
-        h = highspy.Highs()
+        h = _silent_highs(highspy)
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", REL_GAP)
         if all(isinstance(v, int) for v in g.cost):
@@ -590,4 +590,26 @@ def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[li
                             break
                     out.append(comp)
     return out
+
+
+def _silent_highs(highspy):
+    """A ``highspy.Highs()``: its C++ constructor prints a copyright banner to the process's
+    standard output the first time, before any option can turn output off, in the middle
+    of a user's program output; the descriptor is pointed at /dev/null while it runs."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to protect
+        return highspy.Highs()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 

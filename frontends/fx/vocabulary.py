@@ -74,13 +74,27 @@ class OpSpec:
     impl: Callable | str
     call: Callable[..., tuple[tuple, dict]] | None = None
     normalize: Callable[[list, list], list] | None = None
+    pointwise: bool = False
 
     def run(self, values: list):
         """Apply the op to concrete (or meta) values."""
         args, kwargs = self.arguments(values)
-        if isinstance(self.impl, str):
-            return getattr(args[0], self.impl)(*args[1:], **kwargs)
-        return self.impl(*args, **kwargs)
+        return self.impl_call(self.numbers_as_tensors(args, torch.Tensor.new_tensor), kwargs)
+
+    def numbers_as_tensors(self, args: tuple, make: Callable) -> tuple:
+        """``args`` with each Python number that :attr:`impl` refuses (``torch.hypot(x,
+        1.0)``; pointwise ops only) replaced by ``make(tensor, number)``, ``tensor`` being
+        the first tensor argument: a 0-d tensor of its dtype and device, as the number
+        would have been taken had the function accepted it."""
+        if not self.pointwise:
+            return args
+        like = next((a for a in args if not isinstance(a, (bool, int, float, type(None)))),
+                    None)
+        if like is None:
+            return args
+        return tuple(make(like, a) if type(a) in (int, float)
+                     and not self.takes_number(i, len(args)) else a
+                     for i, a in enumerate(args))
 
     def arguments(self, values: list) -> tuple[tuple, dict]:
         """``(args, kwargs)`` for :attr:`impl` from canonical parameter values."""
@@ -88,11 +102,45 @@ class OpSpec:
             return self.call(*values)
         return tuple(values), {}
 
+    def takes_number(self, position: int, arity: int) -> bool:
+        """Whether :attr:`impl` accepts a Python number as its argument ``position`` of
+        ``arity`` (``torch.sub(2.0, x)`` does, ``torch.hypot(x, 1.0)`` raises TypeError),
+        found once by a call on meta tensors: torch's Python binding accepts numbers for
+        some tensor parameters, which the schemas do not say.
+
+        >>> SPECS["hypot"].takes_number(1, 2), SPECS["sub"].takes_number(0, 2)
+        (False, True)
+        """
+        key = (self.name, position, arity)
+        if key not in _TAKES_NUMBER:
+            args: list = [torch.empty(2, device="meta") for _ in range(arity)]
+            args[position] = 1.0
+            try:
+                self.impl_call(args, {})
+                _TAKES_NUMBER[key] = True
+            except TypeError:
+                _TAKES_NUMBER[key] = False
+            except Exception:  # noqa: BLE001 - another complaint is not about numbers
+                _TAKES_NUMBER[key] = True
+        return _TAKES_NUMBER[key]
+
+    def impl_call(self, args, kwargs):
+        """Call :attr:`impl` on implementation arguments (a method on the first)."""
+        if isinstance(self.impl, str):
+            if not isinstance(args[0], torch.Tensor):
+                raise TypeError(f"Tensor.{self.impl} needs a tensor to call it on")
+            return getattr(args[0], self.impl)(*args[1:], **kwargs)
+        return self.impl(*args, **kwargs)
+
+
+_TAKES_NUMBER: dict[tuple[str, int, int], bool] = {}
+
 
 def _spec(entry) -> OpSpec:
     impl = entry.impl.removeprefix("Tensor.") if entry.impl.startswith("Tensor.") else (
         resolve(entry.impl))
-    return OpSpec(entry.name, entry.params, impl, entry.call, entry.normalize)
+    return OpSpec(entry.name, entry.params, impl, entry.call, entry.normalize,
+                  entry.kind == "pointwise")
 
 
 SPECS: dict[str, OpSpec] = {name: _spec(e) for name, e in TABLE.items() if e.impl}
