@@ -121,6 +121,15 @@ AXIOMS = [
     ("merge-convs-sharing-an-input", lambda x, w, v: conv(x, w),
      lambda x, w, v: torch.split(conv(x, torch.cat([w, v], 0)), [5, 3], 1)[0],
      [IMG, KERNEL, (3, 4, 3, 3)], lambda x, w, v: conv(x, v)),
+    # TASO's enlarge: a kernel padded with zeros to the size of another conv's on the
+    # same input, then merged with it (an inception block's 1x1 and 3x3 branches)
+    ("enlarge-kernel", lambda x, w, v: F.conv2d(x, w),
+     lambda x, w, v: conv(x, F.pad(w, (1, 1, 1, 1))), [IMG, (5, 4, 1, 1), KERNEL],
+     lambda x, w, v: conv(x, v)),
+    ("merge-convs-of-two-kernel-sizes", lambda x, w, v: F.conv2d(x, w),
+     lambda x, w, v: torch.split(conv(x, torch.cat([v, F.pad(w, (1, 1, 1, 1))], 0)),
+                                 [3, 5], 1)[1],
+     [IMG, (5, 4, 1, 1), (3, 4, 3, 3)], lambda x, w, v: conv(x, v)),
     ("merge-convs-sharing-a-kernel", lambda x, y, w: conv(y, w),
      lambda x, y, w: torch.split(conv(torch.cat([x, y], 0), w), [2, 3], 0)[1],
      [IMG, (3, 4, 6, 6), KERNEL], lambda x, y, w: conv(x, w)),
@@ -238,3 +247,35 @@ def test_the_default_extraction_merges_the_demos_three_projections():
     assert 3 * 64 in widths and _linears(opt) == 4
     with torch.no_grad():
         torch.testing.assert_close(opt(*inputs), model(*inputs))
+
+
+class _Inception(nn.Module):
+    """An inception block's 1x1 and 3x3 branches on one input, as torchvision writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.branch1x1 = nn.Conv2d(16, 8, kernel_size=1)
+        self.branch3x3 = nn.Conv2d(16, 8, kernel_size=3, padding=1)
+
+    def forward(self, x):
+        return torch.cat([F.relu(self.branch1x1(x)), F.relu(self.branch3x3(x))], 1)
+
+
+def test_an_inception_blocks_branches_merge_where_the_cost_model_says_it_pays():
+    """TASO's enlarge pads the 1x1 kernel to 3x3 so the two branches are one conv. That
+    is nine times the 1x1 branch's FLOPs: on this CPU at 8x16x28x28 the profile keeps the
+    two convs, the H100 profile, paying per launch, takes the one conv; both are exact
+    and emit the padded, concatenated kernel once, folded."""
+    model = _Inception().eval()
+    x = torch.randn(8, 16, 28, 28)
+    eg = EGraph.from_fx(model, (x,)).saturate(load_rules("all"), **LIMITS)
+    convs = {}
+    for hardware in ("cpu", "H100"):
+        opt = eg.extract(Roofline(hardware))
+        convs[hardware] = sum(getattr(n.target, "__name__", "") == "conv2d"
+                              for n in opt.graph.nodes)
+        with torch.no_grad():
+            torch.testing.assert_close(opt(x), model(x))
+    assert convs == {"cpu": 2, "H100": 1}
+    assert any(n.op == "get_attr" and n.target.startswith("folded_constants.")
+               for n in opt.graph.nodes), "the enlarged kernel is padded per call"

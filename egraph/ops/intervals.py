@@ -332,6 +332,18 @@ def fill(kids, values, shapes) -> Interval:
     return (float(v), float(v)) if isinstance(v, (int, float)) else UNBOUNDED
 
 
+def padded(kids, values, shapes) -> Interval:
+    """``pad(x, sizes, value)``: the operand's interval widened to hold the fill value.
+
+    >>> padded([(1.0, 2.0)], [None, (1, 1), 0.0], None)
+    (0.0, 2.0)
+    """
+    lo, hi = kids[0]
+    v = values[2]
+    return (min(lo, float(v)), max(hi, float(v))) if isinstance(v, (int, float)) else (
+        UNBOUNDED)
+
+
 def joined(kids, values, shapes) -> Interval:
     """``cat``/``stack``: the hull of the tensors' intervals."""
     tensors = [k for k in kids[1:] if k is not None]

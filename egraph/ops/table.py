@@ -664,6 +664,14 @@ op("cat", "dim *xs", "library", attributes="dim", impl="torch.cat",
    error="exact",
    interval=iv.joined, spell="torch.cat torch.concat torch.concatenate aten.cat.default",
    why={"triton": _NO_KERNEL})
+# Constant padding: TASO's ``enlarge`` (a kernel padded with zeros to a larger one) and
+# the F.pad calls of real models. Its values are the operand's and the fill: exact.
+op("pad", "x sizes value", "library", attributes="sizes value",
+   impl="torch.nn.functional.pad", call=lambda x, p, v: ((x, list(p)), {"value": v}),
+   exact=True, error="exact", interval=iv.padded,
+   spell="torch.nn.functional.pad:pad torch._C._nn.pad:pad aten.pad.default:pad"
+   " aten.constant_pad_nd.default:constant_pad_nd",
+   why={"triton": _NO_KERNEL})
 op("stack", "dim *xs", "library", attributes="dim", impl="torch.stack",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
    interval=iv.joined, spell="torch.stack", why={"triton": _NO_KERNEL})

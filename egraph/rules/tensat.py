@@ -16,8 +16,10 @@ associative laws of add and mul, distributivity over a product (``distribute``,
 ``transpose-is-its-own-inverse``, ``matmul-is-associative`` and ``matmul-and-transpose``
 (``transpose-matmul``), ``ewmul-identity`` (``one-mul``). TASO's axioms over ops we do not
 have are not written: ``conv2d`` with a fused activation (ours is ``relu(conv2d(...))``)
-and the axioms over constant kernels (``Iconv``, ``Imatmul``, ``Cpool``, ``enlarge``) that
-no program spells. TASO's pooling axioms hold for both pooling ops over the batch and the
+and the identity and pooling kernels (``Iconv``, ``Imatmul``, ``Cpool``), constants no
+program holds. ``enlarge`` (a kernel padded with zeros to a larger one's size) is written
+as TENSAT uses it, beside a conv with the larger kernel on the same input
+(``conv-enlarge``), so that the two merge. TASO's pooling axioms hold for both pooling ops over the batch and the
 channels (its three are instances).
 
 Operator merging (TENSAT's multi-pattern rules, the source of its speedups): two matmuls,
@@ -75,8 +77,8 @@ from egraph.term import literal, vars
 
 __all__ = ["MERGING", "RULES"]
 
-(a, b, c, d, d0, d1, i, j, k, s, w, x, y, z, w1, w2, b1, b2, st, pa, di, g) = vars(
-    "a b c d d0 d1 i j k s w x y z w1 w2 b1 b2 st pa di g")
+(a, b, c, d, d0, d1, i, j, k, s, w, x, y, z, w1, w2, b1, b2, st, pa, pb, di, g) = vars(
+    "a b c d d0 d1 i j k s w x y z w1 w2 b1 b2 st pa pb di g")
 
 
 # -- what the guards and right sides read -------------------------------------------------
@@ -362,6 +364,38 @@ def _merge_conv_inputs(egraph, subst):
     return _split_pair(egraph, merged, (m, n), dim, "v", subst)
 
 
+def _pair(value) -> tuple[int, int] | None:
+    """A conv attribute (``1``, ``(1, 1)``, ``[1, 1]``) as a pair of ints; None for the
+    string paddings (``"same"``) and anything else."""
+    if type(value) is int:
+        return (value, value)
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            type(v) is int for v in value):
+        return tuple(value)
+    return None
+
+
+def _enlarge(egraph, subst):
+    """conv(x, w1, p1) beside conv(x, w2, p2), w1's kernel smaller: w1 padded with zeros
+    to w2's size is the same conv at w2's padding (TASO's ``enlarge``), which then merges
+    with the other by ``conv-merge`` (an inception block's 1x1 and 3x3 branches)."""
+    k1, k2 = _shape(egraph, subst["w1"]), _shape(egraph, subst["w2"])
+    pads = [_pair(value_of(egraph, subst[v])) for v in ("pa", "pb", "di")]
+    if k1 is None or k2 is None or len(k1) != 4 or len(k2) != 4 or None in pads:
+        return None
+    (p1h, p1w), (p2h, p2w), (dh, dw) = pads
+    grow = (k2[2] - k1[2], k2[3] - k1[3])
+    if min(grow) < 0 or max(grow) == 0 or grow[0] % 2 or grow[1] % 2:
+        return None
+    gh, gw = grow[0] // 2, grow[1] // 2
+    if (p1h + gh * dh, p1w + gw * dw) != (p2h, p2w):
+        return None  # the enlarged conv would not line up with the other
+    weight = egraph.add_node("pad", [subst["w1"], _lit(egraph, (gw, gw, gh, gh)),
+                                     _lit(egraph, 0.0)])
+    return egraph.add_node("conv2d", [subst["x"], weight, subst["b1"], subst["st"],
+                                      subst["pb"], subst["di"], subst["g"]])
+
+
 def _conv_weight_cat(egraph, subst):
     """cat(1, conv(x, w1, b1), conv(x, w2, b2)) = conv(x, cat(0, w1, w2), cat(0, b1, b2))."""
     none1, none2 = is_none(egraph, subst["b1"]), is_none(egraph, subst["b2"])
@@ -627,6 +661,13 @@ MERGING: list[LibraryRule] = [
          example=lambda x, w1, w2: F.conv2d(x, w1, padding=1) * F.conv2d(x, w2, padding=1),
          inputs={"x": IMG, "w1": KERNEL, "w2": KERNEL},
          description="convs of one input are one conv with stacked kernels, split"),
+    rule("conv-enlarge", [("u", conv2d(x, w1, b1, st, pa, di, g)),
+                          ("v", conv2d(x, w2, b2, st, pb, di, g))], _enlarge,
+         when=distinct(w1, w2),
+         example=lambda x, w1, w2: F.conv2d(x, w1) * F.conv2d(x, w2, padding=1),
+         inputs={"x": IMG, "w1": (5, 4, 1, 1), "w2": KERNEL},
+         description="a smaller kernel beside a larger one on one input is the larger "
+                     "conv of the kernel padded with zeros"),
     rule("conv-merge-batch", [("u", _conv(x, w, b1)), ("v", _conv(y, w, b1))],
          _merge_conv_inputs, when=all_of(distinct(x, y), _same_image(x, y),
                                          _merge_order("x", "y")),

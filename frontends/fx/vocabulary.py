@@ -485,6 +485,16 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
     return ("batch_norm", [input, running_mean, running_var, weight, bias, eps])
 
 
+def _pad(input, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise _Unsupported(f"pad with mode={mode!r} (only constant padding is an op)")
+    return ("pad", [input, tuple(pad), 0.0 if value is None else value])
+
+
+def _constant_pad_nd(input, pad, value=0):
+    return ("pad", [input, tuple(pad), value])
+
+
 def _gather(input, dim, index, *, sparse_grad=False):
     return ("gather", [input, dim, index])
 
@@ -527,7 +537,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "embedding": _embedding,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
-    "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
+    "constant_pad_nd": _constant_pad_nd,
     "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
     "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
