@@ -19,8 +19,8 @@ have are not written: ``conv2d`` with a fused activation (ours is ``relu(conv2d(
 and the identity and pooling kernels (``Iconv``, ``Imatmul``, ``Cpool``), constants no
 program holds. ``enlarge`` (a kernel padded with zeros to a larger one's size) is written
 as TENSAT uses it, beside a conv with the larger kernel on the same input
-(``conv-enlarge``), so that the two merge. TASO's pooling axioms hold for both pooling ops over the batch and the
-channels (its three are instances).
+(``conv-enlarge``), so that the two merge. TASO's pooling axioms hold for both pooling
+ops over the batch and the channels (its three are instances).
 
 Operator merging (TENSAT's multi-pattern rules, the source of its speedups): two matmuls,
 linears or convolutions that share an input become one op on concatenated weights
