@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -31,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus import MODELS, build  # noqa: E402
+from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.examples.zoo import build as build_zoo  # noqa: E402
@@ -48,19 +47,6 @@ def optimise(model, inputs, rules, exported: bool):
     eg.saturate(rules, **LIMITS)
     opt = eg.extract(default_cost(inputs), validate="strict")
     return opt, opt.meta["egraph_report"]
-
-
-def interleaved_ms(fns: dict, repeat: int) -> dict[str, float]:
-    """Median milliseconds of each function, timed in rounds that call every one once."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
 def run(name: str, repeat: int) -> dict:

@@ -7,8 +7,9 @@ pipeline, against eager and Inductor in one run.
 One row per model and entry point:
 
 - ``export``: torch.export -> ``EGraph.from_fx`` -> ``saturate(load_rules("all"))`` ->
-  ``extract(Flops())`` (validation strict: a mismatch falls back and is counted);
-- ``compile``: ``torch.compile(model, backend=make_backend(rules=..., cost=Flops()))``,
+  ``extract(default_cost(inputs))`` (the time on this machine's profile, as the backend's
+  default; validation strict: a mismatch falls back and is counted);
+- ``compile``: ``torch.compile(model, backend=make_backend(rules=...))`` (its default cost),
   inference, then a second sequence length (or batch) through the same compiled model;
 - ``inductor``: the same with ``codegen="inductor"`` (ours + Inductor: the optimised graph
   handed to Inductor's code generation, under the fused CPU cost model);
@@ -40,7 +41,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # A cold compile means no Inductor cache from an earlier run.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -52,24 +55,22 @@ sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import LARGE, MODELS, Case, build  # noqa: E402
-from compiler.cli import median_seconds  # noqa: E402
+from compiler.cli import interleaved_ms  # noqa: E402
+from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.logs import progress  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
-from extractors import Flops, PeakMemory  # noqa: E402
+from extractors import PeakMemory  # noqa: E402
 
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 TOL = dict(rtol=1e-4, atol=1e-5)
 ENTRIES = ("export", "compile", "inductor", "train")
+TIMED = "_timed"
+"""A runner's row holds its program's call here until the interleaved timing."""
 TRAINED = ("gpt2", "bert", "llama", "mixtral")
 """The models the train entry runs on by default (Inductor's cold compile of a training
 step takes a minute or more per model on a small CPU)."""
-
-
-def median_ms(fn, repeat: int) -> float:
-    """Median wall time of ``fn()`` in ms over ``repeat`` calls, after a warm-up call."""
-    return median_seconds(fn, repeat) * 1e3
 
 
 def _flat(out) -> tuple:
@@ -120,7 +121,7 @@ def _breaks(seen, row: dict) -> None:
     row["break_reasons"] = [f"{b.reason} (x{b.count})" for b in seen.graph_breaks]
 
 
-def run_export(case: Case, rules, repeat: int) -> dict:
+def run_export(case: Case, rules) -> dict:
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
     with torch.no_grad(), warnings.catch_warnings():
@@ -132,25 +133,24 @@ def run_export(case: Case, rules, repeat: int) -> dict:
         t2 = time.perf_counter()
         eg.saturate(rules, **LIMITS)
         t3 = time.perf_counter()
-        opt = eg.extract(Flops(), validate="strict")
+        opt = eg.extract(default_cost(inputs), validate="strict")
         t4 = time.perf_counter()
         torch.testing.assert_close(opt(*inputs), model(*inputs), **TOL)
         report = opt.meta["egraph_report"]
         row.update(pipeline_s=t4 - t1, first_s=t4 - t0,
                    phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
         _reports([report], row)
-        row["ours_ms"] = median_ms(lambda: opt(*inputs), repeat)
+        row[TIMED] = _inference(lambda: opt(*inputs))
         row.update(peak_est=PeakMemory().program_cost(eg), peak_src=peak_bytes(model, *inputs),
                    peak_ours=peak_bytes(opt, *inputs))
     return row
 
 
-def run_compile(case: Case, rules, repeat: int, codegen: str = "eager") -> dict:
+def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
-    cost = Flops() if codegen == "eager" else None  # Inductor's: fused regions as kernels
-    backend = compile_backend.make_backend(rules=rules, cost=cost, validate="strict",
-                                           codegen=codegen, **LIMITS)
+    backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
+                                           **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad(), warnings.catch_warnings():
@@ -163,7 +163,7 @@ def run_compile(case: Case, rules, repeat: int, codegen: str = "eager") -> dict:
         _breaks(seen, row)
         _reports([r.extraction for r in backend.reports], row)
         torch.testing.assert_close(out, model(*inputs), **TOL)
-        row["ours_ms"] = median_ms(lambda: compiled(*inputs), repeat)
+        row[TIMED] = _inference(lambda: compiled(*inputs))
         second = case.second_inputs()
         try:
             torch.testing.assert_close(compiled(*second), model(*second), **TOL)
@@ -182,11 +182,10 @@ def _train_step(model, inputs):
     return step
 
 
-def run_train(case: Case, rules, repeat: int) -> dict:
+def run_train(case: Case, rules) -> dict:
     row: dict = {}
     model, inputs = case.model.train(), case.inputs
-    backend = compile_backend.make_backend(rules=rules, cost=Flops(), validate="strict",
-                                           **LIMITS)
+    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
     with warnings.catch_warnings():
@@ -205,21 +204,28 @@ def run_train(case: Case, rules, repeat: int) -> dict:
             if p.grad is not None:
                 torch.testing.assert_close(grads[key], p.grad, **TOL,
                                            msg=lambda m, k=key: f"gradient of {k}: {m}")
-        row["ours_ms"] = median_ms(_train_step(compiled, inputs), repeat)
+        row[TIMED] = _train_step(compiled, inputs)
     return row
 
 
-def run_eager(case: Case, train: bool, repeat: int) -> float:
+def run_eager(case: Case, train: bool) -> Callable[[], Any]:
+    """The eager model's call (or training step), to be timed."""
     if train:
-        return median_ms(_train_step(case.model.train(), case.inputs), repeat)
+        return _train_step(case.model.train(), case.inputs)
     model = case.model.eval()
-    with torch.no_grad():
-        return median_ms(lambda: model(*case.inputs), repeat)
+    return _inference(lambda: model(*case.inputs))
 
 
-def run_inductor(case: Case, train: bool, repeat: int) -> dict:
+def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+def run_inductor(case: Case, train: bool) -> dict:
     """Inductor's cold compile (the first call after a reset, caches disabled) and its
-    median run time."""
+    call, to be timed."""
     torch._inductor.config.fx_graph_cache = False
     torch._inductor.config.force_disable_caches = True
     torch._dynamo.reset()
@@ -231,13 +237,11 @@ def run_inductor(case: Case, train: bool, repeat: int) -> dict:
         t0 = time.perf_counter()
         fn()
         cold = time.perf_counter() - t0
-        ms = median_ms(fn, repeat)
-    torch._dynamo.reset()
-    return {"inductor_s": cold, "inductor_ms": ms}
+    return {"inductor_s": cold, TIMED: fn}
 
 
-def run_compile_inductor(case: Case, rules, repeat: int) -> dict:
-    return run_compile(case, rules, repeat, codegen="inductor")
+def run_compile_inductor(case: Case, rules) -> dict:
+    return run_compile(case, rules, codegen="inductor")
 
 
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
@@ -246,33 +250,47 @@ RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
               inductor: bool) -> list[dict]:
+    """One row per entry point. Eager, each entry point's program and Inductor are timed
+    at the end, in interleaved rounds (each round calls every one once), so that drift in
+    the machine's load falls on all of them alike. Inductor compiles last: dynamo's caches
+    are reset before each of ours (a cold start for each), and our programs compiled
+    before it recompile once, in the warm-up, rather than Inductor's."""
     rows = []
-    eager: dict[bool, float] = {}
+    timed: dict[str, Callable[[], Any]] = {}
     peer: dict[bool, dict] = {}
+    label = name if attn == "eager" else f"{name}@{attn}"
     for entry in entries:
         train = entry == "train"
-        label = name if attn == "eager" else f"{name}@{attn}"
         row: dict = {"model": label, "entry": entry, "status": "ok"}
         try:
-            if train not in eager:
-                eager[train] = run_eager(build(name, attn), train, repeat)
-            row["eager_ms"] = eager[train]
+            timed.setdefault(f"eager {train}", run_eager(build(name, attn), train))
             torch._dynamo.reset()
-            row.update(RUNNERS[entry](build(name, attn), rules, repeat))
+            row.update(RUNNERS[entry](build(name, attn), rules))
+            timed[entry] = row.pop(TIMED)
             if row.get("fallbacks"):  # the source ran, not ours: a failure here
                 row["status"] = f"fell back: {'; '.join(row['fallback_reasons'])}"
         except Exception as exc:  # noqa: BLE001 - a row of the table
             row["status"] = _error(exc)
-        finally:
-            torch._dynamo.reset()
-        if inductor:
-            if train not in peer:
-                try:
-                    peer[train] = run_inductor(build(name, attn), train, repeat)
-                except Exception as exc:  # noqa: BLE001
-                    peer[train] = {"inductor_error": _error(exc)}
-            row.update(peer[train])
+            row.pop(TIMED, None)
         rows.append(row)
+    if inductor:
+        for train in dict.fromkeys(row["entry"] == "train" for row in rows):
+            try:
+                peer[train] = run_inductor(build(name, attn), train)
+                timed[f"inductor {train}"] = peer[train].pop(TIMED)
+            except Exception as exc:  # noqa: BLE001
+                peer[train] = {"inductor_error": _error(exc)}
+    ms = interleaved_ms(timed, repeat)
+    torch._dynamo.reset()
+    for row in rows:
+        train = row["entry"] == "train"
+        row["eager_ms"] = ms.get(f"eager {train}")
+        if row["entry"] in ms:
+            row["ours_ms"] = ms[row["entry"]]
+        if inductor:
+            row.update(peer[train])
+            if f"inductor {train}" in ms:
+                row["inductor_ms"] = ms[f"inductor {train}"]
     return rows
 
 
@@ -479,7 +497,7 @@ def main() -> None:
         f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "
         f"--repeat {args.repeat}{' --large' if args.large else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
-        "Rules `all`, cost `Flops()`, saturation limits "
+        "Rules `all`, the default cost (`Roofline('cpu')`), saturation limits "
         f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
         "(a mismatch falls back to the source and counts under fallbacks). `pipeline s`: "
         "ingest + saturate + extract + emit + validation, summed over the graphs of the first "
@@ -487,8 +505,9 @@ def main() -> None:
         "call s`: the whole first call (torch.export, or dynamo and aot_autograd, "
         "included); `Inductor cold s`: default `torch.compile` on the same model, first "
         "call after a reset with caches disabled. Run times are medians over "
-        f"{args.repeat} calls; ratios below 1 are faster than eager. Geometric means are "
-        "over the models where the entry point worked.\n\n"
+        f"{args.repeat} interleaved rounds (each calls eager, ours and Inductor once); "
+        "ratios below 1 are faster than eager. Geometric means are over the models where "
+        "the entry point worked.\n\n"
     )
     document = (header + text + "\n\nPipeline seconds by phase:\n\n" + phases_section(rows)
                 + "\n\nGraph breaks and fallbacks:\n\n" + reasons_section(rows)

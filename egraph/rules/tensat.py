@@ -44,7 +44,7 @@ model finds one larger op cheaper than the parts; greedy extraction's tree cost
 (``method="greedy"``) pays for it once per part, so it keeps the separate ops.
 
 >>> [r.name for r in MERGING][:3]
-['split-cat', 'cat-split', 'matmul-merge']
+['split-cat', 'cat-split', 'split-split']
 >>> "cat-relu" in [r.name for r in RULES]
 True
 """
@@ -198,6 +198,33 @@ def _cat_of_splits(egraph, subst):
     if _dim(egraph, subst["d"], len(shape)) != _dim(egraph, subst["d1"], len(shape)):
         return None
     return subst["x"]
+
+
+def _flat_split(egraph, subst):
+    """``split(split(x, s, d)[i], t, d)[j]`` is piece ``i + j`` of ``x`` split by ``s`` with
+    ``s[i]`` refined into ``t``; every other piece of the outer split is a piece of that
+    one split too. Merging three projections pairwise nests two splits; this makes them
+    one (a call and a view fewer per merged op)."""
+    shape = _shape(egraph, subst["x"])
+    sizes, inner = value_of(egraph, subst["s"]), value_of(egraph, subst["k"])
+    i, j = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
+    if (shape is None or not isinstance(sizes, tuple) or not isinstance(inner, tuple)
+            or type(i) is not int or type(j) is not int
+            or not 0 <= i < len(sizes) or not 0 <= j < len(inner)
+            or sum(inner) != sizes[i]):
+        return None
+    dim = _dim(egraph, subst["d"], len(shape))
+    if dim is None or dim != _dim(egraph, subst["d1"], len(shape)):
+        return None
+    flat = egraph.add_node("split", [subst["x"], _lit(egraph, sizes[:i] + inner
+                                                      + sizes[i + 1:]), subst["d"]])
+    outer = egraph.add_node("split", [subst["x"], subst["s"], subst["d"]])
+    for k in range(len(sizes)):
+        if k != i:
+            egraph.union(egraph.add_node("getitem", [outer, _lit(egraph, k)]),
+                         egraph.add_node("getitem", [flat, _lit(
+                             egraph, k if k < i else k + len(inner) - 1)]), "split-split")
+    return egraph.add_node("getitem", [flat, _lit(egraph, i + j)])
 
 
 def _swap_dim(dim: int, p: int, q: int) -> int:
@@ -637,6 +664,9 @@ MERGING: list[LibraryRule] = [
          example=lambda x: torch.cat([torch.split(x, [3, 5], 1)[0],
                                       torch.split(x, [3, 5], 1)[1]], 1), inputs={"x": M},
          description="cat(split(x)) = x"),
+    rule("split-split", getitem(split(getitem(split(x, s, d), i), k, d1), j), _flat_split,
+         example=lambda x: torch.split(torch.split(x, [5, 3], 1)[0], [2, 3], 1)[1],
+         inputs={"x": M}, description="a split of a split's piece is one split"),
     # -- operator merging (TENSAT's multi-pattern rules)
     rule("matmul-merge", [("u", x @ a), ("v", x @ c)], _merge_matmul_right,
          when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), _not_linear("u", "v"),

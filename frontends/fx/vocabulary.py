@@ -81,6 +81,12 @@ class OpSpec:
         args, kwargs = self.arguments(values)
         return self.impl_call(self.numbers_as_tensors(args, torch.Tensor.new_tensor), kwargs)
 
+    def arguments(self, values: list) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` for :attr:`impl` from canonical parameter values."""
+        if self.call is not None:
+            return self.call(*values)
+        return tuple(values), {}
+
     def numbers_as_tensors(self, args: tuple, make: Callable) -> tuple:
         """``args`` with each Python number that :attr:`impl` refuses (``torch.hypot(x,
         1.0)``; pointwise ops only) replaced by ``make(tensor, number)``, ``tensor`` being
@@ -92,28 +98,28 @@ class OpSpec:
                     None)
         if like is None:
             return args
-        return tuple(make(like, a) if type(a) in (int, float)
-                     and not self.takes_number(i, len(args)) else a
+        kinds = tuple("number" if type(a) in (int, float) else "tensor"
+                      if not isinstance(a, (bool, type(None), str)) else a for a in args)
+        return tuple(make(like, a) if kinds[i] == "number"
+                     and not self.takes_number(i, kinds) else a
                      for i, a in enumerate(args))
 
-    def arguments(self, values: list) -> tuple[tuple, dict]:
-        """``(args, kwargs)`` for :attr:`impl` from canonical parameter values."""
-        if self.call is not None:
-            return self.call(*values)
-        return tuple(values), {}
+    def takes_number(self, position: int, kinds: tuple) -> bool:
+        """Whether :attr:`impl` accepts a Python number as argument ``position`` when the
+        arguments are ``kinds`` (``"tensor"``, ``"number"``, or the value itself)
+        (``torch.sub(2.0, x)`` does, ``torch.hypot(x, 1.0)`` raises TypeError), found once
+        by a call on meta tensors: torch's Python binding accepts numbers for some tensor
+        parameters, which the schemas do not say.
 
-    def takes_number(self, position: int, arity: int) -> bool:
-        """Whether :attr:`impl` accepts a Python number as its argument ``position`` of
-        ``arity`` (``torch.sub(2.0, x)`` does, ``torch.hypot(x, 1.0)`` raises TypeError),
-        found once by a call on meta tensors: torch's Python binding accepts numbers for
-        some tensor parameters, which the schemas do not say.
-
-        >>> SPECS["hypot"].takes_number(1, 2), SPECS["sub"].takes_number(0, 2)
-        (False, True)
+        >>> SPECS["hypot"].takes_number(1, ("tensor", "number"))
+        False
+        >>> SPECS["sub"].takes_number(0, ("number", "tensor"))
+        True
         """
-        key = (self.name, position, arity)
+        key = (self.name, position, kinds)
         if key not in _TAKES_NUMBER:
-            args: list = [torch.empty(2, device="meta") for _ in range(arity)]
+            args = [torch.empty(2, device="meta") if k == "tensor" else 1.0 if k == "number"
+                    else k for k in kinds]
             args[position] = 1.0
             try:
                 self.impl_call(args, {})
@@ -133,7 +139,7 @@ class OpSpec:
         return self.impl(*args, **kwargs)
 
 
-_TAKES_NUMBER: dict[tuple[str, int, int], bool] = {}
+_TAKES_NUMBER: dict[tuple[str, int, tuple], bool] = {}
 
 
 def _spec(entry) -> OpSpec:
