@@ -105,8 +105,9 @@ cube won 0.05 bits on a softmax's samples at one size and lost 3 bits at another
 class Improvement:
     """One formula replaced: where (the FX node of its value), the formula and its
     replacement (sympy syntax; a piecewise one names its branches), the mean error on the
-    sample points before and after, in bits of the working dtype, and ``how`` each branch
-    was found (a rewrite strategy, the rule library, a series)."""
+    sample points before and after, in bits of the working dtype, ``how`` each branch
+    was found (a rewrite strategy, the rule library, a series), and how many input ranges
+    (``regimes``) the replacement has."""
 
     location: str
     before: str
@@ -115,6 +116,7 @@ class Improvement:
     bits_after: float
     points: int
     how: str = ""
+    regimes: int = 1
 
     def __str__(self) -> str:
         return (f"{self.location}: {self.before} -> {self.after}  [{self.bits_before:.2f} -> "
@@ -225,7 +227,7 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
         if check.ok:
             return improved, report
         refused = refused or check.reason
-        if not any("; else " in i.after for i in report.improvements):
+        if all(i.regimes == 1 for i in report.improvements):
             break  # no branch to give up
     report.refused = refused
     return gm, report
@@ -451,7 +453,7 @@ def _improve(gm: fx.GraphModule, unit: _Unit, values: dict, points: int, max_reg
            if not isinstance(values[n.name], torch.Tensor)})
     how = "; ".join(dict.fromkeys(labels[c] for c in regimes.candidates))
     return Improvement(unit.root.name, str(unit.expr), _program(regimes, exprs, key), before,
-                       regimes.mean_error, len(exact), how)
+                       regimes.mean_error, len(exact), how, len(regimes.candidates))
 
 
 def _scores(exprs: list[sp.Expr], env: dict, exact: torch.Tensor,

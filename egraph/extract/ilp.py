@@ -592,13 +592,22 @@ def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[li
     return out
 
 
+_BANNER_PRINTED = False
+"""Whether this process has made its first ``highspy.Highs()`` (and so had its banner)."""
+
+
 def _silent_highs(highspy):
     """A ``highspy.Highs()``: its C++ constructor prints a copyright banner to the process's
     standard output the first time, before any option can turn output off, in the middle
-    of a user's program output; the descriptor is pointed at /dev/null while it runs."""
+    of a user's program output; the descriptor is pointed at /dev/null while the first
+    one is made (later ones print nothing)."""
     import os
     import sys
 
+    global _BANNER_PRINTED
+    if _BANNER_PRINTED:
+        return highspy.Highs()
+    _BANNER_PRINTED = True
     sys.stdout.flush()
     try:
         saved = os.dup(1)

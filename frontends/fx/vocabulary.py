@@ -92,14 +92,13 @@ class OpSpec:
         1.0)``; pointwise ops only) replaced by ``make(tensor, number)``, ``tensor`` being
         the first tensor argument: a 0-d tensor of its dtype and device, as the number
         would have been taken had the function accepted it."""
-        if not self.pointwise:
-            return args
-        like = next((a for a in args if not isinstance(a, (bool, int, float, type(None)))),
-                    None)
-        if like is None:
+        if not self.pointwise or not any(type(a) in (int, float) for a in args):
             return args
         kinds = tuple("number" if type(a) in (int, float) else "tensor"
                       if not isinstance(a, (bool, type(None), str)) else a for a in args)
+        like = next((a for a, kind in zip(args, kinds) if kind == "tensor"), None)
+        if like is None:
+            return args
         return tuple(make(like, a) if kinds[i] == "number"
                      and not self.takes_number(i, kinds) else a
                      for i, a in enumerate(args))
