@@ -235,16 +235,14 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
             raise ValueError(f"classes {missing} have no finite program under {cost!r}")
         picked = {c: v[1] for c, v in choice.items()}
     else:
-        picked, found, optimal = choose(egraph, cost, method, roots, time_limit,
-                                        prefer=egraph.initial)
         if exact:
             # DAG extraction is greedy per class: three projections merged into one
-            # linear pay only when all three take it, which no single switch shows
-            best, best_cost, proven = choose(egraph, cost, "ilp", roots,
-                                             min(time_limit, EXACT_SECONDS),
-                                             prefer=egraph.initial)
-            if cheaper(best_cost, found):
-                picked, optimal, method = best, proven, "ilp"
+            # linear pay only when all three take it, which no single switch shows. The
+            # solver starts from the DAG heuristic's answer and keeps it if it finds
+            # nothing cheaper in time.
+            method, time_limit = "ilp", min(time_limit, EXACT_SECONDS)
+        picked, _, optimal = choose(egraph, cost, method, roots, time_limit,
+                                    prefer=egraph.initial)
     if not getattr(cost, "local", True):
         # a whole-program cost: the proxy's choice, improved under the exact cost
         picked = improve(egraph, picked, cost)

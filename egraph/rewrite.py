@@ -247,16 +247,20 @@ class MultiPattern:
     def search_tuples(self, egraph: EGraph, roots=None, limit: int = 1 << 62) -> list[tuple]:
         """Matches as ``(root, v0, v1, ...)``: the root is the first part's class."""
         rows: list[dict[str, int]] = [{}]
+        bound: set[str] = set()
         for name, pat in self.parts:
-            found = pat.search_tuples(egraph)
-            new_rows = []
-            for row in rows:
-                for m in found:
-                    binding = {name: m[0]}
-                    binding.update(zip(pat.variables, m[1:]))
-                    if all(row.get(k, v) == v for k, v in binding.items()):
-                        new_rows.append({**row, **binding})
-            rows = new_rows
+            # A hash join on the variables bound by earlier parts: linear in the matches
+            # (two linears of one input, among thousands, meet in one bucket).
+            names = list(dict.fromkeys((name, *pat.variables)))
+            shared = [v for v in names if v in bound]
+            buckets: dict[tuple, list[dict[str, int]]] = {}
+            for m in pat.search_tuples(egraph):
+                binding = {name: m[0]}
+                binding.update(zip(pat.variables, m[1:]))
+                buckets.setdefault(tuple([binding[v] for v in shared]), []).append(binding)
+            rows = [{**row, **binding} for row in rows
+                    for binding in buckets.get(tuple([row[v] for v in shared]), ())]
+            bound.update(names)
             if not rows:
                 return []
         first = self.parts[0][0]

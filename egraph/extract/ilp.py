@@ -193,14 +193,23 @@ class _Model:
             if np.array_equal(bits, before):
                 return bits
 
-    def _cycle_pairs(self, users: dict[int, list[int]]) -> dict[int, list[int]]:
+    def _cycle_pairs(self, users: dict[int, list[int]],
+                     components: list[list[int]]) -> dict[int, list[int]]:
         """Local node -> the nodes it forms a cycle with whenever both are chosen (itself
         if it always does). Every acyclic term of a class holds the classes of its
         ``forced`` set (a bit per class, computed downwards from "everything" to the
         greatest fixed point); if node ``a``'s children force ``b``'s class and ``b``'s
-        children force ``a``'s, the two reach each other."""
+        children force ``a``'s, the two reach each other, so their classes share a
+        strongly connected component of ``components``: only those are looked at."""
         members, nkids, ncls = self.members, self.nkids, self.ncls
         index = {c: j for j, c in enumerate(self.classes)}
+        same_component = {}
+        for comp in components:
+            mask = 0
+            for c in comp:
+                mask |= 1 << index[c]
+            for c in comp:
+                same_component[c] = mask
         forced = {c: None for c in self.classes}
         parents = {c: {ncls[i] for i in users[c]} for c in self.classes}
         work = list(self.classes)
@@ -234,6 +243,7 @@ class _Model:
             below.append(acc)
         pairs = {}
         for a, acc in enumerate(below):
+            acc &= same_component[ncls[a]]
             ca = index[ncls[a]]
             while acc:
                 low = acc & -acc
@@ -351,7 +361,7 @@ class _Model:
         for i, ks in enumerate(nkids):
             for k in ks:
                 users[k].append(i)
-        pairs = self._cycle_pairs(users)
+        pairs = self._cycle_pairs(users, components)
         for a, bs in pairs.items():
             by_class: dict[int, list[int]] = {}
             for b in bs:

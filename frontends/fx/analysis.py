@@ -57,17 +57,19 @@ class Meta(NamedTuple):
     from_size: bool = False
 
     @classmethod
-    def of(cls, value: Any) -> Meta:
+    def of(cls, value: Any, observe: bool = True) -> Meta:
         """The meta of a concrete, fake or meta tensor, a tuple of them, or a scalar;
-        a real tensor's observed range comes with it."""
+        a real tensor's observed range comes with it unless ``observe`` is false (a pass
+        over the values: a large embedding's costs more than the rest of ingest)."""
         if isinstance(value, torch.Tensor):
             # Symbolic sizes stay unknown: int() of a SymInt would make dynamo guard on
             # (specialise) the example's size.
             shape = tuple(int(s) for s in value.shape) if all(
                 _concrete(s) for s in value.shape) else None
-            return cls("tensor", shape, value.dtype)._replace(**observed_range(value))
+            meta = cls("tensor", shape, value.dtype)
+            return meta._replace(**observed_range(value)) if observe else meta
         if isinstance(value, (tuple, list)):
-            return cls("tuple", value=tuple(cls.of(v) for v in value))
+            return cls("tuple", value=tuple(cls.of(v, observe) for v in value))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return cls("scalar", from_size=True)  # symbolic: value unknown, never baked
         if isinstance(value, (bool, int, float)):

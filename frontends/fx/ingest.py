@@ -145,7 +145,10 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
     example inputs where they are real tensors (cheaper than importing torch._dynamo, which
     fake tensors need), fake tensors otherwise."""
     out: dict[str, Meta] = {}
-    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
+    # A node nothing reads needs no meta (torch.export's module() adds an unused call of
+    # its input guards, ``_guards_fn``, without one).
+    if all("val" in n.meta for n in gm.graph.nodes
+           if n.op not in ("output", "get_attr") and n.users):
         for n in gm.graph.nodes:
             if "val" in n.meta:
                 out[n.name] = Meta.of(n.meta["val"])
@@ -405,8 +408,9 @@ class _Builder:
     """Walks the FX graph once and adds each node's canonical expression."""
 
     def __init__(self, gm: fx.GraphModule, example_inputs, param_names: dict[str, str],
-                 make_egraph: Callable[..., EGraph] = EGraph):
+                 make_egraph: Callable[..., EGraph] = EGraph, observe: bool = True):
         self.gm = gm
+        self.observe = observe  # parameters' ranges too (they inform the curvature cost)
         self.metas = _metas(gm, example_inputs)
         # Observed ranges of the example inputs (they inform costs, never rules).
         user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
@@ -706,7 +710,7 @@ class _Builder:
             return SubmoduleRef(node.target)  # the body of a higher-order op's region
         if isinstance(value, torch.Tensor):
             name = self.param_names.get(node.target, node.target)
-            return self.leaf("param", name, Meta.of(value))
+            return self.leaf("param", name, Meta.of(value, self.observe))
         return self.literal(value)
 
     def call(self, node: fx.Node) -> int:
@@ -848,7 +852,8 @@ def _fetch_attr(gm: nn.Module, target: str):
 def _param(builder: _Builder, node: fx.Node, attr: str) -> int:
     value = getattr(builder.gm.get_submodule(node.target), attr)
     name = f"{node.target}.{attr}"
-    return builder.leaf("param", builder.param_names.get(name, name), Meta.of(value))
+    return builder.leaf("param", builder.param_names.get(name, name),
+                        Meta.of(value, builder.observe))
 
 
 def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
@@ -912,7 +917,11 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         example_inputs = (example_inputs,)
     if example_inputs is not None:
         _check_count(gm, example_inputs, param_names)
-    builder = _Builder(gm, example_inputs, param_names, make_egraph)
+    if observe is None and example_inputs is not None:
+        numel = sum(x.numel() for x in example_inputs if isinstance(x, torch.Tensor))
+        numel += sum(p.numel() for p in gm.parameters())
+        observe = numel <= _MAX_OBSERVED
+    builder = _Builder(gm, example_inputs, param_names, make_egraph, observe=bool(observe))
     for name, domain in (domains or {}).items():
         if domain not in DOMAINS:
             raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
@@ -928,10 +937,6 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             raise ValueError(f"the range of {name!r} must have lo <= hi, got {(lo, hi)}")
         meta = builder.metas.get(name, Meta("tensor"))
         builder.metas[name] = meta._replace(lo=float(lo), hi=float(hi))
-    if observe is None and example_inputs is not None:
-        numel = sum(x.numel() for x in example_inputs if isinstance(x, torch.Tensor))
-        numel += sum(p.numel() for p in gm.parameters())
-        observe = numel <= _MAX_OBSERVED
     if observe and not ranges:
         builder.observed = observe_ranges(gm, example_inputs)
     builder.run()
