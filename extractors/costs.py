@@ -358,8 +358,10 @@ class Roofline(CostModel):
         if f == 0 and b == 0:
             return 1e-12 if len(node) > 1 else 0.0
         dtype = getattr(_meta(egraph, cid), "dtype", None)
-        peak = self.hardware.peak_flops(node[0], dtype)
-        return max(f / peak, b / self.hardware.bandwidth) + self.hardware.launch_overhead
+        hw = self.hardware
+        kernels, passes = hw.kernels_and_passes(node[0])
+        return max(f / hw.peak_flops(node[0], dtype), passes * b / hw.bandwidth) + (
+            kernels * hw.launch_overhead)
 
     def __repr__(self) -> str:
         return f"Roofline({self.hardware.name!r}{'' if self.fused else ', fused=False'})"

@@ -17,6 +17,8 @@ from benchmarks.naive_suite import ManualSoftmaxCausal, NanoGPTCausal
 from compiler.compile import compile_graph, default_cost, make_backend
 from egraph import EGraph, Pattern
 from egraph.rules import load_rules
+from extractors import Roofline
+from extractors.hardware import HARDWARE
 
 RULES = load_rules("all")
 # compile_graph's defaults: what the torch.compile backend saturates with.
@@ -289,6 +291,15 @@ SPELLINGS = [(fused, spelling, inputs) for fused, spellings in CASES.items()
              for spelling, inputs in spellings]
 
 
+def _cost(fused: str, inputs):
+    """The pipeline's default cost, except for an op this CPU runs as several kernels (its
+    torch runs rms_norm as the formula written out, so it saves nothing there): that one is
+    judged on a GPU's profile, where it is one kernel."""
+    if HARDWARE["cpu"].kernels_and_passes(fused) != (1, 1):
+        return Roofline("H100", fused=False)
+    return default_cost(inputs)
+
+
 def _module(spelling):
     return spelling() if isinstance(spelling, type) else spelling
 
@@ -304,7 +315,8 @@ def test_every_spelling_reaches_the_fused_op(fused, spelling, make_inputs):
     torch.manual_seed(0)
     model, inputs = _module(spelling), make_inputs()
     gm = _trace(model)
-    compiled = compile_graph(gm, inputs, RULES, validate="raise", **LIMITS)
+    compiled = compile_graph(gm, inputs, RULES, cost=_cost(fused, inputs), validate="raise",
+                             **LIMITS)
     assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)}:\n{compiled.code}"
     torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
 
@@ -330,7 +342,7 @@ def test_a_spelling_exported_with_torch_export_reaches_the_fused_op(fused, spell
     exported = torch.export.export(model if isinstance(model, nn.Module) else _Wrap(model),
                                    inputs)
     eg = EGraph.from_fx(exported, inputs).saturate(RULES, **LIMITS)
-    compiled = eg.extract(default_cost(inputs), validate="raise")
+    compiled = eg.extract(_cost(fused, inputs), validate="raise")
     assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)} (exported)"
     torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
 
