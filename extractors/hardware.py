@@ -47,8 +47,8 @@ class Hardware:
     rsqrt and two muls): each call pays ``kernels`` overheads and moves its bytes
     ``passes`` times (:meth:`kernels_and_passes`).
 
-    >>> HARDWARE["cpu"].kernels_and_passes("rms_norm"), HARDWARE["H100"].kernels_and_passes("rms_norm")
-    ((7, 4), (1, 1))
+    >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
+    [(7, 4), (1, 1)]
     """
 
     name: str
