@@ -444,6 +444,17 @@ class EGraph:
             self._by_op[op] = list(canonical)
         return canonical
 
+    def has_op(self, op: Hashable) -> bool:
+        """True when some e-node has operator ``op`` (an index lookup: a rule whose left
+        side needs an operator the e-graph lacks is not searched).
+
+        >>> eg = EGraph()
+        >>> _ = eg.add("(exp x)")
+        >>> eg.has_op("exp"), eg.has_op("log")
+        (True, False)
+        """
+        return bool(self._by_op.get(op))
+
     def ops(self) -> list[Hashable]:
         """Every operator that occurs in the e-graph."""
         return list(self._by_op)

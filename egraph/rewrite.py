@@ -289,6 +289,11 @@ class Rewrite:
             self.lhs = Pattern.of(lhs)
         self.variables = list(self.lhs.variables)
         self._index = {v: i + 1 for i, v in enumerate(self.variables)}
+        lefts = ([p.term for _, p in self.lhs.parts] if isinstance(self.lhs, MultiPattern)
+                 else [self.lhs.term])
+        # Every operator the left side needs (literal leaves aside).
+        self._operators = tuple({t.op: None for left in lefts for t in walk(left)
+                                 if not isinstance(t, Var) and t.args})
         bound = set(self.variables)
         self.rhs_equations: list[tuple[str, Pattern]] | None = None
         self.rhs: Pattern | None = None
@@ -402,6 +407,8 @@ class Rewrite:
         A left side with variants adds one trailing item to each match: which variant
         found it (the first that did, so a match is reported once).
         """
+        if not all(map(egraph.has_op, self._operators)):
+            return []
         if not self._variants:
             return self.lhs.search_tuples(egraph, roots, limit)
         # Which variant matched matters only to a proof or a right side that writes a
