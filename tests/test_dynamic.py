@@ -447,3 +447,26 @@ def test_ops_fake_tensors_cannot_run_leave_shapes_unknown_without_error(caplog):
     x = torch.randn(5)
     torch.testing.assert_close(opt(x), gm(x))
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_size_arithmetic_on_a_symbolic_input_stays_python_arithmetic():
+    """At a second sequence length dynamo hands the backend the length as a SymInt input
+    (Mixtral's routing computes ``arange(0, T * top_k)`` from it). The product is size
+    arithmetic: emitted as ``torch.mul`` it was a tensor, which Inductor's code generation
+    refused (a data-dependent ``arange``), so dynamo broke the graph."""
+    from compiler.compile import capture
+
+    class Routed(nn.Module):
+        def forward(self, x):
+            order = torch.arange(0, x.shape[1] * 4).view(1, -1)
+            return x.repeat(1, 4) * 2 + order
+
+    model = Routed()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=make_backend(codegen="inductor"))
+    with capture() as seen:
+        for length in (6, 9):
+            x = torch.randn(2, length)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert [b.reason for b in seen.graph_breaks] == []
+    assert len(seen.reports) == 2  # the second length compiled as a dynamic graph

@@ -418,6 +418,13 @@ class _Builder:
         for node, value in zip(user_inputs, example_inputs or ()):
             if isinstance(value, torch.Tensor) and node.name in self.metas:
                 self.metas[node.name] = self.metas[node.name]._replace(**observed_range(value))
+            elif node.name not in self.metas and isinstance(
+                    node.meta.get("val", node.meta.get("example_value")), torch.SymInt):
+                # A symbolic size dynamo passes as an input (a number in the hinted run
+                # that propagated shapes): a number from sizes, as in aot_autograd's
+                # graphs, so size arithmetic on it is emitted as Python arithmetic.
+                self.metas[node.name] = Meta.of(node.meta.get("val",
+                                                              node.meta.get("example_value")))
         self.analysis = TensorAnalysis()
         self.eg = make_egraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
@@ -942,6 +949,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     builder.run()
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)
+    else:
+        builder.output = _unflattened_outputs(gm, builder.output)
     eg = builder.eg
     eg.rebuild()
     outputs: list[int] = []
@@ -993,6 +1002,18 @@ def _user_outputs(program, outputs):
     from torch.utils._pytree import tree_unflatten
 
     return tree_unflatten(list(outputs), program.call_spec.out_spec)
+
+
+def _unflattened_outputs(gm: fx.GraphModule, outputs):
+    """What ``gm`` returns where its code rebuilds a structure from the graph's flat
+    outputs (``ExportedProgram.module()`` returns a tensor, not a 1-tuple): the same
+    structure, so the emitted program returns what the source does."""
+    info = getattr(gm.graph._codegen, "pytree_info", None)
+    if info is None or info.out_spec is None or not isinstance(outputs, (tuple, list)):
+        return outputs
+    from torch.utils._pytree import tree_unflatten
+
+    return tree_unflatten(list(outputs), info.out_spec)
 
 
 def _from_export(program, example_inputs):
