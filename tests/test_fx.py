@@ -334,13 +334,14 @@ def test_parameters_are_measured_only_where_ranges_are_observed():
     model = nn.Linear(4, 2)
     x = torch.randn(3, 4)
     ranges = {}
-    for observe in (True, False):
-        eg = EGraph.from_fx(model, (x,), observe=observe)
+    for observe in (True, False, None):  # None: no example inputs, nothing observed
+        eg = (EGraph.from_fx(model) if observe is None else
+              EGraph.from_fx(model, (x,), observe=observe))
         weight = next(m for k, m in eg.analysis.leaves.items() if k.startswith("param:")
                       and k.endswith("weight"))
         ranges[observe] = (weight.lo, weight.hi)
     weight = model.weight.detach()
-    assert ranges[True] == (float(weight.min()), float(weight.max()))
+    assert ranges[True] == ranges[None] == (float(weight.min()), float(weight.max()))
     assert ranges[False] == (-float("inf"), float("inf"))
 
 

@@ -416,15 +416,14 @@ class _Builder:
         user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
                        and n.name not in param_names]
         for node, value in zip(user_inputs, example_inputs or ()):
+            traced = node.meta.get("val", node.meta.get("example_value"))
             if isinstance(value, torch.Tensor) and node.name in self.metas:
                 self.metas[node.name] = self.metas[node.name]._replace(**observed_range(value))
-            elif node.name not in self.metas and isinstance(
-                    node.meta.get("val", node.meta.get("example_value")), torch.SymInt):
+            elif node.name not in self.metas and isinstance(traced, torch.SymInt):
                 # A symbolic size dynamo passes as an input (a number in the hinted run
                 # that propagated shapes): a number from sizes, as in aot_autograd's
                 # graphs, so size arithmetic on it is emitted as Python arithmetic.
-                self.metas[node.name] = Meta.of(node.meta.get("val",
-                                                              node.meta.get("example_value")))
+                self.metas[node.name] = Meta.of(traced)
         self.analysis = TensorAnalysis()
         self.eg = make_egraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
@@ -928,7 +927,9 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         numel = sum(x.numel() for x in example_inputs if isinstance(x, torch.Tensor))
         numel += sum(p.numel() for p in gm.parameters())
         observe = numel <= _MAX_OBSERVED
-    builder = _Builder(gm, example_inputs, param_names, make_egraph, observe=bool(observe))
+    # Without example inputs nothing is observed, but parameters are still measured.
+    builder = _Builder(gm, example_inputs, param_names, make_egraph,
+                       observe=observe is not False)
     for name, domain in (domains or {}).items():
         if domain not in DOMAINS:
             raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
