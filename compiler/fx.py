@@ -42,6 +42,7 @@ from egraph.extract.pareto import ParetoPoint
 from egraph.extract.pareto import pareto as pareto_frontier
 from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
+from egraph.gcpause import gc_paused
 from extractors.costs import Roofline
 from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
@@ -73,6 +74,7 @@ class FxEGraph(EGraph):
         """The e-nodes of each class when the e-graph was built (before saturation)."""
         return self.fx.initial
 
+    @gc_paused
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost`` as a validated ``torch.fx.GraphModule``
         (:func:`extract_module`); with ``root``: ``(term, cost)`` of that class, as on a

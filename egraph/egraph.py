@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from egraph.enode import ENode
 from egraph.explain import CONGRUENCE, Explanation, ProofForest
+from egraph.gcpause import gc_paused
 from egraph.term import Term, Var, parse
 from egraph.unionfind import UnionFind
 
@@ -572,6 +573,7 @@ class EGraph:
 
     # -- the big verbs ------------------------------------------------------------------
 
+    @gc_paused
     def saturate(self, rules, iter_limit: int = 30, node_limit: int = 10_000,
                  time_limit: float = 5.0, scheduler=None, goals=None,
                  incremental: bool = True) -> EGraph:
@@ -596,6 +598,7 @@ class EGraph:
         return self
 
     @classmethod
+    @gc_paused
     def from_fx(cls, source, example_inputs=None, domains=None, ranges=None,
                 observe=None) -> EGraph:
         """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
@@ -610,6 +613,7 @@ class EGraph:
 
         return from_fx(source, example_inputs, domains=domains, ranges=ranges, observe=observe)
 
+    @gc_paused
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost``.
 

@@ -304,3 +304,22 @@ def test_extraction_ties_go_to_the_smaller_term():
     eg.union(big, small)
     term, cost = eg.extract(multiplications, root=big)
     assert (str(term), cost) == ("w", 0)
+
+
+def test_phases_pause_the_cyclic_collector_and_restore_the_callers_setting():
+    import gc
+
+    seen = []
+    rule = rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)",
+                   when=lambda eg, s: seen.append(gc.isenabled()) or True)
+    eg = EGraph()
+    eg.add("(+ a b)", root=True)
+    eg.saturate([rule])
+    assert seen and not any(seen)  # rules run while the collector is paused
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        EGraph().saturate([rule])
+        assert not gc.isenabled()  # a caller's choice to keep it off stands
+    finally:
+        gc.enable()
