@@ -27,6 +27,7 @@ from backends.sizes import explain_sizes
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
+from frontends.fx.exported import owner_of
 from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, SubmoduleRef
 from frontends.fx.vocabulary import SPECS
 
@@ -278,21 +279,8 @@ class _Emitter:
         return self.graph.create_node(call.op, call.target, args, kwargs)
 
 
-def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
-    """The module that holds ``path``'s last part (created empty where missing) and it."""
-    *parents, leaf = path.split(".")
-    module = root
-    for part in parents:
-        child = getattr(module, part, None)
-        if child is None:
-            child = nn.Module()
-            module.add_module(part, child)
-        module = child
-    return module, leaf
-
-
 def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:
-    module, leaf = _owner(root, path)
+    module, leaf = owner_of(root, path)
     if hasattr(module, leaf):
         return
     if isinstance(value, nn.Parameter):
@@ -354,7 +342,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
             graph.call_method("refresh", (graph.get_attr("folded_constants"),))
     for name in emitter.attrs:
         if name in emitter.submodules:
-            owner, leaf = _owner(holder, name)
+            owner, leaf = owner_of(holder, name)
             owner.add_module(leaf, src.graph_module.get_submodule(name))
         elif name in emitter.constants:
             _set_path(holder, name, emitter.constants[name], buffer=True)
@@ -363,7 +351,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     for call in src.opaque.values():
         if call.op == "call_module" and any(
                 n.op == "call_module" and n.target == call.target for n in graph.nodes):
-            owner, leaf = _owner(holder, call.target)
+            owner, leaf = owner_of(holder, call.target)
             owner.add_module(leaf, src.module.get_submodule(call.target))
     graph.lint()
     gm = fx.GraphModule(holder, graph, class_name=type(src.module).__name__ + "Optimized")

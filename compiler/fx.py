@@ -44,6 +44,7 @@ from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
 from extractors.costs import Roofline
+from frontends.fx.exported import ExportedModule
 from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
 
@@ -321,8 +322,8 @@ def _original_module(src: FxSource) -> fx.GraphModule:
     """The source program with the emitted module's signature (the user's inputs)."""
     gm = src.graph_module
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    if placeholders != list(src.inputs) and isinstance(src.module, fx.GraphModule):
-        return src.module  # a torch.export program's graph takes its parameters as inputs
+    if placeholders != list(src.inputs) and isinstance(src.module, ExportedModule):
+        return src.module.program.module()  # the exported graph takes parameters as inputs
     return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
 
 

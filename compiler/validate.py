@@ -43,6 +43,7 @@ import torch.nn as nn
 
 from compiler.ordinals import within
 from egraph.ops.table import TABLE
+from frontends.fx.exported import ExportedModule
 from frontends.fx.ingest import FxSource
 
 
@@ -350,6 +351,9 @@ def _float64_reference(original: nn.Module):
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
         try:
+            if isinstance(wide, ExportedModule):
+                return _flat(_Float64Interpreter(wide.graph_module).run(
+                    *wide.graph_inputs(tuple(xs))))
             if isinstance(wide, fx.GraphModule):
                 return _flat(_Float64Interpreter(wide).run(*xs))
             return _flat(wide(*xs))
@@ -403,6 +407,9 @@ def _float64_copy(module: nn.Module) -> nn.Module:
     converted once (a deep copy followed by ``.to(float64)`` would copy a large model's
     weights twice); tied weights stay tied."""
     memo: dict[int, Any] = {}
+    if isinstance(module, ExportedModule):  # its graph and program hold no state to widen
+        memo[id(module.graph_module)] = module.graph_module
+        memo[id(module.program)] = module.program
     for tensor in [*module.parameters(), *module.buffers()]:
         if id(tensor) not in memo and tensor.is_floating_point():
             wide = tensor.detach().to(torch.float64)

@@ -34,6 +34,7 @@ from egraph.egraph import EGraph
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
+from frontends.fx.exported import ExportedModule
 from frontends.fx.vocabulary import (
     IMPURE,
     SCALAR_FUNCTIONS,
@@ -910,7 +911,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     module = source
     if isinstance(source, torch.export.ExportedProgram):
         gm, param_names, example_inputs = _from_export(source, example_inputs)
-        module = source.module()
+        module = ExportedModule(source)
     elif isinstance(source, nn.Module):
         gm = trace(source)
         module = source
