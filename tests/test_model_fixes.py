@@ -3,6 +3,8 @@ pipeline, each reduced to a small model that needs no ``transformers``."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -56,6 +58,19 @@ def test_relative_errors_judge_infinities_and_each_element_at_its_scale():
     assert relative_errors(torch.tensor([1e-9, 1.0, 3.0]), ref) == (float("inf"),) * 2
     finite = torch.tensor([1e-9, 1.0], dtype=torch.float64)
     assert relative_errors(torch.tensor([1e-9, float("nan")]), finite) == (float("inf"),) * 2
+
+
+
+def test_two_float32_outputs_are_compared_as_exactly_as_in_float64():
+    """A working-dtype reference is compared without widening either side; a difference
+    past float32's range is redone in float64, not reported as infinite."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(10_000, generator=generator)
+    y = x + torch.randn(10_000, generator=generator) * 1e-5
+    narrow, wide = relative_errors(x, y), relative_errors(x, y.double())
+    assert all(math.isclose(n, w, rel_tol=1e-6) for n, w in zip(narrow, wide))
+    huge = torch.tensor([3e38, -3e38, 1.0])
+    assert relative_errors(huge, -huge) == (2.0, 2.0)
 
 
 class Conv1D(nn.Module):
