@@ -36,7 +36,13 @@ class ExportedModule(nn.Module):
     Parameters stay parameters, buffers stay buffers (persistent or not, as exported) and
     tensor constants are plain attributes, as in ``ExportedProgram.module()``, so its
     ``state_dict`` is the program's. ``program`` is the ExportedProgram, ``graph_module``
-    its graph."""
+    its graph.
+
+    >>> model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).eval()
+    >>> module = ExportedModule(torch.export.export(model, (torch.randn(4, 3),)))
+    >>> sorted(module.state_dict()) == sorted(model.state_dict())
+    True
+    """
 
     def __init__(self, program: torch.export.ExportedProgram):
         super().__init__()

@@ -67,7 +67,8 @@ class OpaqueCall:
 
 @dataclass
 class FxSource:
-    """What an e-graph built from FX remembers of its source graph, for emission."""
+    """What an e-graph built from FX remembers of its source graph, for emission.
+    ``module`` runs the source (for a torch.export program: :class:`ExportedModule`)."""
 
     module: nn.Module
     graph_module: fx.GraphModule
