@@ -75,14 +75,14 @@ class FxEGraph(EGraph):
         """The e-nodes of each class when the e-graph was built (before saturation)."""
         return self.fx.initial
 
-    @gc_paused
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost`` as a validated ``torch.fx.GraphModule``
         (:func:`extract_module`); with ``root``: ``(term, cost)`` of that class, as on a
         plain e-graph."""
         if root is not None:
             return super().extract(cost, root=root, **options)
-        return extract_module(self, cost, **options)
+        with gc_paused():
+            return extract_module(self, cost, **options)
 
     def pareto(self, cost_a, cost_b, root: int | None = None, limit: int = 8,
                validate: str = "strict") -> list[ParetoPoint]:

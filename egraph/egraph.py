@@ -573,7 +573,6 @@ class EGraph:
 
     # -- the big verbs ------------------------------------------------------------------
 
-    @gc_paused
     def saturate(self, rules, iter_limit: int = 30, node_limit: int = 10_000,
                  time_limit: float = 5.0, scheduler=None, goals=None,
                  incremental: bool = True) -> EGraph:
@@ -593,12 +592,12 @@ class EGraph:
         """
         from egraph.run import Runner
 
-        Runner(iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit,
-               scheduler=scheduler, goals=goals, incremental=incremental).run(self, rules)
+        with gc_paused():
+            Runner(iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit,
+                   scheduler=scheduler, goals=goals, incremental=incremental).run(self, rules)
         return self
 
     @classmethod
-    @gc_paused
     def from_fx(cls, source, example_inputs=None, domains=None, ranges=None,
                 observe=None) -> EGraph:
         """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
@@ -611,9 +610,10 @@ class EGraph:
         """
         from compiler.fx import from_fx
 
-        return from_fx(source, example_inputs, domains=domains, ranges=ranges, observe=observe)
+        with gc_paused():
+            return from_fx(source, example_inputs, domains=domains, ranges=ranges,
+                           observe=observe)
 
-    @gc_paused
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost``.
 
@@ -626,7 +626,8 @@ class EGraph:
         """
         from egraph.extract import extract
 
-        return extract(self, cost, root=root, **options)
+        with gc_paused():
+            return extract(self, cost, root=root, **options)
 
     def pareto(self, cost_a, cost_b, root: int | None = None, **options) -> list:
         """The non-dominated programs under two costs, with both costs each

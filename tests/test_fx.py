@@ -431,3 +431,12 @@ def test_a_failed_export_program_falls_back_to_the_unlifted_source():
     assert opt.meta["egraph_report"].fell_back
     assert isinstance(opt, torch.fx.GraphModule)
     torch.testing.assert_close(opt(x), model(x))
+
+
+def test_a_fallback_warning_points_at_the_callers_line():
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2), (torch.randn(8),))
+    eg.saturate([rewrite("wrong", "(exp ?x)", "?x")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eg.extract(AstSize(), validate="strict")
+    assert [w.filename for w in caught if "wrong" in str(w.message)] == [__file__]
