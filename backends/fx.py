@@ -27,7 +27,7 @@ from backends.sizes import explain_sizes
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.exported import owner_of
+from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, SubmoduleRef
 from frontends.fx.vocabulary import SPECS
 
@@ -194,7 +194,7 @@ class _Emitter:
             raise KeyError(f"input {kids[0]!r} is not a placeholder of the source graph")
         if op == "param":
             node = self.attr(kids[0])
-            self.foldable[node] = _fetch(self.src.module, kids[0])
+            self.foldable[node] = attribute_at(self.src.module, kids[0])
             return node
         if op == "const":
             self.constants[kids[0]] = self.src.constants[kids[0]]
@@ -347,7 +347,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         elif name in emitter.constants:
             _set_path(holder, name, emitter.constants[name], buffer=True)
         else:
-            _set_path(holder, name, _fetch(src.module, name), buffer=True)
+            _set_path(holder, name, attribute_at(src.module, name), buffer=True)
     for call in src.opaque.values():
         if call.op == "call_module" and any(
                 n.op == "call_module" and n.target == call.target for n in graph.nodes):
@@ -398,10 +398,3 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 graph.erase_node(node)
                 graph.erase_node(product)
                 break
-
-
-def _fetch(module: nn.Module, path: str):
-    obj = module
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj

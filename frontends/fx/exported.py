@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch.export.graph_signature import InputKind
 from torch.utils._pytree import tree_unflatten
 
-__all__ = ["ExportedModule", "owner_of"]
+__all__ = ["ExportedModule", "attribute_at", "owner_of"]
 
 
 class ExportedModule(nn.Module):
@@ -91,7 +91,7 @@ class ExportedModule(nn.Module):
         out: list[Any] = []
         for slot in self._slots:
             if slot is not None:
-                out.append(reduce(getattr, slot.split("."), self))
+                out.append(attribute_at(self, slot))
                 continue
             index, (x, sizes) = next(users)
             if sizes is not None and isinstance(x, torch.Tensor) and (
@@ -106,6 +106,15 @@ class ExportedModule(nn.Module):
     def forward(self, *args: Any) -> Any:
         flat = self.graph_module(*self.graph_inputs(args))
         return tree_unflatten(list(flat)[self._mutations:], self._out_spec)
+
+
+def attribute_at(root: nn.Module, path: str) -> Any:
+    """The attribute a dotted ``path`` names under ``root`` (``"h.0.attn.weight"``).
+
+    >>> attribute_at(nn.Sequential(nn.Linear(2, 3)), "0.weight").shape
+    torch.Size([3, 2])
+    """
+    return reduce(getattr, path.split("."), root)
 
 
 def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
@@ -125,6 +134,3 @@ def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
             module.add_module(part, child)
         module = child
     return module, leaf
-
-
-

@@ -34,7 +34,7 @@ from egraph.egraph import EGraph
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
-from frontends.fx.exported import ExportedModule
+from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.vocabulary import (
     IMPURE,
     SCALAR_FUNCTIONS,
@@ -713,7 +713,7 @@ class _Builder:
         return self.gm.get_submodule(node.target)
 
     def get_attr(self, node: fx.Node) -> int | SubmoduleRef:
-        value = _fetch_attr(self.gm, node.target)
+        value = attribute_at(self.gm, node.target)
         if isinstance(value, nn.Module):
             return SubmoduleRef(node.target)  # the body of a higher-order op's region
         if isinstance(value, torch.Tensor):
@@ -848,13 +848,6 @@ class ClassRef:
 def _is_expr(value: Any) -> bool:
     return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
             and isinstance(value[1], list))
-
-
-def _fetch_attr(gm: nn.Module, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _param(builder: _Builder, node: fx.Node, attr: str) -> int:
