@@ -153,3 +153,60 @@ def test_peak_bytes_counts_what_is_live_at_once():
 
     assert peak_bytes(chain, x) == 2 * 1024 * 4
     assert peak_bytes(lambda x: x.view(32, 32).t(), x) == 0  # views allocate nothing
+
+
+class _Recorded(torch.nn.Module):
+    """A candidate program that notes the thread and grad mode it ran under."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn, self.seen = fn, []
+
+    def forward(self, x):
+        import threading
+
+        self.seen.append((threading.current_thread().name, torch.is_grad_enabled()))
+        return self.fn(x)
+
+
+@pytest.fixture
+def side_by_side(monkeypatch):
+    """Validation as on a large model with cores to spare: source and candidate in two
+    threads."""
+    import compiler.validate
+
+    monkeypatch.setattr(compiler.validate, "SIDE_BY_SIDE_NUMEL", 0)
+    monkeypatch.setattr(compiler.validate, "_cores", lambda: 2 * torch.get_num_threads())
+
+
+@pytest.mark.parametrize("reference", ["float64", "working"])
+def test_side_by_side_validation_judges_as_one_after_the_other(side_by_side, reference):
+    """Run in a worker thread, the candidate runs without grad (grad mode is per thread),
+    a right program passes, a wrong one and one that raises are refused."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)
+    src = EGraph.from_fx(gm, (torch.randn(64, requires_grad=True),)).fx
+    right = _Recorded(lambda x: torch.exp(x) + 1)
+    assert validate_module(src, right, reference=reference).ok
+    assert right.seen and all(name.startswith("egraph-validate") and not grad
+                              for name, grad in right.seen)
+    wrong = validate_module(src, _Recorded(lambda x: x + 1), reference=reference)
+    assert not wrong.ok and "error" in wrong.reason
+    raising = validate_module(src, _Recorded(lambda x: x.view(3, -1)), reference=reference)
+    assert not raising.ok and "raises where the original runs" in raising.reason
+
+
+def test_validation_runs_one_pass_at_a_time_where_torch_uses_every_core(monkeypatch):
+    import compiler.validate
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    monkeypatch.setattr(compiler.validate, "SIDE_BY_SIDE_NUMEL", 0)
+    monkeypatch.setattr(compiler.validate, "_cores", lambda: torch.get_num_threads())
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)
+    src = EGraph.from_fx(gm, (torch.randn(64),)).fx
+    right = _Recorded(lambda x: torch.exp(x) + 1)
+    assert validate_module(src, right).ok
+    assert {name for name, _ in right.seen} == {"MainThread"}
