@@ -489,12 +489,16 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     kind = ("same-seed original" if random_ops else "working-dtype original" if working
             else "float64")
     checked = 0
-    beside = (ThreadPoolExecutor(1, "egraph-validate")
+    beside = (ThreadPoolExecutor(2, "egraph-validate")
               if not random_ops and _side_by_side(original, inputs, numel) else nullcontext())
     with torch.no_grad(), beside as pool:
         for given, stress in zip(input_sets, stressed):
-            ahead = pool.submit(_run_new, new, given) if pool is not None else None
-            xs, out_before = _run_source(original, given)
+            ahead = None
+            if pool is None:
+                xs, out_before = _run_source(original, given)
+            else:
+                ahead = pool.submit(_run_new, new, given)
+                xs, out_before = pool.submit(_run_source, original, given).result()
             if out_before is None:
                 continue  # generated integers the source cannot take (an index too large)
             checked += 1
@@ -611,10 +615,13 @@ def _overflows_sooner(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor
 
 SIDE_BY_SIDE_NUMEL = 1 << 20
 """Programs with at least this many elements of inputs and parameters run the source and
-the new program side by side, in two threads, where the CPU has cores to spare (twice
-torch's intra-op threads): each pass is then long enough that the two threads seldom wait
-for the GIL (torch releases it inside every op), and the pair takes the time of about one
-pass (the 12-layer GPT-2-sized decoder on one thread each: 1.25-1.5 s -> 0.87-1.0 s)."""
+the new program side by side, in two worker threads, where the CPU has cores to spare
+(twice torch's intra-op threads): each pass is then long enough that the two threads
+seldom wait for the GIL (torch releases it inside every op), and the pair takes the time of
+about one pass (the 12-layer GPT-2-sized decoder on one thread each: 1.25-1.5 s -> 0.7-1.0
+s). Both run in workers: the thread that compiles under torch.compile dispatches ops
+through Python (aot_autograd's Python dispatcher), holding the GIL, so a pass there and
+one in a worker took as long as the two in turn."""
 
 
 def _side_by_side(original: nn.Module, inputs: tuple, numel: int) -> bool:
@@ -644,13 +651,15 @@ def _run_new(new: fx.GraphModule, xs: tuple) -> list:
 
 
 def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
-    """The source's flat outputs on ``xs``; where it raises on them, on ``xs`` with its
-    integer tensors zeroed (index 0 is valid in any dim); None where it raises on both."""
+    """The source's flat outputs on ``xs`` (without grad, in any thread); where it raises
+    on them, on ``xs`` with its integer tensors zeroed (index 0 is valid in any dim); None
+    where it raises on both."""
     for attempt in (xs, tuple(torch.zeros_like(x) if isinstance(x, torch.Tensor) and not (
             x.is_floating_point() or x.dtype == torch.bool) else x for x in xs)):
         torch.manual_seed(0)
         try:
-            return attempt, _flat(original(*attempt))
+            with torch.no_grad():
+                return attempt, _flat(original(*attempt))
         except Exception:  # noqa: BLE001 - values the source cannot take: try the next
             continue
     return xs, None
