@@ -20,7 +20,9 @@ counted as error, so a program more accurate than float64 is not refused for it.
 That float64 copy of the model doubles its memory and time. ``reference="working"`` is the
 cheaper mode for large models: the new program is compared with the source run in the
 working dtype, normwise within :func:`working_tolerance` of the dtype; the report's
-``reference`` says which mode was used.
+``reference`` says which mode was used. On a large program (:data:`SIDE_BY_SIDE_NUMEL`)
+whose CPU has cores to spare, the source and the new program run side by side in two
+threads, so validation takes about one forward pass, not two.
 
 >>> import torch
 >>> from egraph import EGraph, AstSize
