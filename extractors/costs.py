@@ -349,7 +349,9 @@ class Roofline(CostModel):
                 continue
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
             peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
-            total += max(f / peak, b / hw.bandwidth) + hw.launch_overhead
+            measured = sum(hw.element_time(choice[c][0], _numel(_meta(egraph, c)))
+                           for c in region.classes)
+            total += max(f / peak, measured, hw.moving(b)) + hw.launch_overhead
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
@@ -357,11 +359,11 @@ class Roofline(CostModel):
         b = bytes_moved(egraph, cid, node)
         if f == 0 and b == 0:
             return 1e-12 if len(node) > 1 else 0.0
-        dtype = getattr(_meta(egraph, cid), "dtype", None)
+        out = _meta(egraph, cid)
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
-        return max(f / hw.peak_flops(node[0], dtype), passes * b / hw.bandwidth) + (
-            kernels * hw.launch_overhead)
+        compute = hw.computing(node[0], f, _numel(out), getattr(out, "dtype", None)) if f else 0.0
+        return max(compute, passes * hw.moving(b)) + kernels * hw.launch_overhead
 
     def __repr__(self) -> str:
         return f"Roofline({self.hardware.name!r}{'' if self.fused else ', fused=False'})"

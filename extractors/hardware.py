@@ -38,6 +38,10 @@ timed separately and merged by :func:`measure_merged_gemm`."""
 # efficiency term is needed.
 
 
+CACHE_BYTES = 16 << 20
+"""What a CPU kernel may move and still run from cache: half this machine's 32 MiB L3."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Peak throughputs (FLOP/s), memory bandwidth (bytes/s) and per-kernel overhead (s).
@@ -47,8 +51,19 @@ class Hardware:
     rsqrt and two muls): each call pays ``kernels`` overheads and moves its bytes
     ``passes`` times (:meth:`kernels_and_passes`).
 
+    ``cache_bytes`` and ``cache_bandwidth``: a kernel that moves at most that many bytes
+    runs from cache, at that bandwidth (:meth:`moving`; 0: every byte goes to memory).
+    ``element_seconds``: ``(op, seconds)`` per output element for the ops whose compute
+    the FLOP peak misprices (on the CPU a tanh is a polynomial of dozens of instructions,
+    an add one): :meth:`computing`.
+
     >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
     [(7, 4), (1, 1)]
+    >>> cpu = HARDWARE["cpu"]
+    >>> [round(cpu.moving(n) * cpu.bandwidth / n, 2) for n in (1 << 30, 1 << 20)]  # DRAM, cache
+    [1.0, 0.14]
+    >>> cpu.computing("tanh", 1e6, 1e6, None) > cpu.computing("add", 1e6, 1e6, None)
+    True
     """
 
     name: str
@@ -58,6 +73,30 @@ class Hardware:
     bandwidth: float
     launch_overhead: float
     composite: tuple[tuple[str, int, int], ...] = ()
+    cache_bytes: float = 0.0
+    cache_bandwidth: float = 0.0
+    element_seconds: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "_per_element", dict(self.element_seconds))
+
+    def moving(self, nbytes: float) -> float:
+        """Seconds one kernel takes to read and write ``nbytes``: from cache where they
+        fit in ``cache_bytes``, from memory otherwise."""
+        if self.cache_bytes and nbytes <= self.cache_bytes:
+            return nbytes / self.cache_bandwidth
+        return nbytes / self.bandwidth
+
+    def computing(self, op: str, flops: float, elements: float, dtype) -> float:
+        """Seconds of compute of one call of ``op`` doing ``flops`` over ``elements``
+        output elements: at the FLOP peak, or at the op's measured time per element
+        (:meth:`element_time`) where that is longer."""
+        return max(flops / self.peak_flops(op, dtype), self.element_time(op, elements))
+
+    def element_time(self, op: str, elements: float) -> float:
+        """Seconds ``op`` takes over ``elements`` output elements at its measured time per
+        element (``element_seconds``); 0 for an op that has none."""
+        return elements * self._per_element.get(op, 0.0)
 
     def kernels_and_passes(self, op: str) -> tuple[int, int]:
         """How many kernels one call of ``op`` runs, and how many times it moves its
@@ -85,7 +124,13 @@ HARDWARE: dict[str, Hardware] = {
     # The 2-core CI machine (measured): 48.8 GFLOP/s fp32 matmul, 12.2 GFLOP/s elementwise
     # in cache, 6.1 GB/s copy, 2.5 us per op (merged matrix products: see above).
     "cpu": Hardware("cpu", 48.8e9, 48.8e9, 12.2e9, 6.1e9, 2.5e-6, composite=(
-        ("rms_norm", 7, 4), ("logsumexp", 10, 4))),
+        ("rms_norm", 7, 4), ("logsumexp", 10, 4)), cache_bytes=CACHE_BYTES,
+        cache_bandwidth=44.8e9, element_seconds=(
+            ("exp", 1.09e-9), ("log", 1.35e-9), ("tanh", 3.93e-9), ("sigmoid", 1.20e-9),
+            ("silu", 1.34e-9), ("gelu", 4.07e-9), ("erf", 1.66e-9), ("softplus", 4.08e-9),
+            ("sin", 1.73e-9), ("cos", 2.23e-9), ("log1p", 2.22e-9), ("expm1", 2.32e-9),
+            ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
+            ("softmax", 1.14e-9), ("log_softmax", 1.09e-9))),
 }
 # The CPU's composites (torch 2.13, fp32, one thread; the profiler lists their kernels):
 # rms_norm at (2, 32, 128), (2, 128, 768) and (8, 512, 1024) takes 23.6, 137 and 6,992 us
@@ -97,8 +142,16 @@ HARDWARE: dict[str, Hardware] = {
 # costs two passes more (it stays the choice where accuracy is the objective).
 
 
-def measure_cpu() -> Hardware:
-    """Measure this machine's profile (fp32 matmul, copy bandwidth, per-op overhead)."""
+ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "erf", "softplus", "sin",
+               "cos", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "softmax",
+               "log_softmax")
+"""The ops whose time per element :func:`measure_cpu` measures (the ``element_seconds``
+of a profile): the transcendental ones, and an add-like op (div) beside them."""
+
+def measure_cpu(threads: int = 1) -> Hardware:
+    """Measure this machine's profile on ``threads`` threads: fp32 matmul, memory and
+    cache bandwidth (copies of 128 MiB and of 4 MiB), per-op overhead, and the time per
+    element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache)."""
     import time
 
     import torch
@@ -112,16 +165,41 @@ def measure_cpu() -> Hardware:
             times.append(time.perf_counter() - start)
         return sorted(times)[n // 2]
 
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     matmul = 2 * 1024**3 / median(lambda: a @ b)
     x = torch.randn(32 * 1024 * 1024)
     y = torch.empty_like(x)
     bandwidth = 2 * x.numel() * 4 / median(lambda: y.copy_(x))
+    small, into = torch.randn(1 << 20), torch.empty(1 << 20)
+    cache_bandwidth = 2 * small.numel() * 4 / median(lambda: into.copy_(small), 31)
     cached = torch.randn(256 * 1024)  # stays in cache: compute-bound
     vector = cached.numel() / median(lambda: cached.mul_(1.0), 31)
     z = torch.randn(64)
     overhead = median(lambda: torch.add(z, z), 101)
-    return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead)
+    kernels = _element_kernels(torch)
+    positive = torch.rand(256, 1024) + 0.5  # in every op's domain
+    element_seconds = tuple(
+        (op, (median(lambda fn=kernels[op]: fn(positive), 31) - overhead) / positive.numel())
+        for op in ELEMENT_OPS)
+    torch.set_num_threads(before)
+    return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead,
+                    cache_bytes=CACHE_BYTES, cache_bandwidth=cache_bandwidth,
+                    element_seconds=element_seconds)
+
+
+def _element_kernels(torch) -> dict:
+    """The torch call :func:`measure_cpu` times for each of :data:`ELEMENT_OPS` (GELU in
+    its tanh form, the dearer and the one GPT-2 uses; softmaxes over rows of 1024)."""
+    functional = torch.nn.functional
+    return {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+            "silu": functional.silu, "gelu": lambda x: functional.gelu(x, approximate="tanh"),
+            "erf": torch.erf, "softplus": functional.softplus, "sin": torch.sin,
+            "cos": torch.cos, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
+            "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+            "div": lambda x: torch.div(x, x), "softmax": lambda x: torch.softmax(x, -1),
+            "log_softmax": lambda x: torch.log_softmax(x, -1)}
 
 
 def measure_merged_gemm(shapes=MERGED_SHAPES, repeat: int = 101,
@@ -176,4 +254,7 @@ if __name__ == "__main__":
             print(f"{rows}x{inner} @ {widths}: separate {sep * 1e6:.1f} us, merged "
                   f"{one * 1e6:.1f} us, {saved * 1e6:.1f} us per product saved")
     else:
-        print(measure_cpu())
+        profile = measure_cpu()
+        print(profile)
+        for op, seconds in profile.element_seconds:
+            print(f"{op:12} {seconds * 1e9:6.2f} ns per element")

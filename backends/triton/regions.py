@@ -94,7 +94,7 @@ def pays(egraph: EGraph, choice: dict[int, tuple], region: Region, judge: Roofli
     work = sum(flops(egraph, c, choice[c]) for c in region.classes)
     moved = sum(_nbytes(egraph, k) for k in region.inputs | region.outputs)
     dtype = egraph.data(region.classes[0]).dtype
-    fused = max(work / hw.peak_flops("add", dtype), moved / hw.bandwidth) + hw.launch_overhead
+    fused = max(work / hw.peak_flops("add", dtype), hw.moving(moved)) + hw.launch_overhead
     return fused < alone
 
 
