@@ -189,7 +189,7 @@ class _Model:
             for ns, us in steps:
                 common = np.bitwise_and.reduce(bits[us], axis=0)
                 bits[ns] |= common
-            bits |= _transpose(bits, num)
+            _mirror(bits, before, num)
             if np.array_equal(bits, before):
                 return bits
 
@@ -548,6 +548,20 @@ def _cliques(users: list[int], exclusive: np.ndarray | None, ncls: list[int]
         else:
             groups.append([a])
     return [[users[a] for a in group] for group in groups]
+
+
+def _mirror(bits: np.ndarray, before: np.ndarray, num: int) -> None:
+    """Make the square bit matrix ``bits`` symmetric again where its rows gained bits since
+    the symmetric ``before``: each new bit ``(i, j)`` is mirrored to ``(j, i)``, row by
+    row where few rows changed (the later rounds of :meth:`_Model._exclusive`), by one
+    whole transpose where many did."""
+    rows = np.flatnonzero((bits != before).any(axis=1))
+    if len(rows) > num // 16:
+        bits |= _transpose(bits, num)
+        return
+    gained = np.unpackbits(bits[rows] & ~before[rows], axis=1, count=num)
+    for i, row in zip(rows.tolist(), gained):
+        bits[np.flatnonzero(row), i >> 3] |= np.uint8(0x80 >> (i & 7))
 
 
 def _transpose(bits: np.ndarray, num: int) -> np.ndarray:
