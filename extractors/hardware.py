@@ -132,6 +132,12 @@ HARDWARE: dict[str, Hardware] = {
             ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
             ("softmax", 1.14e-9), ("log_softmax", 1.09e-9))),
 }
+# The CPU's cache and element times (python -m extractors.hardware, one thread, three runs
+# under the shared machine's changing load): a 4 MiB copy at 45-57 GB/s against 10-12 GB/s
+# for 128 MiB; per element on 256K elements, 0.15-0.19 ns for div and reciprocal (what an
+# add costs from cache) against 3.3-4.2 ns for tanh and 3.7-4.1 ns for the tanh GELU, 1.0-1.4
+# ns for exp: the FLOP peak (12.2 GFLOP/s, one op an element) prices all of them at 0.08 ns.
+# The middle run's figures are the profile's.
 # The CPU's composites (torch 2.13, fp32, one thread; the profiler lists their kernels):
 # rms_norm at (2, 32, 128), (2, 128, 768) and (8, 512, 1024) takes 23.6, 137 and 6,992 us
 # against 25.6, 128 and 8,194 us for the same formula written out, and 3.4 times one
