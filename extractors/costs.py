@@ -121,9 +121,22 @@ def flops(egraph, cid: int, node: tuple) -> float:
         return float(n)
     if callable(entry.flops):
         return entry.flops(n, kids)
-    # Reductions and library ops count per input element, pointwise ops per output one.
-    per = _numel(kids[0]) if entry.kind in ("reduction", "library") else n
-    return float(entry.flops * per)
+    return float(entry.flops * _elements(entry, n, kids))
+
+
+def _elements(entry, out_numel: int, kids: list) -> int:
+    """The elements an op's work is counted over: reductions and library ops per input
+    element, pointwise ops per output one."""
+    return _numel(kids[0]) if entry.kind in ("reduction", "library") else out_numel
+
+
+def _work_elements(egraph, cid: int, node: tuple) -> int:
+    """The elements one e-node's work is counted over (:func:`_elements`)."""
+    entry = TABLE.get(node[0])
+    n = _numel(_meta(egraph, cid))
+    if entry is None:
+        return n
+    return _elements(entry, n, [_meta(egraph, k) for k in node[1:]])
 
 
 def bytes_moved(egraph, cid: int, node: tuple) -> float:
@@ -349,7 +362,7 @@ class Roofline(CostModel):
                 continue
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
             peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
-            measured = sum(hw.element_time(choice[c][0], _numel(_meta(egraph, c)))
+            measured = sum(hw.element_time(choice[c][0], _work_elements(egraph, c, choice[c]))
                            for c in region.classes)
             total += max(f / peak, measured, hw.moving(b)) + hw.launch_overhead
         return total
@@ -362,7 +375,8 @@ class Roofline(CostModel):
         out = _meta(egraph, cid)
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
-        compute = hw.computing(node[0], f, _numel(out), getattr(out, "dtype", None)) if f else 0.0
+        compute = hw.computing(node[0], f, _work_elements(egraph, cid, node),
+                               getattr(out, "dtype", None)) if f else 0.0
         return max(compute, passes * hw.moving(b)) + kernels * hw.launch_overhead
 
     def __repr__(self) -> str:

@@ -61,7 +61,7 @@ class Hardware:
     [(7, 4), (1, 1)]
     >>> cpu = HARDWARE["cpu"]
     >>> [round(cpu.moving(n) * cpu.bandwidth / n, 2) for n in (1 << 30, 1 << 20)]  # DRAM, cache
-    [1.0, 0.14]
+    [1.0, 0.25]
     >>> cpu.computing("tanh", 1e6, 1e6, None) > cpu.computing("add", 1e6, 1e6, None)
     True
     """
@@ -122,22 +122,24 @@ HARDWARE: dict[str, Hardware] = {
     # NVIDIA A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, 2.04 TB/s HBM2e.
     "A100": Hardware("A100", 19.5e12, 312e12, 19.5e12, 2.04e12, 5e-6),
     # The 2-core CI machine (measured): 48.8 GFLOP/s fp32 matmul, 12.2 GFLOP/s elementwise
-    # in cache, 6.1 GB/s copy, 2.5 us per op (merged matrix products: see above).
-    "cpu": Hardware("cpu", 48.8e9, 48.8e9, 12.2e9, 6.1e9, 2.5e-6, composite=(
+    # in cache, 11.1 GB/s copy of 128 MiB (6.1 in an earlier round, 10.4-12.1 in three runs
+    # of this one), 2.5 us per op (merged matrix products: see above).
+    "cpu": Hardware("cpu", 48.8e9, 48.8e9, 12.2e9, 11.1e9, 2.5e-6, composite=(
         ("rms_norm", 7, 4), ("logsumexp", 10, 4)), cache_bytes=CACHE_BYTES,
         cache_bandwidth=44.8e9, element_seconds=(
             ("exp", 1.09e-9), ("log", 1.35e-9), ("tanh", 3.93e-9), ("sigmoid", 1.20e-9),
             ("silu", 1.34e-9), ("gelu", 4.07e-9), ("erf", 1.66e-9), ("softplus", 4.08e-9),
             ("sin", 1.73e-9), ("cos", 2.23e-9), ("log1p", 2.22e-9), ("expm1", 2.32e-9),
             ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
-            ("softmax", 1.14e-9), ("log_softmax", 1.09e-9))),
+            ("softmax", 1.14e-9), ("log_softmax", 1.09e-9), ("logsumexp", 1.57e-9))),
 }
 # The CPU's cache and element times (python -m extractors.hardware, one thread, three runs
 # under the shared machine's changing load): a 4 MiB copy at 45-57 GB/s against 10-12 GB/s
 # for 128 MiB; per element on 256K elements, 0.15-0.19 ns for div and reciprocal (what an
 # add costs from cache) against 3.3-4.2 ns for tanh and 3.7-4.1 ns for the tanh GELU, 1.0-1.4
 # ns for exp: the FLOP peak (12.2 GFLOP/s, one op an element) prices all of them at 0.08 ns.
-# The middle run's figures are the profile's.
+# The middle run's figures are the profile's (logsumexp's, per input element, measured later
+# at 1.45 times exp's time, scaled to this run's exp).
 # The CPU's composites (torch 2.13, fp32, one thread; the profiler lists their kernels):
 # rms_norm at (2, 32, 128), (2, 128, 768) and (8, 512, 1024) takes 23.6, 137 and 6,992 us
 # against 25.6, 128 and 8,194 us for the same formula written out, and 3.4 times one
@@ -150,9 +152,10 @@ HARDWARE: dict[str, Hardware] = {
 
 ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "erf", "softplus", "sin",
                "cos", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "softmax",
-               "log_softmax")
+               "log_softmax", "logsumexp")
 """The ops whose time per element :func:`measure_cpu` measures (the ``element_seconds``
 of a profile): the transcendental ones, and an add-like op (div) beside them."""
+
 
 def measure_cpu(threads: int = 1) -> Hardware:
     """Measure this machine's profile on ``threads`` threads: fp32 matmul, memory and
@@ -197,7 +200,8 @@ def measure_cpu(threads: int = 1) -> Hardware:
 
 def _element_kernels(torch) -> dict:
     """The torch call :func:`measure_cpu` times for each of :data:`ELEMENT_OPS` (GELU in
-    its tanh form, the dearer and the one GPT-2 uses; softmaxes over rows of 1024)."""
+    its tanh form, the dearer and the one GPT-2 uses; softmaxes and logsumexp over rows of
+    1024, timed per input element)."""
     functional = torch.nn.functional
     return {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
             "silu": functional.silu, "gelu": lambda x: functional.gelu(x, approximate="tanh"),
@@ -205,7 +209,8 @@ def _element_kernels(torch) -> dict:
             "cos": torch.cos, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
             "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
             "div": lambda x: torch.div(x, x), "softmax": lambda x: torch.softmax(x, -1),
-            "log_softmax": lambda x: torch.log_softmax(x, -1)}
+            "log_softmax": lambda x: torch.log_softmax(x, -1),
+            "logsumexp": lambda x: torch.logsumexp(x, -1)}
 
 
 def measure_merged_gemm(shapes=MERGED_SHAPES, repeat: int = 101,
