@@ -5,8 +5,9 @@ backend uses on CPU inputs) and measured, at sizes from in-cache to past the cac
     .venv/bin/python benchmarks/cpu_profile.py [--repeat 51] [--threads 1]
 
 The pairs are the choices extraction makes on real models: GPT-2's GELU whose tanh a
-training step saves for the backward pass (the fused op computes the tanh again), a
-Llama RMS norm whose reciprocal is saved, a softmax written out, a logsumexp written out.
+training step saves for the backward pass (the fused op computes the tanh again),
+transformers' erf GELU written out, a Llama RMS norm whose reciprocal is saved, a softmax
+written out, a logsumexp written out.
 Each row gives both programs' predicted and measured times and whether the profile ranks
 them as the machine does, for this profile and for the same profile without its cache and
 per-element times (every byte at DRAM speed, every op at the FLOP peak: how the profile
@@ -46,6 +47,14 @@ def gelu_formula(x):
     return 0.5 * x * (1.0 + t), t
 
 
+def erf_gelu_fused(x):
+    return functional.gelu(x)
+
+
+def erf_gelu_formula(x):
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
 def rms_fused(x, w):
     r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
     return functional.rms_norm(x, (x.shape[-1],), w, 1e-6), r
@@ -75,6 +84,7 @@ def logsumexp_formula(x):
 
 PAIRS = {
     "gelu, tanh saved": (gelu_fused, gelu_formula, lambda s: (torch.randn(s),)),
+    "gelu (erf), written out": (erf_gelu_fused, erf_gelu_formula, lambda s: (torch.randn(s),)),
     "rms_norm, 1/rms saved": (rms_fused, rms_formula,
                               lambda s: (torch.randn(s), torch.randn(s[-1]))),
     "softmax": (softmax_fused, softmax_formula, lambda s: (torch.randn(s),)),

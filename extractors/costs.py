@@ -139,6 +139,16 @@ def _work_elements(egraph, cid: int, node: tuple) -> int:
     return _elements(entry, n, [_meta(egraph, k) for k in node[1:]])
 
 
+def _variant(egraph, node: tuple) -> str | None:
+    """Which form of its op an e-node computes, where an attribute names it (GELU's
+    ``approximate="tanh"``): the first string literal among its arguments."""
+    for k in node[2:]:
+        value = getattr(_meta(egraph, k), "value", None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
 def bytes_moved(egraph, cid: int, node: tuple) -> float:
     """Bytes one e-node reads and writes as its own kernel (0 for views, leaves and
     parameter-only subexpressions)."""
@@ -362,7 +372,8 @@ class Roofline(CostModel):
                 continue
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
             peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
-            measured = sum(hw.element_time(choice[c][0], _work_elements(egraph, c, choice[c]))
+            measured = sum(hw.element_time(choice[c][0], _work_elements(egraph, c, choice[c]),
+                                           _variant(egraph, choice[c]))
                            for c in region.classes)
             total += max(f / peak, measured, hw.moving(b)) + hw.launch_overhead
         return total
@@ -376,7 +387,7 @@ class Roofline(CostModel):
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
         compute = hw.computing(node[0], f, _work_elements(egraph, cid, node),
-                               getattr(out, "dtype", None)) if f else 0.0
+                               getattr(out, "dtype", None), _variant(egraph, node)) if f else 0.0
         return max(compute, passes * hw.moving(b)) + kernels * hw.launch_overhead
 
     def __repr__(self) -> str:

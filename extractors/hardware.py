@@ -53,9 +53,10 @@ class Hardware:
 
     ``cache_bytes`` and ``cache_bandwidth``: a kernel that moves at most that many bytes
     runs from cache, at that bandwidth (:meth:`moving`; 0: every byte goes to memory).
-    ``element_seconds``: ``(op, seconds)`` per output element for the ops whose compute
-    the FLOP peak misprices (on the CPU a tanh is a polynomial of dozens of instructions,
-    an add one): :meth:`computing`.
+    ``element_seconds``: ``(op, seconds)`` per element for the ops whose compute the FLOP
+    peak misprices (on the CPU a tanh is a polynomial of dozens of instructions, an add
+    one): :meth:`computing`; ``op:variant`` names one form of an op that has several
+    (``gelu:tanh``, GELU's tanh approximation, three times the cost of its erf form).
 
     >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
     [(7, 4), (1, 1)]
@@ -63,6 +64,8 @@ class Hardware:
     >>> [round(cpu.moving(n) * cpu.bandwidth / n, 2) for n in (1 << 30, 1 << 20)]  # DRAM, cache
     [1.0, 0.25]
     >>> cpu.computing("tanh", 1e6, 1e6, None) > cpu.computing("add", 1e6, 1e6, None)
+    True
+    >>> cpu.element_time("gelu", 1e6, "tanh") > cpu.element_time("gelu", 1e6, "none")
     True
     """
 
@@ -87,16 +90,24 @@ class Hardware:
             return nbytes / self.cache_bandwidth
         return nbytes / self.bandwidth
 
-    def computing(self, op: str, flops: float, elements: float, dtype) -> float:
-        """Seconds of compute of one call of ``op`` doing ``flops`` over ``elements``
-        output elements: at the FLOP peak, or at the op's measured time per element
-        (:meth:`element_time`) where that is longer."""
-        return max(flops / self.peak_flops(op, dtype), self.element_time(op, elements))
+    def computing(self, op: str, flops: float, elements: float, dtype,
+                  variant: str | None = None) -> float:
+        """Seconds of compute of one call of ``op`` (in its form ``variant``) doing
+        ``flops`` over ``elements`` elements: at the FLOP peak, or at the op's measured
+        time per element (:meth:`element_time`) where that is longer."""
+        return max(flops / self.peak_flops(op, dtype),
+                   self.element_time(op, elements, variant))
 
-    def element_time(self, op: str, elements: float) -> float:
-        """Seconds ``op`` takes over ``elements`` output elements at its measured time per
-        element (``element_seconds``); 0 for an op that has none."""
-        return elements * self._per_element.get(op, 0.0)
+    def element_time(self, op: str, elements: float, variant: str | None = None) -> float:
+        """Seconds ``op`` (in its form ``variant``, where measured) takes over
+        ``elements`` elements at its measured time per element (``element_seconds``); 0
+        for an op that has none."""
+        per = self._per_element
+        if variant is not None:
+            seconds = per.get(f"{op}:{variant}")
+            if seconds is not None:
+                return elements * seconds
+        return elements * per.get(op, 0.0)
 
     def kernels_and_passes(self, op: str) -> tuple[int, int]:
         """How many kernels one call of ``op`` runs, and how many times it moves its
@@ -128,7 +139,8 @@ HARDWARE: dict[str, Hardware] = {
         ("rms_norm", 7, 4), ("logsumexp", 10, 4)), cache_bytes=CACHE_BYTES,
         cache_bandwidth=44.8e9, element_seconds=(
             ("exp", 1.09e-9), ("log", 1.35e-9), ("tanh", 3.93e-9), ("sigmoid", 1.20e-9),
-            ("silu", 1.34e-9), ("gelu", 4.07e-9), ("erf", 1.66e-9), ("softplus", 4.08e-9),
+            ("silu", 1.34e-9), ("gelu", 1.31e-9), ("gelu:tanh", 4.07e-9), ("erf", 1.66e-9),
+            ("softplus", 4.08e-9),
             ("sin", 1.73e-9), ("cos", 2.23e-9), ("log1p", 2.22e-9), ("expm1", 2.32e-9),
             ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
             ("softmax", 1.14e-9), ("log_softmax", 1.09e-9), ("logsumexp", 1.57e-9))),
@@ -138,8 +150,9 @@ HARDWARE: dict[str, Hardware] = {
 # for 128 MiB; per element on 256K elements, 0.15-0.19 ns for div and reciprocal (what an
 # add costs from cache) against 3.3-4.2 ns for tanh and 3.7-4.1 ns for the tanh GELU, 1.0-1.4
 # ns for exp: the FLOP peak (12.2 GFLOP/s, one op an element) prices all of them at 0.08 ns.
-# The middle run's figures are the profile's (logsumexp's, per input element, measured later
-# at 1.45 times exp's time, scaled to this run's exp).
+# The middle run's figures are the profile's (logsumexp's, per input element, and the erf
+# GELU's, measured later at 1.45 and 0.32 times exp's and the tanh GELU's time, scaled to
+# this run's).
 # The CPU's composites (torch 2.13, fp32, one thread; the profiler lists their kernels):
 # rms_norm at (2, 32, 128), (2, 128, 768) and (8, 512, 1024) takes 23.6, 137 and 6,992 us
 # against 25.6, 128 and 8,194 us for the same formula written out, and 3.4 times one
@@ -150,7 +163,8 @@ HARDWARE: dict[str, Hardware] = {
 # costs two passes more (it stays the choice where accuracy is the objective).
 
 
-ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "erf", "softplus", "sin",
+ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu:tanh", "erf",
+               "softplus", "sin",
                "cos", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "softmax",
                "log_softmax", "logsumexp")
 """The ops whose time per element :func:`measure_cpu` measures (the ``element_seconds``
@@ -200,11 +214,11 @@ def measure_cpu(threads: int = 1) -> Hardware:
 
 def _element_kernels(torch) -> dict:
     """The torch call :func:`measure_cpu` times for each of :data:`ELEMENT_OPS` (GELU in
-    its tanh form, the dearer and the one GPT-2 uses; softmaxes and logsumexp over rows of
-    1024, timed per input element)."""
+    both forms; softmaxes and logsumexp over rows of 1024, timed per input element)."""
     functional = torch.nn.functional
     return {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
-            "silu": functional.silu, "gelu": lambda x: functional.gelu(x, approximate="tanh"),
+            "silu": functional.silu, "gelu": functional.gelu,
+            "gelu:tanh": lambda x: functional.gelu(x, approximate="tanh"),
             "erf": torch.erf, "softplus": functional.softplus, "sin": torch.sin,
             "cos": torch.cos, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
             "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
