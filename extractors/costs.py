@@ -372,9 +372,7 @@ class Roofline(CostModel):
                 continue
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
             peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
-            measured = sum(hw.element_time(choice[c][0], _work_elements(egraph, c, choice[c]),
-                                           _variant(egraph, choice[c]))
-                           for c in region.classes)
+            measured = sum(self._element_time(egraph, c, choice[c]) for c in region.classes)
             total += max(f / peak, measured, hw.moving(b)) + hw.launch_overhead
         return total
 
@@ -383,12 +381,20 @@ class Roofline(CostModel):
         b = bytes_moved(egraph, cid, node)
         if f == 0 and b == 0:
             return 1e-12 if len(node) > 1 else 0.0
-        out = _meta(egraph, cid)
+        dtype = getattr(_meta(egraph, cid), "dtype", None)
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
-        compute = hw.computing(node[0], f, _work_elements(egraph, cid, node),
-                               getattr(out, "dtype", None), _variant(egraph, node)) if f else 0.0
+        compute = max(f / hw.peak_flops(node[0], dtype), self._element_time(egraph, cid, node))
         return max(compute, passes * hw.moving(b)) + kernels * hw.launch_overhead
+
+    def _element_time(self, egraph, cid: int, node: tuple) -> float:
+        """The measured compute time of one e-node (``Hardware.element_seconds``); 0 where
+        its op has none or it computes nothing per call."""
+        hw = self.hardware
+        if node[0] not in hw.measured_ops or not flops(egraph, cid, node):
+            return 0.0
+        return hw.element_time(node[0], _work_elements(egraph, cid, node),
+                               _variant(egraph, node))
 
     def __repr__(self) -> str:
         return f"Roofline({self.hardware.name!r}{'' if self.fused else ', fused=False'})"

@@ -55,16 +55,18 @@ class Hardware:
     runs from cache, at that bandwidth (:meth:`moving`; 0: every byte goes to memory).
     ``element_seconds``: ``(op, seconds)`` per element for the ops whose compute the FLOP
     peak misprices (on the CPU a tanh is a polynomial of dozens of instructions, an add
-    one): :meth:`computing`; ``op:variant`` names one form of an op that has several
-    (``gelu:tanh``, GELU's tanh approximation, three times the cost of its erf form).
+    one): :meth:`element_time`, which the roofline takes where it exceeds the FLOPs at
+    peak; ``op:variant`` names one form of an op that has several (``gelu:tanh``, GELU's
+    tanh approximation, three times the cost of its erf form). ``measured_ops``: the ops
+    named there.
 
     >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
     [(7, 4), (1, 1)]
     >>> cpu = HARDWARE["cpu"]
     >>> [round(cpu.moving(n) * cpu.bandwidth / n, 2) for n in (1 << 30, 1 << 20)]  # DRAM, cache
     [1.0, 0.25]
-    >>> cpu.computing("tanh", 1e6, 1e6, None) > cpu.computing("add", 1e6, 1e6, None)
-    True
+    >>> cpu.element_time("tanh", 1e6) > 1e6 / cpu.vector_fp32, cpu.element_time("add", 1e6)
+    (True, 0.0)
     >>> cpu.element_time("gelu", 1e6, "tanh") > cpu.element_time("gelu", 1e6, "none")
     True
     """
@@ -82,6 +84,8 @@ class Hardware:
 
     def __post_init__(self):
         object.__setattr__(self, "_per_element", dict(self.element_seconds))
+        object.__setattr__(self, "measured_ops",
+                           frozenset(op.split(":")[0] for op, _ in self.element_seconds))
 
     def moving(self, nbytes: float) -> float:
         """Seconds one kernel takes to read and write ``nbytes``: from cache where they
@@ -89,14 +93,6 @@ class Hardware:
         if self.cache_bytes and nbytes <= self.cache_bytes:
             return nbytes / self.cache_bandwidth
         return nbytes / self.bandwidth
-
-    def computing(self, op: str, flops: float, elements: float, dtype,
-                  variant: str | None = None) -> float:
-        """Seconds of compute of one call of ``op`` (in its form ``variant``) doing
-        ``flops`` over ``elements`` elements: at the FLOP peak, or at the op's measured
-        time per element (:meth:`element_time`) where that is longer."""
-        return max(flops / self.peak_flops(op, dtype),
-                   self.element_time(op, elements, variant))
 
     def element_time(self, op: str, elements: float, variant: str | None = None) -> float:
         """Seconds ``op`` (in its form ``variant``, where measured) takes over
