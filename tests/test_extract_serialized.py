@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import extractors
 from egraph.extract import dag, graph, greedy, ilp, serialized
+from egraph.extract.graph import Graph
+from egraph.extract.greedy import greedy_tree
 from egraph.serialize import SerializedFormatError
 from extractors import AstDepth, AstSize, Extraction, extract_serialized
 
@@ -285,3 +287,22 @@ def test_gym_files(name):
         check(data, e)
     assert results["ilp"].optimal is True
     assert results["ilp"].dag_cost <= results["dag"].dag_cost <= results["greedy"].dag_cost
+
+
+def test_single_node_chains_fold_into_their_users():
+    # "S" is used from two classes that choose, so it stays in the integer program; the
+    # chain below it ("Y", used only by S's node) folds into its user.
+    data = {"nodes": {
+        "p": node("p", "r", 1, ["a1", "c1"]),
+        "a1": node("a1", "A", 1, ["s"]), "a2": node("a2", "A", 3),
+        "c1": node("c1", "C", 1, ["s"]), "c2": node("c2", "C", 3),
+        "s": node("s", "S", 2, ["y"]), "y": node("y", "Y", 1, ["x"]), "x": node("x", "X", 0)},
+        "root_eclasses": ["r"]}
+    graph = Graph.load(data)
+    start, order = greedy_tree(graph)
+    model = ilp._Model(graph, start, set(order))
+    assert {graph.class_ids[c] for c in model.classes} == {"r", "A", "C", "S"}
+    assert {graph.class_ids[c] for c in model.absorbed} == {"Y"}
+    e = extract_serialized(data, "ilp")
+    check(data, e)
+    assert (e.choice["A"], e.choice["C"], e.dag_cost, e.optimal) == ("a1", "c1", 6, True)

@@ -21,6 +21,10 @@ the sum of the chosen nodes' costs (the DAG cost). What makes it solve fast:
   children force the other's class into every acyclic term), and, inductively, a node
   all of whose class's users are exclusive with the other. Each class ``k`` gets
   ``y[k] >= sum(x[u] for u in S)`` for groups ``S`` of pairwise exclusive users.
+* Chains fold away. A class of one node whose users all belong to one class is used
+  exactly when one of them is: its cost and children move into those users and it
+  leaves the model (most of a model's program: the 12-layer decoder's 2,023 nodes and
+  1,343 classes shrink to 1,070 and 390).
 * Acyclicity only where it can fail: a continuous topological level per class inside a
   strongly connected component of the class graph, constrained on the edges inside it.
 * A warm start from the DAG-aware heuristic's answer.
@@ -103,14 +107,21 @@ class _Model:
         kids, cost = graph.kids, graph.cost
         self.free = {c: ns[0] for c, ns in chosen.items()
                      if len(ns) == 1 and not kids[ns[0]] and not cost[ns[0]]}
-        self.classes = [c for c in chosen if c not in self.free]
+        classes = [c for c in chosen if c not in self.free]
+        node_kids = {n: tuple(k for k in kids[n] if k not in self.free)
+                     for c in classes for n in chosen[c]}
+        node_cost = {n: cost[n] for n in node_kids}
+        self.absorbed = _absorb(classes, chosen, node_kids, node_cost, graph.node_class,
+                                set(graph.roots))
+        self.classes = [c for c in classes if c not in self.absorbed]
         self.nodes: list[int] = []
         self.members: dict[int, list[int]] = {}
         for c in self.classes:
             self.members[c] = list(range(len(self.nodes), len(self.nodes) + len(chosen[c])))
             self.nodes.extend(chosen[c])
         self.ncls = [graph.node_class[n] for n in self.nodes]
-        self.nkids = [tuple(k for k in kids[n] if k not in self.free) for n in self.nodes]
+        self.nkids = [node_kids[n] for n in self.nodes]
+        self.ncost = [node_cost[n] for n in self.nodes]
 
     # -- pruning ----------------------------------------------------------------------
 
@@ -289,7 +300,7 @@ class _Model:
         num_cols = num_binary + len(level_size)
 
         col_cost = np.zeros(num_cols)
-        col_cost[:num] = [float(g.cost[n]) for n in self.nodes]
+        col_cost[:num] = [float(v) for v in self.ncost]
         col_lower = np.zeros(num_cols)
         col_upper = np.ones(num_cols)
         col_upper[num_binary:] = np.array(level_size) - 1.0
@@ -339,7 +350,7 @@ class _Model:
         pick = [-1] * g.num_classes
         for c in self.classes:
             pick[c] = self.nodes[max(members[c], key=lambda i: values[i])]
-        for c, n in self.free.items():
+        for c, n in (*self.free.items(), *self.absorbed.items()):
             pick[c] = n
         return pick, optimal
 
@@ -415,6 +426,10 @@ class _Model:
         for c in order:
             if c in self.free:
                 continue
+            if c in self.absorbed:
+                if pick[c] != self.absorbed[c]:
+                    return None
+                continue
             i = local.get(pick[c])
             if i is None:
                 return None
@@ -424,6 +439,48 @@ class _Model:
                 values[level_col[c]] = placed[component[c]]
                 placed[component[c]] += 1
         return values
+
+
+def _absorb(classes: list[int], members: dict[int, list[int]],
+            node_kids: dict[int, tuple[int, ...]], node_cost: dict[int, Cost],
+            node_class: tuple[int, ...], roots: set[int]) -> dict[int, int]:
+    """Fold each class of one node whose users all belong to one class into those users:
+    at most one of them is chosen, so the class is used exactly when one is, and each
+    user takes on its cost and its child classes (``node_kids`` and ``node_cost`` are
+    updated in place). Returns the folded classes with their node. Most of a model's
+    program is such chains of single-node classes, so the integer program keeps only
+    the classes where something is chosen. Classes on a cycle of the class graph and
+    root classes stay: the levels that keep an answer acyclic live on the cycles."""
+    users: dict[int, list[int]] = {c: [] for c in classes}
+    for c in classes:
+        for n in members[c]:
+            for k in node_kids[n]:
+                users[k].append(n)
+    edges = {c: {k for n in members[c] for k in node_kids[n]} for c in classes}
+    cyclic = {c for comp in _strongly_connected(classes, edges) if len(comp) > 1
+              for c in comp}
+    fixed = roots | cyclic
+    work = [c for c in classes if len(members[c]) == 1]
+    absorbed: dict[int, int] = {}
+    while work:
+        k = work.pop()
+        us = users[k]
+        if k in fixed or k in absorbed or not us or any(
+                node_class[u] != node_class[us[0]] for u in us):
+            continue
+        (n,) = members[k]
+        below = node_kids[n]
+        for u in us:
+            node_cost[u] += node_cost[n]
+            node_kids[u] = tuple(dict.fromkeys(
+                [j for j in node_kids[u] if j != k] + list(below)))
+        for j in below:
+            users[j] = list(dict.fromkeys(
+                [u for u in users[j] if u != n] + [u for u in us if u not in users[j]]))
+            if len(members[j]) == 1:
+                work.append(j)
+        absorbed[k] = n
+    return absorbed
 
 
 def _follow(h, bar) -> None:
