@@ -384,9 +384,10 @@ class _Model:
         exclusive = None
         if num <= MAX_EXCLUSIVE_NODES:
             parents_first = [c for comp in reversed(components) for c in comp]
-            exclusive = self._exclusive(users, pairs, parents_first)
-            diagonal = exclusive[np.arange(num), np.arange(num) >> 3] >> (7 - np.arange(num) % 8)
+            bits = self._exclusive(users, pairs, parents_first)
+            diagonal = bits[np.arange(num), np.arange(num) >> 3] >> (7 - np.arange(num) % 8)
             col_upper[:num][(diagonal & 1) != 0] = 0.0
+            exclusive = _row_masks(bits, num)
         for k, us in users.items():
             for group in _cliques(us, exclusive, ncls):
                 cols = total(group)
@@ -584,27 +585,37 @@ def _class_columns(group, members, ncls, class_col) -> list[int]:
     return cols
 
 
-def _cliques(users: list[int], exclusive: np.ndarray | None, ncls: list[int]
+def _cliques(users: list[int], exclusive: list[int] | None, ncls: list[int]
              ) -> list[list[int]]:
     """``users`` split greedily into groups of pairwise exclusive nodes (by class when
-    there is no ``exclusive`` matrix)."""
+    there is no ``exclusive`` relation: :func:`_row_masks`)."""
     if len(users) < 2 or exclusive is None:
         by_class: dict[int, list[int]] = {}
         for i in users:
             by_class.setdefault(ncls[i], []).append(i)
         return list(by_class.values())
-    us = np.array(users)
-    sub = (exclusive[us[:, None], us[None, :] >> 3] >> (7 - (us[None, :] & 7))) & 1
-    groups: list[list[int]] = []
-    for a in range(len(users)):
-        row = sub[a]
-        for group in groups:
-            if row[group].all():
+    groups: list[tuple[int, list[int]]] = []
+    for a in users:
+        row = exclusive[a]
+        for index, (mask, group) in enumerate(groups):
+            if row & mask == mask:
+                groups[index] = (mask | 1 << a, group)
                 group.append(a)
                 break
         else:
-            groups.append([a])
-    return [[users[a] for a in group] for group in groups]
+            groups.append((1 << a, [a]))
+    return [group for _, group in groups]
+
+
+def _row_masks(bits: np.ndarray, num: int) -> list[int]:
+    """The rows of a square bit matrix packed with ``np.packbits`` as Python ints, bit
+    ``j`` of row ``i`` set where ``bits`` has it: tests of a few bits each, as the
+    cliques make, cost a shift and an ``and`` instead of an array lookup."""
+    little = _BIT_REVERSED[bits]  # packbits is big-endian within a byte
+    return [int.from_bytes(little[i].tobytes(), "little") for i in range(num)]
+
+
+_BIT_REVERSED = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=np.uint8)
 
 
 def _mirror(bits: np.ndarray, before: np.ndarray, num: int) -> None:
