@@ -179,18 +179,46 @@ class _CommutativeSearch:
                 self._flat[id(t)] = [Pattern.of(v) for v in match_variants(t)]
 
     def search(self, egraph: EGraph, roots, limit: int) -> list[tuple]:
+        possible: dict[int, set[int] | None] = {}
+        top = self._possible(self.term, egraph, possible)
         if roots is None:
-            roots = egraph.classes_with_op(self.term.op)
+            roots = egraph.classes_with_op(self.term.op) if top is None else top
+        elif top is not None:
+            roots = [r for r in roots if egraph.find(r) in top]
         memo: dict[tuple[int, int], list[dict[str, int]]] = {}
         out: dict[tuple, None] = {}
         for r in roots:
-            for binding in self._match(self.term, r, egraph, memo):
+            for binding in self._match(self.term, r, egraph, memo, possible):
                 out.setdefault((r, *[binding[v] for v in self.variables]), None)
             if len(out) > limit:
                 break
         return list(out)
 
-    def _match(self, t: Term, cls: int, egraph: EGraph, memo: dict) -> list[dict[str, int]]:
+    def _possible(self, t: Term, egraph: EGraph, out: dict) -> set[int] | None:
+        """The classes that may match subterm ``t`` (None: any), found upwards from its
+        numbers through the e-graph's parent index: a class can match ``c * y`` only if
+        it holds a ``*`` e-node over ``c``'s class. GELU's formula has five numbers, each
+        the child of a few e-nodes, so a search visits those instead of every product."""
+        if isinstance(t, Var) or id(t) in self._flat:
+            return None
+        if not t.args or id(t) in self._kinds:
+            found = {egraph.find(c) for c in map(egraph.lookup, self._kinds.get(id(t), [t]))
+                     if c is not None}
+        else:
+            found = None
+            find, parents, nodes = egraph.find, egraph._parents, egraph._node
+            for arg in t.args:
+                below = self._possible(arg, egraph, out)
+                if below is None:
+                    continue
+                above = {find(n) for c in below for n in parents[c] or ()
+                         if nodes[n][0] == t.op}
+                found = above if found is None else found & above
+        out[id(t)] = found
+        return found
+
+    def _match(self, t: Term, cls: int, egraph: EGraph, memo: dict,
+               possible: dict[int, set[int] | None]) -> list[dict[str, int]]:
         if isinstance(t, Var):
             return [{t.name: cls}]
         key = (id(t), cls)
@@ -198,7 +226,10 @@ class _CommutativeSearch:
         if found is not None:
             return found
         found = []
-        if not t.args or id(t) in self._kinds:
+        where = possible.get(id(t))
+        if where is not None and cls not in where:
+            pass
+        elif not t.args or id(t) in self._kinds:
             kinds = self._kinds.get(id(t), [t])
             if any(egraph.lookup(k) == cls for k in kinds):
                 found.append({})
@@ -218,7 +249,8 @@ class _CommutativeSearch:
                 for order in orders:
                     partial: list[dict[str, int]] = [{}]
                     for arg, child in zip(t.args, order):
-                        partial = [{**p, **q} for q in self._match(arg, child, egraph, memo)
+                        partial = [{**p, **q}
+                                   for q in self._match(arg, child, egraph, memo, possible)
                                    for p in partial
                                    if all(p.get(k, v) == v for k, v in q.items())]
                         if not partial:

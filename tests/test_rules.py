@@ -4,9 +4,12 @@ and the naive PyTorch code of each stability and fusion rule reaches its stable 
 form with the full library."""
 
 import os
+from unittest.mock import patch
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler.soundness import check_rule, mutants, sympy_proof
 from egraph import EGraph, Pattern, vars
@@ -99,6 +102,38 @@ def test_a_deeply_commutative_rule_fires_on_every_operand_order():
         eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (torch.rand(4),))
         eg.saturate([gelu], iter_limit=2)
         assert eg.report.rules["gelu-tanh"].applied == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.booleans(), min_size=7, max_size=7), st.sampled_from([0.5, 0.6]))
+def test_nested_commutative_search_finds_what_the_compiled_spellings_find(flips, half):
+    """The search that walks nested commutative ops from the formula's numbers upwards
+    finds exactly the matches of the 256 compiled spellings, on programs that hold the
+    formula in any operand order, near misses (0.6 for 0.5) and products of 0.5 that
+    are not GELU."""
+    import math
+
+    gelu = {r.name: r for r in RULES}["gelu-tanh"].rewrite
+    comm = [r.rewrite for r in RULES if r.name in ("comm-add", "comm-mul")]
+    c = math.sqrt(2 / math.pi)
+
+    def order(flip, a, b):
+        return (b, a) if flip else (a, b)
+
+    def program(x, y):
+        cube = torch.mul(*order(flips[0], 0.044715, x ** 3))
+        inner = torch.mul(*order(flips[1], c, torch.add(*order(flips[2], x, cube))))
+        one = torch.add(*order(flips[3], 1.0, torch.tanh(inner)))
+        scaled = torch.mul(*order(flips[4], half, x))
+        return torch.mul(*order(flips[5], scaled, one)) + torch.mul(*order(flips[6], 0.5, y))
+
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(program), (torch.rand(4), torch.rand(4)))
+    eg.saturate(comm, iter_limit=3)
+    nested = {m[:-1] for m in gelu.search(eg)}
+    with patch.object(gelu, "_nested", None):
+        compiled = {m[:-1] for m in gelu.search(eg)}
+    assert nested == compiled
+    assert bool(nested) == (half == 0.5)
 
 
 def test_a_right_side_number_keeps_the_kind_the_program_used():
