@@ -70,8 +70,7 @@ class Graph:
                 raise SerializedFormatError(
                     f"node {nid!r}: cost {c!r} must be finite and non-negative")
             raw_costs.append(c)
-        integral = all(isinstance(c, int) or c.is_integer() for c in raw_costs)
-        cost = tuple(int(c) for c in raw_costs) if integral else tuple(map(float, raw_costs))
+        cost = _exact(raw_costs)
         children = tuple(tuple(node_class[node_index[ch]] for ch in node.get("children", ()))
                          for node in nodes.values())
         members: list[list[int]] = [[] for _ in class_index]
@@ -90,6 +89,32 @@ class Graph:
                 "no root classes to extract: the data has no 'root_eclasses'; pass roots=[...]")
         return cls(node_ids, tuple(class_index), tuple(node_class), cost, children,
                    tuple(map(tuple, members)), tuple(root_ids))
+
+    @classmethod
+    def of(cls, classes: list[list[tuple[Cost, tuple[int, ...]]]], roots: Iterable[int],
+           names: tuple[str, ...] | None = None) -> Graph:
+        """A graph from its classes numbered ``0..n-1``: each a list of its nodes as
+        ``(cost, child classes)``, node ``j`` of class ``i`` named ``"i.j"``; ``names``
+        gives the classes' ids (default their numbers). Costs must be finite and
+        non-negative (not checked: the caller built them).
+
+        >>> g = Graph.of([[(2, ())], [(1, (0, 0))]], roots=[1])
+        >>> g.children, g.dag_cost([0, 1]), g.choice([0, 1])
+        (((), (0, 0)), 3, {'1': '1.0', '0': '0.0'})
+        """
+        node_ids, node_class, raw_costs, children, members = [], [], [], [], []
+        for i, nodes in enumerate(classes):
+            first = len(node_ids)
+            members.append(tuple(range(first, first + len(nodes))))
+            for j, (value, kids) in enumerate(nodes):
+                node_ids.append(f"{i}.{j}")
+                node_class.append(i)
+                raw_costs.append(value)
+                children.append(kids)
+        if names is None:
+            names = tuple(map(str, range(len(classes))))
+        return cls(tuple(node_ids), names, tuple(node_class), _exact(raw_costs),
+                   tuple(children), tuple(members), tuple(dict.fromkeys(roots)))
 
     @property
     def num_classes(self) -> int:
@@ -214,3 +239,11 @@ def acyclic(graph: Graph, pick: list[int], safe_pick: list[int],
         c = safe_order[position]
         want[c] = safe_pick[c]
         ready.append(c)
+
+
+def _exact(costs: list[Cost]) -> tuple[Cost, ...]:
+    """Costs as Python ints when every one is integral (tree costs then stay exact
+    however large), as floats otherwise."""
+    if all(isinstance(c, int) or c.is_integer() for c in costs):
+        return tuple(int(c) for c in costs)
+    return tuple(map(float, costs))

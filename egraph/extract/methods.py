@@ -45,7 +45,8 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
     (class -> e-nodes, such as the source program's): every other e-node costs
     :data:`TIE` more, relatively, so a rewrite that does not pay is not made."""
     # The solver needs numpy and highspy: imported when used, so the engine imports neither.
-    from egraph.extract.serialized import extract_serialized
+    from egraph.extract.graph import Graph
+    from egraph.extract.serialized import extract_graph
 
     egraph.rebuild()
     find = egraph.find
@@ -55,14 +56,18 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
         raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
     node_cost = node_costs(egraph, cost)
     preferred = None if prefer is None else canonical_nodes(egraph, prefer)
-    nodes: dict[str, dict] = {}
-    reached, stack = set(), list(roots)
+    index: dict[int, int] = {}
+    stack = [find(r) for r in roots]
     while stack:
-        c = find(stack.pop())
-        if c in reached:
-            continue
-        reached.add(c)
-        for i, node in enumerate(egraph._cnodes[c]):
+        c = stack.pop()
+        if c not in index:
+            index[c] = len(index)
+            stack.extend(find(k) for node in egraph._cnodes[c] for k in node[1:])
+    reached = list(index)
+    classes = []
+    for c in reached:
+        nodes = []
+        for node in egraph._cnodes[c]:
             value = node_cost(c, node)
             if not isinstance(value, (int, float)) or value < 0 or value != value:
                 raise ValueError(
@@ -71,16 +76,15 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
                     "weighted sum)")
             if preferred is not None and (node[0], *map(find, node[1:])) not in preferred:
                 value = value * (1 + TIE)
-            nodes[f"{c}.{i}"] = {"op": str(node[0]), "eclass": str(c), "cost": value,
-                                 "children": [f"{find(k)}.0" for k in node[1:]]}
-            stack.extend(node[1:])
-    data = {"nodes": nodes, "root_eclasses": [str(r) for r in dict.fromkeys(roots)]}
-    result = extract_serialized(data, method=method, time_limit=time_limit)
+            nodes.append((value, tuple([index[find(k)] for k in node[1:]])))
+        classes.append(nodes)
+    graph = Graph.of(classes, [index[find(r)] for r in roots], tuple(map(str, reached)))
+    pick, optimal = extract_graph(graph, method, time_limit)
     choice = {}
-    for cls, nid in result.choice.items():
-        c, i = nid.split(".")
-        choice[int(cls)] = egraph._cnodes[int(c)][int(i)]
-    return choice, result.dag_cost, result.optimal
+    for c in reversed(graph.order(pick)):  # each class before its children
+        cls = reached[c]
+        choice[cls] = egraph._cnodes[cls][pick[c] - graph.class_nodes[c][0]]
+    return choice, graph.dag_cost(pick), optimal
 
 
 def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy",

@@ -83,6 +83,25 @@ def extract_serialized(data: dict | str, method: str = "dag", time_limit: float 
         raise ValueError(f"method={method!r}: choose one of {', '.join(map(repr, METHODS))}")
     start = time.perf_counter()
     graph = Graph.load(data, roots)
+    pick, optimal = extract_graph(graph, method, time_limit)
+    choice = graph.choice(pick)
+    elapsed = time.perf_counter() - start
+    return Extraction(choice, graph.dag_cost(pick), graph.tree_cost(pick), optimal, method,
+                      elapsed)
+
+
+def extract_graph(graph: Graph, method: str = "dag", time_limit: float = 60.0
+                  ) -> tuple[list[int], bool | None]:
+    """``(pick, proven optimal?)`` on a loaded :class:`~egraph.extract.graph.Graph`: the
+    work of :func:`extract_serialized` without the text ids, for a caller that builds the
+    graph itself (extraction from a live e-graph).
+
+    >>> g = Graph.load({"nodes": {"a": {"op": "a", "eclass": "c", "cost": 2},
+    ...                           "f": {"op": "f", "children": ["a", "a"], "eclass": "r"}},
+    ...                 "root_eclasses": ["r"]})
+    >>> extract_graph(g, "ilp")
+    ([0, 1], True)
+    """
     tree, order = greedy_tree(graph)
     for r in graph.roots:
         if tree[r] < 0:
@@ -98,7 +117,4 @@ def extract_serialized(data: dict | str, method: str = "dag", time_limit: float 
         pick = improve(graph, pick)
         if method == "ilp":
             pick, optimal = solve_ilp(graph, pick, order, time_limit)
-    choice = graph.choice(pick)
-    elapsed = time.perf_counter() - start
-    return Extraction(choice, graph.dag_cost(pick), graph.tree_cost(pick), optimal, method,
-                      elapsed)
+    return pick, optimal
