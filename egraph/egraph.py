@@ -71,6 +71,7 @@ class EGraph:
         # Per operator, the ids of the e-nodes with it (their classes once found): a list,
         # five times smaller than a set, made canonical and unique when it is read.
         self._by_op: dict[Hashable, list[int]] = {}
+        self._op_classes: dict[Hashable, tuple[tuple[int, int], frozenset[int]]] = {}
         self._pending: list[int] = []
         self._analysis_pending: list[int] = []
         self._dirty: set[int] = set()
@@ -434,15 +435,22 @@ class EGraph:
             found = index[op] = [n for n in self._cnodes[c] if n[0] == op]
         return found
 
-    def classes_with_op(self, op: Hashable) -> set[int]:
-        """Canonical ids of the classes holding an e-node with operator ``op``."""
+    def classes_with_op(self, op: Hashable) -> frozenset[int]:
+        """Canonical ids of the classes holding an e-node with operator ``op`` (kept
+        until the e-graph next grows or merges: the rules of one search ask for the same
+        few operators)."""
+        stamp = (len(self._node), self._num_classes)
+        cached = self._op_classes.get(op)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         found = self._by_op.get(op)
         if not found:
-            return set()
+            return frozenset()
         find = self._uf.find
-        canonical = {find(c) for c in found}
+        canonical = frozenset([find(c) for c in found])
         if len(canonical) < len(found):
             self._by_op[op] = list(canonical)
+        self._op_classes[op] = (stamp, canonical)
         return canonical
 
     def has_op(self, op: Hashable) -> bool:
