@@ -213,3 +213,18 @@ def test_naive_pytorch_code_reaches_the_stable_or_fused_form(rule):
         assert any(eg.find(t) in found for t in targets), rule.name
     else:
         assert eg.report.rules[rule.name].applied > 0, rule.name
+
+
+def test_same_dtype_guard_refuses_mixed_tensor_dtypes_and_ignores_numbers():
+    from egraph.rules.guards import same_dtype
+
+    def program(a, b, c):
+        return a + b + c * 2.0
+
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(program),
+                        (torch.rand(3), torch.rand(3).half(), torch.rand(3)))
+    a, b, c = sorted(eg.classes_with_op("input"))  # made in the placeholders' order
+    two = next(cid for cid in eg.classes() if str(eg.nodes(cid)[0]) == "#float:2.0")
+    guard = same_dtype("a", "b", "n")
+    assert guard(eg, {"a": a, "b": c, "n": two})
+    assert not guard(eg, {"a": a, "b": b, "n": two})

@@ -195,9 +195,20 @@ def same_dtype(*names: Variable) -> Guard:
     names = tuple(map(_name, names))
 
     def guard(egraph, subst) -> bool:
-        dtypes = {getattr(m, "dtype", None) for m in (_meta(egraph, subst[n]) for n in names)
-                  if getattr(m, "kind", None) == "tensor"}
-        return len(dtypes - {None}) <= 1
+        # a loop, not a set of dtypes: the assoc rules ask this of every match
+        first = None
+        for n in names:
+            meta = _meta(egraph, subst[n])
+            if getattr(meta, "kind", None) != "tensor":
+                continue
+            dtype = getattr(meta, "dtype", None)
+            if dtype is None:
+                continue
+            if first is None:
+                first = dtype
+            elif dtype != first:
+                return False
+        return True
     return _named(guard, f"one dtype among {', '.join(names)}")
 
 
