@@ -347,11 +347,12 @@ LARGE: dict[str, tuple[Callable, int, int]] = {"gpt2_small": (_gpt2_small, 1, 12
 batch, sequence length)."""
 
 
-def build(name: str, attn: str = "eager") -> Case:
+def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
     """Build corpus entry ``name`` (one of :data:`MODELS`, or of :data:`LARGE`) with
     attention implementation ``attn`` ("eager" or "sdpa"): the wrapped model in eval mode,
     seeded weights, example inputs of batch 2 and sequence length 8 (a large model's own
-    batch and sequence length)."""
+    batch and sequence length), model and inputs on ``device`` (the same weights and
+    inputs on every device: they are drawn on the CPU)."""
     if name in LARGE:
         spec, batch, seq = LARGE[name]
     elif name in _SPECS:
@@ -363,12 +364,15 @@ def build(name: str, attn: str = "eager") -> Case:
         raise ValueError(f"attn={attn!r}: use one of {ATTENTION}")
     import transformers
 
-    model_cls, config, names, outputs, make_inputs, varies = spec(transformers)
+    model_cls, config, names, outputs, drawn, varies = spec(transformers)
+
+    def make_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+        return tuple(x.to(device) for x in drawn(batch, seq))
     config._attn_implementation = attn
     torch.manual_seed(SEED)
     model = model_cls(config)
     model.eval()
-    wrapped = TensorModel(model, names, outputs).eval()
+    wrapped = TensorModel(model, names, outputs).to(device).eval()
     label = name if attn == "eager" else f"{name}@{attn}"
     return Case(label, wrapped, make_inputs(batch, seq), make_inputs, varies)
 

@@ -3,6 +3,7 @@ pipeline, against eager and Inductor in one run.
 
     .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
+                                          [--device cuda]
 
 One row per model and entry point:
 
@@ -12,7 +13,7 @@ One row per model and entry point:
 - ``compile``: ``torch.compile(model, backend=make_backend(rules=...))`` (its default cost),
   inference, then a second sequence length (or batch) through the same compiled model;
 - ``inductor``: the same with ``codegen="inductor"`` (ours + Inductor: the optimised graph
-  handed to Inductor's code generation, under the fused CPU cost model);
+  handed to Inductor's code generation, under the fused cost model of the device);
 - ``train`` (only when asked for): the same backend on a training step (forward, a loss,
   backward).
 
@@ -212,6 +213,19 @@ def run_train(case: Case, rules) -> dict:
     return row
 
 
+def _synced(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
+    """``fn`` that returns once the device has finished its work (CUDA runs asynchronously:
+    a timer around the call alone would time the launches)."""
+    if device == "cpu":
+        return fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+    return run
+
+
 def run_eager(case: Case, train: bool) -> Callable[[], Any]:
     """The eager model's call (or training step), to be timed."""
     if train:
@@ -253,7 +267,7 @@ RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile
 
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
-              inductor: bool) -> list[dict]:
+              inductor: bool, device: str = "cpu") -> list[dict]:
     """One row per entry point. Eager, each entry point's program and Inductor are timed
     at the end, in interleaved rounds (each round calls every one once), so that drift in
     the machine's load falls on all of them alike. Inductor compiles last: dynamo's caches
@@ -267,9 +281,9 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
         train = entry == "train"
         row: dict = {"model": label, "entry": entry, "status": "ok"}
         try:
-            timed.setdefault(f"eager {train}", run_eager(build(name, attn), train))
+            timed.setdefault(f"eager {train}", run_eager(build(name, attn, device), train))
             torch._dynamo.reset()
-            row.update(RUNNERS[entry](build(name, attn), rules))
+            row.update(RUNNERS[entry](build(name, attn, device), rules))
             timed[entry] = row.pop(TIMED)
             if row.get("fallbacks"):  # the source ran, not ours: a failure here
                 row["status"] = f"fell back: {'; '.join(row['fallback_reasons'])}"
@@ -280,11 +294,11 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     if inductor:
         for train in dict.fromkeys(row["entry"] == "train" for row in rows):
             try:
-                peer[train] = run_inductor(build(name, attn), train)
+                peer[train] = run_inductor(build(name, attn, device), train)
                 timed[f"inductor {train}"] = peer[train].pop(TIMED)
             except Exception as exc:  # noqa: BLE001
                 peer[train] = {"inductor_error": _error(exc)}
-    ms = interleaved_ms(timed, repeat)
+    ms = interleaved_ms({key: _synced(fn, device) for key, fn in timed.items()}, repeat)
     torch._dynamo.reset()
     for row in rows:
         train = row["entry"] == "train"
@@ -461,6 +475,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: on a shared machine more "
                              "threads than idle cores make every parallel op stall)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where models, inputs and programs live (cuda: the default "
+                             "cost is the GPU's profile, fusion regions become Triton kernels)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
@@ -481,7 +498,7 @@ def main() -> None:
         plan += [(name, [e for e in entries if e in ("export", "compile")]) for name in LARGE]
     for name, model_entries in progress(plan, desc="models", unit="model"):
         for row in run_model(name, model_entries, args.attn, rules, args.repeat,
-                             not args.no_inductor):
+                             not args.no_inductor, args.device):
             rows.append(row)
             cells = _cells(row)
             print(f"{cells['model']:<16} {cells['entry']:<8} {cells['status'][:60]:<60} "
@@ -491,17 +508,22 @@ def main() -> None:
                   flush=True)
     total = time.perf_counter() - start
     text = table(rows)
+    probe = (torch.zeros(1, device=args.device),)
+    machine = (f"{torch.cuda.get_device_name()} GPU" if args.device == "cuda"
+               else f"{platform.machine()} CPU")
     header = (
         "# Real architectures: pipeline vs eager and Inductor\n\n"
         f"Models from `transformers` {transformers.__version__} built from small configs "
         "(benchmarks/corpus.py: 2 layers, hidden 64, vocabulary 1000, batch 2, sequence 8; "
         f"random weights), attention `{args.attn}`; torch {torch.__version__}, "
-        f"{platform.machine()} CPU, {torch.get_num_threads()} threads. "
+        f"{machine}, {torch.get_num_threads()} CPU threads. "
         f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
         f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "
         f"--repeat {args.repeat}{' --large' if args.large else ''}"
+        f"{' --device cuda' if args.device == 'cuda' else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
-        "Rules `all`, the default cost (`Roofline('cpu')`), saturation limits "
+        f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
+        "saturation limits "
         f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
         "(a mismatch falls back to the source and counts under fallbacks). `pipeline s`: "
         "ingest + saturate + extract + emit + validation, summed over the graphs of the first "

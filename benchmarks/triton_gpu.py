@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -208,6 +209,8 @@ def _geomean(xs: list[float]) -> float:
 
 def describe(r: dict) -> list[str]:
     """One case's line, then one line per fused kernel with its bandwidth."""
+    if "error" in r:
+        return [f"{r['case']:<14} {r['dtype']:<9} ERROR    {r['error'][:200]}"]
     line = f"{r['case']:<14} {r['dtype']:<9} {'ok' if r['ok'] else 'MISMATCH':<8}"
     line += f" build {r['build_s']:6.2f} s  kernels {len(r['kernels'])}"
     if "ours_ms" in r:
@@ -263,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.cases.split(","):
         for dtype in dtypes:
-            rows.append(run_case(name, dtype, device, small=not gpu,
-                                 inductor=gpu and not args.no_inductor, copy_bw=copy_bw))
+            try:
+                rows.append(run_case(name, dtype, device, small=not gpu,
+                                     inductor=gpu and not args.no_inductor, copy_bw=copy_bw))
+            except Exception as exc:  # noqa: BLE001 - a row of the results, and go on
+                rows.append({"case": name, "dtype": str(dtype).removeprefix("torch."),
+                             "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                traceback.print_exc()
             print("\n".join(describe(rows[-1])), flush=True)
+            if args.out:
+                Path(args.out).write_text(json.dumps(rows, indent=2))
     if gpu:
-        print("\n".join(targets(rows, copy_bw)))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2))
+        print("\n".join(targets([r for r in rows if "error" not in r], copy_bw)))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

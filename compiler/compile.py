@@ -242,7 +242,10 @@ def _is_symbolic(x: Any) -> bool:
 def _hint(s: Any) -> Any:
     """The value dynamo hints for a symbolic number (no guard is added)."""
     if isinstance(s, torch.SymInt):
-        from torch.fx.experimental.symbolic_shapes import optimization_hint
+        try:
+            from torch.fx.experimental.symbolic_shapes import optimization_hint
+        except ImportError:  # older torch names it hint_int
+            from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
 
         return optimization_hint(s)
     if isinstance(s, (torch.SymFloat, torch.SymBool)):
@@ -371,8 +374,10 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str =
                 name = f"{kind} {sum(r.name.startswith(kind) for r in reports)}"
                 # (aot_autograd's fake mode would intercept ops on the real values)
                 with unset_fake_temporarily() if real else nullcontext():
+                    # Inductor writes the kernels: it is handed torch ops, not ours
                     module = _compile(gm, example_inputs, rules, graph_cost, validate,
                                       reference=reference, memory=memory, name=name,
+                                      target="cpu" if codegen == "inductor" else None,
                                       **limits)
                 reports.append(module.meta["egraph_graph"])
                 if codegen == "inductor":

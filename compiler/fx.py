@@ -197,6 +197,16 @@ included; the backward graph of a 2-layer Llama training step is not proven in 5
 heuristic's answer is kept)."""
 
 
+def _solver_installed() -> bool:
+    """Whether HiGHS is importable: ``method="auto"`` keeps the DAG heuristic's answer
+    without it rather than fail a program that extracts fine."""
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
                    reference: str = "auto") -> fx.GraphModule:
@@ -207,7 +217,8 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     once; ties go to the source's e-nodes in each), or ``"auto"`` (the default): ``"dag"`` for a
     cost model whose node costs are plain numbers (``cost.additive``), so that one op
     serving several values (a merged projection) is paid once as it runs once, improved
-    by an exact solution on small e-graphs (:data:`EXACT_NODES`), and ``"greedy"``
+    by an exact solution on small e-graphs (:data:`EXACT_NODES`) where HiGHS is installed,
+    and ``"greedy"``
     otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
     cost (``cost.local`` False) is then improved by local search. ``validate``:
     ``"strict"`` (fall back to the source with a warning on a mismatch), ``"raise"`` or
@@ -222,7 +233,7 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     exact = False
     if method == "auto":
         method = "dag" if getattr(cost, "additive", False) else "greedy"
-        exact = method == "dag" and egraph.num_nodes <= EXACT_NODES
+        exact = method == "dag" and egraph.num_nodes <= EXACT_NODES and _solver_installed()
     if target is None:
         target = _device_target(egraph.fx.example_inputs)
     if target not in TARGETS:

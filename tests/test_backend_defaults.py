@@ -113,3 +113,34 @@ def test_inductor_generates_the_code_of_the_optimised_graph():
     done = subprocess.run([sys.executable, "-c", _INDUCTOR_CHECKS], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_inductor_is_handed_torch_ops_not_our_kernels(monkeypatch):
+    """With codegen="inductor" on CUDA inputs, the graph handed to Inductor holds torch
+    ops only: Inductor traces it with fake tensors, and a Triton kernel of ours launched
+    on a fake tensor fails ("Cannot access data pointer of Tensor", every corpus model on
+    an H200). CUDA is simulated: the inputs' device decides the target."""
+    from torch._inductor import compile_fx as inductor
+
+    from backends.triton import FusedKernel
+    from compiler import fx as fx_module
+
+    monkeypatch.setattr(fx_module, "_device_target", lambda inputs: "cuda")
+    handed = []
+    monkeypatch.setattr(inductor, "compile_fx",
+                        lambda gm, inputs: handed.append(gm) or gm.forward)
+
+    def kernels(module):
+        return [n for n in module.graph.nodes if isinstance(n.target, FusedKernel)]
+
+    def gelu_tail(x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3))) * 3.0 + x
+
+    x = torch.randn(4, 32)
+    for codegen in ("eager", "inductor"):
+        backend = backend_module.make_backend(codegen=codegen, validate="raise")
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(gelu_tail, backend=backend)(x), gelu_tail(x))
+        module = next(iter(backend.cache.values())).module
+        assert bool(kernels(module)) == (codegen == "eager"), module.code
+    assert len(handed) == 1 and not kernels(handed[0])

@@ -10,6 +10,7 @@ from compiler.compile import capture, compile_graph, make_backend
 from compiler.memory import peak_bytes
 from compiler.validate import ValidationError, working_tolerance
 from egraph import rewrite
+from egraph.rules import load_rules
 
 
 def _mlp():
@@ -94,11 +95,28 @@ def test_working_mode_still_catches_a_wrong_rewrite():
     with pytest.warns(UserWarning, match="failed validation"):
         module = compile_graph(gm, (x,), wrong, reference="working")
     report = module.meta["egraph_graph"]
-    assert report.fell_back and report.extraction.validation.reference == "working-dtype original"
-    assert "from the original in torch.float32" in report.fallback_reason
+    # the disagreement with the float32 source is confirmed in float64 before refusing
+    assert report.fell_back and report.extraction.validation.reference == (
+        "float64 (the working-dtype original disagreed)")
+    assert "for the original" in report.fallback_reason
     torch.testing.assert_close(module(x), torch.exp(x) + 1)
     with pytest.raises(ValidationError):
         compile_graph(gm, (x,), wrong, validate="raise", reference="working")
+
+
+def test_working_mode_keeps_a_rewrite_where_the_half_precision_source_overflows():
+    """exp(x) / exp(x).sum() over 50,000 float16 values: the sum overflows to inf and the
+    source gives zeros; the fused softmax is right. The working-dtype comparison disagrees,
+    so the float64 source judges, and the softmax is kept (it was refused on a GPU)."""
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True))
+    x = torch.randn(2, 50_000, generator=torch.Generator().manual_seed(0)).half()
+    assert not torch.isfinite(torch.exp(x).sum(-1)).all()  # the case: the source overflows
+    module = compile_graph(gm, (x,), load_rules("all"), validate="raise", reference="working")
+    report = module.meta["egraph_graph"]
+    assert "softmax" in module.code and not report.fell_back
+    assert report.extraction.validation.reference.startswith("float64")
+    torch.testing.assert_close(module(x), torch.softmax(x.float(), -1).half(), rtol=2e-2,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("declared", [True, False])

@@ -176,3 +176,44 @@ def test_compile_validates_index_inputs_it_never_saw():
     torch._dynamo.reset()
     compiled = torch.compile(pick, backend=make_backend(rules=RULES, validate="raise"))
     torch.testing.assert_close(compiled(x, i), pick(x, i))
+
+
+def test_creation_ops_keep_the_device_they_were_made_on():
+    """``torch.arange(n, device=x.device)`` and ``torch.ones(n, device=...)`` make their
+    tensor where the source did: on a GPU the program must not make it on the CPU (a
+    GPT-2 position index did, and the emitted program mixed devices)."""
+
+    class Positions(nn.Module):
+        def forward(self, x):
+            n = x.shape[-1]
+            return x + torch.arange(n, device=x.device) + torch.ones(n, device="cpu")
+
+    x = torch.randn(3, 5)
+    traced = EGraph.from_fx(torch.fx.symbolic_trace(Positions()), (x,))
+    code = traced.saturate(load_rules("all")).extract(Flops(), validate="raise").code
+    assert "device = device(type='cpu')" in code  # the literal device
+    assert "torch.arange" in code and "device = getattr" in code  # the traced x.device
+    backend = make_backend(validate="raise", codegen="inductor")
+    torch.testing.assert_close(torch.compile(Positions(), backend=backend)(x), Positions()(x))
+    graph = next(iter(backend.cache.values())).module.graph
+    made = [n for n in graph.nodes if n.target in (torch.arange, torch.full)]
+    assert all(n.kwargs["device"] == torch.device("cpu") for n in made)
+
+
+def test_a_move_to_another_device_stays_the_sources_call():
+    """The e-graph does not track devices: ``_to_copy`` to a device is kept as it is, not
+    modelled as the identity (which would leave the tensor where it was)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: torch.ops.aten._to_copy.default(x, device="cpu") * 2)(
+        torch.randn(3))
+    opt = EGraph.from_fx(gm, (torch.randn(3),)).extract(Flops(), validate="raise")
+    assert "_to_copy" in opt.code
+
+
+def test_device_literals_print_and_parse():
+    from egraph.term import parse, to_sexpr
+
+    term = parse("(f #device:cuda:0 #dtype:float16)")
+    assert term.args[0].op == ("device", "cuda:0")
+    assert parse(to_sexpr(term)) == term and "#device:cuda:0" in to_sexpr(term)

@@ -726,12 +726,13 @@ op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval
    why={**_VIEW, "impl": "replaced by its operand at ingest"})
 
 _CREATE = {"triton": "an iota is not generated; the op runs as a torch call"}
-op("full", "shape value dtype", "creation", attributes="shape value dtype",
-   impl="torch.full", call=lambda s, v, d: ((s, v), {"dtype": d}), exact=True,
+op("full", "shape value dtype device", "creation", attributes="shape value dtype device",
+   impl="torch.full", call=lambda s, v, d, at: ((s, v), {"dtype": d, "device": at}), exact=True,
    error="exact", sign=signs.fill, interval=iv.fill, triton="@constant",
    spell="torch.full torch.ones:ones torch.zeros:zeros")
-op("arange", "start end step dtype", "creation", attributes="start end step dtype",
-   impl="torch.arange", call=lambda a, b, s, d: ((a, b, s), {"dtype": d}), exact=True,
+op("arange", "start end step dtype device", "creation",
+   attributes="start end step dtype device", impl="torch.arange",
+   call=lambda a, b, s, d, at: ((a, b, s), {"dtype": d, "device": at}), exact=True,
    error="exact", spell="torch.arange", why={
        **_CREATE, "interval": "bounded by its literal ends (not tracked)"})
 op("ones_like", "x", "creation", impl="torch.ones_like", exact=True, error="exact",

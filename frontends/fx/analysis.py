@@ -127,10 +127,13 @@ def observed_range(value: torch.Tensor) -> dict:
 
 
 def literal_value(op: tuple) -> Any:
-    """The Python value of a typed literal operator (dtypes become torch dtypes)."""
+    """The Python value of a typed literal operator (dtypes become torch dtypes, devices
+    torch devices)."""
     tag, value = op
     if tag == "dtype":
         return getattr(torch, value)
+    if tag == "device":
+        return torch.device(value)
     if tag == "ellipsis":
         return Ellipsis
     return value

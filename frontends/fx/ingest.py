@@ -452,6 +452,8 @@ class _Builder:
         eg = self.eg
         if isinstance(value, torch.dtype):
             return eg.add_node(("dtype", str(value).removeprefix("torch.")))
+        if isinstance(value, torch.device):
+            return eg.add_node(("device", str(value)))
         if isinstance(value, (torch.Size, list)):
             value = tuple(value)
         if isinstance(value, tuple):

@@ -438,9 +438,25 @@ def _getitem(obj, index):
     return ("getitem", [obj, index])
 
 
+def _device(device) -> torch.device | None:
+    """A creation op's device, kept as an attribute: the program must make its tensor
+    where the source did (``torch.arange(t, device=x.device)`` in a CUDA graph)."""
+    if isinstance(device, (str, int, torch.device)):
+        return torch.device(device)
+    return device  # None (the default device), or a traced value such as ``x.device``
+
+
+def _same_device(name: str, device) -> None:
+    """Ops modelled as staying on their input's device: a move elsewhere stays the
+    source's own call (opaque), as the e-graph does not track devices."""
+    if device is not None:
+        raise _Unsupported(f"{name} to device {device}: moves between devices are not "
+                           "modelled")
+
+
 def _full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
           requires_grad=False):
-    return ("full", [tuple(size), fill_value, dtype])
+    return ("full", [tuple(size), fill_value, dtype, _device(device)])
 
 
 def _filled(value):
@@ -448,7 +464,7 @@ def _filled(value):
               requires_grad=False, out=None):
         if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
             size = tuple(size[0])
-        return ("full", [tuple(size), value, dtype])
+        return ("full", [tuple(size), value, dtype, _device(device)])
     return lower
 
 
@@ -456,12 +472,13 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None,
             pin_memory=None, requires_grad=False, out=None):
     if end is None:
         start, end = 0, start
-    return ("arange", [start, end, step, dtype])
+    return ("arange", [start, end, step, dtype, _device(device)])
 
 
 def _like(name: str):
     def lower(input, *, dtype=None, layout=None, device=None, pin_memory=None,
               requires_grad=False, memory_format=None):
+        _same_device(name, device)
         if dtype is not None:
             input = ("to", [input, dtype])
         return (name, [input])
@@ -470,6 +487,7 @@ def _like(name: str):
 
 def _full_like(input, fill_value, *, dtype=None, layout=None, device=None,
                pin_memory=None, requires_grad=False, memory_format=None):
+    _same_device("full_like", device)
     if dtype is not None:
         input = ("to", [input, dtype])
     return ("full_like", [input, fill_value])
@@ -516,6 +534,7 @@ def _aten_softmax(name: str, half_to_float: bool):
 
 def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,
                   non_blocking=False, memory_format=None):
+    _same_device("_to_copy", device)
     return ("to", [input, dtype]) if dtype is not None else ("identity", [input])
 
 
