@@ -144,3 +144,29 @@ def test_inductor_is_handed_torch_ops_not_our_kernels(monkeypatch):
         module = next(iter(backend.cache.values())).module
         assert bool(kernels(module)) == (codegen == "eager"), module.code
     assert len(handed) == 1 and not kernels(handed[0])
+
+
+def test_the_default_code_generator_follows_the_inputs_device(monkeypatch):
+    """Inductor generates the code for CUDA inputs (measured faster there), our emission
+    for CPU inputs; the backend picks per graph, so ``codegen`` need not be given."""
+    from torch._inductor import compile_fx as inductor
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        on_gpu = torch.empty(2, 3, device="cuda")
+    assert backend_module.default_codegen((on_gpu, 3)) == "inductor"
+    assert backend_module.default_codegen((torch.randn(2), 3)) == "eager"
+
+    handed = []
+    monkeypatch.setattr(inductor, "compile_fx",
+                        lambda gm, inputs: handed.append(gm) or gm.forward)
+    backend = backend_module.make_backend(validate="raise")
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    torch.compile(torch.tanh, backend=backend)(x)
+    assert not handed and backend.reports[0].name == "forward 0"  # CPU: our emission
+    monkeypatch.setattr(backend_module, "default_codegen", lambda inputs: "inductor")
+    backend = backend_module.make_backend(validate="raise")
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(torch.tanh, backend=backend)(x), torch.tanh(x))
+    assert len(handed) == 1 and backend.reports[0].name == "graph 0"
