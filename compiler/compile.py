@@ -36,7 +36,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
-from compiler.fx import ExtractionReport
+from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
@@ -225,8 +225,7 @@ def default_cost(example_inputs: Sequence[Any], fused: bool = False):
     from extractors import Roofline
     from extractors.hardware import HARDWARE
 
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
-                   and x.device.type == "cuda"), None)
+    device = cuda_device(example_inputs)
     if device is None:
         return Roofline("cpu", fused=fused)
     name = torch.cuda.get_device_name(device)
@@ -341,10 +340,7 @@ def default_codegen(example_inputs: Sequence[Any]) -> str:
     >>> default_codegen((torch.randn(2),))
     'eager'
     """
-    found: list[Any] = []
-    torch.fx.node.map_aggregate(tuple(example_inputs), found.append)
-    cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in found)
-    return "inductor" if cuda else "eager"
+    return "eager" if cuda_device(example_inputs) is None else "inductor"
 
 
 def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str | None = None,

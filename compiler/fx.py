@@ -322,12 +322,23 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     return gm
 
 
-def _device_target(example_inputs) -> str:
-    """``cuda`` when an example input lives on a CUDA device, ``cpu`` otherwise."""
+def cuda_device(example_inputs) -> torch.device | None:
+    """The CUDA device of the first example input that lives on one (nested inputs
+    included), or None: where the program will run, for the target, cost model and code
+    generator that fit it.
+
+    >>> cuda_device((torch.randn(2), [3])) is None
+    True
+    """
     found: list[Any] = []
     fx.node.map_aggregate(tuple(example_inputs or ()), found.append)
-    cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in found)
-    return "cuda" if cuda else "cpu"
+    return next((x.device for x in found
+                 if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+
+
+def _device_target(example_inputs) -> str:
+    """``cuda`` when an example input lives on a CUDA device, ``cpu`` otherwise."""
+    return "cpu" if cuda_device(example_inputs) is None else "cuda"
 
 
 def _original_module(src: FxSource) -> fx.GraphModule:
