@@ -218,8 +218,7 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     cost model whose node costs are plain numbers (``cost.additive``), so that one op
     serving several values (a merged projection) is paid once as it runs once, improved
     by an exact solution on small e-graphs (:data:`EXACT_NODES`) where HiGHS is installed,
-    and ``"greedy"``
-    otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
+    and ``"greedy"`` otherwise (:class:`~extractors.costs.Lexicographic`). A whole-program
     cost (``cost.local`` False) is then improved by local search. ``validate``:
     ``"strict"`` (fall back to the source with a warning on a mismatch), ``"raise"`` or
     ``"off"``; ``reference``: the source in ``"float64"``, in its ``"working"`` dtype, or

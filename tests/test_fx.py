@@ -454,3 +454,22 @@ def test_a_fallback_warning_points_at_the_callers_line():
         warnings.simplefilter("always")
         eg.extract(AstSize(), validate="strict")
     assert [w.filename for w in caught if "wrong" in str(w.message)] == [__file__]
+
+
+def test_default_extraction_without_the_solver_keeps_the_dag_answer(monkeypatch):
+    """HiGHS is optional (the ``dev`` extra): without it ``method="auto"`` keeps the DAG
+    heuristic's answer, unproven, instead of failing a program that extracts fine (a plain
+    install on a GPU machine raised ImportError on every model)."""
+    import sys
+
+    from compiler.compile import default_cost
+    from egraph.rules import load_rules
+
+    x = torch.randn(4, 8)
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True))
+    proven = EGraph.from_fx(gm, (x,)).saturate(load_rules("all")).extract(default_cost((x,)))
+    monkeypatch.setitem(sys.modules, "highspy", None)  # import highspy now raises
+    kept = EGraph.from_fx(gm, (x,)).saturate(load_rules("all")).extract(default_cost((x,)))
+    assert proven.meta["egraph_report"].optimal is True
+    assert kept.meta["egraph_report"].optimal is None and "softmax" in kept.code
+    torch.testing.assert_close(kept(x), torch.softmax(x, -1))
