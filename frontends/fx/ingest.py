@@ -143,18 +143,20 @@ def trace(model: nn.Module) -> fx.GraphModule:
 
 
 def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
-    """Meta of every FX node: from node.meta["val"], else shape propagation: a run on the
-    example inputs where they are real tensors (cheaper than importing torch._dynamo, which
-    fake tensors need), fake tensors otherwise."""
+    """Meta of every FX node: from the value its tracer recorded (``node.meta["val"]`` from
+    torch.export and aot_autograd, ``"example_value"`` from dynamo), else shape
+    propagation: a run on the example inputs where they are real tensors (cheaper than
+    importing torch._dynamo, which fake tensors need), fake tensors otherwise."""
     out: dict[str, Meta] = {}
     # A node nothing reads needs no meta (torch.export's module() adds an unused call of
     # its input guards, ``_guards_fn``, without one).
-    if all("val" in n.meta for n in gm.graph.nodes
-           if n.op not in ("output", "get_attr") and n.users):
-        for n in gm.graph.nodes:
-            if "val" in n.meta:
-                out[n.name] = Meta.of(n.meta["val"])
-        return out
+    for key in ("val", "example_value"):
+        if all(key in n.meta for n in gm.graph.nodes
+               if n.op not in ("output", "get_attr") and n.users):
+            for n in gm.graph.nodes:
+                if key in n.meta:
+                    out[n.name] = Meta.of(n.meta[key])
+            return out
     if example_inputs is None:
         return out
     if _real(example_inputs):
@@ -181,9 +183,9 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
 
 def _real(example_inputs) -> bool:
     """True when every tensor among the inputs is a real one (not fake, not meta)."""
-    return all(not isinstance(x, torch.Tensor) or (type(x) is torch.Tensor and
-                                                   x.device.type != "meta")
-               for x in example_inputs)
+    return all(not isinstance(x, torch.Tensor) or (
+        type(x) in (torch.Tensor, torch.nn.Parameter) and x.device.type != "meta")
+        for x in example_inputs)
 
 
 def _run_real(run: fx.Interpreter, example_inputs) -> None:
