@@ -71,12 +71,17 @@ def parameter_only(egraph, cid: int) -> bool:
     >>> [parameter_only(eg, c) for c in eg.roots]
     [False]
     """
+    return _parameter_only(egraph, egraph.find(cid), _known(egraph))
+
+
+def _known(egraph) -> dict[int, bool]:
+    """The classes known to be parameter-only or not, for the e-graph as it is now."""
     size = len(egraph._memo)
     seen_size, known = _COMPUTED_ONCE.get(egraph, (None, {}))
     if seen_size != size:  # the e-graph grew: what was known may have changed
         known = {}
         _COMPUTED_ONCE[egraph] = (size, known)
-    return _parameter_only(egraph, egraph.find(cid), known)
+    return known
 
 
 def _parameter_only(egraph, cid: int, known: dict[int, bool]) -> bool:
@@ -98,8 +103,10 @@ def _parameter_only(egraph, cid: int, known: dict[int, bool]) -> bool:
 def _computed_once(egraph, node: tuple) -> bool:
     """An e-node of parameters, constants and literals only (with a tensor among them)."""
     kids = node[1:]
-    return bool(kids) and node[0] not in _SOURCES and all(
-        parameter_only(egraph, k) for k in kids) and any(
+    if not kids or node[0] in _SOURCES:
+        return False
+    known, find = _known(egraph), egraph.find
+    return all(_parameter_only(egraph, find(k), known) for k in kids) and any(
         getattr(_meta(egraph, k), "kind", None) == "tensor" for k in kids)
 
 
@@ -354,6 +361,10 @@ class Roofline(CostModel):
         self.hardware = hardware
         self.fused = fused
         self.local = not fused
+        # per e-graph: (its size when asked, (class, e-node) -> cost); one extraction asks
+        # for each e-node's cost several times (the DAG pass, the source program, the
+        # local search), and each answer walks the e-node's operands
+        self._node_costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
         if not self.fused:
@@ -377,6 +388,22 @@ class Roofline(CostModel):
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        stamp = (len(egraph._memo), egraph._num_classes)
+        seen = self._node_costs.get(egraph)
+        if seen is None or seen[0] != stamp:
+            seen = self._node_costs[egraph] = (stamp, {})
+        cost = seen[1].get((cid, node))
+        if cost is None:
+            cost = seen[1][cid, node] = self._node_cost(egraph, cid, node)
+        return cost
+
+    def __getstate__(self) -> dict:  # copies and pickles leave the cache behind
+        return {k: v for k, v in self.__dict__.items() if k != "_node_costs"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _node_costs=weakref.WeakKeyDictionary())
+
+    def _node_cost(self, egraph, cid: int, node: tuple) -> float:
         f = flops(egraph, cid, node)
         b = bytes_moved(egraph, cid, node)
         if f == 0 and b == 0:
