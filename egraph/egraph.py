@@ -439,7 +439,7 @@ class EGraph:
         """Canonical ids of the classes holding an e-node with operator ``op`` (kept
         until the e-graph next grows or merges: the rules of one search ask for the same
         few operators)."""
-        stamp = (len(self._node), self._num_classes)
+        stamp = self.version
         cached = self._op_classes.get(op)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -474,6 +474,20 @@ class EGraph:
         find = self._uf.find
         plist = self._parents[find(cid)] or ()
         return list(dict.fromkeys(find(p) for p in plist))
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever the e-graph gains an e-node or merges two classes, and never
+        comes back: the key under which a cache of what was computed from it stays valid.
+
+        >>> eg = EGraph()
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> before = eg.version
+        >>> _ = eg.union(a, b)
+        >>> eg.version != before
+        True
+        """
+        return (len(self._node), self._num_classes)
 
     @property
     def num_classes(self) -> int:

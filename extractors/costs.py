@@ -361,7 +361,7 @@ class Roofline(CostModel):
         self.hardware = hardware
         self.fused = fused
         self.local = not fused
-        # per e-graph: (its size when asked, (class, e-node) -> cost); one extraction asks
+        # per e-graph: (its version when asked, (class, e-node) -> cost); one extraction asks
         # for each e-node's cost several times (the DAG pass, the source program, the
         # local search), and each answer walks the e-node's operands
         self._node_costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -388,10 +388,10 @@ class Roofline(CostModel):
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        stamp = (len(egraph._memo), egraph._num_classes)
+        version = egraph.version
         seen = self._node_costs.get(egraph)
-        if seen is None or seen[0] != stamp:
-            seen = self._node_costs[egraph] = (stamp, {})
+        if seen is None or seen[0] != version:
+            seen = self._node_costs[egraph] = (version, {})
         cost = seen[1].get((cid, node))
         if cost is None:
             cost = seen[1][cid, node] = self._node_cost(egraph, cid, node)
