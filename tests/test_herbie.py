@@ -375,17 +375,21 @@ def test_a_series_time_limit_survives_a_swallowed_alarm():
 
     from compiler.series import SeriesTimeout, time_limit
 
-    swallowed, start = 0, time.perf_counter()
+    # The whole loop sits inside the try: the alarm may fire at any bytecode, the loop's
+    # own clock check included, and the test must not depend on where it lands.
+    swallowed, deadline = 0, time.perf_counter() + 10.0
     with pytest.raises(SeriesTimeout):
         with time_limit(0.05):
-            while time.perf_counter() - start < 2.0:
+            while True:
                 try:
-                    sum(range(1000))
+                    while time.perf_counter() < deadline:
+                        sum(range(1000))
+                    break  # no second alarm within the deadline: the block ends unraised
                 except SeriesTimeout:
                     swallowed += 1  # as a callback's exception would be: dropped
                     if swallowed > 1:
                         raise
-    assert swallowed == 2 and time.perf_counter() - start < 1.0
+    assert swallowed == 2
 
 
 def test_a_series_time_limit_waits_while_a_dropped_exception_is_reported():
