@@ -28,6 +28,26 @@ def test_views_are_free_and_elementwise_costs_one_flop_per_element():
     assert round(Memory().program_cost(eg)) == 2 * 24 * 4
 
 
+@pytest.mark.parametrize("pool, window", [(torch.nn.MaxPool2d(3, 2, 1), 9),
+                                          (torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False), 9),
+                                          (torch.nn.AvgPool2d((2, 4)), 8)])
+def test_pooling_costs_one_flop_per_window_element_and_extracts(pool, window):
+    """A ResNet's stem and PoolFormer's token mixer: pooling from torch.export crashed
+    every cost model that counts FLOPs (the window was read from the class's analysis
+    record, a named tuple, instead of the kernel size it holds)."""
+    from compiler.compile import default_cost
+
+    x = torch.randn(2, 4, 8, 8)
+    program = torch.export.export(pool, (x,))
+    eg = EGraph.from_fx(program, (x,))
+    assert Flops().program_cost(eg) == pytest.approx(pool(x).numel() * window)
+    eg.saturate(load_rules("all"))
+    for cost in (Flops(), Roofline("H100"), default_cost((x,))):
+        opt = eg.extract(cost)
+        assert not opt.meta["egraph_report"].fell_back
+        torch.testing.assert_close(opt(x), pool(x))
+
+
 def test_roofline_is_memory_bound_for_elementwise_and_compute_bound_for_big_matmul():
     h100 = HARDWARE["H100"]
     eg = _eg(lambda x: torch.exp(x), torch.randn(1024, 1024))

@@ -283,7 +283,9 @@ def _conv_flops(n: int, kids: list) -> float:
 
 
 def _pool_flops(n: int, kids: list) -> float:
-    window = kids[1] if isinstance(kids[1], tuple) else ()
+    # kids are the classes' analysis data; the window is the kernel-size literal's value
+    window = getattr(kids[1], "value", None)
+    window = window if isinstance(window, tuple) and all(type(k) is int for k in window) else ()
     return float(n * math.prod(window))
 
 
