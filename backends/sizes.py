@@ -47,7 +47,10 @@ def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]) -> None:
     12)``): the body runs in a ``try``, and a RuntimeError on inputs whose shapes differ
     from the example's becomes a :class:`SizeMismatch` that names them. Free on the
     normal path."""
-    names = [n.name for n in graph.nodes if n.op == "placeholder"]
+    # forward's parameter names: a placeholder's node name can differ from its target
+    # (fx renames a parameter called ``input`` to ``input_1`` inside the body, which runs
+    # after this wrapper's first line)
+    names = [str(n.target).lstrip("*") for n in graph.nodes if n.op == "placeholder"]
     shapes = {}
     for name, cid in zip(names, egraph.fx.input_classes):
         shape = getattr(egraph.data(cid), "shape", None)

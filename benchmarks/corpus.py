@@ -291,6 +291,34 @@ def _clip_vision(t):
             image_inputs, "batch")
 
 
+def _resnet(t):
+    """Convolutions, batch norm (eval: folded statistics), max pooling in the stem and
+    adaptive average pooling in the pooler."""
+    config = t.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                            layer_type="bottleneck")
+    return (t.ResNetModel, config, ("pixel_values",), ("last_hidden_state", "pooler_output"),
+            image_inputs, "batch")
+
+
+def _convnext(t):
+    """Depthwise 7x7 convolutions, channels-last layer norm, a layer-scale multiply."""
+    config = t.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
+                              image_size=IMAGE, drop_path_rate=0.0)
+    return (t.ConvNextModel, config, ("pixel_values",), ("last_hidden_state", "pooler_output"),
+            image_inputs, "batch")
+
+
+def _swin(t):
+    """Shifted-window attention (the first stage's second block shifts): rolls, window
+    partitions by view and permute, a relative position bias gathered by index, a
+    patch-merging concatenation."""
+    config = t.SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=16, depths=[2, 1],
+                          num_heads=[2, 4], window_size=4, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, drop_path_rate=0.0)
+    return (t.SwinModel, config, ("pixel_values",), ("last_hidden_state", "pooler_output"),
+            image_inputs, "batch")
+
+
 def _whisper_encoder(t):
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
@@ -326,10 +354,16 @@ _SPECS: dict[str, Callable] = {
     "vit": _vit,
     "clip_text": _clip_text,
     "clip_vision": _clip_vision,
+    "resnet": _resnet,
+    "convnext": _convnext,
+    "swin": _swin,
     "whisper_encoder": _whisper_encoder,
 }
 
 MODELS: tuple[str, ...] = tuple(_SPECS)
+ATTENTION_FREE: frozenset[str] = frozenset({"resnet", "convnext"})
+"""Corpus models with no attention: transformers refuses an attention implementation for
+them, and :func:`build` leaves theirs unset (the same model under either ``attn``)."""
 ATTENTION = ("eager", "sdpa")
 
 
@@ -368,7 +402,8 @@ def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
 
     def make_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
         return tuple(x.to(device) for x in drawn(batch, seq))
-    config._attn_implementation = attn
+    if name not in ATTENTION_FREE:
+        config._attn_implementation = attn
     torch.manual_seed(SEED)
     model = model_cls(config)
     model.eval()

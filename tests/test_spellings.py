@@ -16,36 +16,58 @@ from compiler.compile import make_backend
 from egraph import EGraph
 from egraph.rules import load_rules
 from extractors import Flops
-from frontends.fx.vocabulary import SPELLINGS, lower
+from frontends.fx.vocabulary import METHODS, SPELLINGS, lower
 
 aten = torch.ops.aten
 RULES = load_rules("all")
 
 # Names a lowering may give a schema's positional argument.
 _ALIASES = {"self": {"input", "x", "tensor"}, "other": {"other"}, "mat2": {"other"},
-            "exponent": {"other"}}
+            "exponent": {"other"}, "axis0": {"dim0"}, "axis1": {"dim1"},
+            "split_size": {"split_size_or_sections"}}
 
 
-def test_every_aten_spelling_takes_the_schema_arguments_in_order():
-    """A lowering whose positional parameters do not line up with the aten schema's
-    (aten.embedding takes the weight first; aten._softmax's third argument is
-    half_to_float) silently swaps arguments."""
+def _schemas(target) -> list:
+    """The aten schemas a spelling calls: an overload's own, or every overload of the aten
+    op a torch function or Tensor method of that name binds (``torch.batch_norm``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return [target._schema]
+    name = getattr(target, "__name__", None)
+    if name and getattr(torch, name, None) is target:
+        return list(torch._C._jit_get_schemas_for_operator(f"aten::{name}"))
+    return []
+
+
+def _misplaced(fn, schema) -> list[str]:
+    """How ``fn``'s positional parameters fail to line up with ``schema``'s."""
+    sig = inspect.signature(fn).parameters.values()
+    params = [p.name for p in sig if p.kind is p.POSITIONAL_OR_KEYWORD]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in sig)
     wrong = []
-    for target, fn in SPELLINGS.items():
-        if not isinstance(target, torch._ops.OpOverload):
-            continue
-        schema = [a.name for a in target._schema.arguments if not a.kwarg_only]
-        sig = inspect.signature(fn).parameters.values()
-        params = [p.name for p in sig if p.kind is p.POSITIONAL_OR_KEYWORD]
-        variadic = any(p.kind is p.VAR_POSITIONAL for p in sig)
-        for i, name in enumerate(schema):
-            if i >= len(params):
-                if not variadic:
-                    wrong.append(f"{target}: no parameter for {name!r}")
-                continue
-            if params[i] != name and params[i] not in _ALIASES.get(name, ()) and not (
-                    params[i] == "third"):
-                wrong.append(f"{target}: {name!r} lands on {params[i]!r}")
+    for i, name in enumerate(a.name for a in schema.arguments if not a.kwarg_only):
+        if i >= len(params):
+            if not variadic:
+                wrong.append(f"no parameter for {name!r}")
+        elif params[i] != name and params[i] not in _ALIASES.get(name, ()) and (
+                params[i] != "third"):
+            wrong.append(f"{name!r} lands on {params[i]!r}")
+    return wrong
+
+
+def test_every_spelling_takes_the_schema_arguments_in_order():
+    """A lowering whose positional parameters do not line up with the aten schema's
+    silently swaps arguments: aten.embedding takes the weight first, aten._softmax's third
+    argument is half_to_float, ``torch.batch_norm`` takes the weight where
+    ``F.batch_norm`` takes the running mean (NaN), and ``torch.softmax``'s third argument
+    is the dtype where ``F.softmax``'s is ``_stacklevel`` (float64 silently dropped). A
+    torch function or method agrees with one of its overloads."""
+    spellings = [(target, fn, target) for target, fn in SPELLINGS.items()] + [
+        (f"Tensor.{name}", fn, getattr(torch, name, None)) for name, fn in METHODS.items()]
+    wrong = []
+    for label, fn, target in spellings:
+        mismatches = [_misplaced(fn, schema) for schema in _schemas(target)]
+        if mismatches and all(mismatches):
+            wrong.append(f"{label}: {'; '.join(mismatches[0])}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -59,6 +81,39 @@ def test_aten_embedding_and_softmax_lowerings():
     assert lower(aten._softmax.default, ("x", -1, False), {}) == ("softmax", ["x", -1])
     assert lower(aten.softmax.int, ("x", 1, torch.float64), {}) == (
         "softmax", [("to", ["x", torch.float64]), 1])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, w, b, m, v: torch.batch_norm(x, w, b, m, v, False, 0.1, 1e-5, False),
+    lambda x, w, b, m, v: torch.softmax(x, -1, torch.float64) * w[:, None],
+    lambda x, w, b, m, v: x.log_softmax(1, torch.float64) + b[:, None],
+], ids=["torch.batch_norm", "torch.softmax-dtype", "Tensor.log_softmax-dtype"])
+def test_torch_spellings_whose_order_differs_from_the_functional(fn):
+    x = torch.randn(2, 4, 3)
+    w, b, m, v = torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x, w, b, m, v))
+    opt = eg.extract(Flops(), validate="off")  # what is built, not validation's fallback
+    expected = fn(x, w, b, m, v)
+    assert opt(x, w, b, m, v).dtype == expected.dtype
+    torch.testing.assert_close(opt(x, w, b, m, v), expected)
+
+
+def test_an_exported_convolution_and_batch_norm_fold():
+    """torch.export spells them ``aten.conv2d.default`` and ``aten.batch_norm.default``
+    (a transformers ResNet): both were opaque, so no rule saw a ResNet's convolutions."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)).eval()
+    for bn in (model[1], model[4]):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 10, 10)
+    eg = EGraph.from_fx(torch.export.export(model, (x,)), (x,)).saturate(RULES)
+    opt = eg.extract(Flops())
+    report = opt.meta["egraph_report"]
+    assert report.rewrites.get("conv-bn") == 2 and not report.fell_back, str(report)
+    assert not [n for n in opt.graph.nodes if "batch_norm" in str(n.target)]
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x))
 
 
 class Embeddings(nn.Module):

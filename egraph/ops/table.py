@@ -550,13 +550,15 @@ op("var", "x dim correction keepdim", "reduction", attributes="dim correction ke
 op("softmax", "x dim", "reduction", attributes="dim", impl="torch.softmax",
    call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=POS, interval=iv.softmax, triton="@softmax",
-   spell="torch.softmax torch.nn.functional.softmax Tensor.softmax"
+   spell="torch.softmax:torch_softmax torch.nn.functional.softmax"
+   " Tensor.softmax:torch_softmax"
    " aten._softmax.default:aten_softmax_half aten.softmax.int:aten_softmax",
    modules=(Module("torch.nn.Softmax", ("input", "dim"), _explicit_dim),))
 op("log_softmax", "x dim", "reduction", attributes="dim", impl="torch.log_softmax",
    call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=NONPOS, interval=iv.log_softmax, triton="@log_softmax",
-   spell="torch.log_softmax torch.nn.functional.log_softmax Tensor.log_softmax"
+   spell="torch.log_softmax:torch_softmax torch.nn.functional.log_softmax"
+   " Tensor.log_softmax:torch_softmax"
    " aten._log_softmax.default:aten_softmax_half aten.log_softmax.int:aten_softmax",
    modules=(Module("torch.nn.LogSoftmax", ("input", "dim"), _explicit_dim),))
 op("layer_norm", "x shape weight bias eps", "reduction", attributes="shape eps",
@@ -603,7 +605,8 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
 op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
    impl="torch.nn.functional.batch_norm",
    call=lambda x, m, v, w, b, eps: ((x, m, v, w, b), {"training": False, "eps": eps}),
-   flops=2, error="mixing", spell="torch.nn.functional.batch_norm torch.batch_norm",
+   flops=2, error="mixing", spell="torch.nn.functional.batch_norm torch.batch_norm:aten_batch_norm"
+   " aten.batch_norm.default:aten_batch_norm",
    modules=(Module("torch.nn.BatchNorm1d", ("input", "running_mean", "running_var",
                                             "weight", "bias", "eps"), _inference_statistics),
             Module("torch.nn.BatchNorm2d", ("input", "running_mean", "running_var",
@@ -625,7 +628,7 @@ for _name in ("conv1d", "conv2d"):
     op(_name, "x weight bias stride padding dilation groups", "library",
        attributes="stride padding dilation groups", impl=f"torch.nn.functional.{_name}",
        flops=_conv_flops, error="multilinear", interval=iv.convolution,
-       spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv",
+       spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv aten.{_name}.default:conv",
        modules=(Module(f"torch.nn.Conv{_name[-2:-1]}d",
                        ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                        _zero_padded),),

@@ -191,13 +191,26 @@ def _reduce(name: str):
     return lower
 
 
+def _softmax_of(name: str, input, dim, dtype) -> Lowered:
+    if dim is None:
+        raise _Unsupported(f"{name} without a dim (deprecated implicit dim)")
+    if dtype is not None:
+        input = ("to", [input, dtype])
+    return (name, [input, dim])
+
+
 def _softmax(name: str):
-    def lower(input, dim=None, _stacklevel=3, dtype=None, half_to_float=None):
-        if dim is None:
-            raise _Unsupported(f"{name} without a dim (deprecated implicit dim)")
-        if dtype is not None:
-            input = ("to", [input, dtype])
-        return (name, [input, dim])
+    """``F.softmax(input, dim, _stacklevel, dtype)``: the functional's order."""
+    def lower(input, dim=None, _stacklevel=3, dtype=None):
+        return _softmax_of(name, input, dim, dtype)
+    return lower
+
+
+def _torch_softmax(name: str):
+    """``torch.softmax(input, dim, dtype)`` and ``x.softmax(dim, dtype)``: the dtype is
+    third (in the functional, ``_stacklevel`` is)."""
+    def lower(input, dim=None, dtype=None):
+        return _softmax_of(name, input, dim, dtype)
     return lower
 
 
@@ -508,6 +521,14 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
     return ("batch_norm", [input, running_mean, running_var, weight, bias, eps])
 
 
+def _aten_batch_norm(input, weight, bias, running_mean, running_var, training=False,
+                     momentum=0.1, eps=1e-5, cudnn_enabled=None):
+    """``torch.batch_norm`` and ``aten.batch_norm``: weight and bias come before the
+    running statistics (``F.batch_norm`` takes the statistics first)."""
+    return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum,
+                       eps)
+
+
 def _pad(input, pad, mode="constant", value=None):
     if mode != "constant":
         raise _Unsupported(f"pad with mode={mode!r} (only constant padding is an op)")
@@ -550,7 +571,8 @@ IMPURE: set = {
 # Lowerings the op table names: a factory given the op's name, or a fixed lowering.
 _FACTORIES: dict[str, Callable[[str], Callable[..., Lowered]]] = {
     "unary": _unary, "binary": _binary, "reverse": _reverse, "reduce": _reduce,
-    "softmax": _softmax, "log_softmax": _softmax, "tri": _tri, "conv": _conv, "like": _like,
+    "softmax": _softmax, "log_softmax": _softmax, "torch_softmax": _torch_softmax,
+    "tri": _tri, "conv": _conv, "like": _like,
     "aten_softmax": lambda name: _aten_softmax(name, False),
     "aten_softmax_half": lambda name: _aten_softmax(name, True),
 }
@@ -559,7 +581,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "softplus": _softplus,
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
-    "rms_norm": _rms_norm, "batch_norm": _batch_norm, "embedding": _embedding,
+    "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
+    "embedding": _embedding,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
     "constant_pad_nd": _constant_pad_nd,
