@@ -87,10 +87,34 @@ def _materialise(x: Any) -> Any:
     if isinstance(x, FakeTensor) or x.device.type == "meta":
         device = x.device if x.device.type != "meta" else "cpu"
         if x.dtype.is_floating_point:
-            return torch.randn(tuple(x.shape)).to(device=device, dtype=x.dtype)
+            return strided_like(torch.randn(tuple(x.shape)).to(device=device, dtype=x.dtype), x)
         # Values of an integer input are unknown: small ones are valid indices anywhere.
-        return torch.randint(0, 2, tuple(x.shape)).to(device=device, dtype=x.dtype)
+        return strided_like(torch.randint(0, 2, tuple(x.shape)).to(device=device, dtype=x.dtype),
+                            x)
     return x
+
+
+def strided_like(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``values`` laid out with ``like``'s strides: a backward graph ``view``s the
+    activations it saved as they were laid out (ConvNeXt's channels-last permute), and
+    refuses a contiguous stand-in. A broadcast dimension (stride 0) keeps its first slice.
+
+    >>> strided_like(torch.arange(6.).reshape(2, 3), torch.empty(3, 2).t()).stride()
+    (1, 2)
+    """
+    if values.shape != like.shape or like.is_contiguous():
+        return values
+    stride = like.stride()
+    broadcast = [d for d, st in enumerate(stride) if st == 0 and like.shape[d] > 1]
+    for d in broadcast:
+        values = values.narrow(d, 0, 1)
+    try:
+        out = torch.empty_strided(values.shape, stride, dtype=values.dtype,
+                                  device=values.device)
+        out.copy_(values)
+    except RuntimeError:  # overlapping strides other than a broadcast: keep it contiguous
+        return values.expand(like.shape)
+    return out.expand(like.shape) if broadcast else out
 
 
 def _in_range(values: torch.Tensor, declared: tuple[float, float] | None,
@@ -484,8 +508,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
         for scale in [1.0] * trials + [STRESS_SCALE]:
             stressed.append(scale != 1.0)
             input_sets.append(tuple(
-                _in_range(_in_domain(_random_like(x, gen, scale), src.domains.get(name)),
-                          src.ranges.get(name), gen)
+                strided_like(_in_range(_in_domain(_random_like(x, gen, scale),
+                                                  src.domains.get(name)),
+                                       src.ranges.get(name), gen), x)
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
     reference = None if random_ops or working else _float64_reference(original)

@@ -228,3 +228,18 @@ def test_validation_runs_one_pass_at_a_time_where_torch_uses_every_core(monkeypa
     right = _Recorded(lambda x: torch.exp(x) + 1)
     assert validate_module(src, right).ok
     assert {name for name, _ in right.seen} == {"MainThread"}
+
+
+def test_generated_inputs_keep_the_example_layout():
+    """A backward graph views the activations it saved in their layout (ConvNeXt's
+    channels-last ones): validation's stand-ins for fake inputs keep the strides, and a
+    broadcast (stride 0) dimension stays one slice."""
+    from compiler.validate import strided_like
+
+    channels_last = torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    out = strided_like(torch.randn(2, 3, 4, 5), channels_last)
+    assert out.stride() == channels_last.stride()
+    out.permute(0, 2, 3, 1).view(-1, 3)  # what the backward graph does: no copy needed
+    values = torch.randn(4, 3)
+    broadcast = strided_like(values, torch.empty(3).expand(4, 3))
+    assert broadcast.stride() == (0, 1) and torch.equal(broadcast, values[:1].expand(4, 3))
