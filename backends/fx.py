@@ -36,9 +36,11 @@ if TYPE_CHECKING:
     from egraph.egraph import EGraph
     from extractors.costs import Roofline
 
-_NOT_FOLDED = {"view", "leaf", "shape", "opaque", "creation"}
-"""Op kinds never folded: views and leaves cost nothing, shapes and opaque calls are not
-tensor arithmetic, creation ops have no parameter to depend on."""
+_NOT_FOLDED = {"leaf", "shape", "opaque"}
+"""Op kinds never folded: leaves are what is folded from, shapes and opaque calls are not
+tensor arithmetic. A view of a parameter folds (sharing its storage) so that what is made
+of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
+shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
 
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
