@@ -47,6 +47,23 @@ TARGETS = ("cpu", "cuda")
 kernels, which run as eager torch ops on CPU tensors)."""
 
 
+def _plain_matmul(a: tuple | None, b: tuple | None):
+    """``torch.mm`` for a product of matrices, ``torch.bmm`` for batches of matrices of the
+    same batch size, else None (``torch.matmul``). matmul reaches the same kernel through
+    reshapes and views: 10 us a call on the CPU, 0.3 ms of a small GPT-2's training step.
+
+    >>> _plain_matmul((4, 3), (3, 2)) is torch.mm, _plain_matmul((2, 4, 3), (3, 2))
+    (True, None)
+    """
+    if a is None or b is None:
+        return None
+    if len(a) == len(b) == 2:
+        return torch.mm
+    if len(a) == len(b) == 3 and type(a[0]) is int and a[0] == b[0] and a[0] != 1:
+        return torch.bmm
+    return None
+
+
 class _Folded:
     """A reference to another folded value inside a folded value's recipe."""
 
@@ -225,6 +242,10 @@ class _Emitter:
                                                                      kids[2]))
         args = spec.numbers_as_tensors(
             args, lambda like, number: self.graph.call_method("new_tensor", (like, number)))
+        if op == "matmul":
+            plain = _plain_matmul(*(getattr(self.eg.data(k), "shape", None) for k in node[1:]))
+            if plain is not None:
+                return self.graph.call_function(plain, args, kwargs)
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)
@@ -376,7 +397,7 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     def fits(product: fx.Node, bias: Any, total: fx.Node) -> bool:
         if not (isinstance(bias, fx.Node) and isinstance(product, fx.Node)
                 and bias is not product  # p + p reads the product twice
-                and product.op == "call_function" and product.target is torch.matmul
+                and product.op == "call_function" and product.target in (torch.matmul, torch.mm)
                 and len(product.users) == 1 and not product.kwargs):
             return False
         described = [metas.get(n) for n in (*product.args, bias, total)]
