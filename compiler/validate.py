@@ -87,11 +87,10 @@ def _materialise(x: Any) -> Any:
 
     if isinstance(x, FakeTensor) or x.device.type == "meta":
         device = x.device if x.device.type != "meta" else "cpu"
-        if x.dtype.is_floating_point:
-            return strided_like(torch.randn(tuple(x.shape)).to(device=device, dtype=x.dtype), x)
         # Values of an integer input are unknown: small ones are valid indices anywhere.
-        return strided_like(torch.randint(0, 2, tuple(x.shape)).to(device=device, dtype=x.dtype),
-                            x)
+        values = (torch.randn(tuple(x.shape)) if x.dtype.is_floating_point
+                  else torch.randint(0, 2, tuple(x.shape)))
+        return strided_like(values.to(device=device, dtype=x.dtype), x)
     return x
 
 

@@ -55,8 +55,18 @@ def _bytes(meta) -> int:
 
 _SOURCES = frozenset({"param", "const"})
 _PER_CALL = (names(kind="leaf") | names(kind="opaque")) - _SOURCES  # inputs, opaque calls
-# per e-graph: (its hash-cons size when asked, class -> parameter-only)
+# per e-graph: (its version when asked, class -> parameter-only)
 _COMPUTED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _current(store: weakref.WeakKeyDictionary, egraph) -> dict:
+    """The cache ``store`` keeps for ``egraph``, emptied whenever the e-graph changed since
+    it was filled (:attr:`EGraph.version`: a new e-node or a merge)."""
+    version = egraph.version
+    seen = store.get(egraph)
+    if seen is None or seen[0] != version:
+        seen = store[egraph] = (version, {})
+    return seen[1]
 
 
 def parameter_only(egraph, cid: int) -> bool:
@@ -76,12 +86,7 @@ def parameter_only(egraph, cid: int) -> bool:
 
 def _known(egraph) -> dict[int, bool]:
     """The classes known to be parameter-only or not, for the e-graph as it is now."""
-    size = len(egraph._memo)
-    seen_size, known = _COMPUTED_ONCE.get(egraph, (None, {}))
-    if seen_size != size:  # the e-graph grew: what was known may have changed
-        known = {}
-        _COMPUTED_ONCE[egraph] = (size, known)
-    return known
+    return _current(_COMPUTED_ONCE, egraph)
 
 
 def _parameter_only(egraph, cid: int, known: dict[int, bool]) -> bool:
@@ -388,13 +393,10 @@ class Roofline(CostModel):
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        version = egraph.version
-        seen = self._node_costs.get(egraph)
-        if seen is None or seen[0] != version:
-            seen = self._node_costs[egraph] = (version, {})
-        cost = seen[1].get((cid, node))
+        costs = _current(self._node_costs, egraph)
+        cost = costs.get((cid, node))
         if cost is None:
-            cost = seen[1][cid, node] = self._node_cost(egraph, cid, node)
+            cost = costs[cid, node] = self._node_cost(egraph, cid, node)
         return cost
 
     def __getstate__(self) -> dict:  # copies and pickles leave the cache behind
