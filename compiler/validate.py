@@ -710,3 +710,80 @@ def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
         except Exception:  # noqa: BLE001 - values the source cannot take: try the next
             continue
     return xs, None
+
+
+class _MutationWatch(fx.Interpreter):
+    """Runs a graph and names the first node that changed a tensor it was given (an
+    in-place op: ``add_``, ``setitem``, ``inplace=True``, batch norm's running statistics),
+    as the tensors' version counters tell."""
+
+    def __init__(self, module: fx.GraphModule):
+        super().__init__(module)
+        self.mutated: str | None = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        tensors: list[torch.Tensor] = []
+        if n.op in ("call_function", "call_method", "call_module"):
+            fx.node.map_aggregate((n.args, n.kwargs), lambda a: tensors.append(self.env[a])
+                                  if isinstance(a, fx.Node) and isinstance(
+                                      self.env.get(a), torch.Tensor) else None)
+        before = [t._version for t in tensors]
+        out = super().run_node(n)
+        if self.mutated is None and any(t._version != v for t, v in zip(tensors, before)):
+            self.mutated = n.format_node()
+        return out
+
+
+def validate_autograd(source: fx.GraphModule, new: nn.Module, inputs: tuple) -> str | None:
+    """Why ``new`` cannot be run under autograd in place of ``source``, or None where it
+    can: ``new`` is then differentiated by autograd itself, op by op, rather than through
+    a backward graph of its own. On copies of ``inputs`` under one seed, the source must
+    change none of the tensors it is given (an in-place op is left to aot_autograd's
+    functionalisation), and for one random cotangent per floating output the gradient of
+    every input that requires grad must agree normwise within :func:`working_tolerance`
+    (a ``detach`` lost in a rewrite, a folded parameter, shows here). The caller's RNG
+    state is kept.
+
+    >>> gm = fx.symbolic_trace(lambda x: (x * x).sum())
+    >>> x = torch.randn(3, requires_grad=True)
+    >>> validate_autograd(gm, fx.symbolic_trace(lambda x: x.pow(2).sum()), (x,)) is None
+    True
+    >>> validate_autograd(gm, fx.symbolic_trace(lambda x: (x * x.detach()).sum()), (x,))
+    'the gradient of input 0 differs: normwise relative error 0.5'
+    """
+    def copies() -> list:
+        return [x.detach().clone().requires_grad_(x.requires_grad)
+                if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    leaves = [i for i, x in enumerate(inputs)
+              if isinstance(x, torch.Tensor) and x.requires_grad]
+    grads = []
+    for program in (source, new):
+        xs = copies()
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            torch.manual_seed(0)
+            if program is source:
+                watch = _MutationWatch(source)
+                outs = _flat(watch.run(*xs))
+                if watch.mutated is not None:
+                    return f"the source changes a tensor in place ({watch.mutated})"
+            else:
+                outs = _flat(program(*xs))
+            differentiable = [o for o in outs if isinstance(o, torch.Tensor)
+                              and o.is_floating_point() and o.requires_grad]
+            if not differentiable or not leaves:
+                return None
+            gen = torch.Generator(device=differentiable[0].device).manual_seed(0)
+            cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype,
+                                      device=o.device) for o in differentiable]
+            grads.append(torch.autograd.grad(differentiable, [xs[i] for i in leaves],
+                                             cotangents, allow_unused=True))
+    for i, expected, got in zip(leaves, *grads):
+        if expected is None and got is None:
+            continue
+        expected = torch.zeros_like(inputs[i]) if expected is None else expected
+        got = torch.zeros_like(inputs[i]) if got is None else got
+        _, normwise = relative_errors(got, expected)
+        if not normwise <= working_tolerance(expected.dtype):
+            return f"the gradient of input {i} differs: normwise relative error {normwise:.3g}"
+    return None

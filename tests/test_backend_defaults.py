@@ -167,7 +167,7 @@ def test_the_default_code_generator_follows_the_inputs_device(monkeypatch):
     x = torch.randn(4, 8)
     torch._dynamo.reset()
     torch.compile(torch.tanh, backend=backend)(x)
-    assert not handed and backend.reports[0].name == "forward 0"  # CPU: our emission
+    assert not handed and backend.reports[0].name == "graph 0"  # CPU: our emission
     monkeypatch.setattr(backend_module, "default_codegen", lambda inputs: "inductor")
     backend = backend_module.make_backend(validate="raise")
     torch._dynamo.reset()

@@ -130,11 +130,12 @@ def test_dynamic_true_compiles_once_and_trains_like_eager(name):
     compiled = torch.compile(model, backend=backend, dynamic=True)
     for batch, length in [(2, 5), (3, 7), (5, 6)]:  # (sizes 0 and 1 are specialised)
         _check_train_step(model, reference, compiled, _input(name, batch, length))
-    # one forward and one backward graph serve every size: nothing was specialised
-    assert len(backend.cache) == 2
+    # one graph of each kind (run under autograd, or aot_autograd's forward and backward)
+    # serves every size: nothing was specialised
+    assert len({key[0] for key in backend.cache}) == len(backend.cache)
     for key, fn in backend.cache.items():
         hash(key)
-        assert "'s" in repr(key[1])  # symbolic sizes count by their expression
+        assert "'s" in repr(key[-1])  # symbolic sizes count by their expression
         report = fn.module.meta["egraph_report"]
         assert report.validation.ok and not report.fell_back
 
@@ -148,11 +149,12 @@ def test_automatic_dynamic_after_a_batch_change():
     compiled = torch.compile(model, backend=backend)
     for batch, length in [(2, 5), (3, 5), (4, 5)]:
         _check_train_step(model, reference, compiled, _input("block", batch, length))
-    # a static compile, then one recompile with a dynamic batch (forward and backward each)
-    assert len(backend.cache) == 4
+    # a static compile, then one recompile with a dynamic batch (each a graph autograd
+    # runs as emitted)
+    assert len(backend.cache) == 2
     for batch, length in [(5, 7), (2, 6)]:
         _check_train_step(model, reference, compiled, _input("block", batch, length))
-    assert len(backend.cache) == 6  # and one more once the length changes too
+    assert len(backend.cache) == 3  # and one more once the length changes too
 
 
 def _aot_graphs(model, x):

@@ -58,7 +58,7 @@ def test_one_info_line_per_compiled_graph(caplog):
     assert [r.name for r in infos] == ["egraph.compiler"] * len(backend.reports) == [
         "egraph.compiler"]
     line = infos[0].getMessage()
-    assert line.startswith("forward 0: nodes ")
+    assert line.startswith("graph 0: nodes ")
     for part in ("rewrites ", "cost ", "times ingest", "saturate", "validation passed (float64)"):
         assert part in line
     assert "softplus" in line  # the rewrite the emitted program uses
@@ -71,7 +71,7 @@ def test_environment_variable_turns_logs_on_for_a_run():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "[egraph.compiler] forward 0: nodes" in out.stderr
+    assert "[egraph.compiler] graph 0: nodes" in out.stderr
     quiet = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                            text=True, timeout=300,
                            env={k: v for k, v in os.environ.items() if k != "EGRAPH_LOGS"})

@@ -14,6 +14,8 @@ The whole module is skipped when transformers is not installed.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -129,8 +131,9 @@ def test_compile_training_step(name, rules):
     for key, grad in eager_grads.items():
         torch.testing.assert_close(grads[key], grad, **TOL, msg=lambda m, k=key: f"{k}: {m}")
     _assert_no_fallback(backend)
-    # the backward graph went through the backend too
-    assert len(backend.cache) >= 2
+    # each graph ran as emitted under autograd, or its backward went through the backend
+    kinds = Counter(key[0] for key in backend.cache)
+    assert kinds["graph"] + kinds["backward"] >= 1 and kinds["forward"] == kinds["backward"]
 
 
 def test_a_training_step_with_random_ops_is_not_refused_for_rounding(rules):

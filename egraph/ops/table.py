@@ -721,10 +721,16 @@ op("split", "x size dim", "view", attributes="size dim", impl="torch.split",
 op("chunk", "x chunks dim", "view", attributes="chunks dim", impl="torch.chunk",
    exact=True, error="exact", spell="torch.chunk Tensor.chunk",
    why={**_VIEW, "interval": "its value is a tuple of views"})
+# The value itself, with autograd's history cut: not the identity, since a program
+# autograd differentiates (the compile backend's, an exported module trained) would pass
+# gradients through it.
+op("detach", "x", "view", impl="torch.detach", exact=True, error="exact", sign=signs.same,
+   interval=iv.same, spell="torch.detach:unary Tensor.detach:unary aten.detach.default:unary",
+   why={**_VIEW, "triton": "a kernel's values carry no autograd history"})
 # The value itself: ingest replaces it by its operand, so it never reaches an e-graph.
 op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="Tensor.contiguous:contiguous torch.clone Tensor.clone Tensor.detach"
-   " aten.clone.default aten.alias.default aten.detach.default",
+   spell="Tensor.contiguous:contiguous torch.clone Tensor.clone"
+   " aten.clone.default aten.alias.default",
    modules=(Module("torch.nn.Identity", ("input",)),
             *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)
               for d in ("Dropout", "Dropout1d", "Dropout2d", "AlphaDropout"))),

@@ -1,0 +1,155 @@
+"""Training through the backend on the CPU: the emitted module is differentiated by autograd
+op by op, as eager code is, unless that would not give the source's gradients and effects;
+then the graph goes through aot_autograd."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from compiler.compile import make_backend
+from compiler.validate import validate_autograd
+
+
+def _step(model, x):
+    model.zero_grad(set_to_none=True)
+    loss = model(x).square().mean()
+    loss.backward()
+    module = getattr(model, "_orig_mod", model)
+    return loss.detach(), {k: p.grad.clone() for k, p in module.named_parameters()}
+
+
+def _compiled_step(model, x, **options):
+    backend = make_backend(validate="raise", **options)
+    torch._dynamo.reset()
+    out = _step(torch.compile(model, backend=backend), x)
+    return out, [r.name for r in backend.reports]
+
+
+def _same_step(model, x, expected_graphs):
+    (loss, grads), names = _compiled_step(model, x)
+    want_loss, want_grads = _step(model, x)
+    torch.testing.assert_close(loss, want_loss)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-6, msg=key)
+    assert names == expected_graphs
+
+
+class Block(nn.Module):
+    """A pre-norm MLP block as transformer code spells it, with a naive layer norm the rules
+    fuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
+        self.weight = nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        h = (x - mean) / torch.sqrt(var + 1e-5) * self.weight
+        return x + self.down(nn.functional.gelu(self.up(h), approximate="tanh"))
+
+
+def test_a_training_step_runs_the_emitted_module_under_autograd():
+    torch.manual_seed(0)
+    _same_step(Block(), torch.randn(4, 8, 16), ["graph 0"])
+
+
+class StopGradient(nn.Module):
+    """A straight-through estimator and a detached scale, as quantisation-aware training and
+    target networks spell them."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        rounded = h + (torch.round(h) - h).detach()
+        return rounded * h.detach().abs().mean() + h * h.detach()
+
+
+def test_detach_cuts_the_gradient_in_the_emitted_module():
+    """detach is its own op: as the identity, the emitted module would pass gradients where
+    the source passes none."""
+    torch.manual_seed(0)
+    _same_step(StopGradient(), torch.randn(5, 8), ["graph 0"])
+
+
+class NoGradRegion(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.no_grad():
+            scale = self.proj(x).abs().amax()
+        return self.proj(x) / scale
+
+
+def test_a_grad_mode_change_goes_through_aot_autograd():
+    torch.manual_seed(0)
+    _same_step(NoGradRegion(), torch.randn(5, 8), ["forward 0", "backward 0"])
+
+
+def test_batch_norm_statistics_in_training_go_through_aot_autograd():
+    """Batch norm in training updates its running statistics in place, which no spelling
+    shows: the first call finds it, and the statistics end as eager's do."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    twin = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    (loss, grads), names = _compiled_step(model, x)
+    want_loss, want_grads = _step(twin, x)
+    torch.testing.assert_close(loss, want_loss)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5, msg=key)
+    torch.testing.assert_close(model[1].running_mean, twin[1].running_mean)
+    torch.testing.assert_close(model[1].running_var, twin[1].running_var)
+    assert names[-2:] == ["forward 0", "backward 0"]
+
+
+def test_an_in_place_spelling_goes_through_aot_autograd():
+    def f(x, w):
+        y = x @ w
+        y.mul_(2)
+        return y.relu()
+
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    backend = make_backend(validate="raise")
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=backend)(x, w)
+    torch.testing.assert_close(out, f(x, w))
+    assert [r.name for r in backend.reports] == ["forward 0"]
+
+
+def test_validate_autograd_finds_an_in_place_change_and_a_lost_gradient():
+    gm = torch.fx.symbolic_trace(lambda x, w: (x @ w).sin())
+    x, w = torch.randn(3, 4), torch.randn(4, 2, requires_grad=True)
+    assert validate_autograd(gm, gm, (x, w)) is None
+    lost = torch.fx.symbolic_trace(lambda x, w: (x @ w.detach()).sin() + 0 * w.sum())
+    assert "gradient of input 1" in validate_autograd(gm, lost, (x, w))
+
+    class Accumulate(nn.Module):
+        def forward(self, x, total):
+            total.add_(x.sum())
+            return x * 2
+
+    mutating = torch.fx.symbolic_trace(Accumulate())
+    reason = validate_autograd(mutating, mutating, (torch.randn(3, requires_grad=True),
+                                                    torch.zeros(())))
+    assert reason is not None and "in place" in reason
+
+
+def test_the_callers_tensors_and_rng_are_untouched_by_the_check():
+    gm = torch.fx.symbolic_trace(lambda x: torch.nn.functional.dropout(x, 0.5) * 2)
+    x = torch.randn(64, requires_grad=True)
+    before = x.detach().clone()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert validate_autograd(gm, gm, (x,)) is None
+    torch.testing.assert_close(torch.rand(3), expected)
+    assert torch.equal(x.detach(), before) and x.grad is None
