@@ -102,7 +102,7 @@ def _reports(reports: list, row: dict) -> None:
                                  if r.fell_back and r.validation is not None])
 
 
-PHASES = ("ingest", "saturate", "extract", "emit", "validate")
+PHASES = ("ingest", "saturate", "extract", "emit", "validate", "gradients")
 
 
 def _phases(reports: list, row: dict) -> None:

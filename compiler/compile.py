@@ -39,11 +39,13 @@ from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
+from frontends.fx.ingest import is_in_place
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -57,9 +59,10 @@ class GraphReport:
 
     ``name``: which graph (``graph 0``: a graph dynamo handed the backend, run as
     emitted or handed to Inductor; ``forward 0``, ``backward 0``: the graphs of one that
-    went through aot_autograd), ``extraction``: the emitted module's report (costs, nodes, rewrites,
-    validation), ``saturation``: the saturation run's (None without rules), ``times``:
-    seconds per phase, ``memory``: measured peak bytes of the ``source`` and the
+    went through aot_autograd), ``extraction``: the emitted module's report (costs, nodes,
+    rewrites, validation), ``saturation``: the saturation run's (None without rules),
+    ``times``: seconds per phase (``gradients``: the check of a graph run as emitted under
+    autograd), ``memory``: measured peak bytes of the ``source`` and the
     ``optimised`` module on the example inputs (with ``memory=True``).
     """
 
@@ -463,7 +466,9 @@ def _autograd_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
 
     if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs) and (
             not module.meta["egraph_graph"].fell_back):
+        start = time.perf_counter()
         reason = validate_autograd(gm, module, hinted_inputs(example_inputs))
+        module.meta["egraph_graph"].times["gradients"] = time.perf_counter() - start
         if reason is not None:
             log.info("%s: through aot_autograd: %s", module.meta["egraph_graph"].name, reason)
             return None
@@ -494,13 +499,28 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
 
 
 def _in_place(n: torch.fx.Node) -> bool:
-    """Whether a call is spelt in place: ``x.add_(y)``, ``torch.relu_``, ``x[i] = y``,
-    ``inplace=True``, ``out=``."""
+    """Whether a call changes a graph input in place (``x.add_(y)``, ``torch.relu_``,
+    ``x[i] = y``, ``inplace=True``, ``out=``), as the storages of dynamo's example values
+    tell; ingest makes an in-place op on the graph's own values out of place, but an input
+    must really change."""
     if n.op not in ("call_function", "call_method"):
         return False
-    name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
-    return (name.endswith("_") and not name.endswith("__") or n.target is operator.setitem
-            or n.kwargs.get("inplace") is True or n.kwargs.get("out") is not None)
+    if n.kwargs.get("out") is not None:
+        return True
+    if not (is_in_place(n) or n.target is operator.setitem) or not n.args:
+        return False
+    target = n.args[0]
+    value = target.meta.get("example_value") if isinstance(target, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return True
+    storage = StorageWeakRef(value.untyped_storage())
+    for p in n.graph.nodes:
+        if p.op != "placeholder":
+            break
+        given = p.meta.get("example_value")
+        if isinstance(given, torch.Tensor) and StorageWeakRef(given.untyped_storage()) == storage:
+            return True
+    return False
 
 
 class _Compiled:

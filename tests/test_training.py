@@ -111,18 +111,30 @@ def test_batch_norm_statistics_in_training_go_through_aot_autograd():
     assert names[-2:] == ["forward 0", "backward 0"]
 
 
-def test_an_in_place_spelling_goes_through_aot_autograd():
+def test_an_input_changed_in_place_goes_through_aot_autograd():
+    """An in-place op on the graph's own values is made out of place at ingest; one on an
+    input must really change it, which aot_autograd's functionalisation keeps."""
     def f(x, w):
+        x.mul_(2)
         y = x @ w
-        y.mul_(2)
+        y.add_(1)
         return y.relu()
 
-    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
-    backend = make_backend(validate="raise")
-    torch._dynamo.reset()
-    out = torch.compile(f, backend=backend)(x, w)
-    torch.testing.assert_close(out, f(x, w))
-    assert [r.name for r in backend.reports] == ["forward 0"]
+    def g(x, w):
+        y = x @ w
+        y[0] = 0.0
+        y.add_(1)
+        return y.relu()
+
+    for fn, names in ((f, ["forward 0"]), (g, ["graph 0"])):
+        x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+        mine = x.clone()
+        backend = make_backend(validate="raise")
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend=backend)(mine, w)
+        torch.testing.assert_close(out, fn(x, w))
+        torch.testing.assert_close(mine, x)  # changed alike, or not at all
+        assert [r.name for r in backend.reports] == names
 
 
 def test_validate_autograd_finds_an_in_place_change_and_a_lost_gradient():
@@ -153,3 +165,22 @@ def test_the_callers_tensors_and_rng_are_untouched_by_the_check():
     assert validate_autograd(gm, gm, (x,)) is None
     torch.testing.assert_close(torch.rand(3), expected)
     assert torch.equal(x.detach(), before) and x.grad is None
+
+
+class _NoBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("a kernel whose backward cannot take this gradient's strides")
+
+
+def test_validate_autograd_refuses_a_cut_gradient_and_a_backward_that_raises():
+    gm = torch.fx.symbolic_trace(lambda x: x.sin().sum())
+    x = torch.randn(4, requires_grad=True)
+    cut = torch.fx.symbolic_trace(lambda x: x.detach().sin().sum())
+    assert validate_autograd(gm, cut, (x,)) == "the new program's outputs carry no gradient"
+    reason = validate_autograd(gm, lambda x: _NoBackward.apply(x).sum(), (x,))
+    assert reason.startswith("the new program raises under autograd (RuntimeError")

@@ -106,7 +106,15 @@ _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
 out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
 
 
-def _is_inplace(node: fx.Node, module: nn.Module | None) -> bool:
+def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
+    """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
+    ``torch.relu_(x)``, ``inplace=True``, ``x += y`` on a tensor (ingest makes such a call
+    out of place and rebinds the name).
+
+    >>> gm = fx.symbolic_trace(lambda x: x.mul_(2).exp())
+    >>> [is_in_place(n) for n in gm.graph.nodes if n.op == "call_method"]
+    [True, False]
+    """
     if node.op == "call_function" and node.target in _AUGMENTED:
         value = node.args[0].meta.get("val", node.args[0].meta.get("example_value")) if (
             node.args and isinstance(node.args[0], fx.Node)) else None
@@ -696,7 +704,7 @@ class _Builder:
                         hi=min(meta.hi, seen.get("hi", math.inf)),
                         small=max(meta.small, seen.get("small", 0.0)),
                         sens=seen.get("sens", meta.sens)))
-                if _is_inplace(node, self._module(node)) and node.args and isinstance(
+                if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
                     if target.op in ("placeholder", "get_attr"):
@@ -783,9 +791,9 @@ def _out_of_place(node: fx.Node):
     if node.op == "call_function" and target in _AUGMENTED:
         return _AUGMENTED[target]
     if node.op == "call_method":
-        return target[:-1] if _is_inplace(node, None) else target
+        return target[:-1] if is_in_place(node, None) else target
     name = getattr(target, "__name__", "")
-    if _is_inplace(node, None) and name.endswith("_"):
+    if is_in_place(node, None) and name.endswith("_"):
         for namespace in (torch, F):
             twin = getattr(namespace, name[:-1], None)
             if twin is not None:
