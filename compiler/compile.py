@@ -391,7 +391,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
             if real:
                 example_inputs = real_values(example_inputs, calls[-1])
                 real = not any(isinstance(x, FakeTensor) for x in example_inputs)
-            key = (kind, *_signature(gm, example_inputs))
+            # (with grad mode: a graph run as emitted is checked for gradients only there)
+            key = (kind, torch.is_grad_enabled(), *_signature(gm, example_inputs))
             if key in refused:
                 return None
             if key not in cache:
@@ -464,8 +465,9 @@ def _autograd_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
     so the graph goes through aot_autograd instead."""
     from compiler.validate import validate_autograd
 
-    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs) and (
-            not module.meta["egraph_graph"].fell_back):
+    # (dynamo guards on grad mode: a graph compiled without grad is never differentiated)
+    if torch.is_grad_enabled() and not module.meta["egraph_graph"].fell_back and any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         start = time.perf_counter()
         reason = validate_autograd(gm, module, hinted_inputs(example_inputs))
         module.meta["egraph_graph"].times["gradients"] = time.perf_counter() - start

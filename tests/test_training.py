@@ -184,3 +184,20 @@ def test_validate_autograd_refuses_a_cut_gradient_and_a_backward_that_raises():
     assert validate_autograd(gm, cut, (x,)) == "the new program's outputs carry no gradient"
     reason = validate_autograd(gm, lambda x: _NoBackward.apply(x).sum(), (x,))
     assert reason.startswith("the new program raises under autograd (RuntimeError")
+
+
+def test_a_graph_first_compiled_without_grad_is_checked_once_grad_is_on():
+    """Dynamo compiles again when grad mode changes; the backend's cache tells the two
+    apart, so the graph autograd will differentiate gets its gradients checked."""
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(2, 8, 16)
+    backend = make_backend(validate="raise")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        compiled(x)
+    loss, grads = _step(compiled, x)
+    want_loss, want_grads = _step(model, x)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-6, msg=key)
+    assert ["gradients" in r.times for r in backend.reports] == [False, True]
