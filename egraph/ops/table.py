@@ -14,7 +14,7 @@ analyses, cost models, fusion planner and kernels use are derived from these ent
 >>> TABLE["mul"].commutative, TABLE["neg"].exact, TABLE["exp"].triton
 (True, True, 'tl.exp({x})')
 >>> sorted(names(kind="view"))[:3]
-['chunk', 'expand', 'flatten']
+['chunk', 'detach', 'expand']
 
 Adding an op is one :func:`op` call below plus its test (``tests/test_optable.py``).
 """
