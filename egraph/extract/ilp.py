@@ -171,13 +171,15 @@ class _Model:
     # -- structure --------------------------------------------------------------------
 
     def _exclusive(self, users: dict[int, list[int]], pairs: dict[int, list[int]],
-                   parents_first: list[int]) -> np.ndarray:
+                   parents_first: list[int], deadline: float = np.inf) -> np.ndarray:
         """Bit matrix (rows packed with ``np.packbits``): bit ``j`` of row ``i`` says
         local nodes ``i`` and ``j`` are never both in an answer that only keeps the
         classes used from the roots. The least symmetric relation that holds for two
         nodes of one class and for ``i, j`` when every user of ``j``'s class is
         exclusive with ``i`` (and for the ``pairs`` that would close a cycle); a node
-        exclusive with itself is in no such answer."""
+        exclusive with itself is in no such answer. Past the ``deadline`` it stops after
+        the round it is in: every bit set is true, so the cliques made of fewer bits are
+        still valid constraints, only weaker."""
         num = len(self.nodes)
         bits = np.zeros((num, (num + 7) // 8), dtype=np.uint8)
         for ns in self.members.values():
@@ -201,7 +203,7 @@ class _Model:
                 common = np.bitwise_and.reduce(bits[us], axis=0)
                 bits[ns] |= common
             _mirror(bits, before, num)
-            if np.array_equal(bits, before):
+            if np.array_equal(bits, before) or time.perf_counter() >= deadline:
                 return bits
 
     def _cycle_pairs(self, users: dict[int, list[int]],
@@ -307,7 +309,9 @@ class _Model:
         for r in g.roots:
             if r in class_col:
                 col_lower[class_col[r]] = 1.0
-        rows = self._rows(class_col, level_col, components, col_upper)
+        rows = self._rows(class_col, level_col, components, col_upper, deadline)
+        if time.perf_counter() >= deadline:
+            return None, False
         lp = highspy.HighsLp()
         lp.num_col_ = num_cols
         lp.col_cost_ = col_cost
@@ -355,7 +359,7 @@ class _Model:
         return pick, optimal
 
     def _rows(self, class_col: dict[int, int], level_col: dict[int, int],
-              components: list[list[int]], col_upper: np.ndarray) -> _Rows:
+              components: list[list[int]], col_upper: np.ndarray, deadline: float) -> _Rows:
         """The constraints; nodes that can be in no answer get upper bound 0."""
         members, ncls, nkids = self.members, self.ncls, self.nkids
         num = len(self.nodes)
@@ -384,7 +388,7 @@ class _Model:
         exclusive = None
         if num <= MAX_EXCLUSIVE_NODES:
             parents_first = [c for comp in reversed(components) for c in comp]
-            bits = self._exclusive(users, pairs, parents_first)
+            bits = self._exclusive(users, pairs, parents_first, deadline)
             diagonal = bits[np.arange(num), np.arange(num) >> 3] >> (7 - np.arange(num) % 8)
             col_upper[:num][(diagonal & 1) != 0] = 0.0
             exclusive = _row_masks(bits, num)
