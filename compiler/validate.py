@@ -785,10 +785,12 @@ def _gradients(program, given: tuple, leaves: list[int], cotangents: list | None
     """``(gradients of the leaves, cotangents)`` of one run of ``program`` on copies of
     ``given`` under seed 0 (``cotangents``: one random tensor per differentiable output,
     drawn here when None); ``"none"`` when nothing is differentiable, or why the run does
-    not count (an input changed in place)."""
-    xs = [x.detach().clone().requires_grad_(x.requires_grad)
-          if isinstance(x, torch.Tensor) else x for x in given]
-    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+    not count (an input changed in place). Real tensors, even inside torch.compile."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.random.fork_rng(devices=[]), torch.enable_grad():
+        xs = [x.detach().clone().requires_grad_(x.requires_grad)
+              if isinstance(x, torch.Tensor) else x for x in given]
         torch.manual_seed(0)
         versions = [x._version if isinstance(x, torch.Tensor) else None for x in xs]
         outs = _flat(program(*xs))
