@@ -740,23 +740,24 @@ def validate_autograd(source: fx.GraphModule, new: nn.Module, inputs: tuple,
               if isinstance(x, torch.Tensor) and x.requires_grad]
     wide = reference == "float64" or (
         reference == "auto" and program_numel(source, inputs) <= FLOAT64_LIMIT)
-    runs = [(source, inputs), (new, inputs)]
+    runs = [("the source", source, inputs), ("the new program", new, inputs)]
     if wide:
-        runs.append((_Float64Interpreter(_float64_copy(source)).run, _to64_inputs(inputs)))
+        runs.append(("the source in float64", _Float64Interpreter(_float64_copy(source)).run,
+                     [_to64(x) for x in inputs]))
     grads: list = []
-    for run, (program, given) in enumerate(runs):
+    for name, program, given in runs:
         try:
             found = _gradients(program, given, leaves, grads[0][1] if grads else None)
         except Exception as error:  # noqa: BLE001 - a backward that cannot run
-            if run == 2:  # the source cannot run in float64: judged in its working dtype
-                wide = False
-                break
-            return (f"{'the new program' if run else 'the source'} raises under autograd "
-                    f"({type(error).__name__}: {str(error).splitlines()[0]})")
+            found = (f"{name} raises under autograd "
+                     f"({type(error).__name__}: {str(error).splitlines()[0]})")
+        if isinstance(found, str) and program is not source and program is not new:
+            wide = False  # no float64 reference: judged in the working dtype
+            break
         if found == "none":
-            return None if run == 0 else "the new program's outputs carry no gradient"
+            return None if program is source else f"{name}'s outputs carry no gradient"
         if isinstance(found, str):
-            return f"{'the new program' if run else 'the source'}: {found}"
+            return found if found.startswith(name) else f"{name}: {found}"
         grads.append(found)
     for i, *found in zip(leaves, *(g for g, _ in grads)):
         found = [torch.zeros_like(inputs[i]) if g is None else g for g in found]
@@ -774,11 +775,6 @@ def validate_autograd(source: fx.GraphModule, new: nn.Module, inputs: tuple,
                 return (f"the gradient of input {i} differs: normwise relative error "
                         f"{after:.3g} from the source's")
     return None
-
-
-def _to64_inputs(inputs: tuple) -> list:
-    return [x.detach().to(torch.float64).requires_grad_(x.requires_grad)
-            if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
 
 
 def _gradients(program, given: tuple, leaves: list[int], cotangents: list | None):
