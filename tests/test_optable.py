@@ -18,7 +18,15 @@ from egraph.ops.table import ERRORS, KINDS, TABLE, interval_of, names
 from extractors import Curvature, Flops
 from extractors.fusion import LIBRARY, VIEWS
 from frontends.fx.error_analysis import rounding_error
-from frontends.fx.vocabulary import METHODS, MODULES, SPECS, SPELLINGS, resolve
+from frontends.fx.vocabulary import (
+    METHODS,
+    MODULES,
+    OPERATORS_BY_NAME,
+    SPECS,
+    SPELLINGS,
+    lower,
+    resolve,
+)
 
 TENSOR_KINDS = ("pointwise", "reduction", "library", "view", "creation")
 
@@ -54,15 +62,29 @@ def test_every_spelling_implementation_and_module_resolves_to_torch():
         if e.impl is not None:
             assert callable(resolve(e.impl)), e.impl
         for target, _ in e.spellings:
-            assert callable(resolve(target)), target
+            if not target.startswith("ops."):  # another library's: below
+                assert callable(resolve(target)), target
         for m in e.modules:
             assert issubclass(resolve(m.cls), torch.nn.Module), m.cls
+
+
+def test_another_librarys_operators_are_matched_by_name_once_it_has_loaded():
+    pytest.importorskip("transformers.integrations.moe")
+    spelled = [t for e in TABLE.values() for t, _ in e.spellings if t.startswith("ops.")]
+    assert spelled
+    for target in spelled:
+        operator = resolve(target)
+        assert str(operator) == target.removeprefix("ops."), target
+        assert lower(operator, ("x", "w", "offs"), {})[0] in TABLE
 
 
 def test_the_front_end_and_emitters_use_the_tables_sets():
     assert set(SPECS) == {n for n, e in TABLE.items() if e.impl}
     targets = {t for e in TABLE.values() for t, _ in e.spellings}
-    assert {resolve(t) for t in targets if not t.startswith("Tensor.")} == set(SPELLINGS)
+    assert {resolve(t) for t in targets if not t.startswith(("Tensor.", "ops."))} == set(
+        SPELLINGS)
+    assert {t.removeprefix("ops.") for t in targets if t.startswith("ops.")} == set(
+        OPERATORS_BY_NAME)
     assert {t.removeprefix("Tensor.") for t in targets if t.startswith("Tensor.")} == set(
         METHODS)
     assert {name for name, _ in MODULES.values()} == {

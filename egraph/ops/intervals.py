@@ -257,6 +257,19 @@ def contraction(kids, values, shapes) -> Interval:
     return _summed_products(kids, shapes[1][-1])
 
 
+def grouped_contraction(kids, values, shapes) -> Interval:
+    """Grouped matrix products (mixture-of-experts layers): each row is a contraction
+    with its group's matrix, rows past the last group are zero.
+
+    >>> grouped_contraction([(0.0, 1.0), (0.5, 1.0), (0.0, 8.0)], [], [(4, 2), (4, 3)])
+    (0.0, 3.0)
+    """
+    if shapes is None or not shapes[1]:
+        return UNBOUNDED
+    lo, hi = _summed_products(kids[:2], shapes[1][-1])
+    return (min(lo, 0.0), max(hi, 0.0))
+
+
 def convolution(kids, values, shapes) -> Interval:
     """Convolutions: as many products as the weight has elements per output channel,
     plus the bias."""

@@ -76,7 +76,8 @@ class OpDef:
     attributes: tuple[str, ...] = ()
     spellings: tuple[tuple[str, str], ...] = ()
     """``(qualified target, lowering)`` pairs; the front end's lowering of that name maps
-    the target's own signature to this op."""
+    the target's own signature to this op. ``ops.<namespace>.<op>`` names another
+    library's torch operator, matched by name (it exists once that library has loaded)."""
     modules: tuple[Module, ...] = ()
     flops: float | Callable[[int, list], float] = 0.0
     """Per output element (pointwise) or per input element (reductions, library ops), or
@@ -601,6 +602,12 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
    " aten.addmm.default:addmm",
    modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
+   why={"triton": _NO_KERNEL})
+op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
+   flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
+   spell="torch._grouped_mm torch.nn.functional.grouped_mm aten._grouped_mm.default"
+   " ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
+   " ops.transformers.grouped_mm_fallback.default:grouped_mm_fallback",
    why={"triton": _NO_KERNEL})
 op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
    impl="torch.nn.functional.batch_norm",

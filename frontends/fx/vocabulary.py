@@ -26,8 +26,8 @@ import torch
 
 from egraph.ops.table import TABLE, UNKNOWN_VALUE, Module, dims_of
 
-__all__ = ["IMPURE", "METHODS", "MODULES", "SCALAR_FUNCTIONS", "SPECS", "SPELLINGS",
-           "UNKNOWN_VALUE", "OpSpec", "dims_of", "lower", "module_op", "resolve"]
+__all__ = ["IMPURE", "METHODS", "MODULES", "OPERATORS_BY_NAME", "SCALAR_FUNCTIONS", "SPECS",
+           "SPELLINGS", "UNKNOWN_VALUE", "OpSpec", "dims_of", "lower", "module_op", "resolve"]
 
 aten = torch.ops.aten
 
@@ -35,7 +35,8 @@ aten = torch.ops.aten
 def resolve(qualified: str) -> Any:
     """The object a qualified name of the op table names: ``torch.nn.functional.gelu``,
     ``aten.add.Tensor`` (an overload of ``torch.ops.aten``), ``operator.add``,
-    ``math.sqrt``, ``builtins.getattr``; ``Tensor.x`` is the method ``torch.Tensor.x``.
+    ``math.sqrt``, ``builtins.getattr``; ``Tensor.x`` is the method ``torch.Tensor.x``;
+    ``ops.<namespace>.<op>`` an operator of ``torch.ops`` (registered by its library).
 
     >>> resolve("aten.add.Tensor") is torch.ops.aten.add.Tensor
     True
@@ -43,8 +44,8 @@ def resolve(qualified: str) -> Any:
     'silu'
     """
     parts = qualified.split(".")
-    if parts[0] == "aten":
-        obj: Any = aten
+    if parts[0] in ("aten", "ops"):
+        obj: Any = aten if parts[0] == "aten" else torch.ops
         parts = parts[1:]
     elif parts[0] == "Tensor":
         obj, parts = torch.Tensor, parts[1:]
@@ -539,6 +540,28 @@ def _constant_pad_nd(input, pad, value=0):
     return ("pad", [input, tuple(pad), value])
 
 
+def _rank(value) -> int | None:
+    """The rank of an FX argument, from the value its graph recorded (None if unknown)."""
+    meta = getattr(value, "meta", {})
+    recorded = meta.get("val", meta.get("example_value"))
+    return recorded.dim() if isinstance(recorded, torch.Tensor) else None
+
+
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch's grouped product in the form mixture-of-experts layers use: rows of a
+    matrix in groups, one matrix per group (its other forms stay opaque)."""
+    if offs is None or bias is not None or out_dtype is not None or (
+            _rank(mat_a), _rank(mat_b)) != (2, 3):
+        raise _Unsupported("grouped_mm other than rows in groups times one matrix each")
+    return ("grouped_mm", [mat_a, mat_b, offs])
+
+
+def _grouped_mm_fallback(input, weight, offs):
+    """``transformers``' grouped product (what it runs under torch.compile): always rows
+    in groups times one matrix each."""
+    return ("grouped_mm", [input, weight, offs])
+
+
 def _gather(input, dim, index, *, sparse_grad=False):
     return ("gather", [input, dim, index])
 
@@ -582,7 +605,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
-    "embedding": _embedding,
+    "embedding": _embedding, "grouped_mm": _grouped_mm,
+    "grouped_mm_fallback": _grouped_mm_fallback,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
     "constant_pad_nd": _constant_pad_nd,
@@ -614,11 +638,18 @@ SCALAR_FUNCTIONS: set = set()
 """Python's math functions on shape-derived scalars (``math.sqrt(x.size(-1))``): they fold
 to a literal; ingest keeps these calls opaque when their argument is not a known scalar."""
 
+OPERATORS_BY_NAME: dict[str, Callable[..., Lowered]] = {}
+"""Lowering of each operator of another library (``ops.<namespace>.<op>`` in the table),
+by the operator's name (``transformers.grouped_mm_fallback``): it exists only once that
+library has loaded, so it is matched by name, not resolved here."""
+
 for _entry in TABLE.values():
     for _target, _adapter in _entry.spellings:
         _fn = _lowering(_entry.name, _adapter)
         if _target.startswith("Tensor."):
             METHODS[_target.removeprefix("Tensor.")] = _fn
+        elif _target.startswith("ops."):
+            OPERATORS_BY_NAME[_target.removeprefix("ops.")] = _fn
         else:
             SPELLINGS[resolve(_target)] = _fn
             if _target.startswith("math."):
@@ -651,6 +682,8 @@ def module_op(module: torch.nn.Module) -> tuple[str, Module] | None:
 def lower(target, args: tuple, kwargs: dict, method: bool = False) -> Lowered | None:
     """The canonical expression of a call, or None if the vocabulary does not model it."""
     fn = METHODS.get(target) if method else SPELLINGS.get(target)
+    if fn is None and isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        fn = OPERATORS_BY_NAME.get(str(target))
     if fn is None or (not method and target in IMPURE):
         return None
     try:
