@@ -1,7 +1,6 @@
 """The grouped product of mixture-of-experts layers (``grouped_mm``): the kernel equals one
 matrix product per group on every path (torch's grouped kernel, the loop), forward and
-backward; tracers see one operator; every spelling (``torch._grouped_mm``, transformers'
-fallback operator) lowers to it, and other forms stay opaque."""
+backward; tracers see one operator; transformers' fallback operator lowers to it."""
 
 from __future__ import annotations
 
@@ -118,41 +117,41 @@ def test_tracers_see_one_operator():
 
 
 class _Experts(torch.nn.Module):
-    """Tokens sorted by expert, then one grouped product (bf16: torch's grouped kernel
-    takes no float32 under a tracer)."""
+    """Tokens sorted by expert, then one grouped product: transformers' operator (what
+    its experts run under a tracer in float32) or torch's own kernel (bf16 only there)."""
 
-    def __init__(self, experts: int = 3, k: int = 16, n: int = 8, form: str = "rows"):
+    def __init__(self, spelling: str, experts: int = 3, k: int = 16, n: int = 8):
         super().__init__()
-        shape = (experts, k, n) if form == "rows" else (k, n)
-        self.w = torch.nn.Parameter(torch.randn(shape, dtype=torch.bfloat16))
-        self.experts = experts
+        dtype = torch.bfloat16 if spelling == "torch" else torch.float32
+        self.w = torch.nn.Parameter(torch.randn(experts, k, n, dtype=dtype))
+        self.experts, self.spelling = experts, spelling
 
     def forward(self, x, expert):
         order = expert.argsort(stable=True)
         counts = torch.histc(expert.float(), bins=self.experts, min=0, max=self.experts - 1)
         offs = torch.cumsum(counts, 0, dtype=torch.int32)
-        return torch.nn.functional.silu(torch._grouped_mm(x[order], self.w, offs=offs))
+        if self.spelling == "torch":
+            y = torch._grouped_mm(x[order].to(self.w.dtype), self.w, offs=offs)
+        else:
+            y = torch.ops.transformers.grouped_mm_fallback(x[order], self.w, offs=offs)
+        return torch.nn.functional.silu(y)
 
 
-def _exported(module, inputs):
+@pytest.mark.parametrize("spelling", ["transformers", "torch"])
+def test_transformers_operator_lowers_and_torchs_own_kernel_stays(spelling):
+    """torch's ``_grouped_mm`` leaves rows past the last offset undefined and Inductor
+    has kernels of its own for it: it stays as it is."""
+    if spelling == "transformers":
+        pytest.importorskip("transformers.integrations.moe")
+    module = _Experts(spelling)
+    inputs = (torch.randn(10, 16), torch.tensor([2, 0, 1, 2, 2, 0, 1, 1, 2, 0]))
     program = torch.export.export(module, inputs)
-    eg = EGraph.from_fx(program, inputs).saturate(load_rules("all"))
-    return eg.extract(Flops(), validate="raise")
-
-
-def test_torchs_spelling_lowers_to_grouped_mm_and_other_forms_stay_opaque():
-    x = torch.randn(10, 16, dtype=torch.bfloat16)
-    expert = torch.tensor([2, 0, 1, 2, 2, 0, 1, 1, 2, 0])
-    module = _Experts()
-    opt = _exported(module, (x, expert))
-    assert "kernels_grouped_mm" in opt.code and "_grouped_mm(" not in opt.code.replace(
-        "kernels_grouped_mm(", "")
+    eg = EGraph.from_fx(program, inputs)
+    assert bool(eg.classes_with_op("grouped_mm")) == (spelling == "transformers")
+    opt = eg.saturate(load_rules("all")).extract(Flops(), validate="raise")
+    assert ("kernels_grouped_mm" in opt.code) == (spelling == "transformers")
     with torch.no_grad():
-        torch.testing.assert_close(opt(x, expert), module(x, expert))
-    # a 2d weight groups the contraction instead: not this op, kept as torch's call
-    program = torch.export.export(_Experts(form="contraction"), (x, expert))
-    assert any(n.target is torch.ops.aten._grouped_mm.default for n in program.graph.nodes)
-    assert not EGraph.from_fx(program, (x, expert)).classes_with_op("grouped_mm")
+        torch.testing.assert_close(opt(*inputs), module(*inputs))
 
 
 def test_transformers_experts_under_torch_compile_train_with_our_kernel():

@@ -605,8 +605,7 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    why={"triton": _NO_KERNEL})
 op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
    flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
-   spell="torch._grouped_mm torch.nn.functional.grouped_mm aten._grouped_mm.default"
-   " ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
+   spell="ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
    " ops.transformers.grouped_mm_fallback.default:grouped_mm_fallback",
    why={"triton": _NO_KERNEL})
 op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",

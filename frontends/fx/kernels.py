@@ -137,10 +137,18 @@ def _below_autograd(x, w, offs):
         return torch.ops.egraph.grouped_mm.default(x, w, offs)
 
 
+_TRACED = _function(_below_autograd, torch.ops.egraph.grouped_mm_backward.default)
+
+
+def _autograd_kernel(x, w, offs):
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return _TRACED.apply(x, w, offs)
+    return _below_autograd(x, w, offs)
+
+
 _LIBRARY.impl("grouped_mm", _forward, "CompositeExplicitAutograd")
 _LIBRARY.impl("grouped_mm_backward", _backward, "CompositeExplicitAutograd")
-_LIBRARY.impl("grouped_mm", _function(
-    _below_autograd, torch.ops.egraph.grouped_mm_backward.default).apply, "Autograd")
+_LIBRARY.impl("grouped_mm", _autograd_kernel, "Autograd")
 torch.library.register_fake("egraph::grouped_mm", _forward_fake, lib=_LIBRARY)
 torch.library.register_fake("egraph::grouped_mm_backward", _backward_fake, lib=_LIBRARY)
 _EAGER = _function(_forward, _backward)

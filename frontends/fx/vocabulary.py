@@ -540,25 +540,11 @@ def _constant_pad_nd(input, pad, value=0):
     return ("pad", [input, tuple(pad), value])
 
 
-def _rank(value) -> int | None:
-    """The rank of an FX argument, from the value its graph recorded (None if unknown)."""
-    meta = getattr(value, "meta", {})
-    recorded = meta.get("val", meta.get("example_value"))
-    return recorded.dim() if isinstance(recorded, torch.Tensor) else None
-
-
-def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
-    """torch's grouped product in the form mixture-of-experts layers use: rows of a
-    matrix in groups, one matrix per group (its other forms stay opaque)."""
-    if offs is None or bias is not None or out_dtype is not None or (
-            _rank(mat_a), _rank(mat_b)) != (2, 3):
-        raise _Unsupported("grouped_mm other than rows in groups times one matrix each")
-    return ("grouped_mm", [mat_a, mat_b, offs])
-
-
 def _grouped_mm_fallback(input, weight, offs):
-    """``transformers``' grouped product (what it runs under torch.compile): always rows
-    in groups times one matrix each."""
+    """``transformers``' grouped product, what its experts run under torch.compile in
+    float32: rows in groups times one matrix each. (torch's own ``_grouped_mm`` stays as
+    it is: its result where offsets leave rows out is undefined, and Inductor has
+    kernels for it.)"""
     return ("grouped_mm", [input, weight, offs])
 
 
@@ -605,8 +591,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
-    "embedding": _embedding, "grouped_mm": _grouped_mm,
-    "grouped_mm_fallback": _grouped_mm_fallback,
+    "embedding": _embedding, "grouped_mm_fallback": _grouped_mm_fallback,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
     "constant_pad_nd": _constant_pad_nd,
