@@ -472,3 +472,34 @@ def test_size_arithmetic_on_a_symbolic_input_stays_python_arithmetic():
             torch.testing.assert_close(compiled(x), model(x))
     assert [b.reason for b in seen.graph_breaks] == []
     assert len(seen.reports) == 2  # the second length compiled as a dynamic graph
+
+
+WHOLE_SHAPES = {
+    "zeros(size)": lambda x, y: torch.zeros(y.size()) + y,
+    "ones(shape, dtype)": lambda x, y: torch.ones(y.shape, dtype=y.dtype) * y,
+    "zeros(*shape)": lambda x, y: torch.zeros(*y.shape) + y,
+    "full(size)": lambda x, y: torch.full(y.size(), 2.0) * y,
+    "empty(size).fill_": lambda x, y: torch.empty(y.size()).fill_(1.5) + y,
+    "new_zeros(size)": lambda x, y: y.new_zeros(y.size()) + y,
+    "new_full(size)": lambda x, y: y.new_full(y.size(), 3.0) + y,
+    "view(size)": lambda x, y: x.view(y.size()) + 1,
+    "view(shape)": lambda x, y: x.view(y.shape) * 2,
+    "reshape(*size)": lambda x, y: x.reshape(*y.size()) + 1,
+    "view(size[:-1] + (-1,))": lambda x, y: x.view(y.size()[:-1] + (-1,)) + 1,
+    "expand(size)": lambda x, y: x[:, :1].expand(y.size()) + y,
+}
+
+
+@pytest.mark.parametrize("spelling", WHOLE_SHAPES)
+def test_a_whole_symbolic_size_is_one_shape_value(spelling):
+    """Under dynamic shapes ``x.size()`` is one value of unknown rank: a tensor made from
+    it (DeBERTa's ``torch.ones(input_shape)``) got the shape ``(size,)``, a one-dim shape
+    holding a Size, and the emitted program raised on its first call."""
+    fn = WHOLE_SHAPES[spelling]
+    torch._dynamo.reset()
+    backend = make_backend(rules=load_rules("all"), validate="raise", iter_limit=4)
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for length in (8, 12):
+        x, y = torch.randn(2, length), torch.randn(2, length)
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+    assert not any(e.module.meta["egraph_report"].fell_back for e in backend.cache.values())

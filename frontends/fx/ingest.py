@@ -592,7 +592,18 @@ class _Builder:
             inner = self._elements(items[0])
             if inner is not None:
                 return self._tuple(inner)
+            if self._whole_size(items[0]):  # ``x.size()`` of an input of unknown rank
+                return items[0]
         return cid
+
+    def _whole_size(self, cid: int) -> bool:
+        """Whether class ``cid`` is ``x.size()``, all of a tensor's sizes as one value."""
+        for n in self.eg.nodes(cid):
+            if n.op == "size":
+                dim = self.eg.data(n.children[1])
+                if dim is not None and dim.kind == "literal" and dim.value is None:
+                    return True
+        return False
 
     def _fold(self, spec, kids: list[int]) -> int | None:
         """A constant leaf for an op whose inputs are all constants (literals or constant
