@@ -487,14 +487,17 @@ WHOLE_SHAPES = {
     "reshape(*size)": lambda x, y: x.reshape(*y.size()) + 1,
     "view(size[:-1] + (-1,))": lambda x, y: x.view(y.size()[:-1] + (-1,)) + 1,
     "expand(size)": lambda x, y: x[:, :1].expand(y.size()) + y,
+    "zeros(size + (4,))": lambda x, y: torch.zeros(y.size() + (4,)) + y.unsqueeze(-1),
+    "ones(*size, 4)": lambda x, y: torch.ones(*y.size(), 4) + y.unsqueeze(-1),
 }
 
 
 @pytest.mark.parametrize("spelling", WHOLE_SHAPES)
 def test_a_whole_symbolic_size_is_one_shape_value(spelling):
     """Under dynamic shapes ``x.size()`` is one value of unknown rank: a tensor made from
-    it (DeBERTa's ``torch.ones(input_shape)``) got the shape ``(size,)``, a one-dim shape
-    holding a Size, and the emitted program raised on its first call."""
+    it (DeBERTa's ``torch.ones(input_shape)``, LayoutLM's ``torch.zeros(input_shape +
+    (4,))``) got the shape ``(size,)``, a one-dim shape holding a Size, and the emitted
+    program raised on its first call."""
     fn = WHOLE_SHAPES[spelling]
     torch._dynamo.reset()
     backend = make_backend(rules=load_rules("all"), validate="raise", iter_limit=4)

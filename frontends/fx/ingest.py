@@ -592,12 +592,17 @@ class _Builder:
             inner = self._elements(items[0])
             if inner is not None:
                 return self._tuple(inner)
-            if self._whole_size(items[0]):  # ``x.size()`` of an input of unknown rank
+            if self._whole_size(items[0]):
                 return items[0]
         return cid
 
     def _whole_size(self, cid: int) -> bool:
-        """Whether class ``cid`` is ``x.size()``, all of a tensor's sizes as one value."""
+        """Whether class ``cid`` is a whole shape as one value whose items ingest does not
+        see: ``x.size()`` of an input of unknown rank, or a ``torch.Size`` made at run time
+        (``input_shape + (4,)`` under dynamic shapes)."""
+        meta = self.eg.data(cid)
+        if meta is not None and meta.kind == "tuple":
+            return True
         for n in self.eg.nodes(cid):
             if n.op == "size":
                 dim = self.eg.data(n.children[1])
