@@ -197,6 +197,17 @@ def _albert(t):
             ids_mask_inputs, "seq")
 
 
+def _deberta_v2(t):
+    """Disentangled attention (relative positions in both directions); no mask given, so
+    the model makes its own from the input's size."""
+    fields = _bert_fields()
+    fields.pop("classifier_dropout")
+    config = t.DebertaV2Config(**fields, relative_attention=True, position_buckets=16,
+                               max_relative_positions=POSITIONS,
+                               pos_att_type=["p2c", "c2p"])
+    return t.DebertaV2Model, config, ("input_ids",), ("last_hidden_state",), ids_inputs, "seq"
+
+
 def _t5_config(t):
     return t.T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
                       num_layers=LAYERS, num_decoder_layers=LAYERS, num_heads=HEADS,
@@ -341,6 +352,7 @@ _SPECS: dict[str, Callable] = {
     "roberta": _roberta,
     "distilbert": _distilbert,
     "albert": _albert,
+    "deberta_v2": _deberta_v2,
     "t5_encoder": _t5_encoder,
     "t5": _t5,
     "bart": _bart,
@@ -361,9 +373,11 @@ _SPECS: dict[str, Callable] = {
 }
 
 MODELS: tuple[str, ...] = tuple(_SPECS)
-ATTENTION_FREE: frozenset[str] = frozenset({"resnet", "convnext"})
-"""Corpus models with no attention: transformers refuses an attention implementation for
-them, and :func:`build` leaves theirs unset (the same model under either ``attn``)."""
+FIXED_ATTENTION: frozenset[str] = frozenset({"resnet", "convnext", "deberta_v2"})
+"""Corpus models whose attention cannot be chosen: they have none (ResNet, ConvNeXt) or
+only their own (DeBERTa-v2's disentangled attention has no sdpa form). transformers
+refuses an implementation for them, and :func:`build` leaves theirs unset (the same model
+under either ``attn``)."""
 ATTENTION = ("eager", "sdpa")
 
 
@@ -402,7 +416,7 @@ def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
 
     def make_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
         return tuple(x.to(device) for x in drawn(batch, seq))
-    if name not in ATTENTION_FREE:
+    if name not in FIXED_ATTENTION:
         config._attn_implementation = attn
     torch.manual_seed(SEED)
     model = model_cls(config)

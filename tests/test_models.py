@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from benchmarks.corpus import ATTENTION_FREE, MODELS, build  # noqa: E402
+from benchmarks.corpus import FIXED_ATTENTION, MODELS, build  # noqa: E402
 from compiler.compile import make_backend  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -73,7 +73,7 @@ def _assert_no_fallback(backend) -> None:
 
 @pytest.mark.parametrize("name, attn", [(name, attn) for name in MODELS
                                         for attn in ("eager", "sdpa")
-                                        if attn == "eager" or name not in ATTENTION_FREE])
+                                        if attn == "eager" or name not in FIXED_ATTENTION])
 def test_export_pipeline(name, attn, rules):
     case = build(name, attn)
     program = torch.export.export(case.model, case.inputs)
