@@ -4,13 +4,15 @@ like any aten op, autograd differentiates them, and tracers (``make_fx``, aot_au
 Inductor) see them through their fake kernels.
 
 ``grouped_mm(x, w, offs)``: the matrix product of each group of rows of ``x`` with its
-group's matrix, as mixture-of-experts layers compute it (``transformers``' expert
-kernels). ``x`` is ``(rows, k)`` sorted by group, ``w`` is ``(groups, k, n)``, ``offs``
-holds the cumulative row count at each group's end; rows past the last offset are zero.
-It runs torch's native grouped kernel (``torch._grouped_mm``, one call for every group)
-where that kernel's preconditions hold, and a loop of one ``mm`` per group elsewhere (other
-devices and dtypes, unaligned strides, offsets that do not cover every row), with the same
-result either way. Its backward is two grouped products, chosen the same way.
+group's matrix, as mixture-of-experts layers compute it. ``x`` is ``(rows, k)`` sorted by
+group, ``w`` is ``(groups, k, n)``, ``offs`` holds the cumulative row count at each
+group's end; rows past the last offset are zero. Its result is that of ``transformers``'
+``grouped_mm_fallback`` operator (what transformers' experts run under torch.compile in
+float32: a Python loop behind a custom operator) for any offsets. It runs torch's native
+grouped kernel (``torch._grouped_mm``, one call for all groups) where that kernel's
+preconditions hold, and a loop of one ``mm`` per group elsewhere (other devices and dtypes,
+unaligned strides, offsets that fall or leave rows out). Its backward is two grouped
+products, chosen the same way.
 
 >>> x, w = torch.randn(5, 4), torch.randn(2, 4, 8)
 >>> offs = torch.tensor([2, 5], dtype=torch.int32)
@@ -50,10 +52,9 @@ def _aligned(matrix: torch.Tensor) -> bool:
 
 
 def _native(bounds: list[int], rows: int, offs: torch.Tensor, *matrices) -> bool:
-    """Whether ``torch._grouped_mm`` computes exactly what the loop does: on the CPU (its
-    kernel loops over groups with ``mm``, so results agree bit for bit), in a dtype it
-    takes, int32 offsets that rise to cover every row (it leaves uncovered rows
-    unwritten), aligned operands."""
+    """Whether ``torch._grouped_mm`` computes what the loop does: on the CPU (its kernel
+    loops over groups with ``mm``: the same products), in a dtype it takes, int32 offsets
+    that rise to cover every row (it leaves uncovered rows unwritten), aligned operands."""
     dtype = matrices[0].dtype
     return (matrices[0].device.type == "cpu" and dtype in _NATIVE_DTYPES
             and all(m.dtype == dtype for m in matrices) and offs.dtype == torch.int32
@@ -140,10 +141,12 @@ def _below_autograd(x, w, offs):
 _TRACED = _function(_below_autograd, torch.ops.egraph.grouped_mm_backward.default)
 
 
+def _needs_grad(x: torch.Tensor, w: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+
+
 def _autograd_kernel(x, w, offs):
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return _TRACED.apply(x, w, offs)
-    return _below_autograd(x, w, offs)
+    return _TRACED.apply(x, w, offs) if _needs_grad(x, w) else _below_autograd(x, w, offs)
 
 
 _LIBRARY.impl("grouped_mm", _forward, "CompositeExplicitAutograd")
@@ -175,6 +178,4 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Te
     """
     if _traced(x, w, offs):
         return torch.ops.egraph.grouped_mm.default(x, w, offs)
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return _EAGER.apply(x, w, offs)
-    return _forward(x, w, offs)
+    return _EAGER.apply(x, w, offs) if _needs_grad(x, w) else _forward(x, w, offs)
