@@ -151,7 +151,7 @@ def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
     >>> sorted(names(kind="library", error="multilinear"))
-    ['conv1d', 'conv2d', 'linear', 'matmul']
+    ['conv1d', 'conv2d', 'grouped_mm', 'linear', 'matmul']
     """
     return frozenset(n for n, e in TABLE.items()
                      if all(getattr(e, k) == v for k, v in facts.items()))
