@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from egraph.run import Report
 
 
+def _absent(node: tuple) -> None:
+    """The ``add`` of a look-up-only instantiator: a missing e-node stays missing."""
+    return None
+
+
 class UnsoundMerge(ValueError):
     """Raised by an analysis when two classes that cannot be equal are merged."""
 
@@ -180,6 +185,11 @@ class EGraph:
         else:
             add = self._add_canonical
         return make(self._memo, self._uf.parents, self._uf.find, add)
+
+    def _bind_lookup(self, make: Callable) -> Callable[[tuple], int | None]:
+        """Bind a compiled instantiator to look its instance up without adding anything:
+        the class id, or None where an e-node of it is not in the e-graph yet."""
+        return make(self._memo, self._uf.parents, self._uf.find, _absent)
 
     def _new_node(self, node: tuple, orig: tuple | None = None) -> int:
         nodes = self._node
@@ -402,6 +412,52 @@ class EGraph:
         """
         find = self._uf.find
         return [ENode(n[0], tuple(find(c) for c in n[1:])) for n in self._cnodes[find(cid)]]
+
+    def chain_length(self, cid: int, op: str, limit: int) -> int:
+        """The most operands class ``cid`` is spelled with as a chain of ``op`` (cycles
+        aside), counted up to ``limit`` (``limit + 1``: more). An e-node of another op is
+        one operand, so ``linear(x, w, b)``, also spelled ``x @ w.T + b``, is two operands
+        of ``+``. Guards read it to keep reassociation to short chains: all the groupings
+        of an n-operand sum are 2^n - 1 classes. Safe inside guards: it never rebuilds.
+
+        >>> eg = EGraph()
+        >>> eg.chain_length(eg.add("(+ (+ x y) (+ z w))"), "+", 10)
+        4
+        >>> eg.chain_length(eg.add("(+ (+ x y) (+ z w))"), "+", 2)
+        3
+        """
+        find = self._uf.find
+        cnodes = self._cnodes
+        active: set[int] = set()
+        over = limit + 1
+
+        def length(c: int, budget: int) -> int | None:
+            """The length of class ``c``, ``over`` once it exceeds ``budget``, None where
+            ``c`` is being measured already (an e-node through it is a cycle: ``x * 1`` in
+            the class of ``x`` spells nothing longer)."""
+            if c in active:
+                return None
+            active.add(c)
+            best = 1
+            for node in cnodes[c]:
+                if node[0] != op:
+                    continue
+                total, rest = 0, len(node) - 1
+                for child in node[1:]:
+                    rest -= 1
+                    size = length(find(child), budget - total - rest)
+                    if size is None:
+                        break
+                    total += size
+                    if total + rest > budget:
+                        active.discard(c)
+                        return over
+                else:
+                    best = max(best, total)
+            active.discard(c)
+            return best
+
+        return length(find(cid), limit)
 
     def data(self, cid: int) -> Any:
         """The analysis data of class ``cid`` (None without an analysis); never rebuilds."""

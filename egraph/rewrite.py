@@ -504,11 +504,21 @@ class Rewrite:
         if explained and isinstance(self.lhs, Pattern):
             lhs_insts = [bind(p.instantiator(index, True)) for p in self.variants]
         which = len(self._variants) > 1
+        # A guard can cost more than the match (a walk of the e-graph): where the right
+        # side is already in the match's class, there is nothing to guard.
+        present = ([egraph._bind_lookup(p.instantiator(index, False)) for p in rights]
+                   if guard is not None and insts and not explained else None)
+        find = egraph.find
         merged = 0
         for count, m in enumerate(matches):
             subst = Subst(index, m)
-            if guard is not None and not self._guarded(guard, egraph, subst):
-                continue
+            if guard is not None:
+                if present is not None:
+                    found = present[m[-1] if which and len(present) > 1 else 0](m)
+                    if found is not None and find(found) == find(m[0]):
+                        continue
+                if not self._guarded(guard, egraph, subst):
+                    continue
             variant = m[-1] if which else 0
             if insts:
                 target = insts[variant if len(insts) > 1 else 0](m)

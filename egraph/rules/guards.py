@@ -222,6 +222,33 @@ def rank_is(var: Variable, *ranks: int) -> Guard:
     return _named(guard, f"rank {var} in {ranks}")
 
 
+def short_chain(op: str, limit: int, *names: Variable) -> Guard:
+    """``?names`` joined by ``op`` make a chain of at most ``limit`` operands
+    (:meth:`~egraph.EGraph.chain_length`): a reassociation that creates their group keeps
+    to short chains, so a long sum (a residual stream of n blocks) gets O(n) new classes,
+    not the 2^n - 1 of all its groupings.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> guard = short_chain("+", 3, "a", "b")
+    >>> guard(eg, {"a": eg.add("(+ x y)"), "b": eg.add("z")})
+    True
+    >>> guard(eg, {"a": eg.add("(+ x y)"), "b": eg.add("(+ z w)")})
+    False
+    """
+    names = tuple(map(_name, names))
+
+    def guard(egraph, subst) -> bool:
+        budget = limit - len(names)  # every operand counts at least once
+        for n in names:
+            extra = egraph.chain_length(subst[n], op, budget + 1) - 1
+            budget -= extra
+            if budget < 0:
+                return False
+        return True
+    return _named(guard, f"{f' {op} '.join(names)} has at most {limit} operands")
+
+
 def distinct(a: Variable, b: Variable) -> Guard:
     """``?a`` and ``?b`` are different classes."""
     a, b = _name(a), _name(b)
