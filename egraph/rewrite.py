@@ -512,16 +512,17 @@ class Rewrite:
         merged = 0
         for count, m in enumerate(matches):
             subst = Subst(index, m)
+            variant = m[-1] if which else 0
+            right = variant if len(rights) > 1 else 0
             if guard is not None:
                 if present is not None:
-                    found = present[m[-1] if which and len(present) > 1 else 0](m)
+                    found = present[right](m)
                     if found is not None and find(found) == find(m[0]):
                         continue
                 if not self._guarded(guard, egraph, subst):
                     continue
-            variant = m[-1] if which else 0
             if insts:
-                target = insts[variant if len(insts) > 1 else 0](m)
+                target = insts[right](m)
             elif self.applier is not None:
                 target = self._dynamic(egraph, subst)
                 if target is None:
