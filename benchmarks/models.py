@@ -59,6 +59,7 @@ from benchmarks.corpus import LARGE, MODELS, Case, build  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
+from compiler.validate import judge  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.logs import progress  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -80,6 +81,25 @@ def _flat(out) -> tuple:
 
 def _loss(out) -> torch.Tensor:
     return sum(o.square().mean() for o in _flat(out))
+
+
+def _wide(case_inputs: tuple) -> tuple:
+    return tuple(x.double() if x.is_floating_point() else x for x in case_inputs)
+
+
+def _check(got, expected, exact: Callable[[], Any], what: str = "outputs") -> None:
+    """Raise unless ``got`` equals eager's ``expected`` within :data:`TOL` or, where it
+    does not, is as close to ``exact()`` (the same in float64) as eager is: the figures
+    are float64-judged, as validation judges a program (on a GPU eager's own TF32
+    convolutions are 1e-3 away from the exact result, and Inductor's code differs from
+    them by as much)."""
+    try:
+        torch.testing.assert_close(got, expected, **TOL)
+    except AssertionError as close:
+        why = judge(got, expected, exact())
+        if why is not None:
+            first = str(close).splitlines()[0]
+            raise AssertionError(f"{what}: {why} against float64 ({first})") from None
 
 
 def _error(exc: BaseException, width: int = 160) -> str:
@@ -136,7 +156,7 @@ def run_export(case: Case, rules) -> dict:
         t3 = time.perf_counter()
         opt = eg.extract(default_cost(inputs), validate="strict")
         t4 = time.perf_counter()
-        torch.testing.assert_close(opt(*inputs), model(*inputs), **TOL)
+        _check(opt(*inputs), model(*inputs), lambda: case.wide_model()(*_wide(inputs)))
         report = opt.meta["egraph_report"]
         row.update(pipeline_s=t4 - t1, first_s=t4 - t0,
                    phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
@@ -163,13 +183,13 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
         _phases(backend.reports, row)
         _breaks(seen, row)
         _reports([r.extraction for r in backend.reports], row)
-        torch.testing.assert_close(out, model(*inputs), **TOL)
+        _check(out, model(*inputs), lambda: case.wide_model()(*_wide(inputs)))
         row[TIMED] = _inference(lambda: compiled(*inputs))
         second = case.second_inputs()
         try:
             with compile_backend.capture() as again:
                 out = compiled(*second)
-            torch.testing.assert_close(out, model(*second), **TOL)
+            _check(out, model(*second), lambda: case.wide_model()(*_wide(second)))
             # a graph break here is the backend failing on the dynamic-shape graph
             reasons = [b.reason for b in again.graph_breaks]
             row["second"] = "graph break: " + "; ".join(reasons) if reasons else "ok"
@@ -204,11 +224,19 @@ def run_train(case: Case, rules) -> dict:
         _reports([r.extraction for r in backend.reports], row)
         grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
         expected = _train_step(model, inputs)()
-        torch.testing.assert_close(loss, expected, **TOL)
+        wide = {}
+
+        def exact(key=None):
+            if not wide:  # the step in float64, once, for any loss or gradient that differs
+                wide_model = case.wide_model().train()
+                wide["loss"] = _train_step(wide_model, _wide(inputs))().detach()
+                wide.update((k, p.grad) for k, p in wide_model.named_parameters())
+            return wide[key or "loss"]
+
+        _check(loss, expected, exact, "loss")
         for key, p in model.named_parameters():
             if p.grad is not None:
-                torch.testing.assert_close(grads[key], p.grad, **TOL,
-                                           msg=lambda m, k=key: f"gradient of {k}: {m}")
+                _check(grads[key], p.grad, lambda k=key: exact(k), f"gradient of {key}")
         row[TIMED] = _train_step(compiled, inputs)
     return row
 

@@ -640,6 +640,40 @@ def _exceeds(e_before: float, n_before: float, e_after: float, n_after: float,
         e_after > ELEMENTWISE_SLACK * e_before + tol)
 
 
+def judge(got: Any, source: Any, reference: Any) -> str | None:
+    """Why the outputs ``got`` of a compiled program are less accurate than the source's
+    outputs ``source`` on the same inputs, judged against ``reference`` (the source's
+    outputs in float64) as validation judges a program on the user's inputs; None where
+    they are as accurate. For results validation does not see: code generated after it
+    (Inductor's), gradients, another machine's run. A plain comparison with the source at
+    a fixed tolerance would refuse a program that is closer to the exact result than the
+    source is (eager's TF32 convolutions on a GPU are 1e-3 away from it).
+
+    >>> ref = torch.linspace(1, 2, 8, dtype=torch.float64)
+    >>> source = ref.float() + 1e-3               # the source itself is off by 1e-3
+    >>> judge(ref.float(), source, ref) is None  # closer than the source: accepted
+    True
+    >>> judge(ref.float() + 1e-2, source, ref)
+    'output 0: relative error 0.01 elementwise, 0.005 normwise vs 0.001 and 0.0005 for the source'
+    """
+    outs = [_flat(x) for x in (got, source, reference)]
+    if not len(outs[0]) == len(outs[1]) == len(outs[2]):
+        return "the output structure differs"
+    for index, (a, b, r) in enumerate(zip(*outs)):
+        if not isinstance(b, torch.Tensor):
+            if a != b:
+                return f"output {index}: {a!r} where the source gives {b!r}"
+            continue
+        if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {index}: its shape or dtype differs from the source's"
+        errors = (*relative_errors(b, r), *relative_errors(a, r))
+        if _exceeds(*errors, NORMWISE_SLACK["given"], _tolerance(b.dtype)):
+            return (f"output {index}: relative error {errors[2]:.3g} elementwise, "
+                    f"{errors[3]:.3g} normwise vs {errors[0]:.3g} and {errors[1]:.3g} for "
+                    "the source")
+    return None
+
+
 def _overflow_changed(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor) -> bool:
     """True where the source's result is non-finite though the reference is finite (an
     overflow in the working dtype) and the new result is another non-finite value: inf

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from compiler.compile import make_backend
-from compiler.validate import _float64_copy, relative_errors
+from compiler.validate import _float64_copy, judge, relative_errors
 
 
 class RelativeBuckets(nn.Module):
@@ -50,6 +50,33 @@ def test_float64_reference_converts_tied_weights_once_and_keeps_them_tied():
     assert wide[0].weight is wide[1].weight
     assert model[0].weight.dtype == torch.float32  # the source is left as it was
     torch.testing.assert_close(wide[0].weight, model[0].weight.double())
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with its mantissa cut to TF32's 10 bits, as a GPU's TF32 convolution reads it."""
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def test_a_result_closer_to_float64_than_eager_is_accepted_and_a_wrong_one_refused():
+    """ViT's patch embedding on a GPU: eager's convolution runs in TF32 (on by default in
+    cuDNN), so a compiled program computing it in float32 differs from eager by 1e-3,
+    beyond any fixed float32 tolerance, while being closer to the exact result. The
+    benchmark's check judges such a difference against float64 (``judge``)."""
+    generator = torch.Generator().manual_seed(0)
+    conv = nn.Conv2d(3, 32, 16, stride=16)
+    x = torch.randn(2, 3, 64, 64, generator=generator)
+    with torch.no_grad():
+        eager = nn.functional.conv2d(_tf32(x), _tf32(conv.weight), conv.bias, stride=16)
+        accurate = conv(x)
+        exact = _float64_copy(conv)(x.double())
+        assert not torch.allclose(accurate, eager, rtol=1e-4, atol=1e-5)
+        assert judge(accurate, eager, exact) is None
+        assert judge((accurate,), (eager,), (exact,)) is None
+        no_bias = accurate - conv.bias[:, None, None]
+        assert judge(no_bias, eager, exact).startswith("output 0: relative error")
+        assert judge(_tf32(_tf32(accurate) * 1.01), eager, exact) is not None
+        assert judge(accurate.double(), eager, exact) == (
+            "output 0: its shape or dtype differs from the source's")
 
 
 def test_relative_errors_judge_infinities_and_each_element_at_its_scale():
