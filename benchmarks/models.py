@@ -15,7 +15,10 @@ One row per model and entry point:
 - ``inductor``: the same with ``codegen="inductor"`` (ours + Inductor: the optimised graph
   handed to Inductor's code generation, under the fused cost model of the device);
 - ``train`` (only when asked for): the same backend on a training step (forward, a loss,
-  backward).
+  backward);
+- ``train-ind`` (only when asked for): the training step with ``codegen="inductor"`` (ours
+  + Inductor: Inductor's aot_autograd splits the optimised graph and generates the code
+  of its forward and backward).
 
 Columns: whether it works (or the exception), the second size (compile), graphs compiled
 and how many fell back, graph nodes before -> after and the distinct rules / total
@@ -67,7 +70,6 @@ from extractors import PeakMemory  # noqa: E402
 
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 TOL = dict(rtol=1e-4, atol=1e-5)
-ENTRIES = ("export", "compile", "inductor", "train")
 TIMED = "_timed"
 """A runner's row holds its program's call here until the interleaved timing."""
 TRAINED = ("gpt2", "bert", "llama", "mixtral")
@@ -207,10 +209,11 @@ def _train_step(model, inputs):
     return step
 
 
-def run_train(case: Case, rules) -> dict:
+def run_train(case: Case, rules, codegen: str | None = None) -> dict:
     row: dict = {}
     model, inputs = case.model.train(), case.inputs
-    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+    backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
+                                           **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
     with warnings.catch_warnings():
@@ -279,7 +282,10 @@ def run_inductor(case: Case, train: bool) -> dict:
     compiled = torch.compile(model)
     with warnings.catch_warnings(), (contextlib.nullcontext() if train else torch.no_grad()):
         warnings.simplefilter("ignore")
-        fn = _train_step(compiled, case.inputs) if train else (lambda: compiled(*case.inputs))
+        # (timed as compiled, under no_grad in inference: with grad enabled dynamo would
+        # recompile for it, and Inductor's graph would save activations for a backward)
+        fn = (_train_step(compiled, case.inputs) if train
+              else _inference(lambda: compiled(*case.inputs)))
         t0 = time.perf_counter()
         fn()
         cold = time.perf_counter() - t0
@@ -290,8 +296,15 @@ def run_compile_inductor(case: Case, rules) -> dict:
     return run_compile(case, rules, codegen="inductor")
 
 
+def run_train_inductor(case: Case, rules) -> dict:
+    return run_train(case, rules, codegen="inductor")
+
+
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
-           "train": run_train}
+           "train": run_train, "train-ind": run_train_inductor}
+ENTRIES = tuple(RUNNERS)
+TRAINING = ("train", "train-ind")
+"""The entry points that run a training step (the rest run inference)."""
 
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
@@ -306,7 +319,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     peer: dict[bool, dict] = {}
     label = name if attn == "eager" else f"{name}@{attn}"
     for entry in entries:
-        train = entry == "train"
+        train = entry in TRAINING
         row: dict = {"model": label, "entry": entry, "status": "ok"}
         try:
             timed.setdefault(f"eager {train}", run_eager(build(name, attn, device), train))
@@ -320,7 +333,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
             row.pop(TIMED, None)
         rows.append(row)
     if inductor:
-        for train in dict.fromkeys(row["entry"] == "train" for row in rows):
+        for train in dict.fromkeys(row["entry"] in TRAINING for row in rows):
             try:
                 peer[train] = run_inductor(build(name, attn, device), train)
                 timed[f"inductor {train}"] = peer[train].pop(TIMED)
@@ -329,7 +342,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     ms = interleaved_ms({key: _synced(fn, device) for key, fn in timed.items()}, repeat)
     torch._dynamo.reset()
     for row in rows:
-        train = row["entry"] == "train"
+        train = row["entry"] in TRAINING
         row["eager_ms"] = ms.get(f"eager {train}")
         if row["entry"] in ms:
             row["ours_ms"] = ms[row["entry"]]
@@ -492,7 +505,7 @@ def main() -> None:
     parser.add_argument("--entries", default="export,compile,inductor",
                         help=f"comma-separated, from: {', '.join(ENTRIES)}")
     parser.add_argument("--train-models", default=",".join(TRAINED),
-                        help="the models the train entry runs on (comma-separated; 'all' for "
+                        help="the models the train entries run on (comma-separated; 'all' for "
                              "every model)")
     parser.add_argument("--large", action="store_true",
                         help="add the 12-layer GPT-2-small-sized decoder (benchmarks/corpus.py "
@@ -521,7 +534,8 @@ def main() -> None:
     start = time.perf_counter()
     rows: list[dict] = []
     trained = set(MODELS) if args.train_models == "all" else set(args.train_models.split(","))
-    plan = [(name, [e for e in entries if e != "train" or name in trained]) for name in names]
+    plan = [(name, [e for e in entries if e not in TRAINING or name in trained])
+            for name in names]
     if args.large:
         plan += [(name, [e for e in entries if e in ("export", "compile")]) for name in LARGE]
     for name, model_entries in progress(plan, desc="models", unit="model"):

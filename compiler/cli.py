@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import random
 import statistics
 import sys
 import time
@@ -32,7 +33,11 @@ def median_seconds(fn, repeat: int = 20) -> float:
 
 def interleaved_ms(fns: dict, repeat: int) -> dict[str, float]:
     """Median milliseconds of each function over ``repeat`` rounds that call every one
-    once, after a warm-up round; a function that raises is left out.
+    once, after a warm-up round; a function that raises is left out. Each round calls
+    them in its own order (shuffled, seeded): a call leaves the caches and the allocator
+    in a state that slows or speeds the next one (in one fixed order the program called
+    after an eager model's forward ran 10 % slower, whichever it was), and the machine's
+    drift falls on all alike.
 
     >>> sorted(interleaved_ms({"a": lambda: None, "b": lambda: 1 / 0}, 3))
     ['a']
@@ -45,8 +50,12 @@ def interleaved_ms(fns: dict, repeat: int) -> dict[str, float]:
         except Exception:  # noqa: BLE001 - its row already says why it failed
             continue
     times: dict[str, list[float]] = {key: [] for key in working}
+    order = list(working)
+    shuffle = random.Random(0).shuffle
     for _ in range(repeat):
-        for key, fn in working.items():
+        shuffle(order)
+        for key in order:
+            fn = working[key]
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)

@@ -389,7 +389,9 @@ class Roofline(CostModel):
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
             peak = hw.peak_flops(region.ops[0] if region.library else "add", dtype)
             measured = sum(self._element_time(egraph, c, choice[c]) for c in region.classes)
-            total += max(f / peak, measured, hw.moving(b)) + hw.launch_overhead
+            fixed = hw.launch_overhead + (hw.extern_time(region.ops[0]) if region.library
+                                          else 0.0)
+            total += max(f / peak, measured, hw.moving(b)) + fixed
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
