@@ -554,10 +554,8 @@ class _Builder:
         ``name`` is not such an operation."""
         eg = self.eg
         if name == "size":
-            meta, dim = eg.data(kids[0]), eg.data(kids[1])
-            shape = getattr(meta, "shape", None)
-            if dim is not None and dim.kind == "literal" and dim.value is None and (
-                    shape is not None):
+            shape = getattr(eg.data(kids[0]), "shape", None)
+            if self._is_none(kids[1]) and shape is not None:
                 return self._tuple([eg.add_node("size", [kids[0], self.literal(d)])
                                     for d in range(len(shape))])
             return None
@@ -572,11 +570,9 @@ class _Builder:
                 if isinstance(index.value, slice):
                     return self._tuple(items[index.value])
                 return None
-            if type(index.value) is int:
-                for n in eg.nodes(kids[0]):
-                    dim = eg.data(n.children[1]) if n.op == "size" else None
-                    if dim is not None and dim.kind == "literal" and dim.value is None:
-                        return eg.add_node("size", [n.children[0], self.literal(index.value)])
+            whole = self._sized(kids[0]) if type(index.value) is int else None
+            if whole is not None:
+                return eg.add_node("size", [whole, self.literal(index.value)])
             return None
         if name == "add":
             left, right = self._elements(kids[0]), self._elements(kids[1])
@@ -601,14 +597,19 @@ class _Builder:
         see: ``x.size()`` of an input of unknown rank, or a ``torch.Size`` made at run time
         (``input_shape + (4,)`` under dynamic shapes)."""
         meta = self.eg.data(cid)
-        if meta is not None and meta.kind == "tuple":
-            return True
+        return (meta is not None and meta.kind == "tuple") or self._sized(cid) is not None
+
+    def _sized(self, cid: int) -> int | None:
+        """The tensor whose whole ``size()`` class ``cid`` is (a ``size`` whose dim is the
+        literal None), or None."""
         for n in self.eg.nodes(cid):
-            if n.op == "size":
-                dim = self.eg.data(n.children[1])
-                if dim is not None and dim.kind == "literal" and dim.value is None:
-                    return True
-        return False
+            if n.op == "size" and self._is_none(n.children[1]):
+                return n.children[0]
+        return None
+
+    def _is_none(self, cid: int) -> bool:
+        meta = self.eg.data(cid)
+        return meta is not None and meta.kind == "literal" and meta.value is None
 
     def _fold(self, spec, kids: list[int]) -> int | None:
         """A constant leaf for an op whose inputs are all constants (literals or constant
