@@ -416,7 +416,8 @@ class Roofline(CostModel):
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
         compute = max(f / hw.peak_flops(node[0], dtype), self._element_time(egraph, cid, node))
-        return max(compute, passes * hw.moving(b)) + kernels * hw.launch_overhead
+        fixed = kernels * hw.launch_overhead + (hw.extern_time(node[0]) if self.fused else 0.0)
+        return max(compute, passes * hw.moving(b)) + fixed
 
     def _element_time(self, egraph, cid: int, node: tuple) -> float:
         """The measured compute time of one e-node (``Hardware.element_seconds``); 0 where
