@@ -275,12 +275,12 @@ def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
 def run_inductor(case: Case, train: bool) -> dict:
     """Inductor's cold compile (the first call after a reset, caches disabled) and its
     call, to be timed."""
-    torch._inductor.config.fx_graph_cache = False
-    torch._inductor.config.force_disable_caches = True
     torch._dynamo.reset()
     model = case.model.train() if train else case.model.eval()
     compiled = torch.compile(model)
-    with warnings.catch_warnings(), (contextlib.nullcontext() if train else torch.no_grad()):
+    uncached = torch._inductor.config.patch(fx_graph_cache=False, force_disable_caches=True)
+    with warnings.catch_warnings(), uncached, (
+            contextlib.nullcontext() if train else torch.no_grad()):
         warnings.simplefilter("ignore")
         # (timed as compiled, under no_grad in inference: with grad enabled dynamo would
         # recompile for it, and Inductor's graph would save activations for a backward)
