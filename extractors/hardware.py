@@ -192,11 +192,13 @@ of a profile): the transcendental ones, and an add-like op (div) beside them."""
 
 def measure_cpu(threads: int = 1) -> Hardware:
     """Measure this machine's profile on ``threads`` threads: fp32 matmul, memory and
-    cache bandwidth (copies of 128 MiB and of 4 MiB), per-op overhead, and the time per
-    element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache)."""
+    cache bandwidth (copies of 128 MiB and of 4 MiB), per-op overhead, the time per
+    element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), and sdpa's setup
+    (a call on a tiny attention, less a launch)."""
     import time
 
     import torch
+    import torch.nn.functional as functional
 
     def median(fn, n: int = 7) -> float:
         fn()
@@ -225,10 +227,13 @@ def measure_cpu(threads: int = 1) -> Hardware:
     element_seconds = tuple(
         (op, (median(lambda fn=kernels[op]: fn(positive), 31) - overhead) / positive.numel())
         for op in ELEMENT_OPS)
+    q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
+    attention = median(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)
     return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead,
                     cache_bytes=CACHE_BYTES, cache_bandwidth=cache_bandwidth,
-                    element_seconds=element_seconds)
+                    element_seconds=element_seconds,
+                    extern_seconds=(("sdpa", max(attention - overhead, 0.0)),))
 
 
 def _element_kernels(torch) -> dict:
