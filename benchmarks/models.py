@@ -509,7 +509,7 @@ def main() -> None:
                              "every model)")
     parser.add_argument("--large", action="store_true",
                         help="add the 12-layer GPT-2-small-sized decoder (benchmarks/corpus.py "
-                             "LARGE: T=128, vocabulary 50304) through export and compile")
+                             "LARGE: T=128, vocabulary 50304) through export, compile and inductor")
     parser.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per median")
     parser.add_argument("--no-inductor", action="store_true")
@@ -537,7 +537,8 @@ def main() -> None:
     plan = [(name, [e for e in entries if e not in TRAINING or name in trained])
             for name in names]
     if args.large:
-        plan += [(name, [e for e in entries if e in ("export", "compile")]) for name in LARGE]
+        plan += [(name, [e for e in entries if e in ("export", "compile", "inductor")])
+                 for name in LARGE]
     for name, model_entries in progress(plan, desc="models", unit="model"):
         for row in run_model(name, model_entries, args.attn, rules, args.repeat,
                              not args.no_inductor, args.device):
