@@ -52,7 +52,7 @@ import torch.nn as nn
 from compiler.ordinals import within
 from egraph.ops.table import TABLE
 from frontends.fx.exported import ExportedModule
-from frontends.fx.ingest import FxSource
+from frontends.fx.ingest import FxSource, state_kept
 
 
 class ValidationError(AssertionError):
@@ -388,12 +388,13 @@ def _float64_reference(original: nn.Module):
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
         try:
-            if isinstance(wide, ExportedModule):
-                return _flat(_Float64Interpreter(wide.graph_module).run(
-                    *wide.graph_inputs(tuple(xs))))
-            if isinstance(wide, fx.GraphModule):
-                return _flat(_Float64Interpreter(wide).run(*xs))
-            return _flat(wide(*xs))
+            with state_kept():
+                if isinstance(wide, ExportedModule):
+                    return _flat(_Float64Interpreter(wide.graph_module).run(
+                        *wide.graph_inputs(tuple(xs))))
+                if isinstance(wide, fx.GraphModule):
+                    return _flat(_Float64Interpreter(wide).run(*xs))
+                return _flat(wide(*xs))
         except Exception:  # noqa: BLE001 - a program that cannot run in float64
             return None
 
@@ -421,7 +422,8 @@ def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
     for seed in range(samples):
         gen = torch.Generator().manual_seed(seed)
         try:
-            runs = _flat(_Float64Interpreter(wide, gen).run(*xs))
+            with state_kept():
+                runs = _flat(_Float64Interpreter(wide, gen).run(*xs))
         except Exception:  # noqa: BLE001 - no spread where the graph cannot run so
             return [None] * len(reference)
         for i, (run, ref) in enumerate(zip(runs, reference)):
@@ -727,7 +729,7 @@ def _run_new(new: fx.GraphModule, xs: tuple) -> list:
     """The new program's flat outputs on ``xs``, under the source's seed; grad mode is
     per thread, so it is turned off here for a run in a worker thread too."""
     torch.manual_seed(0)
-    with torch.no_grad():
+    with torch.no_grad(), state_kept():
         return _flat(new(*xs))
 
 
@@ -739,7 +741,7 @@ def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
             x.is_floating_point() or x.dtype == torch.bool) else x for x in xs)):
         torch.manual_seed(0)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), state_kept():
                 return attempt, _flat(original(*attempt))
         except Exception:  # noqa: BLE001 - values the source cannot take: try the next
             continue

@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from compiler.compile import make_backend
 from compiler.validate import _float64_copy, judge, relative_errors
+from frontends.fx.analysis import observed_range
 
 
 class RelativeBuckets(nn.Module):
@@ -175,3 +176,32 @@ def test_interleaved_rounds_call_each_program_once_in_changing_orders():
     assert len(set(rounds)) > 1
     after = {(r[i], r[i + 1]) for r in rounds for i in range(3)}
     assert len(after) > 4  # no program always follows the same one
+
+
+class Vmapped(nn.Module):
+    """transformers builds some attention masks with ``torch.vmap`` (Mamba's, through
+    torch.compile): dynamo's graph then holds the vmap's entry and exit as calls, and
+    its values inside as batched tensors that cannot be read once the vmap has ended."""
+
+    def forward(self, x):
+        return torch.vmap(lambda row: (row * 2.0 + 1.0).softmax(-1))(x) + x
+
+
+def test_a_vmap_inside_a_compiled_model_leaves_no_vmap_level_behind():
+    """A run of the graph at ingest that stopped inside the vmap left its level on: every
+    later random op of the process then failed ("called random operation while in
+    randomness error mode"), validation's first."""
+    model, x = Vmapped(), torch.randn(3, 5)
+    backend = make_backend(validate="raise")
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+    assert not any(r.fell_back for r in backend.reports)
+    assert torch._C._functorch.maybe_current_level() is None
+    torch.randn(2)  # no vmap level left on
+    torch._dynamo.reset()
+
+
+def test_a_batched_tensor_that_escaped_its_vmap_is_not_observed():
+    escaped = []
+    torch.vmap(lambda row: escaped.append(row * 2.0) or row.sum())(torch.randn(3, 4))
+    assert observed_range(escaped[0]) == {}

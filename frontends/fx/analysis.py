@@ -114,6 +114,10 @@ def observed_range(value: torch.Tensor) -> dict:
         return {}
     if value.dtype == torch.bool or value.is_complex():
         return {}
+    if torch._C._functorch.is_functorch_wrapped_tensor(value):
+        # recorded inside a vmap (transformers' mask functions): its batch level is gone
+        # and its values cannot be read
+        return {}
     # A real constant inside torch.compile's fake mode: measure it as the real tensor it is.
     with torch.no_grad(), unset_fake_temporarily():
         lo, hi = torch.aminmax(value)  # one pass; filter non-finite values only if present

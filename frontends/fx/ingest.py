@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,7 +181,7 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
     fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
     run = _Propagation(gm, mode)
     try:
-        with _quiet("torch._subclasses.fake_tensor"):
+        with _quiet("torch._subclasses.fake_tensor"), state_kept():
             run.run(*fakes)
     except Exception as err:  # noqa: BLE001 - sorted below: a mismatch, or fake's limits
         if not _fake_limit(err):
@@ -199,8 +200,36 @@ def _real(example_inputs) -> bool:
 def _run_real(run: fx.Interpreter, example_inputs) -> None:
     """Run the graph on copies of the real inputs, leaving the caller's RNG state as it was."""
     inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with torch.random.fork_rng(), torch.no_grad():
+    with torch.random.fork_rng(), torch.no_grad(), state_kept():
         run.run(*inputs)
+
+
+@contextmanager
+def state_kept() -> Iterator[None]:
+    """Leave the global state that a graph's calls change as it was, however a run of the
+    graph ends: dynamo's graphs hold a vmap's entry and exit (``_vmap_increment_nesting``,
+    transformers' masks) and grad mode's changes as calls, and a run stopped between the
+    two (an op that raises on the values given) would leave the vmap level on for every
+    later tensor op of the process.
+
+    >>> with state_kept():
+    ...     level = torch._C._functorch._vmap_increment_nesting(2, "error")
+    >>> torch._C._functorch.maybe_current_level() is None
+    True
+    """
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+
+    functorch = torch._C._functorch
+    level, grad = functorch.maybe_current_level(), torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        while (current := functorch.maybe_current_level()) is not None and (
+                level is None or current > level):
+            kind = retrieve_current_functorch_interpreter().key().name.lower()
+            getattr(functorch, f"_{'func' if kind == 'functionalize' else kind}"
+                               "_decrement_nesting")()
+        torch.set_grad_enabled(grad)
 
 
 class _Propagation(fx.Interpreter):
@@ -370,7 +399,7 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
         return {}
     recorder = _RangeRecorder(gm)
     try:
-        with torch.random.fork_rng(), torch.no_grad():
+        with torch.random.fork_rng(), torch.no_grad(), state_kept():
             recorder.run(*example_inputs)
     except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
         return {}
@@ -390,7 +419,7 @@ def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
               if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
     try:
-        with torch.random.fork_rng(), torch.enable_grad():
+        with torch.random.fork_rng(), torch.enable_grad(), state_kept():
             out = recorder.run(*inputs)
             leaves = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
             if not leaves:
