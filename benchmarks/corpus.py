@@ -336,6 +336,15 @@ def _swin(t):
             image_inputs, "batch")
 
 
+def _mamba(t):
+    """A state-space model: no attention; under torch.compile transformers builds its
+    masks with ``torch.vmap``."""
+    config = t.MambaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                           state_size=8, expand=2, use_cache=False, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2)
+    return (t.MambaModel, config, ("input_ids",), ("last_hidden_state",), ids_inputs, "seq")
+
+
 def _whisper_encoder(t):
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
@@ -376,11 +385,12 @@ _SPECS: dict[str, Callable] = {
     "convnext": _convnext,
     "swin": _swin,
     "whisper_encoder": _whisper_encoder,
+    "mamba": _mamba,
 }
 
 MODELS: tuple[str, ...] = tuple(_SPECS)
-FIXED_ATTENTION: frozenset[str] = frozenset({"resnet", "convnext", "deberta_v2"})
-"""Corpus models whose attention cannot be chosen: they have none (ResNet, ConvNeXt) or
+FIXED_ATTENTION: frozenset[str] = frozenset({"resnet", "convnext", "deberta_v2", "mamba"})
+"""Corpus models whose attention cannot be chosen: they have none (ResNet, ConvNeXt, Mamba) or
 only their own (DeBERTa-v2's disentangled attention has no sdpa form). transformers
 refuses an implementation for them, and :func:`build` leaves theirs unset (the same model
 under either ``attn``)."""
