@@ -27,7 +27,6 @@ True
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,11 +85,6 @@ class Case:
         if self.varies == "seq":
             return self.make_inputs(BATCH, SEQ2)
         return self.make_inputs(BATCH2, SEQ)
-
-    def wide_model(self) -> TensorModel:
-        """A copy of the model in float64 (in the same mode), the reference that judges a
-        result which differs from eager's."""
-        return copy.deepcopy(self.model).double()
 
 
 # --- inputs ----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from benchmarks.corpus import LARGE, MODELS, Case, build  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
-from compiler.validate import judge  # noqa: E402
+from compiler.validate import float64_copy, judge  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.logs import progress  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -163,7 +163,7 @@ def run_export(case: Case, rules) -> dict:
         t3 = time.perf_counter()
         opt = eg.extract(default_cost(inputs), validate="strict")
         t4 = time.perf_counter()
-        _check(opt(*inputs), model(*inputs), lambda: case.wide_model()(*_wide(inputs)))
+        _check(opt(*inputs), model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
         report = opt.meta["egraph_report"]
         row.update(pipeline_s=t4 - t1, first_s=t4 - t0,
                    phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
@@ -190,13 +190,13 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
         _phases(backend.reports, row)
         _breaks(seen, row)
         _reports([r.extraction for r in backend.reports], row)
-        _check(out, model(*inputs), lambda: case.wide_model()(*_wide(inputs)))
+        _check(out, model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
         row[TIMED] = _inference(lambda: compiled(*inputs))
         second = case.second_inputs()
         try:
             with compile_backend.capture() as again:
                 out = compiled(*second)
-            _check(out, model(*second), lambda: case.wide_model()(*_wide(second)))
+            _check(out, model(*second), lambda: float64_copy(model)(*_wide(second)))
             # a graph break here is the backend failing on the dynamic-shape graph
             reasons = [b.reason for b in again.graph_breaks]
             row["second"] = "graph break: " + "; ".join(reasons) if reasons else "ok"
@@ -236,7 +236,7 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
 
         def exact(key=None):
             if not wide:  # the step in float64, once, for any loss or gradient that differs
-                wide_model = case.wide_model().train()
+                wide_model = float64_copy(model)
                 wide["loss"] = _train_step(wide_model, _wide(inputs))().detach()
                 wide.update((k, p.grad) for k, p in wide_model.named_parameters())
             return wide[key or "loss"]

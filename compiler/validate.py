@@ -383,7 +383,7 @@ def _float64_reference(original: nn.Module):
     program cannot run in float64): a graph run by :class:`_Float64Interpreter` (explicit
     casts and dtype checks would stop its own forward halfway), any other module promoted
     to float64."""
-    wide = _float64_copy(original)
+    wide = float64_copy(original)
 
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
@@ -416,7 +416,7 @@ def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
     >>> bool(spread[0] > 1e-20)
     True
     """
-    wide = _float64_copy(graph)
+    wide = float64_copy(graph)
     xs = [_to64(x) for x in xs]
     spread: list = [None] * len(reference)
     for seed in range(samples):
@@ -441,10 +441,17 @@ def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
     return spread
 
 
-def _float64_copy(module: nn.Module) -> nn.Module:
+def float64_copy(module: nn.Module) -> nn.Module:
     """A copy of ``module`` with its floating parameters and buffers in float64, each
     converted once (a deep copy followed by ``.to(float64)`` would copy a large model's
-    weights twice); tied weights stay tied."""
+    weights twice); tied weights stay tied, the mode (train or eval) is kept, and
+    ``module`` is left as it was: the reference that validation, and a benchmark judging
+    code generated after validation, compare with.
+
+    >>> wide = float64_copy(nn.Linear(2, 2))
+    >>> wide.weight.dtype, wide.training
+    (torch.float64, True)
+    """
     memo: dict[int, Any] = {}
     if isinstance(module, ExportedModule):  # its graph and program hold no state to widen
         memo[id(module.graph_module)] = module.graph_module
@@ -778,7 +785,7 @@ def validate_autograd(source: fx.GraphModule, new: nn.Module, inputs: tuple,
         reference == "auto" and program_numel(source, inputs) <= FLOAT64_LIMIT)
     runs = [("the source", source, inputs), ("the new program", new, inputs)]
     if wide:
-        runs.append(("the source in float64", _Float64Interpreter(_float64_copy(source)).run,
+        runs.append(("the source in float64", _Float64Interpreter(float64_copy(source)).run,
                      [_to64(x) for x in inputs]))
     grads: list = []
     for name, program, given in runs:

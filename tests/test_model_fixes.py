@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from compiler.compile import make_backend
-from compiler.validate import _float64_copy, judge, relative_errors
+from compiler.validate import float64_copy, judge, relative_errors
 from frontends.fx.analysis import observed_range
 
 
@@ -46,7 +46,7 @@ def test_augmented_assignment_through_the_inductor_hand_off():
 def test_float64_reference_converts_tied_weights_once_and_keeps_them_tied():
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
     model[1].weight = model[0].weight
-    wide = _float64_copy(model)
+    wide = float64_copy(model)
     assert wide[0].weight.dtype == torch.float64
     assert wide[0].weight is wide[1].weight
     assert model[0].weight.dtype == torch.float32  # the source is left as it was
@@ -69,7 +69,7 @@ def test_a_result_closer_to_float64_than_eager_is_accepted_and_a_wrong_one_refus
     with torch.no_grad():
         eager = nn.functional.conv2d(_tf32(x), _tf32(conv.weight), conv.bias, stride=16)
         accurate = conv(x)
-        exact = _float64_copy(conv)(x.double())
+        exact = float64_copy(conv)(x.double())
         assert not torch.allclose(accurate, eager, rtol=1e-4, atol=1e-5)
         assert judge(accurate, eager, exact) is None
         assert judge((accurate,), (eager,), (exact,)) is None
