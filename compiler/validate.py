@@ -827,7 +827,8 @@ def _gradients(program, given: tuple, leaves: list[int], cotangents: list | None
     not count (an input changed in place). Real tensors, even inside torch.compile."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    with unset_fake_temporarily(), torch.random.fork_rng(devices=[]), torch.enable_grad():
+    with unset_fake_temporarily(), torch.random.fork_rng(devices=[]), torch.enable_grad(), (
+            state_kept()):
         xs = [x.detach().clone().requires_grad_(x.requires_grad)
               if isinstance(x, torch.Tensor) else x for x in given]
         torch.manual_seed(0)
