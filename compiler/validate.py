@@ -559,14 +559,12 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 out_ref, kind = out_before, "original (it cannot run in float64)"
             spread = None
             for index, (b, a, r) in enumerate(zip(out_before, out_after, out_ref)):
-                if not isinstance(b, torch.Tensor):
-                    if b != a:
-                        return Validation(False, worst_before, float("inf"), len(input_sets),
-                                          f"a non-tensor output changed ({b!r} -> {a!r})")
-                    continue
-                if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                changed = _kind_changed(a, b)
+                if changed:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
-                                      "an output's shape or dtype changed")
+                                      f"output {index}: {changed}")
+                if not isinstance(b, torch.Tensor):
+                    continue
                 if stress:
                     # wide inputs: both may lose accuracy; only a new overflow counts
                     if b.is_floating_point() and _overflows_sooner(a, b, r):
@@ -630,11 +628,10 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                     # float64 cannot judge it where the formula cancels (tan(x + eps) -
                     # tan(x) near a pole): only the output's scale and finiteness here
                     e_after = e_before
-                if _exceeds(e_before, n_before, e_after, n_after, normwise_slack, tol):
+                errors = (e_before, n_before, e_after, n_after)
+                if _exceeds(*errors, normwise_slack, tol):
                     return Validation(False, worst_before, worst_after, len(input_sets),
-                                      f"relative error {e_after:.3g} elementwise, {n_after:.3g} "
-                                      f"normwise vs {e_before:.3g} and {n_before:.3g} for the "
-                                      "original", reference=kind)
+                                      _less_accurate(errors, "the original"), reference=kind)
     if not checked:
         return Validation(False, 0.0, float("inf"), 0,
                           "the source program raises on every generated input set; pass real "
@@ -669,18 +666,34 @@ def judge(got: Any, source: Any, reference: Any) -> str | None:
     if not len(outs[0]) == len(outs[1]) == len(outs[2]):
         return "the output structure differs"
     for index, (a, b, r) in enumerate(zip(*outs)):
+        changed = _kind_changed(a, b)
+        if changed:
+            return f"output {index}: {changed}"
         if not isinstance(b, torch.Tensor):
-            if a != b:
-                return f"output {index}: {a!r} where the source gives {b!r}"
             continue
-        if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
-            return f"output {index}: its shape or dtype differs from the source's"
         errors = (*relative_errors(b, r), *relative_errors(a, r))
         if _exceeds(*errors, NORMWISE_SLACK["given"], _tolerance(b.dtype)):
-            return (f"output {index}: relative error {errors[2]:.3g} elementwise, "
-                    f"{errors[3]:.3g} normwise vs {errors[0]:.3g} and {errors[1]:.3g} for "
-                    "the source")
+            return f"output {index}: {_less_accurate(errors, 'the source')}"
     return None
+
+
+def _kind_changed(new: Any, source: Any) -> str | None:
+    """Why the output ``new`` cannot stand for the source's output ``source`` whatever its
+    values (a non-tensor that differs, another shape or dtype); None where it can."""
+    if not isinstance(source, torch.Tensor):
+        return None if new == source else f"its value changed ({source!r} -> {new!r})"
+    if not isinstance(new, torch.Tensor) or new.shape != source.shape or (
+            new.dtype != source.dtype):
+        return "its shape or dtype changed"
+    return None
+
+
+def _less_accurate(errors: tuple[float, float, float, float], source: str) -> str:
+    """The message for a program whose (elementwise, normwise) errors, after the
+    source's, exceed what the source's allow."""
+    e_before, n_before, e_after, n_after = errors
+    return (f"relative error {e_after:.3g} elementwise, {n_after:.3g} normwise vs "
+            f"{e_before:.3g} and {n_before:.3g} for {source}")
 
 
 def _overflow_changed(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor) -> bool:

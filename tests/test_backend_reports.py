@@ -252,3 +252,21 @@ def test_generated_inputs_keep_the_example_layout():
     values = torch.randn(4, 3)
     broadcast = strided_like(values, torch.empty(3).expand(4, 3))
     assert broadcast.stride() == (0, 1) and torch.equal(broadcast, values[:1].expand(4, 3))
+
+
+def test_validation_names_the_output_whose_shape_dtype_or_value_changed():
+    """A candidate that changes an output's dtype, shape or a non-tensor output is refused
+    whatever its values, with the output's position in the reason (as ``judge`` gives it
+    for results validation does not see)."""
+    from compiler.validate import judge, validate_module
+    from egraph import EGraph
+
+    gm = torch.fx.symbolic_trace(lambda x: (torch.exp(x), x + 1))
+    x = torch.randn(8)
+    src = EGraph.from_fx(gm, (x,)).fx
+    assert validate_module(src, _Recorded(lambda x: (torch.exp(x), x + 1))).ok
+    widened = validate_module(src, _Recorded(lambda x: (torch.exp(x), (x + 1).double())))
+    assert not widened.ok and widened.reason == "output 1: its shape or dtype changed"
+    kept = validate_module(src, _Recorded(lambda x: (torch.exp(x)[None], x + 1)))
+    assert kept.reason == "output 0: its shape or dtype changed"
+    assert judge((x, 3), (x, 4), (x.double(), 4)) == "output 1: its value changed (4 -> 3)"
