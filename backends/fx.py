@@ -28,7 +28,7 @@ from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.exported import attribute_at, owner_of
-from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, SubmoduleRef
+from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, OutputRef, SubmoduleRef
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ _NOT_FOLDED = {"leaf", "shape", "opaque"}
 tensor arithmetic. A view of a parameter folds (sharing its storage) so that what is made
 of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
 shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
+
+_STRIDING = {"transpose", "t", "permute", "expand", "getitem", "split", "chunk"}
+"""View ops whose result may not be contiguous though their operand is."""
 
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
@@ -153,20 +156,58 @@ class _Emitter:
         # parameter and constant nodes -> their tensors, folded nodes -> their names
         self.foldable: dict[fx.Node, torch.Tensor | _Folded] = {}
         self.folded: dict[str, tuple[str, list]] = {}
+        # nodes whose storage is a folded buffer (not a parameter's): one tensor shared by
+        # every call, which an output must not hand to the caller
+        self.in_buffer: set[fx.Node] = set()
+        # nodes that may share storage with an input, a parameter, a constant or a buffer
+        self.shared: set[fx.Node] = set()
+        # nodes that may not be contiguous: views that move strides and what is made of
+        # them elementwise (a pointwise op keeps its operand's layout)
+        self.strided: set[fx.Node] = set()
         # emitted nodes -> the analysis data of their class (shape, dtype)
         self.metas: dict[fx.Node, Any] = {}
 
     def run(self) -> fx.Graph:
         src = self.src
         for name, cid in zip(src.inputs, src.input_classes):
-            self.values[self.find(cid)] = self.graph.placeholder(name)
-            self.metas[self.values[self.find(cid)]] = self.eg.data(cid)
+            self.values[self.find(cid)] = node = self.graph.placeholder(name)
+            self.metas[node] = self.eg.data(cid)
+            self.shared.add(node)
         for effect in src.effects:
             self.value(effect)
-        out = fx.node.map_aggregate(src.output, lambda a: self.value(a.cid)
+        out = fx.node.map_aggregate(src.output, lambda a: self.output_value(a)
                                     if isinstance(a, ClassRef) else a)
         self.graph.output(out)
         return self.graph
+
+    def output_value(self, ref: ClassRef) -> Any:
+        """The value of an output, as the source's was beyond its value: a new tensor where
+        the source made one (the rewrites ``x * 1 -> x`` and ``x.clone() -> x`` would hand
+        the caller its own input, to be written through), never a folded buffer
+        (:meth:`unshared`), contiguous where the source's was (``x.t().contiguous() ->
+        x.t()`` would break the caller's ``view``)."""
+        value = self.value(ref.cid)
+        if not isinstance(value, fx.Node) or getattr(self.metas.get(value), "kind", None) != (
+                "tensor"):
+            return value
+        fresh = isinstance(ref, OutputRef) and ref.fresh
+        contiguous = isinstance(ref, OutputRef) and ref.contiguous
+        if value in self.in_buffer or (fresh and value in self.shared):
+            layout = torch.contiguous_format if contiguous else torch.preserve_format
+            return self.graph.call_function(torch.clone, (value,),
+                                            {"memory_format": layout})
+        if contiguous and value in self.strided:
+            return self.graph.call_method("contiguous", (value,))
+        return value
+
+    def unshared(self, value: Any) -> Any:
+        """``value``, or a copy where it lives in a folded buffer, for code that may write
+        into it (the caller, given an output; an opaque call). The source makes a new
+        tensor on every call (``w * 2``); the buffer is one tensor for all calls, and a
+        write into it would change what later calls compute."""
+        if value in self.in_buffer:
+            return self.graph.call_function(torch.clone, (value,))
+        return value
 
     def value(self, cid: int) -> Any:
         """The FX node or Python value of class ``cid``, emitting its sub-DAG first."""
@@ -192,9 +233,11 @@ class _Emitter:
                 stack.extend(reversed(missing))
                 continue
             stack.pop()
-            self.values[c] = self.emit(node, self.eg.data(c))
-            if isinstance(self.values[c], fx.Node):
-                self.metas[self.values[c]] = self.eg.data(c)
+            self.values[c] = value = self.emit(node, self.eg.data(c))
+            if isinstance(value, fx.Node):
+                self.metas[value] = self.eg.data(c)
+                self.note_storage(node[0], [self.values[self.find(k)] for k in node[1:]],
+                                  value)
         return self.values[root]
 
     def emit(self, node: tuple, meta: Any) -> Any:
@@ -266,7 +309,34 @@ class _Emitter:
                                   for k in kids])
         node = self.graph.get_attr(f"folded_constants.{name}")
         self.foldable[node] = _Folded(name)
+        if TABLE[op].kind != "view" or self.views_buffer(op, kids):
+            self.in_buffer.add(node)  # computed into the buffer (a view of a parameter is not)
         return node
+
+    def note_storage(self, op: str, kids: list, value: fx.Node) -> None:
+        """Record what ``value``, emitted for ``op`` of ``kids``, may share and whether it
+        may be strided (:meth:`output_value` reads both)."""
+        if value.op == "get_attr" or self.views_buffer(op, kids):
+            self.shared.add(value)
+            if self.views_buffer(op, kids):
+                self.in_buffer.add(value)
+        kind = "opaque" if op == "opaque" else TABLE[op].kind
+        base = next((k for k in kids if isinstance(k, fx.Node)), None)
+        if kind == "view" or op == "to":
+            if base in self.shared:
+                self.shared.add(value)
+            if op in _STRIDING or base in self.strided:
+                self.strided.add(value)
+        elif kind == "pointwise" and any(k in self.strided for k in kids
+                                         if isinstance(k, fx.Node)):
+            self.strided.add(value)
+
+    def views_buffer(self, op: str, kids: list) -> bool:
+        """Whether the value of ``op`` of ``kids``, a view op, shares a folded buffer's
+        storage (it views one)."""
+        if op == "opaque" or TABLE[op].kind != "view":
+            return False
+        return next((k for k in kids if isinstance(k, fx.Node)), None) in self.in_buffer
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""
@@ -295,7 +365,9 @@ class _Emitter:
             if isinstance(a, SubmoduleRef):
                 self.submodules.add(a.target)
                 return self.attr(a.target)
-            return self.values[self.find(a.cid)] if isinstance(a, ClassRef) else a
+            if isinstance(a, ClassRef):
+                return self.unshared(self.values[self.find(a.cid)])
+            return a
 
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)

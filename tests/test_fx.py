@@ -473,3 +473,70 @@ def test_default_extraction_without_the_solver_keeps_the_dag_answer(monkeypatch)
     assert proven.meta["egraph_report"].optimal is True
     assert kept.meta["egraph_report"].optimal is None and "softmax" in kept.code
     torch.testing.assert_close(kept(x), torch.softmax(x, -1))
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _through_every_entry(fn, inputs):
+    """``fn`` optimised with the rule library, through from_fx and the compile backend."""
+    from compiler.compile import make_backend
+    from egraph.rules import load_rules
+
+    rules = load_rules("all")
+    yield EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs).saturate(rules).extract(AstSize())
+    torch._dynamo.reset()
+    yield torch.compile(fn, backend=make_backend(rules=rules))
+
+
+def test_an_output_the_source_made_is_never_the_callers_input():
+    """``x * 1``, ``x + 0`` and ``x.clone()`` rewrite to ``x``, but the source returns a new
+    tensor: writing into the output must not write into the input. A view stays a view."""
+    def f(x):
+        return x * 1, (x + 0).reshape(-1), x.clone(), x.view(-1)
+
+    x = torch.randn(2, 3)
+    for opt in _through_every_entry(f, (x,)):
+        given = x.clone()
+        made_once, made_twice, copied, viewed = opt(given)
+        assert not any(_shares_storage(o, given) for o in (made_once, made_twice, copied))
+        assert _shares_storage(viewed, given)
+        made_once.add_(1)
+        torch.testing.assert_close(given, x)
+
+
+def test_an_output_made_of_parameters_alone_is_new_on_every_call():
+    """A value of parameters alone is folded into a buffer computed once; handing that
+    buffer out would let a caller's write change what every later call returns."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x + 1, self.w * 2, (self.w + 1).reshape(3, 1)
+
+    x = torch.zeros(3)
+    opt = EGraph.from_fx(Scaled(), (x,)).extract(AstSize())
+    assert "folded_constants" in opt.code
+    with torch.no_grad():
+        for out in opt(x)[1:]:
+            out.add_(100)
+        _, doubled, shifted = opt(x)
+    torch.testing.assert_close(doubled, torch.full((3,), 2.0))
+    torch.testing.assert_close(shifted, torch.full((3, 1), 2.0))
+
+
+def test_an_output_is_contiguous_where_the_source_made_it_contiguous():
+    """``x.t().contiguous()`` is ``x.t()`` in value; a caller's ``view`` of the result
+    needs the source's layout."""
+    def f(x):
+        return x.t().contiguous() * 2, (x * 2).t().contiguous(), x.t()
+
+    x = torch.randn(2, 3)
+    for opt in _through_every_entry(f, (x,)):
+        scaled, flipped, viewed = opt(x)
+        assert scaled.is_contiguous() and flipped.is_contiguous()
+        torch.testing.assert_close(flipped.view(-1), (x * 2).t().reshape(-1))
+        assert not viewed.is_contiguous()  # the source's own view, as it was

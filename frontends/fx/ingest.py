@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from egraph.egraph import EGraph
+from egraph.ops.table import TABLE
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
@@ -95,6 +96,10 @@ class FxSource:
                 return name
         return None
 
+
+_CLONES = (torch.clone, torch.ops.aten.clone.default)
+"""Call targets that copy their input (``Tensor.clone`` is the method): the op table models
+them as the identity, but the source's result is a new tensor."""
 
 _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
               operator.imul: operator.mul, operator.itruediv: operator.truediv,
@@ -381,6 +386,7 @@ class _RangeRecorder(fx.Interpreter):
         result = super().run_node(n)
         if isinstance(result, torch.Tensor):
             self.ranges[n.name] = observed_range(result.detach())
+            self.ranges[n.name]["contiguous"] = result.is_contiguous()
             if result.requires_grad and n.op != "output":
                 result.retain_grad()
                 self.values[n.name] = result
@@ -484,6 +490,7 @@ class _Builder:
         self.origins: dict[int, str] = {}
         self.observed: dict[str, dict] = {}
         self.folded: dict[int, torch.Tensor] = {}
+        self.lowered_ops: dict[fx.Node, str] = {}  # the op each modelled call became
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -766,8 +773,37 @@ class _Builder:
 
     def _out(self, arg):
         if isinstance(arg, fx.Node):
-            return ClassRef(self.env[arg])
+            return OutputRef(self.env[arg], self._fresh(arg), self._contiguous(arg))
         return arg
+
+    def _fresh(self, node: fx.Node) -> bool:
+        """Whether the source's value of ``node`` is a tensor it made, sharing no storage
+        with an input, parameter or constant: made by a modelled op that is not a view
+        (``to`` and ``contiguous`` may return their input), or a view of such a tensor."""
+        while True:
+            if node.op == "call_method" and node.target == "clone" or (
+                    node.op == "call_function" and node.target in _CLONES):
+                return True
+            op = self.lowered_ops.get(node)
+            if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
+                return False
+            if op != "to" and TABLE[op].kind != "view":
+                return True
+            base = next((a for a in node.args if isinstance(a, fx.Node)), None)
+            if base is None:
+                return False
+            node = base
+
+    def _contiguous(self, node: fx.Node) -> bool | None:
+        """Whether the source's value of ``node`` was contiguous: from the example value
+        torch.export and dynamo record, else from the run on the example inputs."""
+        value = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(value, torch.Tensor):
+            try:
+                return bool(value.is_contiguous())
+            except Exception:  # noqa: BLE001 - a data-dependent symbolic stride
+                return None
+        return self.observed.get(node.name, {}).get("contiguous")
 
     def _module(self, node: fx.Node) -> nn.Module | None:
         if node.op != "call_module":
@@ -809,6 +845,8 @@ class _Builder:
         lowered = lower(_out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             return self.opaque_call(node)
+        if _is_expr(lowered):
+            self.lowered_ops[node] = lowered[0]
         return self.expr(lowered)
 
     def _dtype_or_arg(self, arg):
@@ -905,6 +943,18 @@ class ClassRef:
     """An e-class id standing where an FX node was, in an opaque call's arguments."""
 
     cid: int
+
+
+@dataclass(frozen=True)
+class OutputRef(ClassRef):
+    """An output of the source graph: its class, and what the source's tensor was beyond
+    its value, which the emitted program keeps. ``fresh``: a tensor the source made (no
+    storage shared with an input, a parameter or a constant: ``x * 1``, ``x.clone()``),
+    False where it may share one (``x.view(-1)``, an opaque call); ``contiguous``: whether
+    it was contiguous, None where no example told."""
+
+    fresh: bool = False
+    contiguous: bool | None = None
 
 
 def _is_expr(value: Any) -> bool:
