@@ -1386,6 +1386,8 @@ class _Case:
     ref: list
     spread: list[list]
     unresolved: list         # per output, what float64 itself cannot resolve
+    shared: list[bool]       # per output, whether the source's shares an input's storage
+    contiguous: list[bool]   # per output, whether the source's is contiguous
 
 
 def _flat(out: Any) -> list:
@@ -1458,7 +1460,8 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
         gen = torch.Generator().manual_seed(_seed(prog.seed, prog.index, tag, "mca"))
         try:
             with torch.no_grad():
-                src = _flat(fn(*_clone(xs)))
+                given = _clone(xs)
+                src = _flat(fn(*given))
                 ref = _flat(ref_fn(*_to64(xs)))
                 spread = [_flat(_MonteCarlo(gm, gen).run(*_clone(xs)))
                           for _ in range(samples)]
@@ -1467,8 +1470,35 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
             if batch != prog.batch:
                 continue  # the program itself does not run at this size
             raise
-        cases.append(_Case(label, batch, xs, src, ref, spread, unresolved))
+        cases.append(_Case(label, batch, xs, src, ref, spread, unresolved,
+                           [_shares_input(o, given) for o in src],
+                           [isinstance(o, torch.Tensor) and o.is_contiguous() for o in src]))
     return cases
+
+
+def _shares_input(out: Any, inputs: tuple) -> bool:
+    """Whether ``out`` is a tensor sharing storage with one of ``inputs``."""
+    if not isinstance(out, torch.Tensor):
+        return False
+    ptr = out.untyped_storage().data_ptr()
+    return any(isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() == ptr
+               for x in inputs)
+
+
+def _layout_verdict(got: list, given: tuple, case: _Case) -> tuple[str, str] | None:
+    """What an output changed beyond its value: it shares an input's storage where the
+    source's is a new tensor (a caller writing into it writes into its input), or it is
+    not contiguous where the source's is (a caller's ``view`` of it fails)."""
+    for k, g in enumerate(got):
+        if k >= len(case.shared) or not isinstance(g, torch.Tensor):
+            continue
+        if _shares_input(g, given) and not case.shared[k]:
+            return "aliasing", (f"output {k} shares an input's storage; the source's is a "
+                                "new tensor")
+        if case.contiguous[k] and not g.is_contiguous():
+            return "layout", (f"output {k} is not contiguous (strides {g.stride()}); the "
+                              "source's is")
+    return None
 
 
 def judge(got: list, case: _Case) -> tuple[str, str] | None:
@@ -1589,7 +1619,8 @@ def _run_and_judge(fn, cases: list[_Case], prog: Program, where: str, path: str,
         try:
             # A GraphModule prints its own traceback to stderr: the outcome has it.
             with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
-                got = _flat(fn(*_clone(case.inputs)))
+                given = _clone(case.inputs)
+                got = _flat(fn(*given))
         except Exception as e:  # noqa: BLE001 - a crash is what we are looking for
             if not compiled and case.batch != prog.batch and _size_refusal(e, prog.batch):
                 outcomes.append(Outcome("clear-refusal", f"{where}({case.label})", path,
@@ -1600,7 +1631,7 @@ def _run_and_judge(fn, cases: list[_Case], prog: Program, where: str, path: str,
                                     rewrites, code))
             ok = False
             continue
-        verdict = judge(got, case)
+        verdict = judge(got, case) or _layout_verdict(got, given, case)
         if verdict is not None:
             outcomes.append(Outcome("wrong", f"{where}({case.label})", path, verdict[1],
                                     verdict[0], rewrites, code))

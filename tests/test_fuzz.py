@@ -120,6 +120,20 @@ def test_judge_flags_nan_where_the_source_is_finite_and_wrong_integers():
     assert fuzzer.judge_callable(ints, lambda i0: i0 // 2) == []
 
 
+def test_judge_flags_an_output_that_is_the_input_or_loses_its_layout():
+    """Beyond values: an output sharing the caller's input where the source made a new
+    tensor, or not contiguous where the source's was (a view of a contiguous result)."""
+    prog = program_from(["v0 = x0 * 1.0"], X)
+    aliased = fuzzer.judge_callable(prog, lambda x0: x0)
+    assert aliased and {o.kind for o in aliased} == {"aliasing"}
+    assert fuzzer.judge_callable(prog, lambda x0: x0.clone()) == []
+    viewed = program_from(["v0 = x0.t()"], X)
+    assert fuzzer.judge_callable(viewed, lambda x0: x0.t()) == []  # the source's own view
+    flipped = program_from(["v0 = x0.t().contiguous() * 2.0"], X)
+    assert {o.kind for o in fuzzer.judge_callable(flipped, lambda x0: x0.t() * 2.0)} == {
+        "layout"}
+
+
 def test_judge_flags_a_lost_cancellation_but_not_the_sources_own():
     prog = program_from(["v0 = torch.log1p(x0.abs() * 1e-6)"], X)
     outcomes = fuzzer.judge_callable(prog, lambda x0: torch.log(1 + x0.abs() * 1e-6))
