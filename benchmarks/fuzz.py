@@ -16,8 +16,10 @@ Outcome categories: ``ok``; ``fallback`` (validation refused the optimised progr
 the original came back, with the reason); ``clear-refusal`` (a documented clear error,
 such as an emitted module asked to run on a batch size other than the one it was built
 for); ``wrong`` (a result worse than the source's own against float64, elementwise, or
-not finite where the source is); ``crash`` (an exception: ingest, saturate, extract, run,
-compile); ``invalid`` (the generated program itself does not run: a fuzzer bug).
+not finite where the source is; an output that shares the caller's input where the
+source's is a new tensor, or is not contiguous where the source's is); ``crash`` (an
+exception: ingest, saturate, extract, run, compile); ``invalid`` (the generated program
+itself does not run: a fuzzer bug).
 """
 
 from __future__ import annotations
