@@ -162,8 +162,9 @@ class _Emitter:
         # nodes that may share storage with an input, a parameter, a constant or a buffer
         self.shared: set[fx.Node] = set()
         # nodes that may not be contiguous: views that move strides and what is made of
-        # them elementwise (a pointwise op keeps its operand's layout)
+        # them elementwise (a pointwise op keeps its operand's layout, not a broadcast's)
         self.strided: set[fx.Node] = set()
+        self.broadcast: set[fx.Node] = set()
         # emitted nodes -> the analysis data of their class (shape, dtype)
         self.metas: dict[fx.Node, Any] = {}
 
@@ -325,11 +326,15 @@ class _Emitter:
         if kind == "view" or op == "to":
             if base in self.shared:
                 self.shared.add(value)
-            if op in _STRIDING or base in self.strided:
+            # an item of a multi-output op's tuple is that op's own output, not a view
+            item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
+            if (op in _STRIDING and not item) or base in self.strided:
                 self.strided.add(value)
-        elif kind == "pointwise" and any(k in self.strided for k in kids
-                                         if isinstance(k, fx.Node)):
+        elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
+                                         for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
+        if op == "expand":
+            self.broadcast.add(value)
 
     def views_buffer(self, op: str, kids: list) -> bool:
         """Whether the value of ``op`` of ``kids``, a view op, shares a folded buffer's

@@ -540,3 +540,17 @@ def test_an_output_is_contiguous_where_the_source_made_it_contiguous():
         assert scaled.is_contiguous() and flipped.is_contiguous()
         torch.testing.assert_close(flipped.view(-1), (x * 2).t().reshape(-1))
         assert not viewed.is_contiguous()  # the source's own view, as it was
+
+
+def test_outputs_that_are_contiguous_anyway_get_no_copy_call():
+    """The layout check adds a call only where ours may be strided: not on an item of a
+    multi-output op, nor on an elementwise result of a broadcast."""
+    def f(x, y):
+        values, indices = torch.max(x * 2, dim=1)
+        return values, indices, y.expand(3, 4) * x
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (x, y)).extract(AstSize())
+    assert "contiguous" not in opt.code and "clone" not in opt.code
+    for got, want in zip(opt(x, y), f(x, y)):
+        torch.testing.assert_close(got, want)
