@@ -192,23 +192,25 @@ class _Emitter:
                 "tensor"):
             return value
         fresh = isinstance(ref, OutputRef) and ref.fresh
-        contiguous = isinstance(ref, OutputRef) and ref.contiguous
-        if value in self.in_buffer or (fresh and value in self.shared):
-            layout = torch.contiguous_format if contiguous else torch.preserve_format
-            return self.graph.call_function(torch.clone, (value,),
-                                            {"memory_format": layout})
+        contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
+        if fresh and value in self.shared:
+            return self.copy(value, contiguous)
+        value = self.unshared(value, contiguous)
         if contiguous and value in self.strided:
             return self.graph.call_method("contiguous", (value,))
         return value
 
-    def unshared(self, value: Any) -> Any:
+    def unshared(self, value: Any, contiguous: bool = False) -> Any:
         """``value``, or a copy where it lives in a folded buffer, for code that may write
         into it (the caller, given an output; an opaque call). The source makes a new
         tensor on every call (``w * 2``); the buffer is one tensor for all calls, and a
         write into it would change what later calls compute."""
-        if value in self.in_buffer:
-            return self.graph.call_function(torch.clone, (value,))
-        return value
+        return self.copy(value, contiguous) if value in self.in_buffer else value
+
+    def copy(self, value: fx.Node, contiguous: bool) -> fx.Node:
+        """A new tensor of ``value``: contiguous, or in ``value``'s own layout."""
+        layout = torch.contiguous_format if contiguous else torch.preserve_format
+        return self.graph.call_function(torch.clone, (value,), {"memory_format": layout})
 
     def value(self, cid: int) -> Any:
         """The FX node or Python value of class ``cid``, emitting its sub-DAG first."""
@@ -317,10 +319,10 @@ class _Emitter:
     def note_storage(self, op: str, kids: list, value: fx.Node) -> None:
         """Record what ``value``, emitted for ``op`` of ``kids``, may share and whether it
         may be strided (:meth:`output_value` reads both)."""
-        if value.op == "get_attr" or self.views_buffer(op, kids):
+        if self.views_buffer(op, kids):
+            self.in_buffer.add(value)
+        if value.op == "get_attr" or value in self.in_buffer:
             self.shared.add(value)
-            if self.views_buffer(op, kids):
-                self.in_buffer.add(value)
         kind = "opaque" if op == "opaque" else TABLE[op].kind
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
         if kind == "view" or op == "to":

@@ -781,7 +781,7 @@ class _Builder:
         with an input, parameter or constant: made by a modelled op that is not a view
         (``to`` and ``contiguous`` may return their input), or a view of such a tensor."""
         while True:
-            if node.op == "call_method" and node.target == "clone" or (
+            if (node.op == "call_method" and node.target == "clone") or (
                     node.op == "call_function" and node.target in _CLONES):
                 return True
             op = self.lowered_ops.get(node)
