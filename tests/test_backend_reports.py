@@ -270,3 +270,20 @@ def test_validation_names_the_output_whose_shape_dtype_or_value_changed():
     kept = validate_module(src, _Recorded(lambda x: (torch.exp(x)[None], x + 1)))
     assert kept.reason == "output 0: its shape or dtype changed"
     assert judge((x, 3), (x, 4), (x.double(), 4)) == "output 1: its value changed (4 -> 3)"
+
+
+def test_validation_refuses_an_output_that_is_the_callers_input():
+    """A safety net under emission: a candidate handing the caller its own input where
+    the source made a new tensor is refused whatever its values; the source's own view
+    passes."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    x = torch.randn(3, 4)
+    scaled = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x * 1.0), (x,)).fx
+    aliased = validate_module(scaled, _Recorded(lambda x: x))
+    assert aliased.reason == ("output 0: it shares an input's storage where the original's "
+                              "is a new tensor")
+    assert validate_module(scaled, _Recorded(lambda x: x.clone())).ok
+    viewed = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x.view(-1)), (x,)).fx
+    assert validate_module(viewed, _Recorded(lambda x: x.reshape(-1))).ok
