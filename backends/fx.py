@@ -201,10 +201,12 @@ class _Emitter:
         return value
 
     def unshared(self, value: Any, contiguous: bool = False) -> Any:
-        """``value``, or a copy where it lives in a folded buffer, for code that may write
-        into it (the caller, given an output; an opaque call). The source makes a new
-        tensor on every call (``w * 2``); the buffer is one tensor for all calls, and a
-        write into it would change what later calls compute."""
+        """``value``, or a copy where it lives in a folded buffer or constant, for code that
+        may write into it (the caller, given an output; an opaque call that is not
+        functional: T5's ``relative_buckets += ...`` is ``aten.add_`` on what becomes a
+        constant once its ``arange`` folds). The source makes a new tensor on every call
+        (``w * 2``); the buffer is one tensor for all calls, and a write into it would
+        change what later calls compute."""
         return self.copy(value, contiguous) if value in self.in_buffer else value
 
     def copy(self, value: fx.Node, contiguous: bool) -> fx.Node:
@@ -265,6 +267,9 @@ class _Emitter:
             self.constants[kids[0]] = self.src.constants[kids[0]]
             node = self.attr(kids[0])
             self.foldable[node] = self.constants[kids[0]]
+            # a constant ingest folded (``arange(8)``) is one tensor for every call, where
+            # the source made a new one each time
+            self.in_buffer.add(node)
             return node
         if op == "opaque":
             return self.replay(kids[0])
@@ -373,7 +378,8 @@ class _Emitter:
                 self.submodules.add(a.target)
                 return self.attr(a.target)
             if isinstance(a, ClassRef):
-                return self.unshared(self.values[self.find(a.cid)])
+                value = self.values[self.find(a.cid)]
+                return value if call.pure else self.unshared(value)
             return a
 
         args = fx.node.map_aggregate(call.args, resolve)

@@ -554,3 +554,42 @@ def test_outputs_that_are_contiguous_anyway_get_no_copy_call():
     assert "contiguous" not in opt.code and "clone" not in opt.code
     for got, want in zip(opt(x, y), f(x, y)):
         torch.testing.assert_close(got, want)
+
+
+def test_an_exported_arange_folds_at_a_fixed_size_and_follows_a_dynamic_one():
+    """torch.export spells ``torch.arange(n)`` ``aten.arange.default(n)`` (the end alone)
+    and ``aten.arange.start``: both are the table's arange, a constant at a fixed size
+    (transformers' position ids) and computed from the size where it is dynamic."""
+    class Positions(nn.Module):
+        def forward(self, x):
+            return x * torch.arange(x.shape[-1], dtype=x.dtype) + torch.arange(
+                1, x.shape[-1] + 1, dtype=x.dtype)
+
+    x = torch.randn(2, 6)
+    fixed = EGraph.from_fx(torch.export.export(Positions(), (x,)), (x,)).extract(AstSize())
+    assert "arange" not in fixed.code
+    torch.testing.assert_close(fixed(x), Positions()(x))
+    n = torch.export.Dim("n", min=2)
+    dynamic = torch.export.export(Positions(), (x,), dynamic_shapes={"x": {1: n}})
+    opt = EGraph.from_fx(dynamic, (x,)).extract(AstSize())
+    assert "arange" in opt.code
+    wider = torch.randn(2, 9)
+    torch.testing.assert_close(opt(wider), Positions()(wider))
+
+
+def test_an_in_place_update_of_a_folded_constant_writes_into_a_copy():
+    """T5's ``relative_buckets += ...`` stays ``aten.add_`` in an exported graph; once its
+    ``arange`` folds into a constant, the update must not write into that constant (the
+    source makes a new tensor on every call), or every later call sees it shifted."""
+    class Shifted(nn.Module):
+        def forward(self, x):
+            steps = torch.arange(x.shape[-1])
+            steps += 1
+            return x + steps
+
+    x = torch.zeros(2, 4)
+    program = torch.export.export(Shifted(), (x,))
+    assert any("add_" in str(n.target) for n in program.graph.nodes)
+    opt = EGraph.from_fx(program, (x,)).extract(AstSize())
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), Shifted()(x))

@@ -750,7 +750,8 @@ op("full", "shape value dtype device", "creation", attributes="shape value dtype
 op("arange", "start end step dtype device", "creation",
    attributes="start end step dtype device", impl="torch.arange",
    call=lambda a, b, s, d, at: ((a, b, s), {"dtype": d, "device": at}), exact=True,
-   error="exact", spell="torch.arange", why={
+   error="exact", spell="torch.arange aten.arange.default:arange_end aten.arange.start:arange"
+   " aten.arange.start_step:arange", why={
        **_CREATE, "interval": "bounded by its literal ends (not tracked)"})
 op("ones_like", "x", "creation", impl="torch.ones_like", exact=True, error="exact",
    sign=POS, interval=iv.constant(1.0, 1.0), triton="@constant", spell="torch.ones_like:like")

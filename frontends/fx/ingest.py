@@ -65,6 +65,7 @@ class OpaqueCall:
     args: Any
     kwargs: Any
     name: str
+    pure: bool = False  # functional by torch's op schema: it writes into no argument
 
 
 @dataclass
@@ -717,7 +718,8 @@ class _Builder:
         kwargs = fx.node.map_aggregate(node.kwargs, mark)
         if pure:
             token = f"{node.target}{args!r}{sorted(kwargs.items())!r}"
-        self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name))
+        self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name,
+                                                 pure))
         meta = self.metas.get(node.name)
         if meta is not None:
             self.analysis.leaves.setdefault(f"opaque:{token}", meta)

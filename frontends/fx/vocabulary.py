@@ -489,6 +489,11 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None,
     return ("arange", [start, end, step, dtype, _device(device)])
 
 
+def _arange_end(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``aten.arange.default``, whose one positional argument is the end."""
+    return _arange(0, end, dtype=dtype, device=device)
+
+
 def _like(name: str):
     def lower(input, *, dtype=None, layout=None, device=None, pin_memory=None,
               requires_grad=False, memory_format=None):
@@ -600,7 +605,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
     "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
     "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "full": _full,
-    "ones": _filled(1.0), "zeros": _filled(0.0), "arange": _arange, "full_like": _full_like,
+    "ones": _filled(1.0), "zeros": _filled(0.0), "arange": _arange, "arange_end": _arange_end,
+    "full_like": _full_like,
 }
 
 
