@@ -317,22 +317,22 @@ class _Emitter:
                                   for k in kids])
         node = self.graph.get_attr(f"folded_constants.{name}")
         self.foldable[node] = _Folded(name)
-        if TABLE[op].kind != "view" or self.views_buffer(op, kids):
+        if TABLE[op].kind != "view" or nodes[0] in self.in_buffer:
             self.in_buffer.add(node)  # computed into the buffer (a view of a parameter is not)
         return node
 
     def note_storage(self, op: str, kids: list, value: fx.Node) -> None:
         """Record what ``value``, emitted for ``op`` of ``kids``, may share and whether it
         may be strided (:meth:`output_value` reads both)."""
-        if self.views_buffer(op, kids):
-            self.in_buffer.add(value)
-        if value.op == "get_attr" or value in self.in_buffer:
+        if value.op == "get_attr":
             self.shared.add(value)
         kind = "opaque" if op == "opaque" else TABLE[op].kind
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
         if kind == "view" or op == "to":
-            if base in self.shared:
-                self.shared.add(value)
+            # a view (or a cast that may return its operand) shares its operand's storage
+            for held in (self.in_buffer, self.shared):
+                if base in held:
+                    held.add(value)
             # an item of a multi-output op's tuple is that op's own output, not a view
             item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
             if (op in _STRIDING and not item) or base in self.strided:
@@ -342,13 +342,6 @@ class _Emitter:
             self.strided.add(value)
         if op == "expand":
             self.broadcast.add(value)
-
-    def views_buffer(self, op: str, kids: list) -> bool:
-        """Whether the value of ``op`` of ``kids``, a view op, shares a folded buffer's
-        storage (it views one)."""
-        if op == "opaque" or TABLE[op].kind != "view":
-            return False
-        return next((k for k in kids if isinstance(k, fx.Node)), None) in self.in_buffer
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""

@@ -558,8 +558,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
             if out_ref is None:
                 out_ref, kind = out_before, "original (it cannot run in float64)"
             spread = None
+            stored = {x.untyped_storage().data_ptr() for x in xs if isinstance(x, torch.Tensor)}
             for index, (b, a, r) in enumerate(zip(out_before, out_after, out_ref)):
-                changed = _kind_changed(a, b) or _storage_changed(a, b, xs)
+                changed = _kind_changed(a, b) or _storage_changed(a, b, stored)
                 if changed:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
                                       f"output {index}: {changed}")
@@ -688,14 +689,14 @@ def _kind_changed(new: Any, source: Any) -> str | None:
     return None
 
 
-def _storage_changed(new: Any, source: Any, inputs: tuple) -> str | None:
-    """Whether the output ``new`` shares an input's storage where the source's output
-    ``source``, computed from the same ``inputs``, is a new tensor: a caller writing into
-    it would write into its input. (Layout is not judged: an op the source did not call,
-    sdpa for a written-out attention, may return a strided result on strided inputs.)"""
+def _storage_changed(new: Any, source: Any, stored: set[int]) -> str | None:
+    """Whether the output ``new`` shares an input's storage (``stored``: the inputs'
+    storage addresses) where the source's output ``source``, computed from the same
+    inputs, is a new tensor: a caller writing into it would write into its input. (Layout
+    is not judged: an op the source did not call, sdpa for a written-out attention, may
+    return a strided result on strided inputs.)"""
     if not (isinstance(new, torch.Tensor) and isinstance(source, torch.Tensor)):
         return None
-    stored = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
     if (new.untyped_storage().data_ptr() in stored
             and source.untyped_storage().data_ptr() not in stored):
         return "it shares an input's storage where the original's is a new tensor"
