@@ -467,6 +467,33 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     return gm
 
 
+def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:
+    """Make the outputs at ``indices`` (of the flattened output structure) contiguous, in
+    place: validation's repair for an output the source returned contiguous where ours is
+    a strided result (sdpa on a transposed query returns one), which emission's view
+    tracking cannot see.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x: (x.t(), x + 1))
+    >>> make_outputs_contiguous(gm, (0,))
+    >>> gm(torch.randn(2, 3))[0].is_contiguous()
+    True
+    """
+    if not indices:
+        return
+    graph = gm.graph
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    wanted, position = set(indices), iter(range(1 << 62))
+
+    def repaired(arg):
+        if next(position) in wanted and isinstance(arg, fx.Node):
+            with graph.inserting_before(output):
+                return graph.call_method("contiguous", (arg,))
+        return arg
+
+    output.args = (fx.node.map_aggregate(output.args[0], repaired),)
+    gm.recompile()
+
+
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's

@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.fx import TARGETS, build_module
+from backends.fx import TARGETS, build_module, make_outputs_contiguous
 from backends.sizes import require_sizes
 from compiler.sizes import probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
@@ -299,6 +299,7 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
             report.fell_back = True
             gm = _original_module(egraph.fx)
         else:
+            make_outputs_contiguous(gm, result.strided)
             t3 = time.perf_counter()
             report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
             if report.built_for:

@@ -71,6 +71,7 @@ class Validation:
     trials: int
     reason: str = ""
     reference: str = "float64"
+    strided: tuple[int, ...] = ()  # flat outputs the source returned contiguous, ours not
 
     def __str__(self) -> str:
         verdict = "passed" if self.ok else f"FAILED ({self.reason})"
@@ -527,6 +528,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     kind = ("same-seed original" if random_ops else "working-dtype original" if working
             else "float64")
     checked = 0
+    strided: set[int] = set()
     # where working mode needs a second opinion: the source in float64, made once, and its
     # outputs per input set
     float64_source = None
@@ -566,6 +568,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                                       f"output {index}: {changed}")
                 if not isinstance(b, torch.Tensor):
                     continue
+                if b.is_contiguous() and not a.is_contiguous():
+                    strided.add(index)
                 if stress:
                     # wide inputs: both may lose accuracy; only a new overflow counts
                     if b.is_floating_point() and _overflows_sooner(a, b, r):
@@ -637,7 +641,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
         return Validation(False, 0.0, float("inf"), 0,
                           "the source program raises on every generated input set; pass real "
                           "example inputs", reference=kind)
-    return Validation(True, worst_before, worst_after, checked, reference=kind)
+    return Validation(True, worst_before, worst_after, checked, reference=kind,
+                      strided=tuple(sorted(strided)))
 
 
 def _exceeds(e_before: float, n_before: float, e_after: float, n_after: float,

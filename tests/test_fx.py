@@ -2,6 +2,7 @@
 
 import copy
 import io
+import operator
 import warnings
 
 import pytest
@@ -542,6 +543,26 @@ def test_an_output_is_contiguous_where_the_source_made_it_contiguous():
         assert not viewed.is_contiguous()  # the source's own view, as it was
 
 
+def test_a_fused_attention_on_transposed_heads_returns_the_sources_layout():
+    """A written-out attention on heads transposed from (B, T, H, D) becomes sdpa, whose
+    result follows the query's strides: the source's matmul returned a contiguous tensor,
+    so validation, seeing ours strided, makes the output contiguous (a caller's ``view``
+    of it would raise otherwise)."""
+    from egraph.rules import load_rules
+    from extractors import Flops
+
+    def attention(q, k, v):
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        return torch.softmax(q @ k.transpose(-2, -1) / 4.0, -1) @ v
+
+    xs = tuple(torch.randn(2, 8, 3, 16) for _ in range(3))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(attention), xs).saturate(load_rules("all"))
+    opt = eg.extract(Flops())
+    assert "scaled_dot_product_attention" in opt.code
+    assert opt(*xs).is_contiguous()
+    torch.testing.assert_close(opt(*xs).view(2, 3, -1), attention(*xs).view(2, 3, -1))
+
+
 def test_outputs_that_are_contiguous_anyway_get_no_copy_call():
     """The layout check adds a call only where ours may be strided: not on an item of a
     multi-output op, nor on an elementwise result of a broadcast."""
@@ -593,3 +614,84 @@ def test_an_in_place_update_of_a_folded_constant_writes_into_a_copy():
     opt = EGraph.from_fx(program, (x,)).extract(AstSize())
     for _ in range(3):
         torch.testing.assert_close(opt(x), Shifted()(x))
+
+
+class _PackedCausalMask(nn.Module):
+    """The causal mask as transformers 5 builds it from position ids (spelled in the form
+    of its masking utilities): ``diff`` and ``cumsum`` find packed sequences, advanced
+    indexing and ``new_ones`` combine the rules. None of it depends on the input's values.
+    ``size``: the batch and length fixed (as dynamo specialises them), else the input's."""
+
+    def __init__(self, size: tuple[int, int] | None = None):
+        super().__init__()
+        self.size = size
+
+    def forward(self, x):
+        b, t = self.size or (x.shape[0], x.shape[-1])
+        positions = torch.arange(t).unsqueeze(0).expand(b, -1)
+        first = positions[:, :1] - 1
+        packed = (torch.diff(positions, prepend=first, dim=-1) != 1).cumsum(-1)
+        batch = torch.arange(b)[:, None, None]
+        q = torch.arange(t)[None, :, None]
+        kv = torch.arange(t)[None, None, :]
+        mask = q.new_ones((), dtype=torch.bool)
+        mask = mask & (positions[batch, kv] <= positions[batch, q])
+        mask = mask & (packed[batch, q] == packed[batch, kv])
+        return x.unsqueeze(1).masked_fill(~mask, -1e4)
+
+
+def test_a_mask_made_from_positions_alone_folds_into_a_constant():
+    """Calls the vocabulary does not model (``torch.diff``, ``cumsum``, ``new_ones``,
+    ``aten.index``) on constants run once at ingest, through symbolic tracing and through
+    torch.export alike, so no call rebuilds the mask; at a dynamic size it stays computed."""
+    x = torch.randn(2, 6)
+    want = _PackedCausalMask()(x)
+    traced = EGraph.from_fx(_PackedCausalMask((2, 6)), (x,)).extract(AstSize())
+    exported = EGraph.from_fx(torch.export.export(_PackedCausalMask(), (x,)), (x,))
+    exported = exported.extract(AstSize())
+    for opt in (traced, exported):
+        assert not any(word in opt.code for word in ("diff", "cumsum", "new_ones", "index"))
+        torch.testing.assert_close(opt(x), want)
+    n = torch.export.Dim("n", min=2)
+    dynamic = torch.export.export(_PackedCausalMask(), (x,), dynamic_shapes={"x": {1: n}})
+    opt = EGraph.from_fx(dynamic, (x,)).extract(AstSize())
+    assert "diff" in opt.code
+    wider = torch.randn(2, 9)
+    torch.testing.assert_close(opt(wider), _PackedCausalMask()(wider))
+
+
+_STEPS_CALLS = []
+
+
+def _counted_steps(n: int) -> torch.Tensor:
+    _STEPS_CALLS.append(n)
+    return torch.arange(n) * 2
+
+
+def test_a_users_own_function_on_constants_is_not_run_at_ingest():
+    """Only torch's own calls fold: a function of the user's in a graph may do anything,
+    so it runs when the program runs, as in the source."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(operator.add, (x, graph.call_function(_counted_steps,
+                                                                           (4,)))))
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    x = torch.randn(3, 4)
+    opt = EGraph.from_fx(gm, (x,), observe=False).extract(AstSize())
+    _STEPS_CALLS.clear()
+    torch.testing.assert_close(opt(x), x + torch.arange(4) * 2)
+    assert _STEPS_CALLS == [4]
+
+
+def test_a_random_call_on_constants_is_not_folded():
+    """``torch.poisson`` of a constant draws new numbers on every call: it stays a call
+    (the aten op it runs is tagged as seeded), never a folded constant."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    ones = graph.call_function(torch.ones, (4,))
+    noise = graph.call_function(torch.poisson, (ones,))
+    graph.output(graph.call_function(operator.add, (x, noise)))
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    x = torch.zeros(3, 4)
+    opt = EGraph.from_fx(gm, (x,), observe=False).extract(AstSize())
+    assert not torch.equal(opt(x), opt(x))

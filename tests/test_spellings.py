@@ -24,7 +24,8 @@ RULES = load_rules("all")
 # Names a lowering may give a schema's positional argument.
 _ALIASES = {"self": {"input", "x", "tensor"}, "other": {"other"}, "mat2": {"other"},
             "exponent": {"other"}, "axis0": {"dim0"}, "axis1": {"dim1"},
-            "split_size": {"split_size_or_sections"}}
+            "split_size": {"split_size_or_sections"},
+            "split_sizes": {"split_size_or_sections"}}
 
 
 def _schemas(target) -> list:
@@ -161,13 +162,36 @@ class HalfSoftmax(nn.Module):
         return F.softmax(x, dim=-1, dtype=torch.float32), x.float().log_softmax(-1)
 
 
+class Slicing(nn.Module):
+    """Slices with negative dims, selects, advanced indexing with whole dims, dropout in
+    eval, a move to the input's own device, masks combined with ``&`` and ``|``, ``where``
+    with a scalar, clamp, flatten, chunk, split, ``type_as`` and ``type``: each an aten
+    call of its own in an export graph (``slice.Tensor``, ``select.int``, ``index.Tensor``,
+    ``dropout``, ``to.device``, ``__and__``, ``where.ScalarOther``, ``type_as``...)."""
+
+    def forward(self, x, ids, mask):
+        h = F.dropout(x, 0.1, self.training)
+        tail = h[..., 2:7:2] + h[:, -1:, :3]
+        row = h[:, 1, :4] * h[0, :, 5].unsqueeze(0)
+        picked = h[:, ids[0] % 4]
+        keep = mask.to(x.device) & (h[..., 0] > 0) | mask[:, :1]
+        h = torch.where(keep.unsqueeze(-1), h, -1.0).clamp(-0.5, 2.0)
+        a, b = h.chunk(2, dim=-1)
+        c, d = torch.split(h.flatten(1), [12, 20], dim=1)
+        share = keep.type_as(x).sum(-1)
+        return tail, row.type(torch.float64), picked, F.softplus(a) * b, (
+            c.sum(-1) + d.sum(-1) + share)
+
+
 def _inputs(name):
     ids = torch.tensor([[3, 0, 7, 19], [1, 2, 0, 5]])
     if name == "embeddings":
         return Embeddings(), (ids,)
+    mask = torch.tensor([[True, False, True, True], [False, True, True, True]])
     if name == "indexing":
-        mask = torch.tensor([[True, False, True, True], [False, True, True, True]])
         return Indexing(), (torch.randn(2, 4, 8), ids, mask)
+    if name == "slicing":
+        return Slicing(), (torch.randn(2, 4, 8), ids, mask)
     return HalfSoftmax(), (torch.randn(2, 4, 8).half(),)
 
 
@@ -182,7 +206,7 @@ def _check(got, want):
             assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("model", ["embeddings", "indexing", "half softmax"])
+@pytest.mark.parametrize("model", ["embeddings", "indexing", "slicing", "half softmax"])
 @pytest.mark.parametrize("entry", ["symbolic_trace", "export", "compile"])
 def test_integer_and_index_arguments_through_every_entry_point(model, entry):
     module, xs = _inputs(model)
@@ -201,6 +225,18 @@ def test_integer_and_index_arguments_through_every_entry_point(model, entry):
             torch._dynamo.reset()
             opt = torch.compile(module, backend=make_backend(rules=RULES, validate="raise"))
         _check(opt(*xs), want)
+
+
+def test_exported_slices_moves_masks_and_eval_dropout_are_the_tables_ops():
+    """Each was an opaque aten call in export graphs (and eval dropout an effect, which
+    orders what comes after it): now all are table ops the rules see, and none remains."""
+    module, xs = _inputs("slicing")
+    program = torch.export.export(module.eval(), xs)
+    eg = EGraph.from_fx(program, xs)
+    assert not any(o.op == "call_function" and "_assert" not in str(o.target)
+                   for o in eg.fx.opaque.values()), list(eg.fx.opaque)
+    opt = eg.extract(Flops(), validate="raise")
+    _check(opt(*xs), module(*xs))
 
 
 @pytest.mark.parametrize("entry", ["symbolic_trace", "compile"])
@@ -260,13 +296,21 @@ def test_creation_ops_keep_the_device_they_were_made_on():
 
 
 def test_a_move_to_another_device_stays_the_sources_call():
-    """The e-graph does not track devices: ``_to_copy`` to a device is kept as it is, not
-    modelled as the identity (which would leave the tensor where it was)."""
+    """The e-graph does not track devices: ``_to_copy`` to a device other than the one its
+    operand is recorded on is kept as it is, not modelled as the identity (which would
+    leave the tensor where it was); a move to the operand's own device moves nothing."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    gm = make_fx(lambda x: torch.ops.aten._to_copy.default(x, device="cpu") * 2)(
-        torch.randn(3))
-    opt = EGraph.from_fx(gm, (torch.randn(3),)).extract(Flops(), validate="raise")
+    def moved(x):
+        return torch.ops.aten._to_copy.default(x, device="cpu") * 2
+
+    x = torch.randn(3)
+    here = EGraph.from_fx(make_fx(moved)(x), (x,)).extract(Flops(), validate="raise")
+    assert "_to_copy" not in here.code
+    torch.testing.assert_close(here(x), x * 2)
+    elsewhere = make_fx(moved)(x)
+    next(iter(elsewhere.graph.nodes)).meta["val"] = torch.empty(3, device="meta")
+    opt = EGraph.from_fx(elsewhere, (x,)).extract(Flops(), validate="raise")
     assert "_to_copy" in opt.code
 
 

@@ -394,6 +394,13 @@ for _name, _symbol, _py in [("eq", "==", "eq"), ("ne", "!=", "ne"), ("lt", "<", 
        commutative=_name in ("eq", "ne"), sign=signs.NONNEG,
        interval=iv.constant(0.0, 1.0), triton=f"{{x}} {_symbol} {{y}}", triton_cast=(),
        spell=_XY_SPELL.format(_name) + " " + _COMPARE.format(_name, _py))
+# On bool tensors (masks combined: transformers' ``causal & padding``) the logical and/or.
+for _name, _symbol, _py in [("bitwise_and", "&", "and"), ("bitwise_or", "|", "or")]:
+    op(_name, "x y", "pointwise", impl=f"torch.{_name}", flops=1, exact=True, error="exact",
+       commutative=True, triton=f"{{x}} {_symbol} {{y}}", triton_cast=(),
+       why={"interval": "its values are bit patterns, not a range of numbers"},
+       spell=f"torch.{_name} Tensor.{_name} aten.{_name}.Tensor aten.__{_py}__.Tensor"
+       f" operator.{_py}_ Tensor.__{_py}__")
 op("atan2", "x y", "pointwise", impl="torch.atan2", flops=1,
    interval=iv.constant(-math.pi, math.pi), why={"triton": _NO_TRITON_MATH},
    spell="torch.atan2 Tensor.atan2 aten.atan2.default")
@@ -401,11 +408,12 @@ op("floordiv", "x y", "pointwise", impl="torch.floor_divide", flops=1,
    why={"triton": "Python's floor division of negative operands needs care (not written)",
         "interval": _UNTRACKED},
    spell="operator.floordiv torch.floor_divide Tensor.__floordiv__ Tensor.floor_divide"
-   " Tensor.__rfloordiv__:reverse")
+   " Tensor.__rfloordiv__:reverse aten.floor_divide.default aten.floor_divide.Scalar")
 op("remainder", "x y", "pointwise", impl="torch.remainder", flops=1,
    why={"triton": "Python's remainder of negative operands needs care (not written)",
         "interval": _UNTRACKED},
-   spell="operator.mod torch.remainder Tensor.__mod__ Tensor.remainder")
+   spell="operator.mod torch.remainder Tensor.__mod__ Tensor.remainder"
+   " aten.remainder.Tensor aten.remainder.Scalar")
 op("logaddexp", "x y", "pointwise", impl="torch.logaddexp", flops=4, commutative=True,
    stable=True, triton="_logaddexp({x}, {y})", why={"interval": _UNTRACKED},
    spell="torch.logaddexp Tensor.logaddexp aten.logaddexp.default")
@@ -506,13 +514,15 @@ op("gelu", "x approximate", "pointwise", attributes="approximate",
 op("softplus", "x beta threshold", "pointwise", attributes="beta threshold",
    impl="torch.nn.functional.softplus", flops=4, stable=True, sign=POS,
    interval=iv.monotone(iv.softplus), triton="@softplus", triton_cast=("x",),
-   spell="torch.nn.functional.softplus")
+   spell="torch.nn.functional.softplus aten.softplus.default")
 op("clamp", "x min max", "pointwise", impl="torch.clamp", flops=1, exact=True,
    error="exact", sign=signs.clamped, interval=iv.clamped, triton="@clamp",
-   spell="torch.clamp torch.clip Tensor.clamp Tensor.clip")
+   spell="torch.clamp torch.clip Tensor.clamp Tensor.clip aten.clamp.default")
 op("where", "cond x y", "pointwise", impl="torch.where", flops=1, exact=True, error="exact",
    sign=signs.either, interval=iv.either, triton="tl.where({cond}, {x}, {y})",
-   triton_cast=("x", "y"), spell="torch.where aten.where.self")
+   triton_cast=("x", "y"),
+   spell="torch.where aten.where.self aten.where.ScalarOther aten.where.ScalarSelf"
+   " aten.where.Scalar")
 op("masked_fill", "x mask value", "pointwise", impl="torch.masked_fill", flops=1,
    exact=True, error="exact", sign=signs.filled, interval=iv.filled,
    triton="tl.where({mask}, {value}, {x})", triton_cast=("x", "value"),
@@ -525,7 +535,8 @@ op("to", "x dtype", "pointwise", attributes="dtype", impl="Tensor.to", exact=Tru
    error="exact", sign=signs.same, interval=iv.same, triton="@to", triton_cast=(),
    spell="Tensor.to Tensor.float:to_float32 Tensor.half:to_float16"
    " Tensor.double:to_float64 Tensor.bfloat16:to_bfloat16 Tensor.long:to_int64"
-   " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy aten.to.dtype",
+   " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy aten.to.dtype"
+   " aten.to.device aten.to.dtype_layout Tensor.type:tensor_type",
    why={"flops": "a conversion computes nothing"})
 
 for _name, _flops, _sign, _interval, _error, _aten in [
@@ -717,15 +728,18 @@ op("expand", "x shape", "view", attributes="shape", impl="Tensor.expand", exact=
    spell="Tensor.expand aten.expand.default", why=_VIEW)
 op("flatten", "x start end", "view", attributes="start end", impl="torch.flatten",
    exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="torch.flatten Tensor.flatten",
+   spell="torch.flatten Tensor.flatten aten.flatten.using_ints",
    modules=(Module("torch.nn.Flatten", ("input", "start_dim", "end_dim")),), why=_VIEW)
 op("getitem", "x index", "view", attributes="index", impl="operator.getitem", exact=True,
-   error="exact", sign=signs.same, interval=iv.same, spell="operator.getitem", why=_VIEW)
+   error="exact", sign=signs.same, interval=iv.same,
+   spell="operator.getitem aten.slice.Tensor:aten_slice aten.select.int:aten_select"
+   " aten.index.Tensor:aten_index", why=_VIEW)
 op("split", "x size dim", "view", attributes="size dim", impl="torch.split",
-   normalize=_norm_dim(2), exact=True, error="exact", spell="torch.split Tensor.split",
+   normalize=_norm_dim(2), exact=True, error="exact",
+   spell="torch.split Tensor.split aten.split.Tensor aten.split_with_sizes.default",
    why={**_VIEW, "interval": "its value is a tuple of views"})
 op("chunk", "x chunks dim", "view", attributes="chunks dim", impl="torch.chunk",
-   exact=True, error="exact", spell="torch.chunk Tensor.chunk",
+   exact=True, error="exact", spell="torch.chunk Tensor.chunk aten.chunk.default",
    why={**_VIEW, "interval": "its value is a tuple of views"})
 # The value itself, with autograd's history cut: not the identity, since a program
 # autograd differentiates (the compile backend's, an exported module trained) would pass
@@ -735,7 +749,8 @@ op("detach", "x", "view", impl="torch.detach", exact=True, error="exact", sign=s
    why={**_VIEW, "triton": "a kernel's values carry no autograd history"})
 # The value itself: ingest replaces it by its operand, so it never reaches an e-graph.
 op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="Tensor.contiguous:contiguous torch.clone Tensor.clone"
+   spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous torch.clone"
+   " Tensor.clone"
    " aten.clone.default aten.alias.default",
    modules=(Module("torch.nn.Identity", ("input",)),
             *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)

@@ -30,6 +30,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from egraph.egraph import EGraph
 from egraph.ops.table import TABLE
@@ -648,23 +649,41 @@ class _Builder:
         meta = self.eg.data(cid)
         return meta is not None and meta.kind == "literal" and meta.value is None
 
+    def _constant_value(self, cid: int) -> Any:
+        """The value of class ``cid`` when it is a constant (a literal, or a constant
+        tensor made in the graph, never a parameter or buffer), else :data:`UNKNOWN_VALUE`.
+        Values computed from sizes are not constants: a tensor made from ``x.size(1)``
+        stays computed, so the program follows the input's size."""
+        meta = self.eg.data(cid)
+        if meta is not None and meta.from_size:
+            return UNKNOWN_VALUE
+        if meta is not None and meta.kind in ("literal", "scalar") and (
+                meta.value is not None or meta.kind == "literal"):
+            return meta.value
+        found = self.folded.get(self.eg.find(cid), UNKNOWN_VALUE)
+        if found is UNKNOWN_VALUE:  # an index of constant tensors (``mask[b, q]``)
+            for n in self.eg.nodes(cid):
+                if n.op in ("tuple", "slice"):
+                    items = [self._constant_value(k) for k in n.children]
+                    if any(v is UNKNOWN_VALUE for v in items):
+                        return UNKNOWN_VALUE
+                    return tuple(items) if n.op == "tuple" else slice(*items)
+        return found
+
+    def _folded_constant(self, result: Any) -> int | None:
+        """A constant leaf holding ``result``, when it is a tensor small enough to keep."""
+        if not isinstance(result, torch.Tensor) or result.numel() > _MAX_FOLDED:
+            return None
+        cid = self.constant(result)
+        self.folded[self.eg.find(cid)] = result
+        return cid
+
     def _fold(self, spec, kids: list[int]) -> int | None:
-        """A constant leaf for an op whose inputs are all constants (literals or constant
-        tensors made in the graph, never parameters or buffers); None otherwise. Values
-        computed from sizes are not constants: a tensor made from ``x.size(1)`` stays
-        computed, so the program follows the input's size."""
-        values = []
-        for k in kids:
-            meta = self.eg.data(k)
-            if meta is not None and meta.from_size:
-                return None
-            if meta is not None and meta.kind in ("literal", "scalar") and (
-                    meta.value is not None or meta.kind == "literal"):
-                values.append(meta.value)
-            elif self.eg.find(k) in self.folded:
-                values.append(self.folded[self.eg.find(k)])
-            else:
-                return None
+        """A constant leaf for an op whose inputs are all constants
+        (:meth:`_constant_value`); None otherwise."""
+        values = [self._constant_value(k) for k in kids]
+        if any(v is UNKNOWN_VALUE for v in values):
+            return None
         if not any(isinstance(v, torch.Tensor) for v in values) and spec.name not in (
                 "full", "arange"):
             return None
@@ -672,11 +691,36 @@ class _Builder:
             result = spec.run(values)
         except Exception:  # noqa: BLE001 - not foldable here: keep the op
             return None
-        if not isinstance(result, torch.Tensor) or result.numel() > _MAX_FOLDED:
+        return self._folded_constant(result)
+
+    def _fold_call(self, node: fx.Node) -> int | None:
+        """A constant leaf for a call the vocabulary does not model (``torch.diff``,
+        ``Tensor.new_ones``, ``aten.index.Tensor``) whose arguments are all constants, when
+        running it on them is pure (:func:`run_pure`); None otherwise. transformers builds
+        a decoder's causal mask this way from position ids: folded, no call computes it."""
+        if node.op == "call_method":
+            def target(obj, *args, **kwargs):
+                return getattr(obj, node.target)(*args, **kwargs)
+        elif node.op == "call_function" and _torch_owned(node.target):
+            target = node.target
+        else:
             return None
-        cid = self.constant(result)
-        self.folded[self.eg.find(cid)] = result
-        return cid
+        unknown = False
+
+        def value(a):
+            nonlocal unknown
+            if not isinstance(a, fx.Node):
+                return a
+            cid = self.env.get(a)
+            found = self._constant_value(cid) if isinstance(cid, int) else UNKNOWN_VALUE
+            unknown = unknown or found is UNKNOWN_VALUE
+            return found
+
+        args = fx.node.map_aggregate(node.args, value)
+        kwargs = fx.node.map_aggregate(node.kwargs, value)
+        if unknown:
+            return None
+        return self._folded_constant(run_pure(target, args, kwargs))
 
     def _normalized(self, spec, kids: list[int]) -> list[int]:
         """Attributes in normal form (positive dims, concrete shapes) so that the same
@@ -700,6 +744,10 @@ class _Builder:
         instead: keyed by its target and arguments, so equal calls share one class (CSE),
         and outside the effect chain, so an unused one is dropped.
         """
+        if not random:
+            folded = self._fold_call(node)
+            if folded is not None:
+                return folded
         self.random = self.random or random
         pure = not random and is_functional(node.target)
         token = node.name
@@ -832,7 +880,7 @@ class _Builder:
         method = node.op == "call_method"
         if not method and node.target in IMPURE:
             return self.opaque_call(node, random=True)
-        if not method and node.target in (F.dropout, torch.dropout):
+        if not method and node.target in _DROPOUTS:
             bound = _bind_dropout(*node.args, **node.kwargs)
             if not bound["train"] or bound["p"] == 0:
                 return self.value(bound["input"])
@@ -842,8 +890,16 @@ class _Builder:
             dtype = getattr(self.eg.data(self.value(node.args[0])), "dtype", None)
             if isinstance(dtype, torch.dtype):
                 return self.literal(dtype)
+        if node.target in ("type_as", torch.ops.aten.type_as.default) and len(node.args) == 2:
+            # ``x.type_as(y)``: a conversion to y's dtype, known here.
+            dtype = getattr(self.eg.data(self.value(node.args[1])), "dtype", None)
+            if isinstance(dtype, torch.dtype):
+                self.lowered_ops[node] = "to"
+                return self.apply("to", [self.value(node.args[0]), self.literal(dtype)])
         args = tuple(self._dtype_or_arg(a) for a in node.args)
         kwargs = {k: self._dtype_or_arg(a) for k, a in node.kwargs.items()}
+        if node.target in _MOVES:
+            args, kwargs = _on_own_device(node, args, kwargs)
         lowered = lower(_out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             return self.opaque_call(node)
@@ -869,6 +925,39 @@ class _Builder:
                 if meta is None or meta.kind not in ("literal", "scalar"):
                     return False
         return True
+
+
+_DROPOUTS = (F.dropout, torch.dropout, torch.ops.aten.dropout.default)
+_MOVES = ("to", torch.ops.aten.to.device, torch.ops.aten.to.dtype_layout,
+          torch.ops.aten._to_copy.default)
+"""Calls that may move a tensor to a device (``Tensor.to`` and its aten overloads)."""
+
+
+def _on_own_device(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of a move (:data:`_MOVES`) with the device dropped where it is the
+    one the operand is on (recorded by torch.export or dynamo): transformers'
+    ``mask.to(x.device)`` then converts nothing, and ``.to(x.device, dtype)`` only the
+    dtype."""
+    operand = node.args[0] if node.args else None
+    value = operand.meta.get("val", operand.meta.get("example_value")) if isinstance(
+        operand, fx.Node) else None
+    here = getattr(value, "device", None)
+    if not isinstance(here, torch.device):
+        return args, kwargs
+
+    def same(a) -> bool:
+        if not isinstance(a, (str, torch.device)):
+            return False
+        try:
+            there = torch.device(a)
+        except RuntimeError:
+            return False
+        return there.type == here.type and (there.index == here.index or (
+            there.index is None and (here.type == "cpu" or (
+                here.type == "cuda" and here.index == torch.cuda.current_device()))))
+
+    return (tuple(None if same(a) else a for a in args),
+            {k: None if k == "device" and same(v) else v for k, v in kwargs.items()})
 
 
 def _out_of_place(node: fx.Node):
@@ -929,6 +1018,71 @@ def is_functional(target: Any) -> bool:
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
     return not target._schema.is_mutable
+
+
+def _torch_owned(target: Any) -> bool:
+    """Whether ``target`` is torch's own (an aten overload, a torch function, a Python
+    operator), so that running it on constants at ingest runs nothing of the user's."""
+    if target in IMPURE:
+        return False
+    if isinstance(target, torch._ops.OpOverload):
+        return True
+    module = getattr(target, "__module__", None) or ""
+    return module in ("torch", "_operator") or module.startswith(("torch.nn.functional",
+                                                                   "torch.functional"))
+
+
+class _WriteWatch(TorchDispatchMode):
+    """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
+    arguments' storages) or draws random numbers."""
+
+    def __init__(self, storages: set[int]):
+        super().__init__()
+        self.storages = storages
+        self.pure = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.pure = False
+        elif func._schema.is_mutable:
+            bound = list(zip(func._schema.arguments, args))
+            bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
+            for schema, value in bound:
+                written = schema.alias_info is not None and schema.alias_info.is_write
+                if written and isinstance(value, torch.Tensor) and (
+                        value.untyped_storage().data_ptr() in self.storages):
+                    self.pure = False
+        return func(*args, **kwargs)
+
+
+def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
+    """``target(*args, **kwargs)`` run on copies of its tensor arguments, or
+    :data:`UNKNOWN_VALUE` when the run is not pure: it raised, drew random numbers, or
+    wrote into an argument (by the schemas of the aten ops it dispatched to: ``new_ones``
+    fills a tensor it made, which is pure; ``add_`` on its argument is not). A tensor
+    result is a copy, sharing no storage with the arguments.
+
+    >>> x = torch.arange(4)
+    >>> run_pure(torch.diff, (x,), {}), run_pure(torch.Tensor.add_, (x, 1), {})
+    (tensor([1, 1, 1]), <unknown>)
+    >>> run_pure(torch.rand, (2,), {})
+    <unknown>
+    """
+    copies = fx.node.map_aggregate(
+        (args, kwargs), lambda a: a.clone() if isinstance(a, torch.Tensor) else a)
+    storages: set[int] = set()
+    fx.node.map_aggregate(copies, lambda a: storages.add(a.untyped_storage().data_ptr())
+                          if isinstance(a, torch.Tensor) else None)
+    watch = _WriteWatch(storages)
+    try:
+        with watch, torch.no_grad():
+            result = target(*copies[0], **copies[1])
+    except Exception:  # noqa: BLE001 - not foldable here: the call stays
+        return UNKNOWN_VALUE
+    if not watch.pure:
+        return UNKNOWN_VALUE
+    return result.clone() if isinstance(result, torch.Tensor) else result
 
 
 @dataclass(frozen=True)

@@ -385,16 +385,30 @@ def _tri(name: str):
 
 
 def _to(input, *args, **kwargs):
+    """``Tensor.to`` and aten's ``to`` overloads: a dtype conversion. A device (ingest
+    drops one that is where the operand already is) stays the source's own call."""
     dtype = kwargs.get("dtype")
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
         elif a is not None and not isinstance(a, (bool, torch.memory_format)):
             raise _Unsupported(f"to({a!r}): only dtype conversions are modelled")
-    if any(k not in ("dtype", "copy", "non_blocking", "memory_format") for k in kwargs):
+    _same_device("to", kwargs.get("device"))
+    if kwargs.get("layout") not in (None, torch.strided):
+        raise _Unsupported(f"to layout {kwargs['layout']}")
+    if any(k not in ("dtype", "copy", "non_blocking", "memory_format", "device", "layout",
+                     "pin_memory") for k in kwargs):
         raise _Unsupported(f"to with {kwargs}")
     if dtype is None:
         return ("identity", [input])
+    return ("to", [input, dtype])
+
+
+def _tensor_type(input, dtype=None, non_blocking=False, **kwargs):
+    """``Tensor.type(dtype)``: a conversion. Without a dtype it returns the type's name,
+    and a name (``"torch.FloatTensor"``) may move the tensor: both stay the source's."""
+    if not isinstance(dtype, torch.dtype):
+        raise _Unsupported(f"type({dtype!r}): only a dtype is modelled")
     return ("to", [input, dtype])
 
 
@@ -450,6 +464,31 @@ def _min(input, dim=None, keepdim=False):
 
 def _getitem(obj, index):
     return ("getitem", [obj, index])
+
+
+def _along(dim, index) -> tuple:
+    """The index that applies ``index`` along dimension ``dim`` (``x[:, :, index]``)."""
+    if not isinstance(dim, int):
+        raise _Unsupported(f"an index along a computed dim {dim!r}")
+    if dim >= 0:
+        return (slice(None),) * dim + (index,)
+    return (Ellipsis, index) + (slice(None),) * (-dim - 1)
+
+
+def _aten_slice(input, dim=0, start=None, end=None, step=1):
+    """``aten.slice.Tensor``: ``input[start:end:step]`` along ``dim``."""
+    return ("getitem", [input, _along(dim, slice(start, end, step))])
+
+
+def _aten_select(input, dim, index):
+    """``aten.select.int``: ``input[index]`` along ``dim`` (the dim goes)."""
+    return ("getitem", [input, _along(dim, index)])
+
+
+def _aten_index(input, indices):
+    """``aten.index.Tensor``: advanced indexing by a list of index tensors (None for a
+    whole dim), ``input[None-or-tensor, ...]``."""
+    return ("getitem", [input, tuple(slice(None) if i is None else i for i in indices)])
 
 
 def _device(device) -> torch.device | None:
@@ -606,7 +645,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
     "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "full": _full,
     "ones": _filled(1.0), "zeros": _filled(0.0), "arange": _arange, "arange_end": _arange_end,
-    "full_like": _full_like,
+    "full_like": _full_like, "aten_slice": _aten_slice, "aten_select": _aten_select,
+    "aten_index": _aten_index, "tensor_type": _tensor_type,
 }
 
 
