@@ -239,6 +239,30 @@ def test_exported_slices_moves_masks_and_eval_dropout_are_the_tables_ops():
     _check(opt(*xs), module(*xs))
 
 
+def test_exported_in_place_updates_of_intermediates_are_functional_ops():
+    """torch.export keeps ``h += y``, ``h.div_(3)`` and ``relu_`` on intermediates as
+    ``aten.add_``, ``aten.div_`` and ``aten.relu_``: each is its functional twin with the
+    name rebound, so rules see them and an update of a constant folds with it."""
+    class Updates(nn.Module):
+        def forward(self, x, y):
+            h = x * 2
+            h += y
+            h.div_(3)
+            steps = torch.arange(x.shape[-1])
+            steps += 1
+            return h.relu_() + steps
+
+    xs = (torch.randn(2, 4), torch.randn(2, 4))
+    program = torch.export.export(Updates(), xs)
+    assert sum(str(n.target).endswith("_.Tensor") for n in program.graph.nodes) == 3
+    eg = EGraph.from_fx(program, xs)
+    assert not eg.fx.opaque
+    opt = eg.extract(Flops(), validate="raise")
+    assert "arange" not in opt.code
+    for _ in range(2):
+        torch.testing.assert_close(opt(*xs), Updates()(*xs))
+
+
 @pytest.mark.parametrize("entry", ["symbolic_trace", "compile"])
 def test_padding_rows_get_no_gradient(entry):
     """padding_idx changes only gradients: the emitted module must keep it."""

@@ -696,7 +696,7 @@ op("pad", "x sizes value", "library", attributes="sizes value",
    why={"triton": _NO_KERNEL})
 op("stack", "dim *xs", "library", attributes="dim", impl="torch.stack",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
-   interval=iv.joined, spell="torch.stack", why={"triton": _NO_KERNEL})
+   interval=iv.joined, spell="torch.stack aten.stack.default", why={"triton": _NO_KERNEL})
 for _name in ("tril", "triu"):
     op(_name, "x diagonal", "library", attributes="diagonal", impl=f"torch.{_name}",
        exact=True, error="exact",
@@ -751,7 +751,7 @@ op("detach", "x", "view", impl="torch.detach", exact=True, error="exact", sign=s
 op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
    spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous torch.clone"
    " Tensor.clone"
-   " aten.clone.default aten.alias.default",
+   " aten.clone.default aten.alias.default aten.lift_fresh_copy.default",
    modules=(Module("torch.nn.Identity", ("input",)),
             *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)
               for d in ("Dropout", "Dropout1d", "Dropout2d", "AlphaDropout"))),

@@ -99,7 +99,7 @@ class FxSource:
         return None
 
 
-_CLONES = (torch.clone, torch.ops.aten.clone.default)
+_CLONES = (torch.clone, torch.ops.aten.clone.default, torch.ops.aten.lift_fresh_copy.default)
 """Call targets that copy their input (``Tensor.clone`` is the method): the op table models
 them as the identity, but the source's result is a new tensor."""
 
@@ -133,6 +133,8 @@ def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     if node.op == "call_function":
         if node.kwargs.get("inplace"):
             return True
+        if isinstance(node.target, torch._ops.OpOverload):
+            return _aten_out_of_place(node.target) is not None
         name = getattr(node.target, "__name__", "")
         return name.endswith("_") and not name.startswith("_") and "torch" in str(
             getattr(node.target, "__module__", ""))
@@ -960,11 +962,27 @@ def _on_own_device(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dic
             {k: None if k == "device" and same(v) else v for k, v in kwargs.items()})
 
 
+def _aten_out_of_place(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional twin of an aten overload that writes into its first argument
+    (``aten.add_.Tensor`` -> ``aten.add.Tensor``, as torch.export keeps T5's ``+=`` on an
+    intermediate), or None for any other overload."""
+    schema = target._schema
+    first = schema.arguments[0] if schema.arguments else None
+    name = schema.name.split("::")[-1]
+    if first is None or first.alias_info is None or not first.alias_info.is_write or (
+            not name.endswith("_") or name.startswith("_")):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
 def _out_of_place(node: fx.Node):
     """The out-of-place twin of an in-place call (``add_`` -> ``add``), else the target."""
     target = node.target
     if node.op == "call_function" and target in _AUGMENTED:
         return _AUGMENTED[target]
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+        return _aten_out_of_place(target) or target
     if node.op == "call_method":
         return target[:-1] if is_in_place(node, None) else target
     name = getattr(target, "__name__", "")
