@@ -45,7 +45,7 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.ingest import is_in_place
+from frontends.fx.effects import is_in_place
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,13 +29,13 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from egraph.egraph import EGraph
 from egraph.ops.table import TABLE
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
+from frontends.fx.effects import is_functional, is_in_place, out_of_place, run_pure, torch_owned
 from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.vocabulary import (
     IMPURE,
@@ -102,46 +101,6 @@ class FxSource:
 _CLONES = (torch.clone, torch.ops.aten.clone.default, torch.ops.aten.lift_fresh_copy.default)
 """Call targets that copy their input (``Tensor.clone`` is the method): the op table models
 them as the identity, but the source's result is a new tensor."""
-
-_AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
-              operator.imul: operator.mul, operator.itruediv: operator.truediv,
-              operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
-              operator.ipow: operator.pow, operator.imatmul: operator.matmul,
-              operator.iand: operator.and_, operator.ior: operator.or_,
-              operator.ixor: operator.xor, operator.ilshift: operator.lshift,
-              operator.irshift: operator.rshift}
-"""Augmented assignments (``x += y``) as dynamo and symbolic tracing record them, and their
-out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
-
-
-def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
-    """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
-    ``torch.relu_(x)``, ``inplace=True``, ``x += y`` on a tensor (ingest makes such a call
-    out of place and rebinds the name).
-
-    >>> gm = fx.symbolic_trace(lambda x: x.mul_(2).exp())
-    >>> [is_in_place(n) for n in gm.graph.nodes if n.op == "call_method"]
-    [True, False]
-    """
-    if node.op == "call_function" and node.target in _AUGMENTED:
-        value = node.args[0].meta.get("val", node.args[0].meta.get("example_value")) if (
-            node.args and isinstance(node.args[0], fx.Node)) else None
-        return value is None or isinstance(value, torch.Tensor)
-    if node.op == "call_method":
-        name = node.target
-        return name.endswith("_") and not name.startswith("_")
-    if node.op == "call_function":
-        if node.kwargs.get("inplace"):
-            return True
-        if isinstance(node.target, torch._ops.OpOverload):
-            return _aten_out_of_place(node.target) is not None
-        name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.startswith("_") and "torch" in str(
-            getattr(node.target, "__module__", ""))
-    if node.op == "call_module":
-        return bool(getattr(module, "inplace", False))
-    return False
-
 
 def trace(model: nn.Module) -> fx.GraphModule:
     """``torch.fx.symbolic_trace`` with a clear error for models it cannot capture."""
@@ -703,7 +662,7 @@ class _Builder:
         if node.op == "call_method":
             def target(obj, *args, **kwargs):
                 return getattr(obj, node.target)(*args, **kwargs)
-        elif node.op == "call_function" and _torch_owned(node.target):
+        elif node.op == "call_function" and torch_owned(node.target):
             target = node.target
         else:
             return None
@@ -902,7 +861,7 @@ class _Builder:
         kwargs = {k: self._dtype_or_arg(a) for k, a in node.kwargs.items()}
         if node.target in _MOVES:
             args, kwargs = _on_own_device(node, args, kwargs)
-        lowered = lower(_out_of_place(node), args, kwargs, method=method)
+        lowered = lower(out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             return self.opaque_call(node)
         if _is_expr(lowered):
@@ -962,38 +921,6 @@ def _on_own_device(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dic
             {k: None if k == "device" and same(v) else v for k, v in kwargs.items()})
 
 
-def _aten_out_of_place(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The functional twin of an aten overload that writes into its first argument
-    (``aten.add_.Tensor`` -> ``aten.add.Tensor``, as torch.export keeps T5's ``+=`` on an
-    intermediate), or None for any other overload."""
-    schema = target._schema
-    first = schema.arguments[0] if schema.arguments else None
-    name = schema.name.split("::")[-1]
-    if first is None or first.alias_info is None or not first.alias_info.is_write or (
-            not name.endswith("_") or name.startswith("_")):
-        return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
-
-
-def _out_of_place(node: fx.Node):
-    """The out-of-place twin of an in-place call (``add_`` -> ``add``), else the target."""
-    target = node.target
-    if node.op == "call_function" and target in _AUGMENTED:
-        return _AUGMENTED[target]
-    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
-        return _aten_out_of_place(target) or target
-    if node.op == "call_method":
-        return target[:-1] if is_in_place(node, None) else target
-    name = getattr(target, "__name__", "")
-    if is_in_place(node, None) and name.endswith("_"):
-        for namespace in (torch, F):
-            twin = getattr(namespace, name[:-1], None)
-            if twin is not None:
-                return twin
-    return target
-
-
 SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
 """Ops whose parameter at that position is a whole target shape."""
 
@@ -1019,88 +946,6 @@ def _location(node: fx.Node) -> str:
 def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # noqa: A002
     """The arguments of F.dropout / torch.dropout (the latter names `training` `train`)."""
     return {"input": input, "p": p, "train": training if train is None else train}
-
-
-def is_functional(target: Any) -> bool:
-    """True for an aten operator whose schema mutates nothing and draws no random numbers
-    (``aten.arange``, ``aten._assert_tensor_metadata``, ``aten.to.dtype_layout``): its result
-    depends only on its arguments, so equal calls may be shared and unused ones dropped.
-
-    >>> is_functional(torch.ops.aten.arange.default), is_functional(torch.ops.aten.add_.Tensor)
-    (True, False)
-    >>> is_functional(torch.ops.aten.rand.default), is_functional(print)
-    (False, False)
-    """
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    if torch.Tag.nondeterministic_seeded in target.tags:
-        return False
-    return not target._schema.is_mutable
-
-
-def _torch_owned(target: Any) -> bool:
-    """Whether ``target`` is torch's own (an aten overload, a torch function, a Python
-    operator), so that running it on constants at ingest runs nothing of the user's."""
-    if target in IMPURE:
-        return False
-    if isinstance(target, torch._ops.OpOverload):
-        return True
-    module = getattr(target, "__module__", None) or ""
-    return module in ("torch", "_operator") or module.startswith(("torch.nn.functional",
-                                                                   "torch.functional"))
-
-
-class _WriteWatch(TorchDispatchMode):
-    """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
-    arguments' storages) or draws random numbers."""
-
-    def __init__(self, storages: set[int]):
-        super().__init__()
-        self.storages = storages
-        self.pure = True
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if torch.Tag.nondeterministic_seeded in func.tags:
-            self.pure = False
-        elif func._schema.is_mutable:
-            bound = list(zip(func._schema.arguments, args))
-            bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
-            for schema, value in bound:
-                written = schema.alias_info is not None and schema.alias_info.is_write
-                if written and isinstance(value, torch.Tensor) and (
-                        value.untyped_storage().data_ptr() in self.storages):
-                    self.pure = False
-        return func(*args, **kwargs)
-
-
-def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
-    """``target(*args, **kwargs)`` run on copies of its tensor arguments, or
-    :data:`UNKNOWN_VALUE` when the run is not pure: it raised, drew random numbers, or
-    wrote into an argument (by the schemas of the aten ops it dispatched to: ``new_ones``
-    fills a tensor it made, which is pure; ``add_`` on its argument is not). A tensor
-    result is a copy, sharing no storage with the arguments.
-
-    >>> x = torch.arange(4)
-    >>> run_pure(torch.diff, (x,), {}), run_pure(torch.Tensor.add_, (x, 1), {})
-    (tensor([1, 1, 1]), <unknown>)
-    >>> run_pure(torch.rand, (2,), {})
-    <unknown>
-    """
-    copies = fx.node.map_aggregate(
-        (args, kwargs), lambda a: a.clone() if isinstance(a, torch.Tensor) else a)
-    storages: set[int] = set()
-    fx.node.map_aggregate(copies, lambda a: storages.add(a.untyped_storage().data_ptr())
-                          if isinstance(a, torch.Tensor) else None)
-    watch = _WriteWatch(storages)
-    try:
-        with watch, torch.no_grad():
-            result = target(*copies[0], **copies[1])
-    except Exception:  # noqa: BLE001 - not foldable here: the call stays
-        return UNKNOWN_VALUE
-    if not watch.pure:
-        return UNKNOWN_VALUE
-    return result.clone() if isinstance(result, torch.Tensor) else result
 
 
 @dataclass(frozen=True)

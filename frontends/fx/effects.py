@@ -1,0 +1,184 @@
+"""What a call does beyond computing its value, as ingest must know it: whether it
+updates its first operand in place (by its spelling, or by the schema of an aten
+overload), what its out-of-place twin is, whether torch's op schemas say it is functional,
+and whether running it on constants is pure (nothing written into an argument, no random
+draw), so that ingest may run it once and keep its result.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from egraph.ops.table import UNKNOWN_VALUE
+from frontends.fx.vocabulary import IMPURE
+
+_AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
+              operator.imul: operator.mul, operator.itruediv: operator.truediv,
+              operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+              operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+              operator.iand: operator.and_, operator.ior: operator.or_,
+              operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+              operator.irshift: operator.rshift}
+"""Augmented assignments (``x += y``) as dynamo and symbolic tracing record them, and their
+out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
+
+
+def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
+    """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
+    ``torch.relu_(x)``, ``inplace=True``, ``x += y`` on a tensor (ingest makes such a call
+    out of place and rebinds the name).
+
+    >>> gm = fx.symbolic_trace(lambda x: x.mul_(2).exp())
+    >>> [is_in_place(n) for n in gm.graph.nodes if n.op == "call_method"]
+    [True, False]
+    """
+    if node.op == "call_function" and node.target in _AUGMENTED:
+        value = node.args[0].meta.get("val", node.args[0].meta.get("example_value")) if (
+            node.args and isinstance(node.args[0], fx.Node)) else None
+        return value is None or isinstance(value, torch.Tensor)
+    if node.op == "call_method":
+        name = node.target
+        return name.endswith("_") and not name.startswith("_")
+    if node.op == "call_function":
+        if node.kwargs.get("inplace"):
+            return True
+        if isinstance(node.target, torch._ops.OpOverload):
+            return _aten_out_of_place(node.target) is not None
+        name = getattr(node.target, "__name__", "")
+        return name.endswith("_") and not name.startswith("_") and "torch" in str(
+            getattr(node.target, "__module__", ""))
+    if node.op == "call_module":
+        return bool(getattr(module, "inplace", False))
+    return False
+
+
+def _aten_out_of_place(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional twin of an aten overload that writes into its first argument
+    (``aten.add_.Tensor`` -> ``aten.add.Tensor``, as torch.export keeps T5's ``+=`` on an
+    intermediate), or None for any other overload."""
+    schema = target._schema
+    first = schema.arguments[0] if schema.arguments else None
+    name = schema.name.split("::")[-1]
+    if first is None or first.alias_info is None or not first.alias_info.is_write or (
+            not name.endswith("_") or name.startswith("_")):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def out_of_place(node: fx.Node):
+    """The out-of-place twin of an in-place call (``add_`` -> ``add``), else the target.
+
+    >>> gm = fx.symbolic_trace(lambda x: torch.relu_(x.mul_(2)))
+    >>> [getattr(out_of_place(n), "__name__", out_of_place(n))
+    ...  for n in gm.graph.nodes if n.op.startswith("call")]
+    ['mul', 'relu']
+    """
+    target = node.target
+    if node.op == "call_function" and target in _AUGMENTED:
+        return _AUGMENTED[target]
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+        return _aten_out_of_place(target) or target
+    if node.op == "call_method":
+        return target[:-1] if is_in_place(node, None) else target
+    name = getattr(target, "__name__", "")
+    if is_in_place(node, None) and name.endswith("_"):
+        for namespace in (torch, F):
+            twin = getattr(namespace, name[:-1], None)
+            if twin is not None:
+                return twin
+    return target
+
+
+def is_functional(target: Any) -> bool:
+    """True for an aten operator whose schema mutates nothing and draws no random numbers
+    (``aten.arange``, ``aten._assert_tensor_metadata``, ``aten.to.dtype_layout``): its result
+    depends only on its arguments, so equal calls may be shared and unused ones dropped.
+
+    >>> is_functional(torch.ops.aten.arange.default), is_functional(torch.ops.aten.add_.Tensor)
+    (True, False)
+    >>> is_functional(torch.ops.aten.rand.default), is_functional(print)
+    (False, False)
+    """
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return not target._schema.is_mutable
+
+
+def torch_owned(target: Any) -> bool:
+    """Whether ``target`` is torch's own (an aten overload, a torch function, a Python
+    operator), so that running it on constants at ingest runs nothing of the user's.
+
+    >>> torch_owned(torch.diff), torch_owned(torch.ops.aten.index.Tensor), torch_owned(print)
+    (True, True, False)
+    """
+    if target in IMPURE:
+        return False
+    if isinstance(target, torch._ops.OpOverload):
+        return True
+    module = getattr(target, "__module__", None) or ""
+    return module in ("torch", "_operator") or module.startswith(("torch.nn.functional",
+                                                                   "torch.functional"))
+
+
+class _WriteWatch(TorchDispatchMode):
+    """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
+    arguments' storages) or draws random numbers."""
+
+    def __init__(self, storages: set[int]):
+        super().__init__()
+        self.storages = storages
+        self.pure = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.pure = False
+        elif func._schema.is_mutable:
+            bound = list(zip(func._schema.arguments, args))
+            bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
+            for schema, value in bound:
+                written = schema.alias_info is not None and schema.alias_info.is_write
+                if written and isinstance(value, torch.Tensor) and (
+                        value.untyped_storage().data_ptr() in self.storages):
+                    self.pure = False
+        return func(*args, **kwargs)
+
+
+def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
+    """``target(*args, **kwargs)`` run on copies of its tensor arguments, or
+    :data:`UNKNOWN_VALUE` when the run is not pure: it raised, drew random numbers, or
+    wrote into an argument (by the schemas of the aten ops it dispatched to: ``new_ones``
+    fills a tensor it made, which is pure; ``add_`` on its argument is not). A tensor
+    result is a copy, sharing no storage with the arguments.
+
+    >>> x = torch.arange(4)
+    >>> run_pure(torch.diff, (x,), {}), run_pure(torch.Tensor.add_, (x, 1), {})
+    (tensor([1, 1, 1]), <unknown>)
+    >>> run_pure(torch.rand, (2,), {})
+    <unknown>
+    """
+    copies = fx.node.map_aggregate(
+        (args, kwargs), lambda a: a.clone() if isinstance(a, torch.Tensor) else a)
+    storages: set[int] = set()
+    fx.node.map_aggregate(copies, lambda a: storages.add(a.untyped_storage().data_ptr())
+                          if isinstance(a, torch.Tensor) else None)
+    watch = _WriteWatch(storages)
+    try:
+        with watch, torch.no_grad():
+            result = target(*copies[0], **copies[1])
+    except Exception:  # noqa: BLE001 - not foldable here: the call stays
+        return UNKNOWN_VALUE
+    if not watch.pure:
+        return UNKNOWN_VALUE
+    return result.clone() if isinstance(result, torch.Tensor) else result
