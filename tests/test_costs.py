@@ -324,3 +324,27 @@ def test_the_cpu_calls_sdpa_where_its_setup_pays_for_itself(shape, fused, expect
     eg = _eg(_attention, *xs).saturate(load_rules("all"))
     program = eg.extract(Roofline("cpu", fused=fused), validate="off")
     assert ("scaled_dot_product_attention" in program.code) == expected
+
+
+def test_a_chain_of_parameter_only_ops_deeper_than_python_recursion():
+    """A RegNet's folded convolutions and batch norms make chains of parameter-only
+    e-nodes 1,400 classes deep: deciding which are computed once must not recurse
+    (it raised RecursionError inside extraction, through export and torch.compile)."""
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x):
+            w = self.w
+            for _ in range(600):
+                w = w * 1.001 + 0.01
+            return x @ w
+
+    x = torch.randn(3, 4)
+    model = Deep()
+    eg = EGraph.from_fx(model, (x,))
+    for cost in (Flops(), Roofline()):
+        opt = eg.extract(cost)
+        assert "mul" not in opt.code  # the chain is computed once, when emitted
+        torch.testing.assert_close(opt(x), model(x))

@@ -395,10 +395,12 @@ for _name, _symbol, _py in [("eq", "==", "eq"), ("ne", "!=", "ne"), ("lt", "<", 
        interval=iv.constant(0.0, 1.0), triton=f"{{x}} {_symbol} {{y}}", triton_cast=(),
        spell=_XY_SPELL.format(_name) + " " + _COMPARE.format(_name, _py))
 # On bool tensors (masks combined: transformers' ``causal & padding``) the logical and/or.
-for _name, _symbol, _py in [("bitwise_and", "&", "and"), ("bitwise_or", "|", "or")]:
+for _name, _py in [("bitwise_and", "and"), ("bitwise_or", "or")]:
     op(_name, "x y", "pointwise", impl=f"torch.{_name}", flops=1, exact=True, error="exact",
-       commutative=True, triton=f"{{x}} {_symbol} {{y}}", triton_cast=(),
-       why={"interval": "its values are bit patterns, not a range of numbers"},
+       commutative=True,
+       why={"interval": "its values are bit patterns, not a range of numbers",
+            "triton": "Triton's interpreter types int1 & a broadcast int1 scalar as fp32 "
+                      "and raises: not written until a GPU run checks it"},
        spell=f"torch.{_name} Tensor.{_name} aten.{_name}.Tensor aten.__{_py}__.Tensor"
        f" operator.{_py}_ Tensor.__{_py}__")
 op("atan2", "x y", "pointwise", impl="torch.atan2", flops=1,

@@ -1,0 +1,206 @@
+"""A sweep over transformers architectures outside the corpus, built generically from
+each model type's default config made small, through torch.export (validated, strict)
+and torch.compile with the backend: what a user who picks any architecture gets.
+
+    .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
+
+One row per architecture: whether torch.export captures it (a failure there is torch's,
+not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
+output or a crash of ours) and through torch.compile (the same, with graph breaks
+counted), nodes before -> after and the pipeline's seconds. Outputs are compared with
+eager's (float64-judged where the float32 outputs differ). The table is printed and
+written to benchmarks/results/architectures.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import compiler.compile as compile_backend  # noqa: E402
+from benchmarks.models import _check, _error, _wide  # noqa: E402
+from compiler.compile import default_cost  # noqa: E402
+from compiler.validate import float64_copy  # noqa: E402
+from egraph import EGraph  # noqa: E402
+from egraph.rules import load_rules  # noqa: E402
+
+TEXT = ("bert electra xlm-roberta mpnet funnel squeezebert mobilebert ernie megatron-bert "
+        "roformer camembert big_bird xglm opt gpt_neo gpt_neox gptj bloom falcon codegen "
+        "stablelm starcoder2 olmo cohere persimmon phi3 qwen3 granite gemma2 mpt biogpt "
+        "nemotron glm helium").split()
+VISION = ("mobilenet_v1 mobilenet_v2 efficientnet regnet bit poolformer segformer mobilevit "
+          "beit deit dinov2 convnextv2 levit cvt focalnet pvt_v2 glpn swiftformer "
+          "vit_msn").split()
+AUDIO = "wav2vec2 hubert wavlm sew data2vec-audio".split()
+TYPES = TEXT + VISION + AUDIO
+
+# Scalar fields of a default config set small where the config has them (a config keeps
+# the lists of hierarchical models: their stages stay as defined).
+SMALL = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+             n_embd=64, n_layer=2, n_head=4, d_model=64, ffn_dim=128, num_layers=2,
+             num_heads=4, d_ff=128, embedding_size=64, image_size=32, patch_size=8,
+             conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2),
+             num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, rotary_dim=8,
+             head_dim=16, block_size=4, attention_type="original_full", use_cache=False,
+             max_window_layers=2)
+DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
+            "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+            "activation_dropout", "classifier_dropout", "feat_proj_dropout",
+            "hidden_dropout_rate", "drop_path_rate", "layerdrop")
+BATCH, SEQ, IMAGE, SAMPLES = 2, 8, 32, 1600
+LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=60.0)
+
+
+def small_config(model_type: str):
+    """The config of ``model_type`` with its scalar sizes made small and dropout off
+    (:data:`SMALL`, :data:`DROPOUTS`), given to the config's constructor so that what it
+    derives (layer types, head sizes) follows (field by field where a validator of the
+    whole config refuses that); special token ids inside the vocabulary."""
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(model_type)
+    chosen = {}
+    for key, value in SMALL.items():
+        derived = isinstance(getattr(type(default), key, None), property)
+        if not hasattr(default, key) or derived or (key == "hidden_size" and hasattr(
+                default, "hidden_sizes")):
+            continue
+        current = getattr(default, key)
+        if isinstance(current, (list, tuple, dict)) == isinstance(value, tuple):
+            chosen[key] = list(value) if isinstance(value, tuple) else value
+    for key in DROPOUTS:
+        if isinstance(getattr(default, key, None), float):
+            chosen[key] = 0.0
+    for key, small in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 2)):
+        if isinstance(getattr(default, key, None), int) and getattr(default, key) >= 1000:
+            chosen[key] = small
+    if "conv_dim" in chosen:
+        chosen["num_feat_extract_layers"] = len(chosen["conv_dim"])
+    try:
+        return AutoConfig.for_model(model_type, **chosen)
+    except Exception:  # noqa: BLE001 - a validator of the whole config: set field by field
+        for key, value in chosen.items():
+            try:
+                setattr(default, key, value)
+            except Exception:  # noqa: BLE001, S112 - a field this config derives: keep it
+                continue
+        return default
+
+
+class FirstOutput(nn.Module):
+    """A transformers model called with keyword inputs, returning its first output."""
+
+    def __init__(self, model: nn.Module, name: str):
+        super().__init__()
+        self.model, self.name = model, name
+
+    def forward(self, x):
+        out = self.model(**{self.name: x})
+        return out[0] if not isinstance(out, torch.Tensor) else out
+
+
+def build(model_type: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The small model of ``model_type`` (random weights, eval mode) and an input for it."""
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    config = small_config(model_type)
+    model = AutoModel.from_config(config).eval()
+    name = model.main_input_name
+    g = torch.Generator().manual_seed(0)
+    if name == "input_ids":
+        vocab = getattr(config, "vocab_size", 1000) or 1000
+        x = torch.randint(3, min(vocab, 1000), (BATCH, SEQ), generator=g)
+    elif name == "pixel_values":
+        x = torch.randn(BATCH, getattr(config, "num_channels", 3), IMAGE, IMAGE, generator=g)
+    elif name == "input_values":
+        x = torch.randn(BATCH, SAMPLES, generator=g)
+    else:
+        raise ValueError(f"{model_type}: no input of kind {name!r} here")
+    return FirstOutput(model, name), (x,)
+
+
+def _through_export(model, inputs, rules) -> dict:
+    row: dict = {}
+    try:
+        program = torch.export.export(model, inputs)
+    except Exception as exc:  # noqa: BLE001 - torch.export's own failure, reported as such
+        return {"export": "torch.export: " + _error(exc, 90)}
+    t0 = time.perf_counter()
+    try:
+        eg = EGraph.from_fx(program, inputs).saturate(rules, **LIMITS)
+        opt = eg.extract(default_cost(inputs), validate="strict")
+        row["pipeline_s"] = time.perf_counter() - t0
+        report = opt.meta["egraph_report"]
+        row["nodes"] = f"{report.nodes_before}->{report.nodes_after}"
+        _check(opt(*inputs), model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
+        row["export"] = ("fallback: " + report.validation.reason) if report.fell_back else "ok"
+    except Exception as exc:  # noqa: BLE001 - a row of the table
+        row["export"] = _error(exc, 90)
+    return row
+
+
+def _through_compile(model, inputs, rules) -> dict:
+    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+    torch._dynamo.reset()
+    try:
+        with compile_backend.capture() as seen:
+            out = torch.compile(model, backend=backend)(*inputs)
+        _check(out, model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
+        fell = [r.extraction.validation.reason for r in backend.reports
+                if r.extraction is not None and r.extraction.fell_back]
+        status = ("fallback: " + "; ".join(fell)) if fell else "ok"
+        breaks = len(seen.graph_breaks)
+        return {"compile": status + (f" ({breaks} graph breaks)" if breaks else "")}
+    except Exception as exc:  # noqa: BLE001 - a row of the table
+        return {"compile": _error(exc, 90)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--types", default=",".join(TYPES))
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rules = load_rules("all")
+    lines = ["| architecture | export | compile | nodes | pipeline s |", "|---|---|---|---|---|"]
+    counts = {"export": 0, "compile": 0, "built": 0}
+    for model_type in args.types.split(","):
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            try:
+                model, inputs = build(model_type)
+                model(*inputs)
+            except Exception as exc:  # noqa: BLE001 - not buildable small: say so
+                row = {"export": "not built: " + _error(exc, 80)}
+            else:
+                counts["built"] += 1
+                row = _through_export(model, inputs, rules)
+                if not args.no_compile:
+                    row.update(_through_compile(model, inputs, rules))
+        for entry in ("export", "compile"):
+            counts[entry] += row.get(entry) == "ok"
+        line = (f"| {model_type} | {row.get('export', '')} | {row.get('compile', '')} | "
+                f"{row.get('nodes', '')} | {row.get('pipeline_s', float('nan')):.2f} |")
+        print(line, flush=True)
+        lines.append(line)
+    summary = (f"built {counts['built']} of {len(args.types.split(','))}; ok through export "
+               f"{counts['export']}, through compile {counts['compile']}")
+    print(summary)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines + ["", summary, ""]))
+
+
+if __name__ == "__main__":
+    main()
