@@ -97,3 +97,20 @@ def test_each_spelling_folds_alone(name, entry):
     assert len(calls) <= 2, opt.code
     out = opt(x)
     torch.testing.assert_close(out[0] if entry == "compile" else out, model(x))
+
+
+def test_the_fold_limit_is_in_bytes():
+    """A causal mask of 90,000 bools (88 KiB, T=300) folds; a float32 table of 360,000
+    elements (1.4 MiB) stays computed: it would weigh the module down more than computing
+    it costs."""
+    class Masks(nn.Module):
+        def forward(self, x):
+            causal = torch.tril(torch.ones(300, 300, dtype=torch.bool))
+            table = torch.ones(600, 600).cumsum(-1)
+            return x.masked_fill(~causal, 0.0), table[:2, :3] * x[:2, :3]
+
+    x = torch.randn(300, 300)
+    opt = _optimised(Masks(), x, "export")
+    assert "tril" not in opt.code and "cumsum" in opt.code
+    for got, want in zip(opt(x), Masks()(x)):
+        torch.testing.assert_close(got, want)

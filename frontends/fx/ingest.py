@@ -633,7 +633,8 @@ class _Builder:
 
     def _folded_constant(self, result: Any) -> int | None:
         """A constant leaf holding ``result``, when it is a tensor small enough to keep."""
-        if not isinstance(result, torch.Tensor) or result.numel() > _MAX_FOLDED:
+        if not isinstance(result, torch.Tensor) or (
+                result.numel() * result.element_size() > _MAX_FOLDED_BYTES):
             return None
         cid = self.constant(result)
         self.folded[self.eg.find(cid)] = result
@@ -927,8 +928,9 @@ SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
 _MAX_OBSERVED = 1 << 22
 """Graphs with more input and parameter elements are not run to observe ranges."""
 
-_MAX_FOLDED = 1 << 16
-"""Constant subgraphs with larger results stay computed (they would bloat the module)."""
+_MAX_FOLDED_BYTES = 1 << 20
+"""Constant subgraphs whose result takes more bytes stay computed (they would bloat the
+module): a float32 table of 256K elements, a bool causal mask of 2 x 724 x 724."""
 
 
 def _location(node: fx.Node) -> str:
