@@ -40,8 +40,9 @@ TEXT = ("bert electra xlm-roberta mpnet funnel squeezebert mobilebert ernie mega
 VISION = ("mobilenet_v1 mobilenet_v2 efficientnet regnet bit poolformer segformer mobilevit "
           "beit deit dinov2 convnextv2 levit cvt focalnet pvt_v2 glpn swiftformer "
           "vit_msn").split()
-AUDIO = "wav2vec2 hubert wavlm sew data2vec-audio".split()
-TYPES = TEXT + VISION + AUDIO
+AUDIO = "wav2vec2 hubert wavlm sew data2vec-audio whisper speech_to_text".split()
+SEQ2SEQ = "bart mbart pegasus marian m2m_100 blenderbot-small plbart t5 mt5 umt5".split()
+TYPES = TEXT + VISION + AUDIO + SEQ2SEQ
 
 # Scalar fields of a default config set small where the config has them (a config keeps
 # the lists of hierarchical models: their stages stay as defined).
@@ -52,7 +53,10 @@ SMALL = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention
              conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2),
              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, rotary_dim=8,
              head_dim=16, block_size=4, attention_type="original_full", use_cache=False,
-             max_window_layers=2)
+             max_window_layers=2, encoder_layers=2, decoder_layers=2,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+             decoder_ffn_dim=128, num_decoder_layers=2, num_mel_bins=16,
+             max_source_positions=16, max_target_positions=64)
 DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
             "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
             "activation_dropout", "classifier_dropout", "feat_proj_dropout",
@@ -100,12 +104,12 @@ def small_config(model_type: str):
 class FirstOutput(nn.Module):
     """A transformers model called with keyword inputs, returning its first output."""
 
-    def __init__(self, model: nn.Module, name: str):
+    def __init__(self, model: nn.Module, names: tuple[str, ...]):
         super().__init__()
-        self.model, self.name = model, name
+        self.model, self.names = model, names
 
-    def forward(self, x):
-        out = self.model(**{self.name: x})
+    def forward(self, *inputs):
+        out = self.model(**dict(zip(self.names, inputs)))
         return out[0] if not isinstance(out, torch.Tensor) else out
 
 
@@ -118,16 +122,26 @@ def build(model_type: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     model = AutoModel.from_config(config).eval()
     name = model.main_input_name
     g = torch.Generator().manual_seed(0)
+    vocab = min(getattr(config, "vocab_size", 1000) or 1000, 1000)
     if name == "input_ids":
-        vocab = getattr(config, "vocab_size", 1000) or 1000
-        x = torch.randint(3, min(vocab, 1000), (BATCH, SEQ), generator=g)
+        x = torch.randint(3, vocab, (BATCH, SEQ), generator=g)
     elif name == "pixel_values":
         x = torch.randn(BATCH, getattr(config, "num_channels", 3), IMAGE, IMAGE, generator=g)
     elif name == "input_values":
         x = torch.randn(BATCH, SAMPLES, generator=g)
+    elif name == "input_features":  # log-mel frames: Whisper takes exactly its own count
+        mels = getattr(config, "num_mel_bins", 80)
+        frames = 2 * getattr(config, "max_source_positions", 32)
+        x = torch.randn(BATCH, mels, frames, generator=g)
+        if model_type == "speech_to_text":  # (batch, frames, features)
+            x = torch.randn(BATCH, 32, config.input_feat_per_channel * config.input_channels,
+                            generator=g)
     else:
         raise ValueError(f"{model_type}: no input of kind {name!r} here")
-    return FirstOutput(model, name), (x,)
+    if not getattr(config, "is_encoder_decoder", False):
+        return FirstOutput(model, (name,)), (x,)
+    decoder = torch.randint(3, vocab, (BATCH, max(2, SEQ // 2)), generator=g)
+    return FirstOutput(model, (name, "decoder_input_ids")), (x, decoder)
 
 
 def _through_export(model, inputs, rules) -> dict:
