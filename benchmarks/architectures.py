@@ -69,7 +69,12 @@ def small_config(model_type: str):
     """The config of ``model_type`` with its scalar sizes made small and dropout off
     (:data:`SMALL`, :data:`DROPOUTS`), given to the config's constructor so that what it
     derives (layer types, head sizes) follows (field by field where a validator of the
-    whole config refuses that); special token ids inside the vocabulary."""
+    whole config refuses that); special token ids inside the vocabulary.
+
+    >>> config = small_config("opt")
+    >>> config.hidden_size, config.num_hidden_layers, config.dropout
+    (64, 2, 0.0)
+    """
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
@@ -114,7 +119,13 @@ class FirstOutput(nn.Module):
 
 
 def build(model_type: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """The small model of ``model_type`` (random weights, eval mode) and an input for it."""
+    """The small model of ``model_type`` (random weights, eval mode) and its inputs (an
+    encoder-decoder's: the encoder's input and decoder ids).
+
+    >>> model, inputs = build("bert")
+    >>> tuple(model(*inputs).shape)                      # (batch, sequence, hidden)
+    (2, 8, 64)
+    """
     from transformers import AutoModel
 
     torch.manual_seed(0)
