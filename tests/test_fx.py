@@ -695,3 +695,23 @@ def test_a_random_call_on_constants_is_not_folded():
     x = torch.zeros(3, 4)
     opt = EGraph.from_fx(gm, (x,), observe=False).extract(AstSize())
     assert not torch.equal(opt(x), opt(x))
+
+
+def test_a_call_of_literals_that_sets_global_state_does_not_run_at_ingest():
+    """``torch.set_default_dtype`` is torch's own and its argument a literal, but it
+    changes the process, not a tensor: only calls with a constant tensor among their
+    arguments run at ingest."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(torch.set_default_dtype, (torch.float64,))
+    y = graph.call_function(operator.add, (x, 1))
+    graph.output(y)
+    x.meta["val"], y.meta["val"] = torch.randn(3), torch.randn(3)  # as dynamo records them
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    try:
+        opt = EGraph.from_fx(gm, (torch.randn(3),), observe=False).extract(
+            AstSize(), validate="off")
+        assert torch.get_default_dtype() == torch.float32
+        assert "set_default_dtype" in opt.code
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -763,7 +763,8 @@ _CREATE = {"triton": "an iota is not generated; the op runs as a torch call"}
 op("full", "shape value dtype device", "creation", attributes="shape value dtype device",
    impl="torch.full", call=lambda s, v, d, at: ((s, v), {"dtype": d, "device": at}), exact=True,
    error="exact", sign=signs.fill, interval=iv.fill, triton="@constant",
-   spell="torch.full torch.ones:ones torch.zeros:zeros")
+   spell="torch.full torch.ones:ones torch.zeros:zeros aten.full.default aten.ones.default:ones"
+   " aten.zeros.default:zeros")
 op("arange", "start end step dtype device", "creation",
    attributes="start end step dtype device", impl="torch.arange",
    call=lambda a, b, s, d, at: ((a, b, s), {"dtype": d, "device": at}), exact=True,

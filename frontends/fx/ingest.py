@@ -659,7 +659,10 @@ class _Builder:
         """A constant leaf for a call the vocabulary does not model (``torch.diff``,
         ``Tensor.new_ones``, ``aten.index.Tensor``) whose arguments are all constants, when
         running it on them is pure (:func:`run_pure`); None otherwise. transformers builds
-        a decoder's causal mask this way from position ids: folded, no call computes it."""
+        a decoder's causal mask this way from position ids: folded, no call computes it.
+        A tensor must be among the arguments: torch's functions of literals alone include
+        ones that set global state (``torch.set_default_dtype``), which the dispatcher
+        never sees."""
         if node.op == "call_method":
             def target(obj, *args, **kwargs):
                 return getattr(obj, node.target)(*args, **kwargs)
@@ -680,7 +683,10 @@ class _Builder:
 
         args = fx.node.map_aggregate(node.args, value)
         kwargs = fx.node.map_aggregate(node.kwargs, value)
-        if unknown:
+        tensors: list = []
+        fx.node.map_aggregate((args, kwargs), lambda a: tensors.append(a)
+                              if isinstance(a, torch.Tensor) else None)
+        if unknown or not tensors:
             return None
         return self._folded_constant(run_pure(target, args, kwargs))
 
