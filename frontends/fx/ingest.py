@@ -4,10 +4,13 @@ Every call is normalised to the canonical vocabulary (``frontends.fx.vocabulary`
 calls (Linear, Conv, LayerNorm, BatchNorm in eval, Embedding, activations, Dropout) are
 lowered to functional ops whose parameters are leaves; attributes (dims, keepdim, scalars,
 shapes) become literal children. Inputs are ``(input "name")`` leaves, parameters and
-buffers ``(param "qualified.name")``. Calls the vocabulary does not model, and impure calls
-(random ops, dropout in training, anything with side effects), become opaque e-nodes with
-a unique token, chained in their original order so they are never merged, dropped or
-reordered. In-place ops on intermediates are functionalised (later uses see the result).
+buffers ``(param "qualified.name")``. Ops on constants alone fold into constants; so does
+a call the vocabulary does not model, where running it once on its constant arguments is
+pure (:func:`frontends.fx.effects.run_pure`). Other calls it does not model, and impure
+calls (random ops, dropout in training, anything with side effects), become opaque
+e-nodes with a unique token, chained in their original order so they are never merged,
+dropped or reordered. In-place ops on intermediates are functionalised (later uses see
+the result).
 
 >>> import torch
 >>> gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + torch.exp(x))
