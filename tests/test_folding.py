@@ -1,5 +1,5 @@
 """Calls on constants fold at ingest where running them is pure: masks made from positions
-alone, in the spellings of real model code, through symbolic tracing and torch.export.
+alone, in the spellings of real model code, through torch.export and dynamo's graphs.
 A fold that ran a call wrongly (a view shared, an argument written into, a random draw
 frozen) gives a different mask from the source's."""
 
