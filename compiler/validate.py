@@ -40,8 +40,9 @@ from __future__ import annotations
 import copy
 import math
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -482,8 +483,29 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
         raise ValueError(f"reference={reference!r}: use one of "
                          f"{', '.join(map(repr, REFERENCES))}")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
-    with unset_fake_temporarily():
+    with unset_fake_temporarily(), _buffers_kept(src, new):
         return _validate(src, new, trials, max_numel, reference, defined_only)
+
+
+@contextmanager
+def _buffers_kept(src: FxSource, new: nn.Module) -> Iterator[None]:
+    """Leave the buffers of the source and of the new program as the caller had them:
+    validation runs each several times, and a program with effects may update a buffer
+    in place on every run (BatchNorm's running statistics in training, a counter)."""
+    if not src.effects:
+        yield
+        return
+    saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for module in (src.module, src.graph_module, new):
+        if isinstance(module, nn.Module):
+            for buffer in module.buffers():
+                saved.setdefault(id(buffer), (buffer, buffer.detach().clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, kept in saved.values():
+                buffer.copy_(kept)
 
 
 def program_numel(original: Any, inputs: tuple) -> int:

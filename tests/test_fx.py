@@ -739,3 +739,28 @@ def test_an_update_seen_through_a_view_falls_back_to_the_source():
             opt = EGraph.from_fx(source, (x,)).extract(AstSize())
         out = opt(x)
         torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, Aliased()(x))
+
+
+def test_an_exported_update_of_the_input_and_a_buffer_stays_an_effect():
+    """torch.export keeps ``x.add_(1)`` on the caller's input and ``self.count.add_(1)``
+    on a buffer as ``aten.add_``: the caller's tensor and the buffer must change on every
+    call, as in eager, so the call stays the source's (an update of an intermediate is
+    made out of place instead)."""
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            x.add_(1)
+            self.count.add_(1)
+            return x * 2 + self.count
+
+    x = torch.randn(3)
+    opt = EGraph.from_fx(torch.export.export(Counting(), (x.clone(),)), (x.clone(),)).extract(
+        AstSize())
+    eager = Counting()
+    for _ in range(2):
+        mine, theirs = x.clone(), x.clone()
+        torch.testing.assert_close(opt(mine), eager(theirs))
+        torch.testing.assert_close(mine, theirs)

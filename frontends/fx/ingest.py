@@ -781,14 +781,15 @@ class _Builder:
                 if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
-                    if target.op in ("placeholder", "get_attr"):
+                    if target.op not in ("placeholder", "get_attr"):
+                        self.env[target] = self.env[node]
+                    elif not isinstance(node.target, torch._ops.OpOverload):
+                        # (an export graph's update of a leaf stayed the source's call)
                         raise UntraceableModel(
                             f"{node.name} mutates the graph input or parameter "
                             f"{target.name!r} in place; export the model with "
-                            "torch.export.export (it functionalises input mutation) or "
-                            "write the update out of place"
-                        )
-                    self.env[target] = self.env[node]
+                            "torch.export.export (it keeps input mutation as an "
+                            "effect) or write the update out of place")
         if self.effect is not None:
             self.effects.append(self.effect)
 
@@ -851,6 +852,11 @@ class _Builder:
         method = node.op == "call_method"
         if not method and node.target in IMPURE:
             return self.opaque_call(node, random=True)
+        if isinstance(node.target, torch._ops.OpOverload) and _updates_a_leaf(node):
+            # torch.export's update of an input or buffer (``x.add_(1)``, BatchNorm's
+            # running statistics): the caller's tensor must change, so the call stays the
+            # source's, in order; later reads use its result.
+            return self.opaque_call(node)
         if not method and node.target in _DROPOUTS:
             bound = _bind_dropout(*node.args, **node.kwargs)
             if not bound["train"] or bound["p"] == 0:
@@ -896,6 +902,12 @@ class _Builder:
                 if meta is None or meta.kind not in ("literal", "scalar"):
                     return False
         return True
+
+
+def _updates_a_leaf(node: fx.Node) -> bool:
+    """Whether the call ``node`` updates a graph input, parameter or buffer in place."""
+    return bool(is_in_place(node) and node.args and isinstance(node.args[0], fx.Node)
+                and node.args[0].op in ("placeholder", "get_attr"))
 
 
 _DROPOUTS = (F.dropout, torch.dropout, torch.ops.aten.dropout.default)
