@@ -764,3 +764,19 @@ def test_an_exported_update_of_the_input_and_a_buffer_stays_an_effect():
         mine, theirs = x.clone(), x.clone()
         torch.testing.assert_close(opt(mine), eager(theirs))
         torch.testing.assert_close(mine, theirs)
+
+
+def test_validation_leaves_batch_norms_running_statistics_as_they_were():
+    """An exported BatchNorm in training updates its running statistics on every call;
+    validation's runs of the source and of ours must not count as calls."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).train()
+    eager = copy.deepcopy(model)
+    x = torch.randn(8, 4)
+    program = torch.export.export(model, (x,))
+    opt = EGraph.from_fx(program, (x,)).extract(AstSize())
+    for _ in range(2):
+        torch.testing.assert_close(opt(x), eager(x))
+    state = program.state_dict
+    torch.testing.assert_close(state["1.running_mean"], eager[1].running_mean)
+    assert state["1.num_batches_tracked"] == eager[1].num_batches_tracked == 2
