@@ -483,29 +483,30 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
         raise ValueError(f"reference={reference!r}: use one of "
                          f"{', '.join(map(repr, REFERENCES))}")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
-    with unset_fake_temporarily(), _buffers_kept(src, new):
+    with unset_fake_temporarily(), _caller_state_kept(src, new):
         return _validate(src, new, trials, max_numel, reference, defined_only)
 
 
 @contextmanager
-def _buffers_kept(src: FxSource, new: nn.Module) -> Iterator[None]:
-    """Leave the buffers of the source and of the new program as the caller had them:
-    validation runs each several times, and a program with effects may update a buffer
-    in place on every run (BatchNorm's running statistics in training, a counter)."""
+def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[None]:
+    """Leave the example inputs and the buffers of the source and of the new program as
+    the caller had them: validation runs each program several times, and one with
+    effects may update an input or a buffer in place on every run (``x.add_(1)``,
+    BatchNorm's running statistics in training, a counter)."""
     if not src.effects:
         yield
         return
-    saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    tensors = [x for x in src.example_inputs or () if isinstance(x, torch.Tensor)]
     for module in (src.module, src.graph_module, new):
         if isinstance(module, nn.Module):
-            for buffer in module.buffers():
-                saved.setdefault(id(buffer), (buffer, buffer.detach().clone()))
+            tensors.extend(module.buffers())
+    saved = {id(t): (t, t.detach().clone()) for t in tensors}
     try:
         yield
     finally:
         with torch.no_grad():
-            for buffer, kept in saved.values():
-                buffer.copy_(kept)
+            for tensor, kept in saved.values():
+                tensor.copy_(kept)
 
 
 def program_numel(original: Any, inputs: tuple) -> int:
