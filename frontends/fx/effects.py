@@ -182,3 +182,48 @@ def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
     if not watch.pure:
         return UNKNOWN_VALUE
     return result.clone() if isinstance(result, torch.Tensor) else result
+
+
+def updates_an_alias(graph: fx.Graph) -> bool:
+    """Whether an in-place call in ``graph`` updates a tensor whose storage another value
+    read later shares (a view taken before an update of its base, or the base of a view
+    updated in place), by the storages of the values the tracer recorded: making the
+    call out of place and rebinding its operand, as ingest does, leaves that other value
+    stale.
+
+    >>> class Scaled(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         h = x * 2
+    ...         h[:, :1].mul_(3)  # through a view: h must see it
+    ...         return h + (x * 2).mul_(3)  # an intermediate nothing else shares
+    >>> program = torch.export.export(Scaled(), (torch.randn(2, 2),))
+    >>> updates_an_alias(program.graph)
+    True
+    >>> updates_an_alias(program.run_decompositions({}).graph)
+    False
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: fx.Node) -> StorageWeakRef | None:
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return None
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except Exception:  # noqa: BLE001 - a value without a storage of its own
+            return None
+
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    sharing: dict[StorageWeakRef, list[fx.Node]] = {}
+    for n in graph.nodes:
+        if (key := storage(n)) is not None:
+            sharing.setdefault(key, []).append(n)
+    for n in graph.nodes:
+        if n.op != "call_function" or not is_in_place(n) or not n.args or not isinstance(
+                n.args[0], fx.Node) or (key := storage(n.args[0])) is None:
+            continue
+        for other in sharing.get(key, ()):
+            if other not in (n, n.args[0]) and order[other] < order[n] and any(
+                    order[user] > order[n] for user in other.users):
+                return True
+    return False

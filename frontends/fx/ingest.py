@@ -38,7 +38,14 @@ from egraph.ops.table import TABLE
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
-from frontends.fx.effects import is_functional, is_in_place, out_of_place, run_pure, torch_owned
+from frontends.fx.effects import (
+    is_functional,
+    is_in_place,
+    out_of_place,
+    run_pure,
+    torch_owned,
+    updates_an_alias,
+)
 from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.vocabulary import (
     IMPURE,
@@ -1058,6 +1065,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     param_names: dict[str, str] = {}
     module = source
     if isinstance(source, torch.export.ExportedProgram):
+        source = _functional(source)
         gm, param_names, example_inputs = _from_export(source, example_inputs)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
@@ -1164,6 +1172,22 @@ def _unflattened_outputs(gm: fx.GraphModule, outputs):
     from torch.utils._pytree import tree_unflatten
 
     return tree_unflatten(list(outputs), info.out_spec)
+
+
+def _functional(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with its updates seen through views made functional
+    (``run_decompositions`` with no decompositions: ``h[:, :1].mul_(3)`` becomes a
+    ``slice_scatter`` into ``h``) where making each call out of place, as ingest does,
+    would leave a view stale (:func:`frontends.fx.effects.updates_an_alias`). Otherwise
+    ``program`` itself, and also where the functional program would update an input or
+    buffer: it returns their new values as outputs, which emission does not write back."""
+    if not updates_an_alias(program.graph):
+        return program
+    functional = program.run_decompositions({})
+    signature = functional.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        return program
+    return functional
 
 
 def _from_export(program, example_inputs):
