@@ -31,6 +31,20 @@ _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
 out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
 
 
+def recorded_value(arg: Any) -> Any:
+    """The value the tracer recorded for the FX node ``arg`` (torch.export's and
+    aot_autograd's ``val``, dynamo's ``example_value``), or None (nothing recorded, or
+    ``arg`` not a node).
+
+    >>> program = torch.export.export(torch.nn.Linear(2, 3), (torch.randn(4, 2),))
+    >>> [tuple(recorded_value(n).shape) for n in program.graph.nodes if n.op == "placeholder"]
+    [(3, 2), (3,), (4, 2)]
+    """
+    if not isinstance(arg, fx.Node):
+        return None
+    return arg.meta.get("val", arg.meta.get("example_value"))
+
+
 def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
     ``torch.relu_(x)``, ``inplace=True``, ``x += y`` on a tensor (ingest makes such a call
@@ -41,8 +55,7 @@ def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     [True, False]
     """
     if node.op == "call_function" and node.target in _AUGMENTED:
-        value = node.args[0].meta.get("val", node.args[0].meta.get("example_value")) if (
-            node.args and isinstance(node.args[0], fx.Node)) else None
+        value = recorded_value(node.args[0]) if node.args else None
         return value is None or isinstance(value, torch.Tensor)
     if node.op == "call_method":
         name = node.target
@@ -205,7 +218,7 @@ def updates_an_alias(graph: fx.Graph) -> bool:
     from torch.multiprocessing.reductions import StorageWeakRef
 
     def storage(node: fx.Node) -> StorageWeakRef | None:
-        value = node.meta.get("val")
+        value = recorded_value(node)
         if not isinstance(value, torch.Tensor):
             return None
         try:

@@ -42,6 +42,7 @@ from frontends.fx.effects import (
     is_functional,
     is_in_place,
     out_of_place,
+    recorded_value,
     run_pure,
     torch_owned,
     updates_an_alias,
@@ -438,7 +439,7 @@ class _Builder:
         user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
                        and n.name not in param_names]
         for node, value in zip(user_inputs, example_inputs or ()):
-            traced = node.meta.get("val", node.meta.get("example_value"))
+            traced = recorded_value(node)
             if isinstance(value, nn.Parameter) and not observe:
                 continue
             if isinstance(value, torch.Tensor) and node.name in self.metas:
@@ -680,23 +681,19 @@ class _Builder:
             target = node.target
         else:
             return None
-        unknown = False
+        values: list = []
 
         def value(a):
-            nonlocal unknown
-            if not isinstance(a, fx.Node):
-                return a
-            cid = self.env.get(a)
-            found = self._constant_value(cid) if isinstance(cid, int) else UNKNOWN_VALUE
-            unknown = unknown or found is UNKNOWN_VALUE
-            return found
+            if isinstance(a, fx.Node):
+                cid = self.env.get(a)
+                a = self._constant_value(cid) if isinstance(cid, int) else UNKNOWN_VALUE
+            values.append(a)
+            return a
 
         args = fx.node.map_aggregate(node.args, value)
         kwargs = fx.node.map_aggregate(node.kwargs, value)
-        tensors: list = []
-        fx.node.map_aggregate((args, kwargs), lambda a: tensors.append(a)
-                              if isinstance(a, torch.Tensor) else None)
-        if unknown or not tensors:
+        if any(v is UNKNOWN_VALUE for v in values) or not any(
+                isinstance(v, torch.Tensor) for v in values):
             return None
         return self._folded_constant(run_pure(target, args, kwargs))
 
@@ -826,7 +823,7 @@ class _Builder:
     def _contiguous(self, node: fx.Node) -> bool | None:
         """Whether the source's value of ``node`` was contiguous: from the example value
         torch.export and dynamo record, else from the run on the example inputs."""
-        value = node.meta.get("val", node.meta.get("example_value"))
+        value = recorded_value(node)
         if isinstance(value, torch.Tensor):
             try:
                 return bool(value.is_contiguous())
@@ -928,10 +925,7 @@ def _on_own_device(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dic
     one the operand is on (recorded by torch.export or dynamo): transformers'
     ``mask.to(x.device)`` then converts nothing, and ``.to(x.device, dtype)`` only the
     dtype."""
-    operand = node.args[0] if node.args else None
-    value = operand.meta.get("val", operand.meta.get("example_value")) if isinstance(
-        operand, fx.Node) else None
-    here = getattr(value, "device", None)
+    here = getattr(recorded_value(node.args[0]) if node.args else None, "device", None)
     if not isinstance(here, torch.device):
         return args, kwargs
 
