@@ -436,6 +436,65 @@ def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
     return Case(label, wrapped, make_inputs(batch, seq), make_inputs, varies)
 
 
+GENERATES: tuple[str, ...] = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi", "mixtral",
+                              "qwen2_moe", "t5", "bart")
+"""Corpus models that generate text (decoders, and encoder-decoders): :func:`build_generation`
+builds each with its language-model head."""
+CACHES = ("dynamic", "static")
+NEW_TOKENS = 6
+
+
+@dataclass
+class Generation:
+    """A corpus model as users run a language model: greedy ``model.generate`` with its
+    key/value cache, ``NEW_TOKENS`` new tokens after a prompt of batch 2 and length 8.
+    ``torch.compile(generation.model.forward, ...)`` in place of the forward is how
+    transformers documents compiling it."""
+
+    name: str
+    model: nn.Module
+    ids: torch.Tensor
+    options: dict
+
+    def __call__(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model.generate(self.ids, **self.options)
+
+
+def build_generation(name: str, attn: str = "eager", device: str = "cpu",
+                     cache: str = "dynamic") -> Generation:
+    """Corpus entry ``name`` (one of :data:`GENERATES`) with its language-model head and
+    ``use_cache`` on (the same seeded weights on every build), for greedy generation with a
+    ``"dynamic"`` cache (keys and values concatenated each step) or a ``"static"`` one
+    (preallocated, updated in place: transformers' recipe for torch.compile).
+
+    >>> generation = build_generation("llama")
+    >>> tuple(generation().shape)                      # the prompt and 6 new tokens
+    (2, 14)
+    """
+    if name not in GENERATES:
+        raise KeyError(f"corpus model {name!r} does not generate; choose from "
+                       f"{', '.join(GENERATES)}")
+    if cache not in CACHES:
+        raise ValueError(f"cache={cache!r}: use one of {CACHES}")
+    import transformers
+
+    config = _SPECS[name](transformers)[1]
+    config.use_cache = True
+    config._attn_implementation = attn
+    seq2seq = config.is_encoder_decoder
+    auto = (transformers.AutoModelForSeq2SeqLM if seq2seq
+            else transformers.AutoModelForCausalLM)
+    torch.manual_seed(SEED)
+    model = auto.from_config(config).to(device).eval()
+    options = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                   pad_token_id=0)
+    if cache == "static":
+        options["cache_implementation"] = "static"
+    return Generation(f"{name}@{attn}" if attn != "eager" else name, model,
+                      ids_inputs(BATCH, SEQ)[0].to(device), options)
+
+
 def _describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"

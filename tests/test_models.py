@@ -7,7 +7,9 @@ hidden 64, vocabulary 1000) from configs: nothing is downloaded. For each one:
   ``extract(Flops(), validate="raise")``: the outputs equal eager's, no fallback;
 - ``torch.compile`` with the e-graph backend (``validate="raise"``): inference equals eager,
   then a second sequence length (or batch) through the same compiled model;
-- a training step for some: the loss and every parameter's gradient equal eager's.
+- a training step for some: the loss and every parameter's gradient equal eager's;
+- greedy ``generate`` for some, with the forward compiled and the key/value cache on (a
+  dynamic cache, or a static one updated in place): the tokens equal eager's.
 
 The whole module is skipped when transformers is not installed.
 """
@@ -21,7 +23,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from benchmarks.corpus import FIXED_ATTENTION, MODELS, build  # noqa: E402
+from benchmarks.corpus import FIXED_ATTENTION, MODELS, build, build_generation  # noqa: E402
 from compiler.compile import make_backend  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -107,6 +109,25 @@ def test_compile_inference(name, rules):
 @pytest.mark.parametrize("name", SDPA_COMPILED)
 def test_compile_inference_sdpa(name, rules):
     _compiled_inference(name, "sdpa", rules)
+
+
+# Llama's sdpa path calls sdpa with enable_gqa when it decodes from the cache; its eager path
+# repeats the key heads (which the rules turn into enable_gqa); a static cache is updated in
+# place; T5 decodes with cross-attention to the encoder's states.
+GENERATED = [("llama", "sdpa", "dynamic"), ("llama", "eager", "static"),
+             ("gpt2", "eager", "dynamic"), ("t5", "sdpa", "dynamic")]
+
+
+@pytest.mark.parametrize("name, attn, cache", GENERATED)
+def test_cached_generation_through_compile(name, attn, cache, rules):
+    """transformers' recipe: ``model.forward = torch.compile(model.forward, ...)``, then
+    ``generate``. The prompt's and each step's graphs are optimised, none falls back."""
+    expected = build_generation(name, attn, cache=cache)()
+    generation = build_generation(name, attn, cache=cache)
+    backend = make_backend(rules=rules, validate="raise", **LIMITS)
+    generation.model.forward = torch.compile(generation.model.forward, backend=backend)
+    assert torch.equal(generation(), expected)
+    _assert_no_fallback(backend)
 
 
 def _loss(out) -> torch.Tensor:

@@ -676,9 +676,12 @@ op("avg_pool2d", "x kernel stride padding ceil_mode count_include_pad divisor", 
                                           "ceil_mode", "count_include_pad",
                                           "divisor_override")),),
    why={"triton": _NO_KERNEL})
-op("sdpa", "q k v mask causal scale", "library", attributes="causal scale",
+# ``gqa``: grouped-query attention, keys and values with fewer heads than the query, each
+# shared by a group of query heads (``enable_gqa``; Llama's cached decoding calls it).
+op("sdpa", "q k v mask causal scale gqa", "library", attributes="causal scale gqa",
    impl="torch.nn.functional.scaled_dot_product_attention",
-   call=lambda q, k, v, m, c, s: ((q, k, v), {"attn_mask": m, "is_causal": c, "scale": s}),
+   call=lambda q, k, v, m, c, s, g: ((q, k, v), {"attn_mask": m, "is_causal": c, "scale": s,
+                                                 "enable_gqa": g}),
    flops=_sdpa_flops, error="mixing", stable=True, interval=iv.operand(2),
    spell="torch.nn.functional.scaled_dot_product_attention"
    " aten.scaled_dot_product_attention.default",

@@ -30,6 +30,7 @@ from egraph.ops import (
     matmul,
     mean,
     rms_norm,
+    sdpa,
     sigmoid,
     silu,
     softmax,
@@ -131,9 +132,9 @@ _softmax_last.__name__ = "softmax over the last dim"
 
 
 def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
-    """The right side: ``sdpa(q, k, v, mask, causal, scale)``; ``mask`` names the bool mask
-    of the dropped entries (``"dropped"``, passed negated: sdpa's bool mask keeps) or the
-    additive one (``"additive"``).
+    """The right side: ``sdpa(q, k, v, mask, causal, scale, gqa=False)``; ``mask`` names
+    the bool mask of the dropped entries (``"dropped"``, passed negated: sdpa's bool mask
+    keeps) or the additive one (``"additive"``).
 
     A row whose every entry is masked is NaN in the written form (softmax of -inf only)
     and 0 in sdpa; the result is divided by the row's largest kept flag (1, or 0 for such
@@ -159,7 +160,8 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
         else:
             attn_mask, guard = add(literal(None)), None
         out = add("sdpa", [subst["q"], subst["k"], subst["v"], attn_mask,
-                           add(literal(causal)), add(literal(float(scale)))])
+                           add(literal(causal)), add(literal(float(scale))),
+                           add(literal(False))])
         return out if guard is None else add(combine, [out, guard])
     rhs.__name__ = f"sdpa(q, k, v, {mask or 'None'}, causal={causal})"
     return rhs
@@ -183,6 +185,77 @@ def _square(egraph, subst) -> bool:
 
 
 _square.__name__ = "query and key lengths are equal"
+
+
+_FULL = (slice(None), None, Ellipsis)
+
+
+def _unit_dim_at_two(egraph, cid: int, shape: tuple) -> int | None:
+    """The class's ``x`` when it is ``x`` of ``(b, h, t, d)`` with a unit dim inserted at
+    2 (``x[:, :, None]``, ``x.unsqueeze(2)``, a reshape to ``(b, h, 1, t, d)``); else
+    None. A view that keeps the element order and only inserts a unit dim is this one."""
+    for node in egraph.nodes(cid):
+        if node.op not in ("unsqueeze", "reshape", "getitem"):
+            continue
+        if node.op == "getitem":
+            index = value_of(egraph, node.children[1])
+            if not isinstance(index, tuple) or not all(
+                    i is None or i is Ellipsis or i == slice(None) for i in index):
+                continue
+        x = node.children[0]
+        inner = _shape(egraph, x)
+        if inner is not None and len(inner) == 4 and shape == (*inner[:2], 1, *inner[2:]):
+            return x
+    return None
+
+
+def _repeated_heads(egraph, cid: int) -> tuple[int, int] | None:
+    """``(x, groups)`` when the class is ``x``'s heads each repeated ``groups`` times in a
+    row, Llama's ``repeat_kv``: ``x[:, :, None].expand(b, h, n, t, d).reshape(b, h * n, t,
+    d)`` (or ``.flatten(1, 2)``), for a ``(b, h, t, d)`` tensor ``x``; else None."""
+    out = _shape(egraph, cid)
+    if out is None or len(out) != 4:
+        return None
+    for node in egraph.nodes(cid):
+        if node.op == "flatten":
+            if (value_of(egraph, node.children[1]), value_of(egraph, node.children[2])) != (1, 2):
+                continue
+        elif node.op != "reshape":
+            continue
+        size = _shape(egraph, node.children[0])
+        if size is None or len(size) != 5 or type(size[2]) is not int:
+            continue
+        groups = size[2]
+        if out != (size[0], size[1] * groups, *size[3:]):
+            continue
+        for grown in egraph.nodes(node.children[0]):
+            if grown.op != "expand":
+                continue
+            unit = _shape(egraph, grown.children[0])
+            if unit is None or unit != (*size[:2], 1, *size[3:]):
+                continue
+            x = _unit_dim_at_two(egraph, grown.children[0], unit)
+            if x is not None:
+                return x, groups
+    return None
+
+
+def _grouped_query(egraph, subst):
+    """sdpa on keys and values whose heads were repeated for the query's groups is sdpa
+    with ``enable_gqa`` on the unrepeated ones: the copies are never made."""
+    keys, values = _repeated_heads(egraph, subst["k"]), _repeated_heads(egraph, subst["v"])
+    if keys is None or values is None or keys[1] != values[1]:
+        return None
+    add = egraph.add_node
+    return add("sdpa", [subst["q"], keys[0], values[0], subst["m"], subst["c"], subst["s"],
+                        add(literal(True))])
+
+
+def _repeat_kv(x, flat=False):
+    """Llama's ``repeat_kv`` for two query heads per key head, in its two spellings."""
+    b, h, t, d = x.shape
+    grown = x[:, :, None].expand(b, h, 2, t, d)
+    return grown.flatten(1, 2) if flat else grown.reshape(b, h * 2, t, d)
 
 
 def _fold_bn(egraph, subst):
@@ -338,6 +411,13 @@ RULES: list[LibraryRule] = [
                lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
                when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits),
                inputs={"m": (2, 1, 6, 6)}),
+    rule("sdpa-grouped-query", sdpa(q, k, v, m, c, s, False), _grouped_query,
+         example=(lambda q, k, v: F.scaled_dot_product_attention(q, _repeat_kv(k), _repeat_kv(v)),
+                  lambda q, k, v: F.scaled_dot_product_attention(
+                      q, _repeat_kv(k, flat=True), _repeat_kv(v, flat=True), is_causal=True)),
+         inputs={"q": (2, 4, 6, 8), "k": (2, 2, 6, 8), "v": (2, 2, 6, 8)},
+         description="sdpa on heads repeated for the query's groups (repeat_kv) is sdpa "
+                     "with enable_gqa, which never makes the copies"),
     rule("conv-bn", batch_norm(conv2d(x, w, b, st, pa, di, g), mu, sigma2, ga, be, eps), _fold_bn,
          when=all_of(not_none(ga), not_none(be)),
          example=lambda x, w, c, m, v, ga, be: F.batch_norm(F.conv2d(x, w, c, padding=1), m, v,

@@ -8,7 +8,7 @@ Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)
 
 from __future__ import annotations
 
-from egraph.ops import expand, permute, reshape, squeeze, transpose, unsqueeze
+from egraph.ops import expand, permute, reshape, size, squeeze, transpose, unsqueeze
 from egraph.rules.define import LibraryRule, rule
 from egraph.rules.guards import value_of
 from egraph.rules.tensat import MERGING
@@ -51,6 +51,24 @@ def _last_two_equal_rank(egraph, subst) -> bool:
 
 _last_two_equal_rank.__name__ = "transpose of the last two dims, equal ranks"
 
+
+def _given_size(egraph, subst):
+    """``size(view(x, s), i)`` is ``s[i]``, the size the view was given, unless that is -1
+    (inferred). With the item itself (a size of another tensor, or a product of sizes), the
+    view is no longer needed for its size alone, and a size that varies stays symbolic."""
+    i = value_of(egraph, subst["i"])
+    if type(i) is not int or i < 0:
+        return None
+    for node in egraph.nodes(subst["s"]):
+        if node.op == "tuple" and i < len(node.children):
+            item = node.children[i]
+            return item if value_of(egraph, item) not in (-1, None) else None
+    shape = value_of(egraph, subst["s"])
+    if (isinstance(shape, tuple) and i < len(shape) and type(shape[i]) is int and shape[i] >= 0
+            and not getattr(egraph.data(subst["s"]), "from_size", True)):
+        return egraph.add_node(literal(shape[i]))
+    return None
+
 RULES: list[LibraryRule] = [
     rule("transpose-transpose", transpose(transpose(x, i, j), i, j), x,
          example=lambda x: x.transpose(0, 1).transpose(0, 1), inputs={"x": (4, 8)},
@@ -73,5 +91,11 @@ RULES: list[LibraryRule] = [
     rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
          when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
          inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),
+    rule("size-of-reshape", size(reshape(x, s), i), _given_size,
+         example=lambda x: x[:, : x.reshape(2, x.size(0) * 4).size(1)], inputs={"x": (4, 8)},
+         description="the size of a reshape is the size it was given"),
+    rule("size-of-expand", size(expand(x, s), i), _given_size,
+         example=lambda x: x[: x.expand(3, x.size(1)).size(0)], inputs={"x": (1, 8)},
+         description="the size of an expand is the size it was given"),
     *MERGING,
 ]

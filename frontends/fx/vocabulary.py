@@ -308,7 +308,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
           enable_gqa=False):
     if dropout_p:
         raise _Unsupported("scaled_dot_product_attention with dropout (random)")
-    return ("sdpa", [query, key, value, attn_mask, is_causal, scale])
+    return ("sdpa", [query, key, value, attn_mask, is_causal, scale, enable_gqa])
 
 
 def _holds_shape(value) -> bool:
