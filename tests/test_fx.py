@@ -784,3 +784,42 @@ def test_validation_leaves_batch_norms_running_statistics_as_they_were():
     state = program.state_dict
     torch.testing.assert_close(state["1.running_mean"], eager[1].running_mean)
     assert state["1.num_batches_tracked"] == eager[1].num_batches_tracked == 2
+
+
+def _written_with_out(a, b):
+    c = torch.zeros_like(a)
+    torch.add(a, b, out=c)
+    wide = torch.zeros(a.shape, dtype=torch.float64)
+    torch.mul(c, b, out=wide)          # out= of another dtype: the values are cast to it
+    return c * 2, wide
+
+
+def test_a_result_written_with_out_is_what_later_reads_see():
+    """``torch.add(a, b, out=c)`` fills ``c``: the optimised program, unvalidated, reads
+    the sum from ``c`` afterwards (the ``out=`` was dropped before, and ``c`` stayed
+    zeros: a silent wrong result with validation off)."""
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_written_with_out), (a, b)).extract(
+        AstSize(), validate="off")
+    for got, expected in zip(opt(a, b), _written_with_out(a, b)):
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected)
+
+
+def _into_a_view(a):
+    c = torch.zeros_like(a)
+    torch.sum(a, 0, out=c[0])
+    return c
+
+
+def _into_the_input(a):
+    torch.exp(a, out=a)
+    return a + 1
+
+
+@pytest.mark.parametrize("program, why", [(_into_a_view, "share storage"),
+                                          (_into_the_input, "graph input")])
+def test_out_into_a_view_or_an_input_is_refused_with_the_fix(program, why):
+    gm = torch.fx.symbolic_trace(program)
+    with pytest.raises(UntraceableModel, match=f"{why}.*assign its result instead"):
+        EGraph.from_fx(gm, (torch.randn(3, 4),))

@@ -879,14 +879,44 @@ class _Builder:
                 return self.apply("to", [self.value(node.args[0]), self.literal(dtype)])
         args = tuple(self._dtype_or_arg(a) for a in node.args)
         kwargs = {k: self._dtype_or_arg(a) for k, a in node.kwargs.items()}
+        destination = None if method else kwargs.pop("out", None)
         if node.target in _MOVES:
             args, kwargs = _on_own_device(node, args, kwargs)
         lowered = lower(out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
+            if destination is not None:
+                raise UntraceableModel(
+                    f"{_location(node)} writes into {destination} with out=, "
+                    "in a call that is not modelled; assign its result instead "
+                    f"({destination} = ...)")
             return self.opaque_call(node)
         if _is_expr(lowered):
             self.lowered_ops[node] = lowered[0]
-        return self.expr(lowered)
+        result = self.expr(lowered)
+        return result if destination is None else self._written_into(node, destination, result)
+
+    def _written_into(self, node: fx.Node, out: Any, result: int) -> int:
+        """``torch.add(a, b, out=c)``: the values land in ``c``, and later reads of ``c``
+        read them, as for an in-place update (made out of place: ``c`` is rebound). Only a
+        tensor the graph made itself, not a view of another, of the result's shape."""
+        def refuse(why: str) -> UntraceableModel:
+            return UntraceableModel(
+                f"{_location(node)} writes into {out} with out=, {why}; "
+                f"assign its result instead ({out} = ...)")
+        if not isinstance(out, fx.Node):
+            raise refuse("which is not one tensor")
+        if out.op in ("placeholder", "get_attr"):
+            raise refuse("a graph input or parameter, which the caller would see change")
+        made = self.lowered_ops.get(out)
+        if made is None or made == "to" or TABLE[made].kind == "view":
+            raise refuse("which may share storage with another tensor")
+        have, want = self.eg.data(result), self.eg.data(self.env[out])
+        if have is None or want is None or have.shape != want.shape:
+            raise refuse("which it would resize")
+        if have.dtype != want.dtype:
+            result = self.apply("to", [result, self.literal(want.dtype)])
+        self.env[out] = result
+        return result
 
     def _dtype_or_arg(self, arg):
         """A node known to be a dtype (``x.dtype`` above) as the dtype itself, so that the
