@@ -455,10 +455,15 @@ class Generation:
     model: nn.Module
     ids: torch.Tensor
     options: dict
+    spec: tuple                       # build_generation's arguments
 
     def __call__(self) -> torch.Tensor:
         with torch.no_grad():
             return self.model.generate(self.ids, **self.options)
+
+    def fresh(self) -> Generation:
+        """The same model built again (equal weights), with its own uncompiled forward."""
+        return build_generation(*self.spec)
 
 
 def build_generation(name: str, attn: str = "eager", device: str = "cpu",
@@ -492,7 +497,7 @@ def build_generation(name: str, attn: str = "eager", device: str = "cpu",
     if cache == "static":
         options["cache_implementation"] = "static"
     return Generation(f"{name}@{attn}" if attn != "eager" else name, model,
-                      ids_inputs(BATCH, SEQ)[0].to(device), options)
+                      ids_inputs(BATCH, SEQ)[0].to(device), options, (name, attn, device, cache))
 
 
 def _describe(x) -> str:

@@ -18,7 +18,13 @@ One row per model and entry point:
   backward);
 - ``train-ind`` (only when asked for): the training step with ``codegen="inductor"`` (ours
   + Inductor: Inductor's aot_autograd splits the optimised graph and generates the code
-  of its forward and backward).
+  of its forward and backward);
+- ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
+  6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
+  forward compiled with the backend as transformers documents it; the tokens must equal
+  eager's. Timed: the whole ``generate`` call, against eager's and Inductor's (its cold
+  compile is the first call: the prompt's graph and the step's);
+- ``generate-ind`` (only when asked for): the same with ``codegen="inductor"``.
 
 Columns: whether it works (or the exception), the second size (compile), graphs compiled
 and how many fell back, graph nodes before -> after and the distinct rules / total
@@ -58,7 +64,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
-from benchmarks.corpus import LARGE, MODELS, Case, build  # noqa: E402
+from benchmarks.corpus import (  # noqa: E402
+    CACHES,
+    GENERATES,
+    LARGE,
+    MODELS,
+    Case,
+    Generation,
+    build,
+    build_generation,
+)
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
@@ -249,6 +264,29 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
     return row
 
 
+def run_generate(generation: Generation, rules, codegen: str = "eager") -> dict:
+    row: dict = {}
+    expected = generation.fresh()()
+    backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
+                                           **LIMITS)
+    torch._dynamo.reset()
+    generation.model.forward = torch.compile(generation.model.forward, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        with compile_backend.capture() as seen:
+            tokens = generation()
+        row["first_s"] = time.perf_counter() - t0
+    _phases(backend.reports, row)
+    _breaks(seen, row)
+    _reports([r.extraction for r in backend.reports], row)
+    if not torch.equal(tokens, expected):
+        differ = (tokens != expected).nonzero()[0].tolist()
+        raise AssertionError(f"generated tokens differ from eager's first at {differ}")
+    row[TIMED] = generation
+    return row
+
+
 def _synced(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
     """``fn`` that returns once the device has finished its work (CUDA runs asynchronously:
     a timer around the call alone would time the launches)."""
@@ -262,12 +300,14 @@ def _synced(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
     return run
 
 
-def run_eager(case: Case, train: bool) -> Callable[[], Any]:
-    """The eager model's call (or training step), to be timed."""
-    if train:
-        return _train_step(case.model.train(), case.inputs)
-    model = case.model.eval()
-    return _inference(lambda: model(*case.inputs))
+def run_eager(subject: Case | Generation, mode: str) -> Callable[[], Any]:
+    """The eager model's call (or training step, or generation), to be timed."""
+    if mode == "generate":
+        return subject
+    if mode == "train":
+        return _train_step(subject.model.train(), subject.inputs)
+    model = subject.model.eval()
+    return _inference(lambda: model(*subject.inputs))
 
 
 def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -277,20 +317,28 @@ def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
-def run_inductor(case: Case, train: bool) -> dict:
+def run_inductor(subject: Case | Generation, mode: str) -> dict:
     """Inductor's cold compile (the first call after a reset, caches disabled) and its
     call, to be timed."""
     torch._dynamo.reset()
-    model = case.model.train() if train else case.model.eval()
-    compiled = torch.compile(model)
+    train = mode == "train"
+    if mode == "generate":
+        subject.model.forward = torch.compile(subject.model.forward)
+    else:
+        model = subject.model.train() if train else subject.model.eval()
+        compiled = torch.compile(model)
     uncached = torch._inductor.config.patch(fx_graph_cache=False, force_disable_caches=True)
     with warnings.catch_warnings(), uncached, (
             contextlib.nullcontext() if train else torch.no_grad()):
         warnings.simplefilter("ignore")
         # (timed as compiled, under no_grad in inference: with grad enabled dynamo would
         # recompile for it, and Inductor's graph would save activations for a backward)
-        fn = (_train_step(compiled, case.inputs) if train
-              else _inference(lambda: compiled(*case.inputs)))
+        if mode == "generate":
+            fn = subject
+        elif train:
+            fn = _train_step(compiled, subject.inputs)
+        else:
+            fn = _inference(lambda: compiled(*subject.inputs))
         t0 = time.perf_counter()
         fn()
         cold = time.perf_counter() - t0
@@ -305,15 +353,27 @@ def run_train_inductor(case: Case, rules) -> dict:
     return run_train(case, rules, codegen="inductor")
 
 
+def run_generate_inductor(generation: Generation, rules) -> dict:
+    return run_generate(generation, rules, codegen="inductor")
+
+
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
-           "train": run_train, "train-ind": run_train_inductor}
+           "train": run_train, "train-ind": run_train_inductor, "generate": run_generate,
+           "generate-ind": run_generate_inductor}
 ENTRIES = tuple(RUNNERS)
 TRAINING = ("train", "train-ind")
-"""The entry points that run a training step (the rest run inference)."""
+"""The entry points that run a training step."""
+GENERATING = ("generate", "generate-ind")
+"""The entry points that generate text (the rest run the model's forward in inference)."""
+
+
+def mode_of(entry: str) -> str:
+    """What an entry point runs: ``"train"``, ``"generate"`` or ``"infer"``."""
+    return "train" if entry in TRAINING else "generate" if entry in GENERATING else "infer"
 
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
-              inductor: bool, device: str = "cpu") -> list[dict]:
+              inductor: bool, device: str = "cpu", cache: str = "dynamic") -> list[dict]:
     """One row per entry point. Eager, each entry point's program and Inductor are timed
     at the end, in interleaved rounds (each round calls every one once), so that drift in
     the machine's load falls on all of them alike. Inductor compiles last: dynamo's caches
@@ -321,15 +381,20 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     before it recompile once, in the warm-up, rather than Inductor's."""
     rows = []
     timed: dict[str, Callable[[], Any]] = {}
-    peer: dict[bool, dict] = {}
+    peer: dict[str, dict] = {}
     label = name if attn == "eager" else f"{name}@{attn}"
+
+    def subject(mode: str) -> Case | Generation:
+        if mode == "generate":
+            return build_generation(name, attn, device, cache)
+        return build(name, attn, device)
     for entry in entries:
-        train = entry in TRAINING
+        mode = mode_of(entry)
         row: dict = {"model": label, "entry": entry, "status": "ok"}
         try:
-            timed.setdefault(f"eager {train}", run_eager(build(name, attn, device), train))
+            timed.setdefault(f"eager {mode}", run_eager(subject(mode), mode))
             torch._dynamo.reset()
-            row.update(RUNNERS[entry](build(name, attn, device), rules))
+            row.update(RUNNERS[entry](subject(mode), rules))
             timed[entry] = row.pop(TIMED)
             if row.get("fallbacks"):  # the source ran, not ours: a failure here
                 row["status"] = f"fell back: {'; '.join(row['fallback_reasons'])}"
@@ -338,23 +403,23 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
             row.pop(TIMED, None)
         rows.append(row)
     if inductor:
-        for train in dict.fromkeys(row["entry"] in TRAINING for row in rows):
+        for mode in dict.fromkeys(mode_of(row["entry"]) for row in rows):
             try:
-                peer[train] = run_inductor(build(name, attn, device), train)
-                timed[f"inductor {train}"] = peer[train].pop(TIMED)
+                peer[mode] = run_inductor(subject(mode), mode)
+                timed[f"inductor {mode}"] = peer[mode].pop(TIMED)
             except Exception as exc:  # noqa: BLE001
-                peer[train] = {"inductor_error": _error(exc)}
+                peer[mode] = {"inductor_error": _error(exc)}
     ms = interleaved_ms({key: _synced(fn, device) for key, fn in timed.items()}, repeat)
     torch._dynamo.reset()
     for row in rows:
-        train = row["entry"] in TRAINING
-        row["eager_ms"] = ms.get(f"eager {train}")
+        mode = mode_of(row["entry"])
+        row["eager_ms"] = ms.get(f"eager {mode}")
         if row["entry"] in ms:
             row["ours_ms"] = ms[row["entry"]]
         if inductor:
-            row.update(peer[train])
-            if f"inductor {train}" in ms:
-                row["inductor_ms"] = ms[f"inductor {train}"]
+            row.update(peer[mode])
+            if f"inductor {mode}" in ms:
+                row["inductor_ms"] = ms[f"inductor {mode}"]
     return rows
 
 
@@ -516,6 +581,8 @@ def main() -> None:
                         help="add the 12-layer GPT-2-small-sized decoder (benchmarks/corpus.py "
                              "LARGE: T=128, vocabulary 50304) through export, compile and inductor")
     parser.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
+    parser.add_argument("--cache", default="dynamic", choices=CACHES,
+                        help="the generate entry's key/value cache")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per median")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--threads", type=int, default=1,
@@ -539,14 +606,15 @@ def main() -> None:
     start = time.perf_counter()
     rows: list[dict] = []
     trained = set(MODELS) if args.train_models == "all" else set(args.train_models.split(","))
-    plan = [(name, [e for e in entries if e not in TRAINING or name in trained])
-            for name in names]
+    plan = [(name, [e for e in entries if (e not in TRAINING or name in trained)
+                    and (e not in GENERATING or name in GENERATES)]) for name in names]
     if args.large:
         plan += [(name, [e for e in entries if e in ("export", "compile", "inductor")])
                  for name in LARGE]
+    plan = [(name, model_entries) for name, model_entries in plan if model_entries]
     for name, model_entries in progress(plan, desc="models", unit="model"):
         for row in run_model(name, model_entries, args.attn, rules, args.repeat,
-                             not args.no_inductor, args.device):
+                             not args.no_inductor, args.device, args.cache):
             rows.append(row)
             cells = _cells(row)
             print(f"{cells['model']:<16} {cells['entry']:<8} {cells['status'][:60]:<60} "
@@ -567,6 +635,7 @@ def main() -> None:
         f"{machine}, {torch.get_num_threads()} CPU threads. "
         f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
         f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "
+        f"{'--cache static ' if args.cache == 'static' else ''}"
         f"--repeat {args.repeat}{' --large' if args.large else ''}"
         f"{' --device cuda' if args.device == 'cuda' else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
