@@ -599,6 +599,11 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown model or entry point: {', '.join(unknown)}")
     torch.set_num_threads(args.threads)
+    # Every generating model of a class compiles the class's one ``forward``: dynamo keeps
+    # their graphs (prompt, step, dynamic step: three per model, for ours, ours + Inductor
+    # and Inductor) in one cache per code object, and past its limit of 8 it runs the rest
+    # uncompiled, which would time eager as ours.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     import transformers
 
     transformers.logging.set_verbosity_error()
