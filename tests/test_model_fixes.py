@@ -154,7 +154,7 @@ def test_inductor_is_timed_as_it_was_compiled():
 
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
     case = Case("mlp", model, (torch.randn(2, 8),), lambda b, s: (torch.randn(b, 8),), "batch")
-    row = run_inductor(case, train=False)
+    row = run_inductor(case, "infer")
     compiled = counters["stats"]["unique_graphs"]
     out = row[TIMED]()
     assert counters["stats"]["unique_graphs"] == compiled  # no recompile

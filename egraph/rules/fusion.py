@@ -187,9 +187,6 @@ def _square(egraph, subst) -> bool:
 _square.__name__ = "query and key lengths are equal"
 
 
-_FULL = (slice(None), None, Ellipsis)
-
-
 def _unit_dim_at_two(egraph, cid: int, shape: tuple) -> int | None:
     """The class's ``x`` when it is ``x`` of ``(b, h, t, d)`` with a unit dim inserted at
     2 (``x[:, :, None]``, ``x.unsqueeze(2)``, a reshape to ``(b, h, 1, t, d)``); else

@@ -69,6 +69,7 @@ def _given_size(egraph, subst):
         return egraph.add_node(literal(shape[i]))
     return None
 
+
 RULES: list[LibraryRule] = [
     rule("transpose-transpose", transpose(transpose(x, i, j), i, j), x,
          example=lambda x: x.transpose(0, 1).transpose(0, 1), inputs={"x": (4, 8)},
