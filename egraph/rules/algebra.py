@@ -90,6 +90,18 @@ def _count_of(egraph, subst) -> int | None:
     return math.prod(shape[d] for d in dims)
 
 
+def _absorbs(egraph, subst) -> bool:
+    """``x`` and ``b`` broadcast to ``x``'s shape, in ``x``'s dtype: ``x + zeros_like(b)``
+    is ``x`` itself, not a larger or converted tensor."""
+    sx, sb = (getattr(egraph.data(subst[n]), "shape", None) for n in ("x", "b"))
+    if sx is None or sb is None or len(sb) > len(sx):
+        return False
+    return all(q in (1, p) for p, q in zip(reversed(sx), reversed(sb)))
+
+
+_absorbs.__name__ = "b broadcasts into x"
+
+
 def _mean_as_sum(egraph, subst):
     n = _count_of(egraph, subst)
     if not n:
@@ -224,6 +236,9 @@ RULES: list[LibraryRule] = [
          inputs=X, description="x * 0 = 0 (finite x)"),
     rule("sub-self", x - x, zeros_like(x), example=lambda x: x - x, inputs=X,
          description="x - x = 0 (finite x)"),
+    rule("zeros-add", x + zeros_like(b), x, when=all_of(_absorbs, same_dtype(x, b)),
+         example=lambda x, b: x + torch.zeros_like(b), inputs={"x": (4, 8), "b": (4, 1)},
+         description="adding a tensor of zeros that broadcasts into x is x"),
     rule("div-one", x / 1, x, when=floating(x), example=lambda x: x / 1.0, inputs=X,
          description="x / 1 = x"),
     rule("div-constant", x / s, _div_by_constant, when=all_of(floating(x), scalar(s)),
