@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.naive_suite import ManualSoftmaxCausal, NanoGPTCausal
 from compiler.compile import compile_graph, default_cost, make_backend
@@ -420,6 +422,41 @@ def test_tiled_key_heads_are_not_taken_for_groups():
     assert "enable_gqa = True" not in compiled.code
     torch.testing.assert_close(compiled(*inputs), tiled_heads_attention(*inputs), rtol=1e-4,
                                atol=1e-5)
+
+
+class GroupedAttention(nn.Module):
+    """Attention over ``kv`` key heads shared by groups of ``groups`` query heads, heads
+    repeated in one of the spellings of real code, the scores masked or not."""
+
+    def __init__(self, groups: int, flat: bool, mask: str):
+        super().__init__()
+        self.groups, self.flat, self.mask = groups, flat, mask
+
+    def forward(self, q, k, v):
+        repeat = repeat_kv_flatten if self.flat else repeat_kv
+        k, v = repeat(k, self.groups), repeat(v, self.groups)
+        scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+        if self.mask == "causal":
+            scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1),
+                                        float("-inf"))
+        return torch.softmax(scores, -1) @ v
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(2, 4), st.integers(1, 9),
+       st.sampled_from([4, 8]), st.booleans(), st.sampled_from(["none", "causal"]))
+def test_grouped_heads_of_any_size_reach_enable_gqa(batch, kv, groups, length, dim, flat,
+                                                    mask):
+    """Any batch, key heads, group size, length and head size: the repeated heads become
+    sdpa's enable_gqa, with eager's values (validated, and compared here)."""
+    torch.manual_seed(0)
+    model = GroupedAttention(groups, flat, mask)
+    q = torch.randn(batch, kv * groups, length, dim)
+    k, v = torch.randn(batch, kv, length, dim), torch.randn(batch, kv, length, dim)
+    compiled = compile_graph(_trace(model), (q, k, v), RULES,
+                             cost=Roofline("H100", fused=False), validate="raise", **LIMITS)
+    assert "enable_gqa = True" in compiled.code, compiled.code
+    torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-4, atol=1e-5)
 
 
 def test_a_users_grouped_query_sdpa_keeps_its_groups():
