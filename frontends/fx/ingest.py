@@ -813,7 +813,7 @@ class _Builder:
             op = self.lowered_ops.get(node)
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
                 return False
-            if op != "to" and TABLE[op].kind != "view":
+            if _makes_storage(op):
                 return True
             base = next((a for a in node.args if isinstance(a, fx.Node)), None)
             if base is None:
@@ -908,7 +908,7 @@ class _Builder:
         if out.op in ("placeholder", "get_attr"):
             raise refuse("a graph input or parameter, which the caller would see change")
         made = self.lowered_ops.get(out)
-        if made is None or made == "to" or TABLE[made].kind == "view":
+        if made is None or not _makes_storage(made):
             raise refuse("which may share storage with another tensor")
         have, want = self.eg.data(result), self.eg.data(self.env[out])
         if have is None or want is None or have.shape != want.shape:
@@ -936,6 +936,12 @@ class _Builder:
                 if meta is None or meta.kind not in ("literal", "scalar"):
                     return False
         return True
+
+
+def _makes_storage(op: str) -> bool:
+    """Whether the modelled op ``op`` returns a tensor of its own: not a view, nor ``to``
+    (which returns its input where the dtype is already the one asked for)."""
+    return op != "to" and TABLE[op].kind != "view"
 
 
 def _updates_a_leaf(node: fx.Node) -> bool:
