@@ -99,14 +99,41 @@ compiled = torch.compile(model, backend=make_backend(codegen="inductor", validat
 for length in (8, 12):
     x = torch.randn(2, length, 16)
     torch.testing.assert_close(compiled(x), model(x))
+
+# T5's attention: unscaled scores plus a float position bias, 8 tokens. The e-graph keeps
+# it unfused by cost; on the CPU Inductor's own patterns do not choose again (they would
+# make it flash attention, slower at this size) unless inductor_options turn them on
+from torch._dynamo.utils import counters
+
+class BiasedAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(1, 4, 8, 8))
+
+    def forward(self, q, k, v):
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        return torch.softmax(q @ k.transpose(2, 3) + self.bias, -1) @ v
+
+model, qkv = BiasedAttention(), [torch.randn(2, 8, 4, 16) for _ in range(3)]
+uncached = {"fx_graph_cache": False}  # (a cached graph counts no pattern)
+for options, fused in ((uncached, 0), ({**uncached, "pattern_matcher": True}, 1)):
+    torch._dynamo.reset()
+    counters.clear()
+    backend = make_backend(codegen="inductor", validate="raise", inductor_options=options)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend=backend)(*qkv), model(*qkv))
+    (entry,) = backend.cache.values()
+    assert "sdpa" not in entry.module.code and "scaled_dot" not in entry.module.code
+    assert counters["inductor"]["fuse_attention"] == fused, (options, dict(counters["inductor"]))
 print("ok")
 """
 
 
 def test_inductor_generates_the_code_of_the_optimised_graph():
-    """codegen="inductor": inference and training equal eager, and a whole symbolic shape
-    stays one shape. In a subprocess: Inductor imports triton for compiled kernels, which
-    the Triton tests run in the interpreter."""
+    """codegen="inductor": inference and training equal eager, a whole symbolic shape
+    stays one shape, and the form the e-graph chose is the one Inductor compiles. In a
+    subprocess: Inductor imports triton for compiled kernels, which the Triton tests run
+    in the interpreter."""
     import os
     import subprocess
     import sys
@@ -131,7 +158,7 @@ def test_inductor_is_handed_torch_ops_not_our_kernels(monkeypatch):
     monkeypatch.setattr(fx_module, "_device_target", lambda inputs: "cuda")
     handed = []
     monkeypatch.setattr(inductor, "compile_fx",
-                        lambda gm, inputs: handed.append(gm) or gm.forward)
+                        lambda gm, inputs, **patches: handed.append(gm) or gm.forward)
 
     def kernels(module):
         return [n for n in module.graph.nodes if isinstance(n.target, FusedKernel)]
@@ -162,7 +189,7 @@ def test_the_default_code_generator_follows_the_inputs_device(monkeypatch):
 
     handed = []
     monkeypatch.setattr(inductor, "compile_fx",
-                        lambda gm, inputs: handed.append(gm) or gm.forward)
+                        lambda gm, inputs, **patches: handed.append(gm) or gm.forward)
     backend = backend_module.make_backend(validate="raise")
     x = torch.randn(4, 8)
     torch._dynamo.reset()
