@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -380,15 +380,19 @@ def _promote(x: Any) -> Any:
     return _to64(x)
 
 
-def _float64_reference(original: nn.Module):
+def _float64_reference(original: nn.Module, effects: bool = False):
     """A function from inputs to the flat float64 outputs of ``original`` (None where the
     program cannot run in float64): a graph run by :class:`_Float64Interpreter` (explicit
     casts and dtype checks would stop its own forward halfway), any other module promoted
-    to float64."""
+    to float64. With ``effects`` every call starts from the copy's first state (a buffer
+    the program changes in place, as the source's is before each of its runs)."""
     wide = float64_copy(original)
+    first = _State(wide.buffers()) if effects and isinstance(wide, nn.Module) else None
 
     def run(xs: tuple) -> list | None:
         xs = [_to64(x) for x in xs]
+        if first is not None:
+            first.restore()
         try:
             with state_kept():
                 if isinstance(wide, ExportedModule):
@@ -483,30 +487,73 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
         raise ValueError(f"reference={reference!r}: use one of "
                          f"{', '.join(map(repr, REFERENCES))}")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
-    with unset_fake_temporarily(), _caller_state_kept(src, new):
-        return _validate(src, new, trials, max_numel, reference, defined_only)
+    with unset_fake_temporarily(), _caller_state_kept(src, new) as state:
+        return _validate(src, new, trials, max_numel, reference, defined_only, state)
+
+
+class _State:
+    """The tensors a program with effects may change in place and their values when
+    taken, to run each program of a validation from the same state and to compare what
+    each leaves. A tensor whose elements share memory (an expanded constant) is left
+    out: torch refuses every in-place write into it, ``copy_`` included."""
+
+    def __init__(self, tensors: Iterable[Any]):
+        unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor)
+                  and torch._debug_has_internal_overlap(t) != 1}
+        self.tensors = list(unique.values())
+        self.values = self.taken()
+
+    def taken(self) -> list[torch.Tensor]:
+        """The tensors' values now."""
+        return [t.detach().clone() for t in self.tensors]
+
+    def restore(self) -> None:
+        """Give every tensor back the value it had when the state was taken."""
+        with torch.no_grad():
+            for tensor, value in zip(self.tensors, self.values):
+                tensor.copy_(value)
+
+    def with_inputs(self, inputs: tuple) -> _State:
+        """This state's tensors and ``inputs``'s, at their values now."""
+        return _State([*self.tensors, *inputs])
 
 
 @contextmanager
-def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[None]:
-    """Leave the example inputs and the buffers of the source and of the new program as
-    the caller had them: validation runs each program several times, and one with
-    effects may update an input or a buffer in place on every run (``x.add_(1)``,
-    BatchNorm's running statistics in training, a counter)."""
+def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]:
+    """The caller's state (the example inputs and the buffers of the source and of the
+    new program) where the source has effects, else None, given back as it was
+    afterwards: validation runs each program several times, and one with effects may
+    update an input or a buffer in place on every run (``x.add_(1)``, BatchNorm's
+    running statistics in training, a counter)."""
     if not src.effects:
-        yield
+        yield None
         return
     tensors = [x for x in src.example_inputs or () if isinstance(x, torch.Tensor)]
     for module in (src.module, src.graph_module, new):
         if isinstance(module, nn.Module):
             tensors.extend(module.buffers())
-    saved = {id(t): (t, t.detach().clone()) for t in tensors}
+    state = _State(tensors)
     try:
-        yield
+        yield state
     finally:
-        with torch.no_grad():
-            for tensor, kept in saved.values():
-                tensor.copy_(kept)
+        state.restore()
+
+
+def _effects_differ(by_source: list[torch.Tensor], by_new: list[torch.Tensor]) -> str | None:
+    """Why the tensors a program changed in place hold other values after the new
+    program than after the source (both run from the same state), or None."""
+    for index, (b, a) in enumerate(zip(by_source, by_new)):
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"an input or buffer changed in place ({index}) has another dtype or shape"
+        if b.is_floating_point() or b.is_complex():
+            if not torch.equal(torch.isnan(a), torch.isnan(b)):
+                return f"an input or buffer changed in place ({index}) is NaN elsewhere"
+            keep = ~torch.isnan(b)
+            if relative_errors(a[keep], b[keep])[1] > working_tolerance(b.dtype):
+                return f"an input or buffer changed in place ({index}) holds other values"
+        elif not torch.equal(a, b):
+            return f"an input or buffer changed in place ({index}) holds other values"
+    return None
 
 
 def program_numel(original: Any, inputs: tuple) -> int:
@@ -523,7 +570,10 @@ def program_numel(original: Any, inputs: tuple) -> int:
 
 
 def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
-              mode: str, defined_only: bool = False) -> Validation:
+              mode: str, defined_only: bool = False, state: _State | None = None
+              ) -> Validation:
+    """(``state``: where the source has effects, the caller's state, from which each
+    program runs on each input set.)"""
     original = src.graph_module if src.module is None else src.module
     inputs = tuple(_materialise(x) for x in src.example_inputs)
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
@@ -546,7 +596,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                                        src.ranges.get(name), gen), x)
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
-    reference = None if random_ops or working else _float64_reference(original)
+    effects = state is not None
+    reference = None if random_ops or working else _float64_reference(original, effects)
     worst_before = worst_after = 0.0
     kind = ("same-seed original" if random_ops else "working-dtype original" if working
             else "float64")
@@ -556,11 +607,12 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     # outputs per input set
     float64_source = None
     escalated: dict[int, list | None] = {}
-    beside = (ThreadPoolExecutor(2, "egraph-validate")
-              if not random_ops and _side_by_side(original, inputs, numel) else nullcontext())
+    # (not with effects: both programs would change the same tensors at once)
+    beside = (ThreadPoolExecutor(2, "egraph-validate") if not random_ops and not effects
+              and _side_by_side(original, inputs, numel) else nullcontext())
     with torch.no_grad(), beside as pool:
         for given, stress in zip(input_sets, stressed):
-            ahead = None
+            ahead, run_state = None, state.with_inputs(given) if effects else None
             if pool is None:
                 xs, out_before = _run_source(original, given)
             else:
@@ -569,6 +621,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
             if out_before is None:
                 continue  # generated integers the source cannot take (an index too large)
             checked += 1
+            if run_state is not None:  # the new program runs from the source's state
+                left_by_source = run_state.taken()
+                run_state.restore()
             try:
                 out_after = (ahead.result() if ahead is not None and xs is given
                              else _run_new(new, xs))
@@ -576,6 +631,12 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the optimised program raises where the original runs "
                                   f"({type(error).__name__}: {str(error).splitlines()[0]})")
+            if run_state is not None:
+                differ = _effects_differ(left_by_source, run_state.taken())
+                if differ:
+                    return Validation(False, worst_before, float("inf"), len(input_sets),
+                                      differ)
+                run_state.restore()  # (and the reference from it too)
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the output structure changed")
@@ -614,7 +675,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                     # program draws random numbers: float64 draws others).
                     if b.is_floating_point() and id(xs) not in escalated and not random_ops:
                         if float64_source is None:
-                            float64_source = _float64_reference(original)
+                            float64_source = _float64_reference(original, effects)
                         escalated[id(xs)] = float64_source(xs)
                     exact = escalated.get(id(xs)) if b.is_floating_point() else None
                     if exact is None:

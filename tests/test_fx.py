@@ -763,11 +763,71 @@ def test_an_exported_update_of_the_input_and_a_buffer_stays_an_effect():
     opt = EGraph.from_fx(torch.export.export(Counting(), (x.clone(),)), (example,)).extract(
         AstSize())
     torch.testing.assert_close(example, x)  # validation's runs left the caller's example
+    # each program ran from the caller's state: the count did not run ahead of the
+    # source's between them, which made every such program fall back
+    assert not opt.meta["egraph_report"].fell_back
     eager = Counting()
     for _ in range(2):
         mine, theirs = x.clone(), x.clone()
         torch.testing.assert_close(opt(mine), eager(theirs))
         torch.testing.assert_close(mine, theirs)
+
+
+def test_validation_with_effects_and_an_expanded_constant_does_not_crash():
+    """A program with an effect (a counter buffer) whose emitted module holds a constant
+    expanded to its use (stride 0, as GPT-OSS's folded attention shapes): validation
+    restores the caller's state afterwards and skipped no tensor it could write, but
+    copying into the expanded constant crashed ("more than one element of the written-to
+    tensor refers to a single memory location"); it is left out, as nothing can write it."""
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            self.count.add_(1)
+            sink = torch.arange(4.0).reshape(1, 4, 1, 1).expand(x.shape[0], 4, x.shape[2], 1)
+            return torch.cat([x, sink], -1) + self.count
+
+    x = torch.randn(2, 4, 8, 3)
+    program = torch.export.export(Counting(), (x,))
+    opt = EGraph.from_fx(program, (x,)).extract(AstSize(), validate="raise")
+    assert program.state_dict["count"] == 0  # validation's runs are not calls
+    eager = Counting()
+    for _ in range(2):
+        torch.testing.assert_close(opt(x), eager(x))
+    assert program.state_dict["count"] == eager.count == 2
+
+
+class _Counted(nn.Module):
+    """Counts its calls in a buffer by ``step``; the output does not read the count."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self.step = step
+        self.register_buffer("count", torch.zeros(1))
+
+    def forward(self, x):
+        self.count.add_(self.step)
+        return x * 2
+
+
+def test_validation_refuses_a_program_whose_updates_differ():
+    """Each program runs from the same state and the buffers and inputs they change in
+    place are compared afterwards: a program counting by 2 where the source counts by 1
+    is refused, though every output is equal; the caller's count is left at 0."""
+    from compiler.validate import validate_module
+
+    x = torch.randn(3)
+    source = _Counted(1)
+    src = EGraph.from_fx(torch.export.export(source, (x,)), (x,)).fx
+    counted = src.graph_module if src.module is None else src.module
+    assert validate_module(src, counted).ok
+    twice = _Counted(2)
+    twice.count = counted.count  # the same buffer, changed by another step
+    refused = validate_module(src, twice)
+    assert not refused.ok and "holds other values" in refused.reason
+    assert counted.count.item() == 0
 
 
 def test_validation_leaves_batch_norms_running_statistics_as_they_were():
@@ -779,6 +839,7 @@ def test_validation_leaves_batch_norms_running_statistics_as_they_were():
     x = torch.randn(8, 4)
     program = torch.export.export(model, (x,))
     opt = EGraph.from_fx(program, (x,)).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
     for _ in range(2):
         torch.testing.assert_close(opt(x), eager(x))
     state = program.state_dict
