@@ -36,13 +36,21 @@ from egraph.rules import load_rules  # noqa: E402
 TEXT = ("bert electra xlm-roberta mpnet funnel squeezebert mobilebert ernie megatron-bert "
         "roformer camembert big_bird xglm opt gpt_neo gpt_neox gptj bloom falcon codegen "
         "stablelm starcoder2 olmo cohere persimmon phi3 qwen3 granite gemma2 mpt biogpt "
-        "nemotron glm helium").split()
+        "nemotron glm helium openai-gpt ctrl gpt_bigcode convbert fnet xlnet modernbert "
+        "eurobert nomic_bert").split()
+# Recent decoders: grouped and sliding-window attention, mixtures of experts, and hybrids
+# with state-space (Mamba-2), recurrent or linear-attention layers
+RECENT = ("gemma3_text llama4_text gpt_oss exaone4 smollm3 ernie4_5 seed_oss glm4 olmo2 olmo3 "
+          "cohere2 arcee apertus vaultgemma hunyuan_v1_dense ministral doge diffllama bitnet "
+          "qwen3_moe olmoe granitemoe jetmoe phimoe minimax glm4_moe hunyuan_v1_moe lfm2 "
+          "mamba2 falcon_mamba falcon_h1 bamba jamba nemotron_h recurrent_gemma rwkv xlstm "
+          "qwen3_next").split()
 VISION = ("mobilenet_v1 mobilenet_v2 efficientnet regnet bit poolformer segformer mobilevit "
           "beit deit dinov2 convnextv2 levit cvt focalnet pvt_v2 glpn swiftformer "
-          "vit_msn").split()
+          "vit_msn siglip_vision_model dinov3_vit ijepa vit_mae").split()
 AUDIO = "wav2vec2 hubert wavlm sew data2vec-audio whisper speech_to_text".split()
 SEQ2SEQ = "bart mbart pegasus marian m2m_100 blenderbot-small plbart t5 mt5 umt5".split()
-TYPES = TEXT + VISION + AUDIO + SEQ2SEQ
+TYPES = TEXT + RECENT + VISION + AUDIO + SEQ2SEQ
 
 # Scalar fields of a default config set small where the config has them (a config keeps
 # the lists of hierarchical models: their stages stay as defined).
@@ -56,7 +64,14 @@ SMALL = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention
              max_window_layers=2, encoder_layers=2, decoder_layers=2,
              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
              decoder_ffn_dim=128, num_decoder_layers=2, num_mel_bins=16,
-             max_source_positions=16, max_target_positions=64)
+             max_source_positions=16, max_target_positions=64,
+             # state-space and linear-attention layers (Mamba-2 hybrids, Qwen3-Next):
+             # heads x head size = expand x hidden, groups dividing the heads
+             expand=1, mamba_expand=1, mamba_n_heads=4, mamba_d_head=16, mamba_d_ssm=64,
+             mamba_num_heads=4, mamba_head_dim=16, n_mamba_heads=4, mamba_headdim=16,
+             n_groups=1, mamba_d_state=16, state_size=16, ssm_state_size=16,
+             mamba_chunk_size=8, chunk_size=8, linear_key_head_dim=16,
+             linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4)
 DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
             "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
             "activation_dropout", "classifier_dropout", "feat_proj_dropout",
