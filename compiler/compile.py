@@ -45,7 +45,7 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import is_in_place
+from frontends.fx.effects import is_in_place, updates_an_alias
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -527,7 +527,7 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
     >>> differentiable_as_emitted(gm, (torch.randn(2),))
     True
     """
-    if cuda_device(example_inputs) is not None:
+    if cuda_device(example_inputs) is not None or updates_an_alias(gm.graph):
         return False
     return not any(n.op == "call_function" and (
         n.target in _STATE_CHANGES or isinstance(n.target, torch._ops.HigherOrderOperator)

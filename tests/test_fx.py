@@ -884,3 +884,75 @@ def test_out_into_a_view_or_an_input_is_refused_with_the_fix(program, why):
     gm = torch.fx.symbolic_trace(program)
     with pytest.raises(UntraceableModel, match=f"{why}.*assign its result instead"):
         EGraph.from_fx(gm, (torch.randn(3, 4),))
+
+
+def _through_a_flat_view(x):
+    h = x * 2
+    h.view(-1).add_(1)
+    return h
+
+
+def _into_a_column(x):
+    h = x * 2
+    h[:, 0].mul_(3)
+    return h
+
+
+def _view_read_after_its_base_changed(x):
+    h = x.exp()
+    row = h[0]
+    h.mul_(2)
+    return row + 1
+
+
+def _through_an_unsqueezed_view(x):
+    h = x + 1
+    h.unsqueeze(0).relu_()
+    return h * 2
+
+
+def _copied_into_a_narrowed_clone(x):
+    h = x.clone()
+    h.narrow(1, 0, 2).copy_(torch.ones(3, 2))
+    return h
+
+
+class _ScaledFirstColumn(nn.Module):
+    """transformers-style: a projection whose first column is rescaled in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        h[..., :1].mul_(0.5)
+        return torch.tanh(h)
+
+
+@pytest.mark.parametrize("program", [
+    _through_a_flat_view, _into_a_column, _view_read_after_its_base_changed,
+    _through_an_unsqueezed_view, _copied_into_a_narrowed_clone, _ScaledFirstColumn()],
+    ids=lambda p: getattr(p, "__name__", type(p).__name__))
+def test_updates_seen_through_views_keep_eager_values(program):
+    """An in-place update of a view of an intermediate changes its base, and one of a
+    base changes its views. Ingest made the update out of place and rebound only the name
+    it was called on: the base (or the view) kept its old values, a wrong result with
+    validation off, a fallback with it on; and an in-place copy into a view of a clone,
+    whose clone the rules drop, wrote into the caller's input. A traced module with such
+    an update is now ingested as torch.export's functional program, and torch.compile
+    sends its graph through aot_autograd's functionalisation."""
+    x = torch.randn(3, 4)
+    expected, given = program(x.clone()), x.clone()
+    module = program if isinstance(program, nn.Module) else None
+    traced = torch.fx.symbolic_trace(module or program)
+    opt = EGraph.from_fx(module or traced, (given,)).extract(AstSize(), validate="off")
+    torch.testing.assert_close(opt(given), expected)
+    torch.testing.assert_close(given, x)  # the caller's input is left as it was
+    from compiler.compile import make_backend
+
+    torch._dynamo.reset()
+    backend = make_backend(validate="strict")
+    torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
+    torch.testing.assert_close(given, x)
+    assert not any(r.extraction.fell_back for r in backend.reports if r.extraction is not None)

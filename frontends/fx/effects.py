@@ -232,7 +232,8 @@ def updates_an_alias(graph: fx.Graph) -> bool:
         if (key := storage(n)) is not None:
             sharing.setdefault(key, []).append(n)
     for n in graph.nodes:
-        if n.op != "call_function" or not is_in_place(n) or not n.args or not isinstance(
+        if n.op not in ("call_function", "call_method") or not (
+                is_in_place(n) or n.target is operator.setitem) or not n.args or not isinstance(
                 n.args[0], fx.Node) or (key := storage(n.args[0])) is None:
             continue
         for other in sharing.get(key, ()):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,15 +137,12 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
     propagation: a run on the example inputs where they are real tensors (cheaper than
     importing torch._dynamo, which fake tensors need), fake tensors otherwise."""
     out: dict[str, Meta] = {}
-    # A node nothing reads needs no meta (torch.export's module() adds an unused call of
-    # its input guards, ``_guards_fn``, without one).
-    for key in ("val", "example_value"):
-        if all(key in n.meta for n in gm.graph.nodes
-               if n.op not in ("output", "get_attr") and n.users):
-            for n in gm.graph.nodes:
-                if key in n.meta:
-                    out[n.name] = Meta.of(n.meta[key])
-            return out
+    key = _recorded_key(gm)
+    if key is not None:
+        for n in gm.graph.nodes:
+            if key in n.meta:
+                out[n.name] = Meta.of(n.meta[key])
+        return out
     if example_inputs is None:
         return out
     if _real(example_inputs):
@@ -167,6 +165,18 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
             _check_inputs_fit(gm, example_inputs, run.node, err)
         return out  # shapes stay unknown where fake propagation cannot run
     return run.metas
+
+
+def _recorded_key(gm: fx.GraphModule) -> str | None:
+    """The meta key under which the graph's tracer recorded every node's value
+    (``"val"``: torch.export, aot_autograd; ``"example_value"``: dynamo), or None (a
+    symbolic trace). A node nothing reads needs none (torch.export's module() adds an
+    unused call of its input guards, ``_guards_fn``, without one)."""
+    for key in ("val", "example_value"):
+        if all(key in n.meta for n in gm.graph.nodes
+               if n.op not in ("output", "get_attr") and n.users):
+            return key
+    return None
 
 
 def _real(example_inputs) -> bool:
@@ -465,6 +475,9 @@ class _Builder:
         self.observed: dict[str, dict] = {}
         self.folded: dict[int, torch.Tensor] = {}
         self.lowered_ops: dict[fx.Node, str] = {}  # the op each modelled call became
+        # (refuse an update seen through a view: not in torch.export's graphs, made
+        # functional before ingest where that can be done)
+        self.follows_views = False
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -786,6 +799,8 @@ class _Builder:
                         node.args[0], fx.Node):
                     target = node.args[0]
                     if target.op not in ("placeholder", "get_attr"):
+                        if self.follows_views and self._shared_update(target, node):
+                            raise _UpdateThroughView(node)
                         self.env[target] = self.env[node]
                     elif not isinstance(node.target, torch._ops.OpOverload):
                         # (an export graph's update of a leaf stayed the source's call)
@@ -797,6 +812,33 @@ class _Builder:
         if self.effect is not None:
             self.effects.append(self.effect)
 
+    def _shared_update(self, target: fx.Node, update: fx.Node) -> bool:
+        """Whether the in-place ``update`` of ``target`` changes a value that shares its
+        storage, which rebinding ``target`` to the out-of-place result would leave stale:
+        ``target`` is a view of another value (``to`` and ``contiguous`` may return their
+        input, and an unmodelled call may return a view), or a view of ``target`` taken
+        before the update is read after it."""
+        def shares(n: fx.Node) -> bool:
+            op = self.lowered_ops.get(n)
+            if op is None:
+                return n.op in ("call_function", "call_method", "call_module") and not (
+                    _is_clone(n))
+            return not _makes_storage(op)
+
+        if shares(target):
+            return True
+        order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        views, seen = [target], {target}
+        while views:
+            for user in views.pop().users:
+                if user in seen or order[user] >= order[update] or not shares(user):
+                    continue
+                if any(order[reader] > order[update] for reader in user.users):
+                    return True
+                seen.add(user)
+                views.append(user)
+        return False
+
     def _out(self, arg):
         if isinstance(arg, fx.Node):
             return OutputRef(self.env[arg], self._fresh(arg), self._contiguous(arg))
@@ -807,8 +849,7 @@ class _Builder:
         with an input, parameter or constant: made by a modelled op that is not a view
         (``to`` and ``contiguous`` may return their input), or a view of such a tensor."""
         while True:
-            if (node.op == "call_method" and node.target == "clone") or (
-                    node.op == "call_function" and node.target in _CLONES):
+            if _is_clone(node):
                 return True
             op = self.lowered_ops.get(node)
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
@@ -936,6 +977,12 @@ class _Builder:
                 if meta is None or meta.kind not in ("literal", "scalar"):
                     return False
         return True
+
+
+def _is_clone(node: fx.Node) -> bool:
+    """Whether the call ``node`` is a clone (a new tensor, whatever ingest makes of it)."""
+    return (node.op == "call_method" and node.target == "clone") or (
+        node.op == "call_function" and node.target in _CLONES)
 
 
 def _makes_storage(op: str) -> bool:
@@ -1077,7 +1124,8 @@ DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             ranges: dict[str, tuple[float, float]] | None = None,
-            observe: bool | None = None, make_egraph: Callable[..., EGraph] = EGraph) -> EGraph:
+            observe: bool | None = None, make_egraph: Callable[..., EGraph] = EGraph,
+            follow_views: bool = True) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
@@ -1091,6 +1139,11 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     draws its random inputs inside it. ``observe``
     runs the graph once on the (real) example inputs to record every tensor's range for
     the curvature cost; by default only when inputs and parameters are small.
+
+    A module whose graph updates a value in place through a view of it, or a value
+    another view reads later (``h[:, :1].mul_(3)``, ``h.view(-1).add_(1)``), is captured
+    with torch.export and ingested as its functional program, where example inputs are
+    given and export can capture it (``follow_views=False``: ingested as traced).
     """
     param_names: dict[str, str] = {}
     module = source
@@ -1134,7 +1187,17 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         builder.metas[name] = meta._replace(lo=float(lo), hi=float(hi))
     if observe and not ranges:
         builder.observed = observe_ranges(gm, example_inputs)
-    builder.run()
+    # (a traced graph's updates only: where the tracer recorded values, their storages
+    # tell, torch.export's are made functional above and torch.compile's by aot_autograd)
+    builder.follows_views = follow_views and _recorded_key(gm) is None
+    try:
+        builder.run()
+    except _UpdateThroughView as update:
+        program = _exported(source, example_inputs, update.node)
+        if program is None:  # validation judges the program as ingested before
+            return from_fx(source, example_inputs, domains, ranges, observe, make_egraph,
+                           follow_views=False)
+        return from_fx(program, example_inputs, domains, ranges, observe, make_egraph)
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)
     else:
@@ -1202,6 +1265,30 @@ def _unflattened_outputs(gm: fx.GraphModule, outputs):
     from torch.utils._pytree import tree_unflatten
 
     return tree_unflatten(list(outputs), info.out_spec)
+
+
+class _UpdateThroughView(Exception):
+    """Ingest met an in-place update that a view shares (:meth:`_Builder._shared_update`)."""
+
+    def __init__(self, node: fx.Node):
+        super().__init__(node.name)
+        self.node = node
+
+
+def _exported(source: nn.Module, example_inputs, update: fx.Node):
+    """``source`` captured by torch.export on the example inputs, for its update through
+    a view (``update``), or None where there are no example inputs or export fails."""
+    if example_inputs is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.export(source, tuple(example_inputs))
+    except Exception as err:  # noqa: BLE001 - export cannot capture it: ingested as traced
+        logging.getLogger(__name__).info(
+            "%s updates a view in place and torch.export cannot capture the model (%s): "
+            "ingested as traced", update.name, err)
+        return None
 
 
 def _functional(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
