@@ -506,3 +506,26 @@ def test_a_whole_symbolic_size_is_one_shape_value(spelling):
         x, y = torch.randn(2, length), torch.randn(2, length)
         torch.testing.assert_close(compiled(x, y), fn(x, y))
     assert not any(e.module.meta["egraph_report"].fell_back for e in backend.cache.values())
+
+
+def _counted_and_masked(x, cache):
+    cache.add_(1)                    # an input updated in place: through aot_autograd
+    keep = torch.arange(4) <= 2      # constants alone: folded at ingest
+    return x * keep + cache.sum()
+
+
+def test_a_constant_folded_under_aot_autograds_fake_mode_is_a_real_tensor():
+    """With symbolic sizes the forward graph aot_autograd hands the backend is ingested
+    under its fake mode; a call on constants alone (``torch.arange``, and the comparison
+    with it) was folded there into a fake tensor, which the emitted program held as a
+    constant: every run raised ("Please convert all Tensors to FakeTensors first") and
+    the graph fell back (Falcon-H1's and Nemotron-H's decoding steps)."""
+    torch._dynamo.reset()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(_counted_and_masked, backend=backend, dynamic=True)
+    for rows in (3, 5):
+        x, ours, theirs = torch.randn(rows, 4), torch.zeros(2), torch.zeros(2)
+        torch.testing.assert_close(compiled(x, ours), _counted_and_masked(x, theirs))
+        torch.testing.assert_close(ours, theirs)
+    assert [r.name for r in backend.reports] == ["forward 0"]
+    assert not backend.reports[0].extraction.fell_back

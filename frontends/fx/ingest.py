@@ -673,11 +673,25 @@ class _Builder:
         if not any(isinstance(v, torch.Tensor) for v in values) and spec.name not in (
                 "full", "arange"):
             return None
-        try:
-            result = spec.run(values)
-        except Exception:  # noqa: BLE001 - not foldable here: keep the op
+
+        def run():
+            try:
+                return spec.run(values)
+            except Exception:  # noqa: BLE001 - not foldable here: keep the op
+                return None
+        return self._folded(run, values)
+
+    def _folded(self, run: Callable[[], Any], values: list) -> int | None:
+        """A constant leaf for what ``run()`` returns, computed from the constant
+        ``values`` outside any fake mode (inside aot_autograd's, ``torch.arange`` makes a
+        fake tensor, which the emitted program cannot hold: Falcon-H1's decoding step
+        fell back); None where a value is itself fake or there is no tensor to keep."""
+        from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+        if any(isinstance(v, FakeTensor) for v in values):
             return None
-        return self._folded_constant(result)
+        with unset_fake_temporarily():
+            return self._folded_constant(run())
 
     def _fold_call(self, node: fx.Node) -> int | None:
         """A constant leaf for a call the vocabulary does not model (``torch.diff``,
@@ -708,7 +722,7 @@ class _Builder:
         if any(v is UNKNOWN_VALUE for v in values) or not any(
                 isinstance(v, torch.Tensor) for v in values):
             return None
-        return self._folded_constant(run_pure(target, args, kwargs))
+        return self._folded(lambda: run_pure(target, args, kwargs), values)
 
     def _normalized(self, spec, kids: list[int]) -> list[int]:
         """Attributes in normal form (positive dims, concrete shapes) so that the same
