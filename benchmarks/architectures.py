@@ -1,16 +1,19 @@
 """A sweep over transformers architectures outside the corpus, built generically from
-each model type's default config made small, through torch.export (validated, strict)
-and torch.compile with the backend: what a user who picks any architecture gets.
+each model type's default config made small, through torch.export (validated, strict),
+torch.compile with the backend, and generation with the compiled forward: what a user
+who picks any architecture gets.
 
     .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
+                                                 [--no-generate]
 
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
 output or a crash of ours) and through torch.compile (the same, with graph breaks
-counted), nodes before -> after and the pipeline's seconds. Outputs are compared with
+counted), then, for the types with a causal language-model head, greedy ``generate``
+with the key/value cache and the forward compiled with the backend (its tokens must be
+eager's), nodes before -> after and the pipeline's seconds. Outputs are compared with
 eager's (float64-judged where the float32 outputs differ). The table is printed and
-written to benchmarks/results/architectures.md (``--out``).
-"""
+written to benchmarks/results/architectures.md (``--out``)."""
 
 from __future__ import annotations
 
@@ -77,6 +80,7 @@ DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_pr
             "activation_dropout", "classifier_dropout", "feat_proj_dropout",
             "hidden_dropout_rate", "drop_path_rate", "layerdrop")
 BATCH, SEQ, IMAGE, SAMPLES = 2, 8, 32, 1600
+NEW_TOKENS = 6
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=60.0)
 
 
@@ -197,25 +201,70 @@ def _through_compile(model, inputs, rules) -> dict:
         with compile_backend.capture() as seen:
             out = torch.compile(model, backend=backend)(*inputs)
         _check(out, model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
-        fell = [r.extraction.validation.reason for r in backend.reports
-                if r.extraction is not None and r.extraction.fell_back]
-        status = ("fallback: " + "; ".join(fell)) if fell else "ok"
-        breaks = len(seen.graph_breaks)
-        return {"compile": status + (f" ({breaks} graph breaks)" if breaks else "")}
+        return {"compile": _status(backend, seen)}
     except Exception as exc:  # noqa: BLE001 - a row of the table
         return {"compile": _error(exc, 90)}
+
+
+def _status(backend, seen) -> str:
+    """``ok``, or the fallbacks' reasons, and the graph breaks of a compiled run."""
+    fell = [r.extraction.validation.reason for r in backend.reports
+            if r.extraction is not None and r.extraction.fell_back]
+    status = ("fallback: " + "; ".join(fell)) if fell else "ok"
+    breaks = len(seen.graph_breaks)
+    return status + (f" ({breaks} graph breaks)" if breaks else "")
+
+
+def _through_generate(model_type: str, rules) -> dict:
+    """Greedy generation of :data:`NEW_TOKENS` tokens after the prompt, with the
+    key/value cache, the language model's forward compiled with the backend as
+    transformers documents it; the tokens must equal eager's. Only for the types with a
+    causal language-model head."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return {}
+    config = small_config(model_type)
+    config.use_cache = True
+
+    def built():
+        torch.manual_seed(0)
+        return AutoModelForCausalLM.from_config(config).eval()
+
+    ids = torch.randint(3, 1000, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    options = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                   pad_token_id=0)
+    try:
+        expected = built().generate(ids, **options)
+    except Exception as exc:  # noqa: BLE001 - transformers' own generation fails here
+        return {"generate": "eager generate: " + _error(exc, 80)}
+    model = built()
+    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, backend=backend)
+    try:
+        with compile_backend.capture() as seen:
+            tokens = model.generate(ids, **options)
+        if not torch.equal(tokens, expected):
+            return {"generate": "tokens differ from eager's"}
+        return {"generate": _status(backend, seen)}
+    except Exception as exc:  # noqa: BLE001 - a row of the table
+        return {"generate": _error(exc, 90)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--no-generate", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    lines = ["| architecture | export | compile | nodes | pipeline s |", "|---|---|---|---|---|"]
-    counts = {"export": 0, "compile": 0, "built": 0}
+    lines = ["| architecture | export | compile | generate | nodes | pipeline s |",
+             "|---|---|---|---|---|---|"]
+    counts = {"export": 0, "compile": 0, "generate": 0, "generates": 0, "built": 0}
     for model_type in args.types.split(","):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
@@ -229,14 +278,19 @@ def main() -> None:
                 row = _through_export(model, inputs, rules)
                 if not args.no_compile:
                     row.update(_through_compile(model, inputs, rules))
-        for entry in ("export", "compile"):
+                if not args.no_generate:
+                    row.update(_through_generate(model_type, rules))
+        for entry in ("export", "compile", "generate"):
             counts[entry] += row.get(entry) == "ok"
+        counts["generates"] += not row.get("generate", "eager").startswith("eager")
         line = (f"| {model_type} | {row.get('export', '')} | {row.get('compile', '')} | "
-                f"{row.get('nodes', '')} | {row.get('pipeline_s', float('nan')):.2f} |")
+                f"{row.get('generate', '')} | {row.get('nodes', '')} | "
+                f"{row.get('pipeline_s', float('nan')):.2f} |")
         print(line, flush=True)
         lines.append(line)
     summary = (f"built {counts['built']} of {len(args.types.split(','))}; ok through export "
-               f"{counts['export']}, through compile {counts['compile']}")
+               f"{counts['export']}, through compile {counts['compile']}, generating "
+               f"{counts['generate']} of {counts['generates']}")
     print(summary)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines + ["", summary, ""]))
