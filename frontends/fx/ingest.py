@@ -475,9 +475,10 @@ class _Builder:
         self.observed: dict[str, dict] = {}
         self.folded: dict[int, torch.Tensor] = {}
         self.lowered_ops: dict[fx.Node, str] = {}  # the op each modelled call became
-        # (refuse an update seen through a view: not in torch.export's graphs, made
-        # functional before ingest where that can be done)
+        # whether an in-place update a view shares stops ingest (_UpdateThroughView: a
+        # traced graph's, which from_fx then captures with torch.export)
         self.follows_views = False
+        self._order: dict[fx.Node, int] = {}
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -841,7 +842,9 @@ class _Builder:
 
         if shares(target):
             return True
-        order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        if not self._order:
+            self._order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        order = self._order
         views, seen = [target], {target}
         while views:
             for user in views.pop().users:
