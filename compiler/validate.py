@@ -497,25 +497,28 @@ class _State:
     each leaves. A tensor whose elements share memory (an expanded constant) is left
     out: torch refuses every in-place write into it, ``copy_`` included."""
 
-    def __init__(self, tensors: Iterable[Any]):
+    def __init__(self, tensors: Iterable[Any], values: list[torch.Tensor] | None = None):
         unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor)
                   and torch._debug_has_internal_overlap(t) != 1}
         self.tensors = list(unique.values())
-        self.values = self.taken()
+        self.values = list(values or ())
+        self.values += [t.detach().clone() for t in self.tensors[len(self.values):]]
 
-    def taken(self) -> list[torch.Tensor]:
-        """The tensors' values now."""
-        return [t.detach().clone() for t in self.tensors]
+    def changes(self) -> dict[int, torch.Tensor]:
+        """Copies of the tensors whose values are no longer the state's, by position
+        (most are not changed: comparing them costs less than copying them)."""
+        return {i: t.detach().clone() for i, (t, v) in enumerate(zip(self.tensors, self.values))
+                if not torch.equal(t, v)}
 
-    def restore(self) -> None:
-        """Give every tensor back the value it had when the state was taken."""
+    def restore(self, changed: Iterable[int] | None = None) -> None:
+        """Give the tensors at positions ``changed`` (all by default) the state's values."""
         with torch.no_grad():
-            for tensor, value in zip(self.tensors, self.values):
-                tensor.copy_(value)
+            for i in range(len(self.tensors)) if changed is None else changed:
+                self.tensors[i].copy_(self.values[i])
 
     def with_inputs(self, inputs: tuple) -> _State:
-        """This state's tensors and ``inputs``'s, at their values now."""
-        return _State([*self.tensors, *inputs])
+        """This state and the tensors of ``inputs`` at their values now."""
+        return _State([*self.tensors, *inputs], self.values)
 
 
 @contextmanager
@@ -539,20 +542,24 @@ def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]
         state.restore()
 
 
-def _effects_differ(by_source: list[torch.Tensor], by_new: list[torch.Tensor]) -> str | None:
-    """Why the tensors a program changed in place hold other values after the new
-    program than after the source (both run from the same state), or None."""
-    for index, (b, a) in enumerate(zip(by_source, by_new)):
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return f"an input or buffer changed in place ({index}) has another dtype or shape"
+def _effects_differ(state: _State, by_source: dict[int, torch.Tensor],
+                    by_new: dict[int, torch.Tensor]) -> str | None:
+    """Why the tensors of ``state`` hold other values after the new program than after
+    the source, both run from it (``by_source`` and ``by_new``: :meth:`_State.changes`),
+    or None."""
+    for index in sorted(by_source.keys() | by_new.keys()):
+        b, a = by_source.get(index, state.values[index]), by_new.get(index, state.values[index])
+        if torch.equal(a, b):
+            continue
+        if a.shape != b.shape:  # (resize_)
+            return f"an input or buffer changed in place ({index}) has another shape"
         if b.is_floating_point() or b.is_complex():
             if not torch.equal(torch.isnan(a), torch.isnan(b)):
                 return f"an input or buffer changed in place ({index}) is NaN elsewhere"
             keep = ~torch.isnan(b)
-            if relative_errors(a[keep], b[keep])[1] > working_tolerance(b.dtype):
-                return f"an input or buffer changed in place ({index}) holds other values"
-        elif not torch.equal(a, b):
-            return f"an input or buffer changed in place ({index}) holds other values"
+            if relative_errors(a[keep], b[keep])[1] <= working_tolerance(b.dtype):
+                continue
+        return f"an input or buffer changed in place ({index}) holds other values"
     return None
 
 
@@ -622,8 +629,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 continue  # generated integers the source cannot take (an index too large)
             checked += 1
             if run_state is not None:  # the new program runs from the source's state
-                left_by_source = run_state.taken()
-                run_state.restore()
+                left_by_source = run_state.changes()
+                run_state.restore(left_by_source)
             try:
                 out_after = (ahead.result() if ahead is not None and xs is given
                              else _run_new(new, xs))
@@ -632,11 +639,12 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                                   "the optimised program raises where the original runs "
                                   f"({type(error).__name__}: {str(error).splitlines()[0]})")
             if run_state is not None:
-                differ = _effects_differ(left_by_source, run_state.taken())
+                left_by_new = run_state.changes()
+                differ = _effects_differ(run_state, left_by_source, left_by_new)
                 if differ:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
                                       differ)
-                run_state.restore()  # (and the reference from it too)
+                run_state.restore(left_by_new)  # (and the reference runs from it too)
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the output structure changed")
