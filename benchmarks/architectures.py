@@ -4,16 +4,17 @@ torch.compile with the backend, and generation with the compiled forward: what a
 who picks any architecture gets.
 
     .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
-                                                 [--no-generate]
+                                                 [--no-generate] [--train]
 
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
 output or a crash of ours) and through torch.compile (the same, with graph breaks
 counted), then, for the types with a causal language-model head, greedy ``generate``
 with the key/value cache and the forward compiled with the backend (its tokens must be
-eager's), nodes before -> after and the pipeline's seconds. Outputs are compared with
-eager's (float64-judged where the float32 outputs differ). The table is printed and
-written to benchmarks/results/architectures.md (``--out``)."""
+eager's), with ``--train`` a training step through the backend (loss and gradients
+equal eager's, float64-judged), nodes before -> after and the pipeline's seconds.
+Outputs are compared with eager's (float64-judged where the float32 outputs differ).
+The table is printed and written to benchmarks/results/architectures.md (``--out``)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
-from benchmarks.models import _check, _error, _wide  # noqa: E402
+from benchmarks.corpus import Case  # noqa: E402
+from benchmarks.models import _check, _error, _wide, run_train  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.validate import float64_copy  # noqa: E402
 from egraph import EGraph  # noqa: E402
@@ -215,6 +217,21 @@ def _status(backend, seen) -> str:
     return status + (f" ({breaks} graph breaks)" if breaks else "")
 
 
+def _through_training(model_type: str, model, inputs, rules) -> dict:
+    """A training step through the backend (forward, a loss, backward): the loss and
+    every gradient equal eager's, float64-judged (benchmarks/models.py's ``train``)."""
+    case = Case(model_type, model, inputs, lambda batch, seq: inputs, "seq")
+    try:
+        row = run_train(case, rules)
+    except Exception as exc:  # noqa: BLE001 - a row of the table
+        return {"train": _error(exc, 90)}
+    finally:
+        model.eval()
+    fell = row.get("fallback_reasons") or []
+    status = ("fallback: " + "; ".join(fell)) if fell else "ok"
+    return {"train": status + (f" ({row['breaks']} graph breaks)" if row.get("breaks") else "")}
+
+
 def _through_generate(model_type: str, rules) -> dict:
     """Greedy generation of :data:`NEW_TOKENS` tokens after the prompt, with the
     key/value cache, the language model's forward compiled with the backend as
@@ -258,13 +275,16 @@ def main() -> None:
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-generate", action="store_true")
+    parser.add_argument("--train", action="store_true",
+                        help="add a training step through the backend (gradients judged)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    lines = ["| architecture | export | compile | generate | nodes | pipeline s |",
-             "|---|---|---|---|---|---|"]
-    counts = {"export": 0, "compile": 0, "generate": 0, "generates": 0, "built": 0}
+    lines = ["| architecture | export | compile | generate | train | nodes | pipeline s |",
+             "|---|---|---|---|---|---|---|"]
+    counts = {"export": 0, "compile": 0, "generate": 0, "generates": 0, "train": 0,
+              "built": 0}
     for model_type in args.types.split(","):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
@@ -280,17 +300,23 @@ def main() -> None:
                     row.update(_through_compile(model, inputs, rules))
                 if not args.no_generate:
                     row.update(_through_generate(model_type, rules))
-        for entry in ("export", "compile", "generate"):
+        if args.train and "not built" not in row.get("export", ""):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                row.update(_through_training(model_type, model, inputs, rules))
+        for entry in ("export", "compile", "generate", "train"):
             counts[entry] += row.get(entry) == "ok"
         counts["generates"] += not row.get("generate", "eager").startswith("eager")
         line = (f"| {model_type} | {row.get('export', '')} | {row.get('compile', '')} | "
-                f"{row.get('generate', '')} | {row.get('nodes', '')} | "
+                f"{row.get('generate', '')} | {row.get('train', '')} | "
+                f"{row.get('nodes', '')} | "
                 f"{row.get('pipeline_s', float('nan')):.2f} |")
         print(line, flush=True)
         lines.append(line)
     summary = (f"built {counts['built']} of {len(args.types.split(','))}; ok through export "
                f"{counts['export']}, through compile {counts['compile']}, generating "
-               f"{counts['generate']} of {counts['generates']}")
+               f"{counts['generate']} of {counts['generates']}"
+               + (f", training {counts['train']}" if args.train else ""))
     print(summary)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines + ["", summary, ""]))
