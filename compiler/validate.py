@@ -539,7 +539,9 @@ def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]
     try:
         yield state
     finally:
-        state.restore()
+        # (only what changed: a write bumps a tensor's version, and autograd refuses a
+        # backward through a tensor saved before the write: JetMoE's router input)
+        state.restore(state.changes())
 
 
 def _effects_differ(state: _State, by_source: dict[int, torch.Tensor],

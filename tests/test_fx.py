@@ -830,6 +830,21 @@ def test_validation_refuses_a_program_whose_updates_differ():
     assert counted.count.item() == 0
 
 
+def test_validation_writes_only_into_what_a_run_changed():
+    """Validation gives back the caller's values by writing only into the tensors a run
+    changed: a write bumps a tensor's version, and autograd refuses a backward through
+    a tensor saved before it. Every example input was written back, and JetMoE's
+    training step through torch.compile failed ("modified by an inplace operation")."""
+    from compiler.validate import validate_module
+
+    x = torch.randn(3)
+    src = EGraph.from_fx(torch.export.export(_Counted(1), (x,)), (x,)).fx
+    counted = src.graph_module if src.module is None else src.module
+    version = x._version
+    assert validate_module(src, counted).ok
+    assert x._version == version and counted.count.item() == 0
+
+
 def test_validation_leaves_batch_norms_running_statistics_as_they_were():
     """An exported BatchNorm in training updates its running statistics on every call;
     validation's runs of the source and of ours must not count as calls."""
