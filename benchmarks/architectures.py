@@ -80,7 +80,10 @@ SMALL = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention
 DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
             "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
             "activation_dropout", "classifier_dropout", "feat_proj_dropout",
-            "hidden_dropout_rate", "drop_path_rate", "layerdrop")
+            "hidden_dropout_rate", "drop_path_rate", "layerdrop", "dropout_rate",
+            "final_dropout", "encoder_layerdrop", "decoder_layerdrop",
+            # training-time augmentation: random like dropout (SpecAugment's time masks)
+            "mask_time_prob", "mask_feature_prob")
 BATCH, SEQ, IMAGE, SAMPLES = 2, 8, 32, 1600
 NEW_TOKENS = 6
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=60.0)

@@ -242,7 +242,9 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     t0 = time.perf_counter()
     roots = program_roots(egraph)
     optimal = None
-    if method == "greedy":
+    if not roots:  # a program of no tensor (dynamo hands over ``return ()``)
+        picked, optimal = {}, True
+    elif method == "greedy":
         choice = best_nodes(egraph, cost, prefer=egraph.initial)
         missing = [r for r in roots if r not in choice]
         if missing:

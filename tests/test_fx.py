@@ -971,3 +971,15 @@ def test_updates_seen_through_views_keep_eager_values(program):
     torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
     torch.testing.assert_close(given, x)
     assert not any(r.extraction.fell_back for r in backend.reports if r.extraction is not None)
+
+
+def test_a_graph_of_no_tensor_compiles_to_itself():
+    """Dynamo hands a backend graphs that compute nothing (``return ()``: M2M100 in
+    training, where layer drop skipped a layer's code); extraction had no root to start
+    from and raised, so the compile failed."""
+    from compiler.compile import make_backend
+
+    empty = torch.fx.symbolic_trace(lambda: ())
+    opt = EGraph.from_fx(empty, ()).extract(AstSize(), validate="raise")
+    assert opt() == () and not opt.meta["egraph_report"].fell_back
+    assert make_backend(validate="raise")(empty, [])() == ()
