@@ -169,6 +169,35 @@ def test_compile_training_step(name, rules):
     assert kinds["graph"] + kinds["backward"] >= 1 and kinds["forward"] == kinds["backward"]
 
 
+def test_a_training_step_with_dropout_draws_eagers_masks(rules):
+    """Under one seed, a training step of GPT-2 with its dropouts on gives eager's loss
+    and gradients through the backend: the random calls stay the source's, in its order
+    and with its shapes, so they draw the same masks (Inductor draws its own)."""
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2,
+                                     n_head=4, resid_pdrop=0.1, embd_pdrop=0.1,
+                                     attn_pdrop=0.1)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(config).train()
+    ids = torch.randint(3, 1000, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def step(forward):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        loss = forward(ids).last_hidden_state.square().mean()
+        loss.backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    backend = make_backend(rules=rules, validate="strict", **LIMITS)
+    loss, grads = step(torch.compile(model, backend=backend))
+    eager_loss, eager_grads = step(model)
+    torch.testing.assert_close(loss, eager_loss, **TOL)
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(grads[key], grad, **TOL, msg=lambda m, k=key: f"{k}: {m}")
+    _assert_no_fallback(backend)
+
+
 def test_a_training_step_with_random_ops_is_not_refused_for_rounding(rules):
     """Swin's stochastic depth draws random numbers in training, so validation compares
     with the source under the same seed, in float32: its fused linears differ from the
