@@ -287,3 +287,22 @@ def test_validation_refuses_an_output_that_is_the_callers_input():
     assert validate_module(scaled, _Recorded(lambda x: x.clone())).ok
     viewed = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x.view(-1)), (x,)).fx
     assert validate_module(viewed, _Recorded(lambda x: x.reshape(-1))).ok
+
+
+def test_an_output_the_source_cancels_to_noise_is_judged_with_the_wider_slack():
+    """The mean of centred values (a layer norm's saved mean, in PVTv2's training step)
+    is rounding noise in float32, 1e9 times its float64 value: a program whose noise is
+    8 times the source's was refused by the twice-the-source bar of real inputs (a
+    fallback); it is judged as on invented inputs (16 times), and a program off by a real
+    error is still refused."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    def centred_mean(x):
+        return (x - x.mean(-1, keepdim=True)).mean(-1)
+
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(0)) + 3.0
+    src = EGraph.from_fx(torch.fx.symbolic_trace(centred_mean), (x,)).fx
+    assert validate_module(src, _Recorded(lambda x: centred_mean(x) * 8)).ok
+    wrong = validate_module(src, _Recorded(lambda x: centred_mean(x) + 1e-3))
+    assert not wrong.ok and "error" in wrong.reason
