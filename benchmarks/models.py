@@ -4,6 +4,7 @@ pipeline, against eager and Inductor in one run.
     .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
                                           [--device cuda]
+                                          [--inductor-option pattern_matcher=True]
 
 One row per model and entry point:
 
@@ -43,6 +44,7 @@ is printed and written to benchmarks/results/models.md (``--out``).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import math
 import os
@@ -84,6 +86,9 @@ from egraph.rules import load_rules  # noqa: E402
 from extractors import PeakMemory  # noqa: E402
 
 LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
+INDUCTOR_OPTIONS: dict = {}
+"""Inductor config patches for the ours + Inductor entries (``--inductor-option``), over
+:func:`compiler.compile.default_inductor_options`."""
 TOL = dict(rtol=1e-4, atol=1e-5)
 TIMED = "_timed"
 """A runner's row holds its program's call here until the interleaved timing."""
@@ -193,7 +198,7 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
     backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
-                                           **LIMITS)
+                                           inductor_options=INDUCTOR_OPTIONS, **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad(), warnings.catch_warnings():
@@ -233,7 +238,7 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
     row: dict = {}
     model, inputs = case.model.train(), case.inputs
     backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
-                                           **LIMITS)
+                                           inductor_options=INDUCTOR_OPTIONS, **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
     with warnings.catch_warnings():
@@ -268,7 +273,7 @@ def run_generate(generation: Generation, rules, codegen: str = "eager") -> dict:
     row: dict = {}
     expected = generation.fresh()()
     backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
-                                           **LIMITS)
+                                           inductor_options=INDUCTOR_OPTIONS, **LIMITS)
     torch._dynamo.reset()
     generation.model.forward = torch.compile(generation.model.forward, backend=backend)
     with warnings.catch_warnings():
@@ -591,8 +596,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where models, inputs and programs live (cuda: the default "
                              "cost is the GPU's profile, fusion regions become Triton kernels)")
+    parser.add_argument("--inductor-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an Inductor config patch for ours + Inductor, e.g. "
+                             "pattern_matcher=True (Inductor's own pattern rewrites on)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
     args = parser.parse_args()
+    for option in args.inductor_option:
+        key, _, value = option.partition("=")
+        INDUCTOR_OPTIONS[key] = ast.literal_eval(value)
     names = [n for n in args.models.split(",") if n]
     entries = [e for e in args.entries.split(",") if e]
     unknown = [n for n in names if n not in MODELS] + [e for e in entries if e not in ENTRIES]
