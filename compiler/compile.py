@@ -519,8 +519,9 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
     Python levels on every call, where aot_autograd traces it into plain ops: Mamba's
     forward 1.20x eager's time against 0.93x) nor calls a higher-order op (regions the
     emitted code keeps opaque) nor changes
-    an input in place (left to aot_autograd's functionalisation; a change no spelling
-    shows, batch norm's running statistics in training, is found on the first call by
+    an input in place, nor updates a value a view shares (``h[:, 0].mul_(3)``; both left
+    to aot_autograd's functionalisation; a change no spelling shows, batch norm's running
+    statistics in training, is found on the first call by
     :func:`compiler.validate.validate_autograd`).
 
     >>> gm = torch.fx.symbolic_trace(lambda x: x.sin())
