@@ -358,9 +358,10 @@ def default_inductor_options(example_inputs: Sequence[Any]) -> dict:
     matcher is off, since the e-graph has already chosen each graph's form by cost and
     Inductor's patterns would choose again by spelling alone (its attention patterns
     turned the unfused attention the e-graph chose for T5's encoder, 8 tokens, into
-    flash attention, 0.88x Inductor's own time against 0.95x without; over the 24 corpus
-    models ours + Inductor ran 1.03x Inductor's speed in geometric mean without them,
-    1.01x with, training steps equal); on CUDA, Inductor's defaults (not yet measured).
+    flash attention: 0.88x and 0.92x Inductor's speed with them in two runs, 0.95x and
+    1.02x without; over the 24 corpus models the geometric mean is the same within noise,
+    1.04x Inductor's speed either way in runs of thirty rounds, and training steps are
+    equal); on CUDA, Inductor's defaults (not yet measured).
 
     >>> default_inductor_options((torch.randn(2),))
     {'pattern_matcher': False}
