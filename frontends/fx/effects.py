@@ -111,21 +111,47 @@ def out_of_place(node: fx.Node):
     return target
 
 
-def is_functional(target: Any) -> bool:
-    """True for an aten operator whose schema mutates nothing and draws no random numbers
-    (``aten.arange``, ``aten._assert_tensor_metadata``, ``aten.to.dtype_layout``): its result
-    depends only on its arguments, so equal calls may be shared and unused ones dropped.
+def is_functional(target: Any, method: bool = False) -> bool:
+    """True for a call whose result depends only on its arguments, by torch's op schemas:
+    an aten operator that mutates nothing and draws no random numbers (``aten.arange``,
+    ``aten._assert_tensor_metadata``, ``aten.to.dtype_layout``), or a torch function or
+    Tensor method (``method``: ``target`` is the method's name) whose aten namesake's
+    overloads, ``out=`` ones aside, all are so and return something (dynamo's
+    ``torch.cumsum``, ``x.index_add``; not ``torch.empty_like``, whose values are whatever
+    the memory held). Equal calls may then be shared and unused ones dropped.
 
     >>> is_functional(torch.ops.aten.arange.default), is_functional(torch.ops.aten.add_.Tensor)
     (True, False)
     >>> is_functional(torch.ops.aten.rand.default), is_functional(print)
     (False, False)
+    >>> is_functional(torch.cumsum), is_functional("index_add", method=True)
+    (True, True)
+    >>> is_functional("bernoulli", method=True), is_functional("backward", method=True)
+    (False, False)
     """
-    if not isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in target.tags:
+            return False
+        return not target._schema.is_mutable
+    name = target if method else getattr(target, "__name__", None) if torch_owned(
+        target) else None
+    if not isinstance(name, str) or name in _UNINITIALISED or name.endswith("_"):
         return False
-    if torch.Tag.nondeterministic_seeded in target.tags:
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False
-    return not target._schema.is_mutable
+    # (getattr, not the packet's __getattr__: that makes a new overload object in place of
+    # the one graphs and the vocabulary hold, which compare by identity)
+    overloads = [o for o in (getattr(packet, each) for each in packet.overloads())
+                 if not any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+                            for a in o._schema.arguments)]  # (out= overloads aside)
+    return bool(overloads) and all(
+        is_functional(o) and o._schema.returns for o in overloads)
+
+
+_UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
+                            "new_empty_strided", "empty_permuted"})
+"""Allocations whose values are whatever the memory held: never shared, never dropped."""
 
 
 def torch_owned(target: Any) -> bool:

@@ -752,7 +752,8 @@ class _Builder:
             if folded is not None:
                 return folded
         self.random = self.random or random
-        pure = not random and is_functional(node.target)
+        pure = not random and node.op != "call_module" and is_functional(
+            node.target, method=node.op == "call_method")
         token = node.name
         arg_classes: list[int] = []
 
