@@ -9,10 +9,11 @@ who picks any architecture gets.
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
 output or a crash of ours) and through torch.compile (the same, with graph breaks
-counted), then, for the types with a causal language-model head, greedy ``generate``
-with the key/value cache and the forward compiled with the backend (its tokens must be
-eager's), with ``--train`` a training step through the backend (loss and gradients
-equal eager's, float64-judged), nodes before -> after and the pipeline's seconds.
+counted), then, for the types with a causal or text-to-text language-model head, greedy
+``generate`` with the key/value cache and the forward compiled with the backend (its
+tokens must be eager's), with ``--train`` a training step through the backend (loss and
+gradients equal eager's, float64-judged), nodes before -> after and the pipeline's
+seconds.
 Outputs are compared with eager's (float64-judged where the float32 outputs differ).
 The table is printed and written to benchmarks/results/architectures.md (``--out``)."""
 
@@ -238,23 +239,30 @@ def _through_training(model_type: str, model, inputs, rules) -> dict:
 def _through_generate(model_type: str, rules) -> dict:
     """Greedy generation of :data:`NEW_TOKENS` tokens after the prompt, with the
     key/value cache, the language model's forward compiled with the backend as
-    transformers documents it; the tokens must equal eager's. Only for the types with a
-    causal language-model head."""
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    transformers documents it; the tokens must equal eager's. For the types with a
+    causal language-model head, or a text-to-text one (the prompt is the encoder's)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
 
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        auto, start = AutoModelForCausalLM, {}
+    elif model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        auto, start = AutoModelForSeq2SeqLM, {"decoder_start_token_id": 1}
+    else:
         return {}
     config = small_config(model_type)
     config.use_cache = True
 
     def built():
         torch.manual_seed(0)
-        return AutoModelForCausalLM.from_config(config).eval()
+        return auto.from_config(config).eval()
 
     ids = torch.randint(3, 1000, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
     options = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                   pad_token_id=0)
+                   pad_token_id=0, **start)
     try:
         expected = built().generate(ids, **options)
     except Exception as exc:  # noqa: BLE001 - transformers' own generation fails here
