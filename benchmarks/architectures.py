@@ -247,10 +247,12 @@ def _through_generate(model_type: str, rules) -> dict:
         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
     )
 
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        auto, start = AutoModelForCausalLM, {}
-    elif model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+    # (an encoder-decoder's own generation where it has one: BART's decoder alone is a
+    # causal language model too)
+    if model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         auto, start = AutoModelForSeq2SeqLM, {"decoder_start_token_id": 1}
+    elif model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        auto, start = AutoModelForCausalLM, {}
     else:
         return {}
     config = small_config(model_type)
