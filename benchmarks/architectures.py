@@ -216,8 +216,12 @@ def _status(backend, seen) -> str:
     """``ok``, or the fallbacks' reasons, and the graph breaks of a compiled run."""
     fell = [r.extraction.validation.reason for r in backend.reports
             if r.extraction is not None and r.extraction.fell_back]
+    return _summary(fell, len(seen.graph_breaks))
+
+
+def _summary(fell: list[str], breaks: int) -> str:
+    """``ok``, or the reasons of the graphs that fell back, and how many graph breaks."""
     status = ("fallback: " + "; ".join(fell)) if fell else "ok"
-    breaks = len(seen.graph_breaks)
     return status + (f" ({breaks} graph breaks)" if breaks else "")
 
 
@@ -231,9 +235,7 @@ def _through_training(model_type: str, model, inputs, rules) -> dict:
         return {"train": _error(exc, 90)}
     finally:
         model.eval()
-    fell = row.get("fallback_reasons") or []
-    status = ("fallback: " + "; ".join(fell)) if fell else "ok"
-    return {"train": status + (f" ({row['breaks']} graph breaks)" if row.get("breaks") else "")}
+    return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))}
 
 
 def _through_generate(model_type: str, rules) -> dict:

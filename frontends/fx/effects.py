@@ -7,6 +7,7 @@ draw), so that ingest may run it once and keep its result.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -135,7 +136,14 @@ def is_functional(target: Any, method: bool = False) -> bool:
         return not target._schema.is_mutable
     name = target if method else getattr(target, "__name__", None) if torch_owned(
         target) else None
-    if not isinstance(name, str) or name in _UNINITIALISED or name.endswith("_"):
+    return isinstance(name, str) and _functional_namesake(name)
+
+
+@functools.cache
+def _functional_namesake(name: str) -> bool:
+    """Whether aten's op of this name is functional in every overload but ``out=`` ones,
+    and returns something (:func:`is_functional`); once per name, not per call."""
+    if name in _UNINITIALISED or name.endswith("_"):
         return False
     packet = getattr(torch.ops.aten, name, None)
     if not isinstance(packet, torch._ops.OpOverloadPacket):
