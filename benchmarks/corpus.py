@@ -1,7 +1,9 @@
-"""A corpus of real architectures from ``transformers``, small and randomly initialised.
+"""A corpus of real architectures from ``transformers`` and ``diffusers``, small and randomly
+initialised.
 
 Every entry builds the library's own model class from a small config (2 layers, hidden size
-64, vocabulary 1000, 32x32 images in 8x8 patches): nothing is downloaded. Weights and inputs
+64, vocabulary 1000, 32x32 images in 8x8 patches; 16x16 latents for the denoisers and the
+autoencoder of :data:`DIFFUSION`): nothing is downloaded. Weights and inputs
 are seeded, so a build is the same in every run. Models are in eval mode with every dropout
 probability at 0 (so ``model.train()`` gives a deterministic training graph too), decoders
 have ``use_cache=False`` (torch.export cannot return a ``DynamicCache``), and attention is
@@ -19,7 +21,7 @@ and returns plain tensors (one tensor, or a tuple for several outputs), so torch
 (2, 8, 1000)
 >>> tuple(case.model(*case.second_inputs()).shape)      # a second sequence length
 (2, 12, 1000)
->>> "llama" in MODELS and "whisper_encoder" in MODELS
+>>> "llama" in MODELS and "whisper_encoder" in MODELS and "unet2d_cond" in MODELS
 True
 
 ``python benchmarks/corpus.py`` builds every entry and prints its inputs and outputs.
@@ -355,6 +357,129 @@ def _whisper_encoder(t):
             "batch")
 
 
+# --- diffusers: denoisers and autoencoders of image generation -------------------------
+# (their models take keyword sizes, not a config object: ``from_config`` of a dict)
+
+LATENT = 16     # latent images are 16x16 (8x8 for the patchified transformers)
+
+
+def latent_inputs(channels: int, size: int, *extra: Callable):
+    """Inputs of a denoiser: a latent image of ``channels`` x ``size`` x ``size``, a
+    timestep per sample (integer steps of a 1000-step schedule), then ``extra`` inputs, each
+    drawn by ``extra(batch, g)``."""
+    def drawn(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+        g = _generator(batch, 0)
+        latents = torch.randn(batch, channels, size, size, generator=g)
+        steps = torch.randint(0, 1000, (batch,), generator=g)
+        return (latents, steps, *(make(batch, g) for make in extra))
+    return drawn
+
+
+def _text_states(width: int, tokens: int = 7) -> Callable:
+    """Encoded text, as a text encoder hands it to a conditioned denoiser."""
+    return lambda batch, g: torch.randn(batch, tokens, width, generator=g)
+
+
+def _diffusers(cls_name: str, fields: dict, names, drawn) -> tuple:
+    import diffusers
+
+    def model(config: dict) -> nn.Module:
+        built = getattr(diffusers, cls_name).from_config(config)
+        for module in built.modules():  # class-label dropout (DiT's): a draw in training
+            if isinstance(module, diffusers.models.embeddings.LabelEmbedding):
+                module.dropout_prob = 0.0
+        return built
+    return model, fields, tuple(names), ("sample",), drawn, "batch"
+
+
+def _unet2d(t):
+    """DDPM's denoiser: residual blocks with group norm and SiLU, a self-attention block
+    at the lower resolution, a sinusoidal timestep embedding, nearest upsampling."""
+    fields = dict(sample_size=LATENT, in_channels=3, out_channels=3, layers_per_block=1,
+                  block_out_channels=(32, 64), norm_num_groups=8, attention_head_dim=8,
+                  down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                  up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    return _diffusers("UNet2DModel", fields, ("sample", "timestep"), latent_inputs(3, LATENT))
+
+
+def _unet2d_cond(t):
+    """Stable Diffusion's denoiser: transformer blocks with self- and cross-attention to
+    encoded text, GEGLU feed-forward, skip connections across the U."""
+    fields = dict(sample_size=LATENT, in_channels=4, out_channels=4, layers_per_block=1,
+                  block_out_channels=(32, 64), norm_num_groups=8, attention_head_dim=8,
+                  cross_attention_dim=32,
+                  down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
+    return _diffusers("UNet2DConditionModel", fields,
+                      ("sample", "timestep", "encoder_hidden_states"),
+                      latent_inputs(4, LATENT, _text_states(32)))
+
+
+def _vae(t):
+    """Stable Diffusion's autoencoder: encode an image to a latent distribution, decode
+    its mode (``sample_posterior`` is off: no draw)."""
+    fields = dict(in_channels=3, out_channels=3, block_out_channels=(32, 64),
+                  down_block_types=("DownEncoderBlock2D",) * 2,
+                  up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                  norm_num_groups=8, sample_size=LATENT)
+
+    def drawn(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(batch, 3, LATENT, LATENT, generator=_generator(batch, 0)),)
+    return _diffusers("AutoencoderKL", fields, ("sample",), drawn)
+
+
+def _dit(t):
+    """Diffusion transformer: patchified latents, adaptive layer norm from the timestep and
+    class label."""
+    fields = dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                  out_channels=8, num_layers=LAYERS, sample_size=LATENT // 2, patch_size=2,
+                  num_embeds_ada_norm=10)
+    labels = lambda batch, g: torch.randint(0, 10, (batch,), generator=g)  # noqa: E731
+    return _diffusers("DiTTransformer2DModel", fields,
+                      ("hidden_states", "timestep", "class_labels"),
+                      latent_inputs(4, LATENT // 2, labels))
+
+
+def _sd3(t):
+    """Stable Diffusion 3's joint transformer: image and text tokens attend together,
+    modulated by the timestep and a pooled text embedding."""
+    fields = dict(sample_size=LATENT // 2, patch_size=2, in_channels=4, out_channels=4,
+                  num_layers=LAYERS, attention_head_dim=8, num_attention_heads=4,
+                  joint_attention_dim=32, caption_projection_dim=32,
+                  pooled_projection_dim=16, pos_embed_max_size=16)
+    drawn = latent_inputs(4, LATENT // 2, _text_states(32),
+                          lambda batch, g: torch.randn(batch, 16, generator=g))
+
+    def ordered(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+        latents, steps, text, pooled = drawn(batch, seq)
+        return latents, text, pooled, steps
+    return _diffusers("SD3Transformer2DModel", fields,
+                      ("hidden_states", "encoder_hidden_states", "pooled_projections",
+                       "timestep"), ordered)
+
+
+def _flux(t):
+    """Flux's transformer: double-stream then single-stream blocks, rotary embeddings from
+    3-axis position ids, a timestep in [0, 1)."""
+    fields = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                  attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                  pooled_projection_dim=32, axes_dims_rope=(4, 4, 8))
+    side, tokens = 4, 7
+
+    def drawn(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
+        g = _generator(batch, 0)
+        grid = torch.zeros(side, side, 3)
+        grid[..., 1] = torch.arange(side)[:, None]
+        grid[..., 2] = torch.arange(side)[None, :]
+        return (torch.randn(batch, side * side, 16, generator=g),
+                torch.randn(batch, tokens, 32, generator=g),
+                torch.randn(batch, 32, generator=g), torch.rand(batch, generator=g),
+                grid.reshape(-1, 3), torch.zeros(tokens, 3))
+    return _diffusers("FluxTransformer2DModel", fields,
+                      ("hidden_states", "encoder_hidden_states", "pooled_projections",
+                       "timestep", "img_ids", "txt_ids"), drawn)
+
+
 _SPECS: dict[str, Callable] = {
     "gpt2": _gpt2,
     "bert": _bert,
@@ -380,14 +505,23 @@ _SPECS: dict[str, Callable] = {
     "swin": _swin,
     "whisper_encoder": _whisper_encoder,
     "mamba": _mamba,
+    "unet2d": _unet2d,
+    "unet2d_cond": _unet2d_cond,
+    "vae": _vae,
+    "dit": _dit,
+    "sd3": _sd3,
+    "flux": _flux,
 }
 
 MODELS: tuple[str, ...] = tuple(_SPECS)
-FIXED_ATTENTION: frozenset[str] = frozenset({"resnet", "convnext", "deberta_v2", "mamba"})
+DIFFUSION: frozenset[str] = frozenset({"unet2d", "unet2d_cond", "vae", "dit", "sd3", "flux"})
+"""Corpus models from ``diffusers`` (the rest are from ``transformers``)."""
+FIXED_ATTENTION: frozenset[str] = frozenset({"resnet", "convnext", "deberta_v2", "mamba"}
+                                            | DIFFUSION)
 """Corpus models whose attention cannot be chosen: they have none (ResNet, ConvNeXt, Mamba) or
-only their own (DeBERTa-v2's disentangled attention has no sdpa form). transformers
-refuses an implementation for them, and :func:`build` leaves theirs unset (the same model
-under either ``attn``)."""
+only their own (DeBERTa-v2's disentangled attention has no sdpa form; diffusers' models
+keep their attention processors, sdpa). transformers refuses an implementation for them,
+and :func:`build` leaves theirs unset (the same model under either ``attn``)."""
 ATTENTION = ("eager", "sdpa")
 
 

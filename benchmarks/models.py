@@ -1,5 +1,5 @@
-"""Real architectures (the ``transformers`` corpus of benchmarks/corpus.py) through the
-pipeline, against eager and Inductor in one run.
+"""Real architectures (the ``transformers`` and ``diffusers`` corpus of benchmarks/corpus.py)
+through the pipeline, against eager and Inductor in one run.
 
     .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import (  # noqa: E402
     CACHES,
+    DIFFUSION,
     GENERATES,
     LARGE,
     MODELS,
@@ -573,6 +574,15 @@ def rewrites_section(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _diffusers_version(names) -> str:
+    """`` and `diffusers` <version>`` where the run has diffusers' models."""
+    if not set(names) & DIFFUSION:
+        return ""
+    import diffusers
+
+    return f" and `diffusers` {diffusers.__version__}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
@@ -645,9 +655,10 @@ def main() -> None:
                else f"{platform.machine()} CPU")
     header = (
         "# Real architectures: pipeline vs eager and Inductor\n\n"
-        f"Models from `transformers` {transformers.__version__} built from small configs "
-        "(benchmarks/corpus.py: 2 layers, hidden 64, vocabulary 1000, batch 2, sequence 8; "
-        f"random weights), attention `{args.attn}`; torch {torch.__version__}, "
+        f"Models from `transformers` {transformers.__version__}{_diffusers_version(names)} "
+        "built from small configs (benchmarks/corpus.py: 2 layers, hidden 64, vocabulary "
+        "1000, batch 2, sequence 8, 16x16 latents; random weights), attention "
+        f"`{args.attn}` (diffusers' models keep their sdpa processors); torch {torch.__version__}, "
         f"{machine}, {torch.get_num_threads()} CPU threads. "
         f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
         f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "

@@ -33,7 +33,7 @@ LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 # Rewrites may reassociate float arithmetic (validation judges that against float64): the
 # comparison with eager allows float32 rounding noise, far below any wrong rewrite's error.
 TOL = dict(rtol=1e-4, atol=1e-5)
-TRAINED = ("gpt2", "bert", "llama", "mixtral", "convnext")
+TRAINED = ("gpt2", "bert", "llama", "mixtral", "convnext", "unet2d_cond", "flux")
 # attention through torch's scaled_dot_product_attention: every model through torch.export
 # (cheap), one through torch.compile
 SDPA_COMPILED = ("llama",)
