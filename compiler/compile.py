@@ -447,6 +447,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     def backend(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
+            if updates_an_alias(gm.graph):
+                gm = functional_graph(gm, example_inputs)
             return through_inductor(gm, example_inputs)
         if differentiable_as_emitted(gm, example_inputs):
             compiled = direct(gm, example_inputs)
@@ -460,6 +462,37 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     backend.cache = cache
     backend.reports = reports
     return backend
+
+
+def functional_graph(gm: torch.fx.GraphModule,
+                     example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+    """``gm`` as a graph of functional aten ops, traced on fake copies of its inputs (under
+    dynamo's fake mode where there is one: nothing runs): an in-place update of a view
+    becomes its ``*_scatter`` into the base, and an update of an input a ``copy_`` into
+    it at the end, as aot_autograd's functionalisation makes them. For a graph Inductor
+    compiles in which an update is seen through a view (``h[:, 0].mul_(3)``), which ingest
+    would make out of place under one name only; aot_autograd's functionalisation is what
+    the other code generator relies on.
+
+    >>> def f(x):
+    ...     h = x * 2
+    ...     h[:, 0].mul_(3)
+    ...     return h
+    >>> g = functional_graph(torch.fx.symbolic_trace(f), (torch.ones(2, 2),))
+    >>> [n.target.__name__ for n in g.graph.nodes if n.op == "call_function"]
+    ['mul.Tensor', 'select.int', 'mul.Tensor', 'select_scatter.default', 'select.int']
+    >>> g(torch.ones(2, 2))[0]
+    tensor([6., 2.])
+    """
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fakes = [x if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor)
+                 else mode.from_tensor(x) for x in example_inputs]
+        return make_fx(torch.func.functionalize(gm, remove="mutations"))(*fakes)
 
 
 def _inductor_code(options: dict | None) -> Callable:

@@ -392,9 +392,13 @@ def _float64_reference(original: nn.Module, effects: bool = False):
     first = _State(wide.buffers()) if effects and isinstance(wide, nn.Module) else None
 
     def run(xs: tuple) -> list | None:
-        xs = [_to64(x) for x in xs]
+        wide_xs = [_to64(x) for x in xs]
         if first is not None:
             first.restore()
+            # (an input _to64 kept, an integer counter, must not change the caller's)
+            wide_xs = [w.clone() if w is x and isinstance(x, torch.Tensor) else w
+                       for w, x in zip(wide_xs, xs)]
+        xs = wide_xs
         try:
             with state_kept():
                 if isinstance(wide, ExportedModule):

@@ -129,9 +129,12 @@ def is_functional(target: Any, method: bool = False) -> bool:
     (True, True)
     >>> is_functional("bernoulli", method=True), is_functional("backward", method=True)
     (False, False)
+    >>> is_functional(F.batch_norm)              # updates its running statistics in training
+    False
     """
     if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags:
+        if torch.Tag.nondeterministic_seeded in target.tags or (
+                target._schema.name.split("::")[-1] in _UNMARKED_UPDATES):
             return False
         return not target._schema.is_mutable
     name = target if method else getattr(target, "__name__", None) if torch_owned(
@@ -139,11 +142,19 @@ def is_functional(target: Any, method: bool = False) -> bool:
     return isinstance(name, str) and _functional_namesake(name)
 
 
+_UNMARKED_UPDATES = frozenset({"batch_norm", "native_batch_norm", "instance_norm",
+                               "_batch_norm_impl_index", "cudnn_batch_norm",
+                               "miopen_batch_norm"})
+"""aten ops whose schemas mark no argument as written, yet which update the running
+statistics they are given in training (``F.batch_norm(x, mean, var, training=True)``):
+effects, never shared or dropped."""
+
+
 @functools.cache
 def _functional_namesake(name: str) -> bool:
     """Whether aten's op of this name is functional in every overload but ``out=`` ones,
     and returns something (:func:`is_functional`); once per name, not per call."""
-    if name in _UNINITIALISED or name.endswith("_"):
+    if name in _UNINITIALISED or name in _UNMARKED_UPDATES or name.endswith("_"):
         return False
     packet = getattr(torch.ops.aten, name, None)
     if not isinstance(packet, torch._ops.OpOverloadPacket):

@@ -814,17 +814,12 @@ class _Builder:
                 if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
-                    if target.op not in ("placeholder", "get_attr"):
-                        if self.follows_views and self._shared_update(target, node):
-                            raise _UpdateThroughView(node)
-                        self.env[target] = self.env[node]
-                    elif not isinstance(node.target, torch._ops.OpOverload):
-                        # (an export graph's update of a leaf stayed the source's call)
-                        raise UntraceableModel(
-                            f"{node.name} mutates the graph input or parameter "
-                            f"{target.name!r} in place; export the model with "
-                            "torch.export.export (it keeps input mutation as an "
-                            "effect) or write the update out of place")
+                    if (target.op not in ("placeholder", "get_attr") and self.follows_views
+                            and self._shared_update(target, node)):
+                        raise _UpdateThroughView(node)
+                    # later reads of the name read the update (of a leaf: the source's
+                    # call, kept in order)
+                    self.env[target] = self.env[node]
         if self.effect is not None:
             self.effects.append(self.effect)
 
@@ -905,6 +900,11 @@ class _Builder:
         return self.literal(value)
 
     def call(self, node: fx.Node) -> int:
+        if _updates_a_leaf(node, self._module(node)):
+            # an update of an input, parameter or buffer (``x.add_(1)``, BatchNorm's
+            # ``num_batches_tracked``): the caller's tensor must change, so the call stays
+            # the source's, in order; later reads use its result.
+            return self.opaque_call(node)
         if node.op == "call_module":
             module = self._module(node)
             lowered = _lower_module(self, module, node)
@@ -915,11 +915,6 @@ class _Builder:
         method = node.op == "call_method"
         if not method and node.target in IMPURE:
             return self.opaque_call(node, random=True)
-        if isinstance(node.target, torch._ops.OpOverload) and _updates_a_leaf(node):
-            # torch.export's update of an input or buffer (``x.add_(1)``, BatchNorm's
-            # running statistics): the caller's tensor must change, so the call stays the
-            # source's, in order; later reads use its result.
-            return self.opaque_call(node)
         if not method and node.target in _DROPOUTS:
             bound = _bind_dropout(*node.args, **node.kwargs)
             if not bound["train"] or bound["p"] == 0:
@@ -1009,9 +1004,10 @@ def _makes_storage(op: str) -> bool:
     return op != "to" and TABLE[op].kind != "view"
 
 
-def _updates_a_leaf(node: fx.Node) -> bool:
-    """Whether the call ``node`` updates a graph input, parameter or buffer in place."""
-    return bool(is_in_place(node) and node.args and isinstance(node.args[0], fx.Node)
+def _updates_a_leaf(node: fx.Node, module: nn.Module | None = None) -> bool:
+    """Whether the call ``node`` (of ``module``, for a module's call) updates a graph
+    input, parameter or buffer in place."""
+    return bool(is_in_place(node, module) and node.args and isinstance(node.args[0], fx.Node)
                 and node.args[0].op in ("placeholder", "get_attr"))
 
 
