@@ -28,7 +28,15 @@ from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.exported import attribute_at, owner_of
-from frontends.fx.ingest import SHAPE_PARAMS, ClassRef, FxSource, OutputRef, SubmoduleRef
+from frontends.fx.ingest import (
+    SHAPE_PARAMS,
+    ClassRef,
+    ContiguousRef,
+    FxSource,
+    OutputRef,
+    SubmoduleRef,
+    WrittenRef,
+)
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:
@@ -340,6 +348,11 @@ class _Emitter:
         elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
                                          for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
+        elif kind == "opaque" and any(isinstance(a, fx.Node) and a in self.strided
+                                      for a in value.all_input_nodes):
+            # (it may keep an operand's layout, as it was passed: a convolution of a
+            # channels-last input returns channels-last)
+            self.strided.add(value)
         if op == "expand":
             self.broadcast.add(value)
 
@@ -372,6 +385,10 @@ class _Emitter:
                 return self.attr(a.target)
             if isinstance(a, ClassRef):
                 value = self.values[self.find(a.cid)]
+                if isinstance(a, WrittenRef):
+                    return self.copy(value, contiguous=False)
+                if isinstance(a, ContiguousRef) and value in self.strided:
+                    return self.graph.call_method("contiguous", (value,))
                 return value if call.pure else self.unshared(value)
             return a
 

@@ -5,6 +5,7 @@ who picks any architecture gets.
 
     .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
                                                  [--no-generate] [--train]
+                                                 [--codegen inductor]
 
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
@@ -200,8 +201,9 @@ def _through_export(model, inputs, rules) -> dict:
     return row
 
 
-def _through_compile(model, inputs, rules) -> dict:
-    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+def _through_compile(model, inputs, rules, codegen: str | None = None) -> dict:
+    backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
+                                           **LIMITS)
     torch._dynamo.reset()
     try:
         with compile_backend.capture() as seen:
@@ -225,12 +227,13 @@ def _summary(fell: list[str], breaks: int) -> str:
     return status + (f" ({breaks} graph breaks)" if breaks else "")
 
 
-def _through_training(model_type: str, model, inputs, rules) -> dict:
+def _through_training(model_type: str, model, inputs, rules,
+                       codegen: str | None = None) -> dict:
     """A training step through the backend (forward, a loss, backward): the loss and
     every gradient equal eager's, float64-judged (benchmarks/models.py's ``train``)."""
     case = Case(model_type, model, inputs, lambda batch, seq: inputs, "seq")
     try:
-        row = run_train(case, rules)
+        row = run_train(case, rules, codegen)
     except Exception as exc:  # noqa: BLE001 - a row of the table
         return {"train": _error(exc, 90)}
     finally:
@@ -238,7 +241,7 @@ def _through_training(model_type: str, model, inputs, rules) -> dict:
     return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))}
 
 
-def _through_generate(model_type: str, rules) -> dict:
+def _through_generate(model_type: str, rules, codegen: str | None = None) -> dict:
     """Greedy generation of :data:`NEW_TOKENS` tokens after the prompt, with the
     key/value cache, the language model's forward compiled with the backend as
     transformers documents it; the tokens must equal eager's. For the types with a
@@ -272,7 +275,8 @@ def _through_generate(model_type: str, rules) -> dict:
     except Exception as exc:  # noqa: BLE001 - transformers' own generation fails here
         return {"generate": "eager generate: " + _error(exc, 80)}
     model = built()
-    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+    backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
+                                           **LIMITS)
     torch._dynamo.reset()
     model.forward = torch.compile(model.forward, backend=backend)
     try:
@@ -292,6 +296,9 @@ def main() -> None:
     parser.add_argument("--no-generate", action="store_true")
     parser.add_argument("--train", action="store_true",
                         help="add a training step through the backend (gradients judged)")
+    parser.add_argument("--codegen", choices=compile_backend.CODEGENS,
+                        help="the backend's code generator for the compile, generate and "
+                             "train columns (default: the device's)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -312,13 +319,14 @@ def main() -> None:
                 counts["built"] += 1
                 row = _through_export(model, inputs, rules)
                 if not args.no_compile:
-                    row.update(_through_compile(model, inputs, rules))
+                    row.update(_through_compile(model, inputs, rules, args.codegen))
                 if not args.no_generate:
-                    row.update(_through_generate(model_type, rules))
+                    row.update(_through_generate(model_type, rules, args.codegen))
         if args.train and "not built" not in row.get("export", ""):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                row.update(_through_training(model_type, model, inputs, rules))
+                row.update(_through_training(model_type, model, inputs, rules,
+                                             args.codegen))
         for entry in ("export", "compile", "generate", "train"):
             counts[entry] += row.get(entry) == "ok"
         counts["generates"] += not row.get("generate", "eager").startswith("eager")

@@ -26,7 +26,6 @@ True
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -579,7 +578,7 @@ def _in_place(n: torch.fx.Node) -> bool:
         return False
     if n.kwargs.get("out") is not None:
         return True
-    if not (is_in_place(n) or n.target is operator.setitem) or not n.args:
+    if not is_in_place(n) or not n.args:
         return False
     target = n.args[0]
     value = target.meta.get("example_value") if isinstance(target, torch.fx.Node) else None

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
-from compiler.validate import program_numel, validate_module
-from egraph.signs import NEG, POS
+from compiler.validate import in_domain, program_numel, random_like, validate_module
 from egraph.term import is_literal_op
 
 if TYPE_CHECKING:
@@ -140,23 +139,8 @@ def _resized(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:
         for j, d in dims:
             if j == i:
                 shape[d] = size
-        out.append(_random(x, tuple(shape), generator, src.domains.get(name)))
+        out.append(in_domain(random_like(x, generator, shape=tuple(shape)),
+                             src.domains.get(name)))
     return tuple(out)
 
 
-def _random(x: torch.Tensor, shape: tuple, generator, domain: int | None) -> torch.Tensor:
-    if x.dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=generator).bool().to(x.device)
-    if not x.is_floating_point():
-        lo, hi = (int(x.min()), int(x.max())) if x.numel() else (0, 1)
-        return torch.randint(lo, hi + 1, shape, generator=generator, dtype=x.dtype).to(x.device)
-    values = torch.randn(shape, generator=generator)
-    if x.numel() > 1:
-        std, mean = x.detach().float().std(), x.detach().float().mean()
-        if torch.isfinite(std) and std > 0:
-            values = values * std.cpu() + mean.cpu()
-    if domain is not None and not domain & NEG:
-        values = values.abs() + 1e-3
-    elif domain is not None and not domain & POS:
-        values = -(values.abs() + 1e-3)
-    return values.to(device=x.device, dtype=x.dtype)

@@ -126,7 +126,7 @@ def _in_range(values: torch.Tensor, declared: tuple[float, float] | None,
     return values if declared is None else within(values, *declared, generator)
 
 
-def _in_domain(values: torch.Tensor, signs: int | None) -> torch.Tensor:
+def in_domain(values: torch.Tensor, signs: int | None) -> torch.Tensor:
     """Move random values into a declared input domain (proven signs of the input)."""
     from egraph.signs import NEG, POS, ZERO
 
@@ -150,20 +150,33 @@ examples': a rewrite that overflows sooner than the source (``exp(a) * exp(-b)``
 ``exp(a - b)``) shows there, not only at the examples' magnitudes."""
 
 
-def _random_like(x: torch.Tensor, generator: torch.Generator | None,
-                 scale: float = 1.0) -> torch.Tensor:
-    """Random values like ``x``'s (drawn on the CPU generator, placed on ``x``'s device),
-    their spread around the mean widened by ``scale``."""
+def random_like(x: torch.Tensor, generator: torch.Generator | None, scale: float = 1.0,
+                shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Random values of ``x``'s kind (drawn on the CPU generator, placed on ``x``'s device)
+    and of ``shape`` (default: ``x``'s): integers within ``x``'s range, booleans, floats
+    (or a complex tensor's parts) about ``x``'s mean with its spread widened by ``scale``.
+
+    >>> drawn = random_like(torch.tensor([3, 5, 7]), None, shape=(8,))
+    >>> drawn.shape, bool(((drawn >= 3) & (drawn <= 7)).all())
+    (torch.Size([8]), True)
+    >>> random_like(torch.polar(torch.ones(2), torch.zeros(2)), None).dtype
+    torch.complex64
+    """
+    shape = tuple(x.shape) if shape is None else shape
     if x.dtype == torch.bool:
-        return torch.randint(0, 2, x.shape, generator=generator).bool().to(x.device)
+        return torch.randint(0, 2, shape, generator=generator).bool().to(x.device)
+    if x.is_complex():  # (rotary frequencies: real and imaginary parts drawn alike)
+        parts = random_like(torch.view_as_real(x.resolve_conj()), generator, scale,
+                            (*shape, 2))
+        return torch.view_as_complex(parts)
     if not x.is_floating_point():
         if x.numel():
             lo, hi = int(x.min()), int(x.max())
         else:
             lo, hi = 0, 1
-        return torch.randint(lo, hi + 1, x.shape, generator=generator,
+        return torch.randint(lo, hi + 1, shape, generator=generator,
                              dtype=x.dtype).to(x.device)
-    out = torch.randn(x.shape, generator=generator, dtype=torch.float64)
+    out = torch.randn(shape, generator=generator, dtype=torch.float64)
     if x.numel() > 1 and x.device.type != "meta":
         # in float64: the squares of float32 values past 1.8e19 overflow float32
         std, mean = x.double().std(), x.double().mean()
@@ -179,8 +192,8 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _to64(x: Any) -> Any:
-    if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return x.to(torch.float64)
+    if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+        return x.to(torch.complex128 if x.is_complex() else torch.float64)
     return x
 
 
@@ -361,6 +374,11 @@ class _Float64Interpreter(fx.Interpreter):
             if body is not None:
                 return _Float64Interpreter(args[body], self.rounding).run(*args[body + 1:])
         out = super().run_node(n)
+        if isinstance(out, torch.Tensor) and out.dtype not in (torch.float64,
+                                                                torch.complex128):
+            # once, where it is made (``torch.zeros(3)`` in the default dtype): promoted on
+            # each read instead, ``y[1] = v`` would write into a copy and be lost
+            out = _to64(out)
         if (self.rounding is not None and n.op in ("call_function", "call_method")
                 and isinstance(out, torch.Tensor) and out.dtype == torch.float64
                 and _op_name(n) not in _EXACT_OPS):
@@ -377,8 +395,8 @@ class _Float64Interpreter(fx.Interpreter):
 
 
 def _promote(x: Any) -> Any:
-    if isinstance(x, torch.dtype) and x.is_floating_point:
-        return torch.float64
+    if isinstance(x, torch.dtype) and (x.is_floating_point or x.is_complex):
+        return torch.complex128 if x.is_complex else torch.float64
     return _to64(x)
 
 
@@ -606,7 +624,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
         for scale in [1.0] * trials + [STRESS_SCALE]:
             stressed.append(scale != 1.0)
             input_sets.append(tuple(
-                strided_like(_in_range(_in_domain(_random_like(x, gen, scale),
+                strided_like(_in_range(in_domain(random_like(x, gen, scale),
                                                   src.domains.get(name)),
                                        src.ranges.get(name), gen), x)
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))

@@ -335,7 +335,7 @@ class Runner:
 
     @staticmethod
     def _trim_log(egraph: EGraph, positions: list[tuple[int, int] | None]) -> None:
-        if any(p is None for p in positions):
+        if not positions or any(p is None for p in positions):
             return
         low = min(p[0] for p in positions)
         if low:

@@ -306,3 +306,21 @@ def test_an_output_the_source_cancels_to_noise_is_judged_with_the_wider_slack():
     assert validate_module(src, _Recorded(lambda x: centred_mean(x) * 8)).ok
     wrong = validate_module(src, _Recorded(lambda x: centred_mean(x) + 1e-3))
     assert not wrong.ok and "error" in wrong.reason
+
+
+def test_the_float64_reference_keeps_writes_into_values_the_graph_made():
+    """``y = torch.zeros(3); y[1] = x[0]``: the float64 reference promoted ``y`` on every
+    read, so the write went into a copy and the reference held zeros, and a program
+    returning zeros (what ingest once made of it) passed validation."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    def written(x):
+        y = torch.zeros(x.shape[0])  # (in the default dtype, float32)
+        y.__setitem__(1, x[0])  # (as torch.compile records ``y[1] = x[0]``)
+        return y
+
+    src = EGraph.from_fx(torch.fx.symbolic_trace(written), (torch.randn(3),)).fx
+    assert validate_module(src, _Recorded(written)).ok
+    lost = validate_module(src, _Recorded(lambda x: torch.zeros(3)))
+    assert not lost.ok and "error" in lost.reason

@@ -186,6 +186,10 @@ def test_iter_limit_goal_and_saturation_stop_reasons():
     eg.saturate(rules)
     assert eg.report.stop_reason == "saturated"
     assert "comm-add" in str(eg.report)
+    eg = EGraph()
+    eg.add("(+ a b)")
+    eg.saturate([])  # no rules: nothing to do (it raised on the empty rule list)
+    assert eg.report.stop_reason == "saturated" and eg.num_classes == 3
 
 
 def test_time_limit_stops_a_run_that_would_not_end():

@@ -1026,3 +1026,153 @@ def test_batch_norm_training_steps_update_running_statistics_as_eager(codegen):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert backend.reports and not any(
         r.extraction.fell_back for r in backend.reports if r.extraction is not None)
+
+
+def _into_zeros(x):
+    y = torch.zeros(3, 4)
+    y[1] = x[0]
+    return y
+
+
+def _grid_ids(x):
+    """Flux- and HiDream-style position ids: a grid written into a tensor of zeros."""
+    ids = torch.zeros(3, 4, 3)
+    ids[..., 1] = ids[..., 1] + torch.arange(3)[:, None]
+    ids[..., 2] = ids[..., 2] + torch.arange(4)[None, :]
+    return x + ids.sum(-1)
+
+
+def _masked_write(x):
+    y = x * 2
+    y[x > 0] = 0.0
+    return y + x
+
+
+def _write_then_shared(x):
+    a = x * 2
+    a[:, 0] = 1.0
+    return a, x * 2  # the same expression, unwritten: must not share the write
+
+
+_ROWS = torch.tensor([0, 2])
+
+
+def _index_put_then_shared(x):
+    a = x * 2
+    a.index_put_((_ROWS,), torch.ones(4))
+    return a, x * 2
+
+
+def _index_fill_then_shared(x):
+    a = x * 2
+    a.index_fill_(0, _ROWS, 7.0)
+    return a + 1, x * 2
+
+
+def _scatter_then_shared(x):
+    a = x * 2
+    a.scatter_(1, torch.zeros(3, 1, dtype=torch.long), 5.0)
+    return a, x * 2
+
+
+@pytest.mark.parametrize("program", [
+    _into_zeros, _grid_ids, _masked_write, _write_then_shared, _index_put_then_shared,
+    _index_fill_then_shared, _scatter_then_shared], ids=lambda p: p.__name__)
+def test_writes_into_values_the_graph_made(program):
+    """``y[i] = v`` into a tensor the graph made (dynamo's ``operator.setitem``) is the
+    value ``setitem(y, i, v)``, a new tensor, and later reads of ``y`` read it. It was an
+    effect on the value ``y`` had before: with ``torch.zeros`` folded, the program
+    returned zeros (HiDream's position ids), and validation passed it. An in-place call
+    the vocabulary does not model (``index_put_``, ``scatter_``) updates a copy: it wrote
+    into a class that an equal expression shared (wrong with validation off, a fallback
+    with it on)."""
+    from compiler.compile import make_backend
+
+    x = torch.randn(3, 4)
+    expected = program(x)
+    # unvalidated (the program itself), validated (no fallback), and under autograd
+    for validate, grad in (("off", False), ("strict", False), ("strict", True)):
+        torch._dynamo.reset()
+        backend = make_backend(validate=validate)
+        given = x.clone().requires_grad_(grad)
+        torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
+        assert not any(r.extraction.fell_back for r in backend.reports
+                       if r.extraction is not None)
+
+
+_aten = torch.ops.aten
+
+
+def _channels_last_into_group_norm(x, w):
+    """An aot_autograd forward graph (diffusers' VQModel): a convolution of a permuted
+    input made contiguous, then group norm's aten kernel, which reads its input as
+    contiguous."""
+    p = _aten.permute.default(x, [0, 3, 1, 2])
+    c = _aten.clone.default(p, memory_format=torch.contiguous_format)
+    y = _aten.convolution.default(c, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    return _aten.native_group_norm.default(_aten.view.default(y, [2, 4, 16]), None, None,
+                                           2, 4, 16, 2, 1e-6)[0]
+
+
+def _transposed_into_group_norm_backward(g, x, mean, rstd, w):
+    """The backward graph's form: a transposed gradient made contiguous, then group norm's
+    backward kernel, which gave other values for the strided one."""
+    dy = _aten.clone.default(_aten.transpose.int(g, 1, 2), memory_format=torch.contiguous_format)
+    return _aten.native_group_norm_backward.default(dy, x, mean, rstd, w, 2, 4, 8, 2,
+                                                    [True, True, True])
+
+
+def _group_norm_inputs():
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 8), torch.randn(4)
+    _, mean, rstd = _aten.native_group_norm.default(x, w, None, 2, 4, 8, 2, 1e-5)
+    return torch.randn(2, 8, 4), x, mean, rstd, w
+
+
+@pytest.mark.parametrize("program, inputs", [
+    (_channels_last_into_group_norm, lambda: (torch.randn(2, 4, 4, 4), torch.randn(4, 4, 1, 1))),
+    (_transposed_into_group_norm_backward, _group_norm_inputs)],
+    ids=["forward", "backward"])
+def test_aten_kernels_get_the_layout_the_source_gave_them(program, inputs):
+    """Ingest drops ``clone(memory_format=contiguous_format)`` (it makes a layout, not a
+    value), so a functional opaque call got a strided tensor where the source's was
+    contiguous: group norm's forward raised and its backward computed other values
+    (diffusers' VQModel, UNet3D and SVD training steps fell back). Such an argument is now
+    made contiguous where it may not be."""
+    xs = inputs()
+    expected = program(*xs)
+    for validate in ("off", "raise"):
+        opt = EGraph.from_fx(torch.fx.symbolic_trace(program), xs).extract(
+            AstSize(), validate=validate)
+        for got, want in zip(_tuple(opt(*xs)), _tuple(expected)):
+            torch.testing.assert_close(got, want)
+
+
+def _tuple(out):
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+class _ComplexRotary(nn.Module):
+    """QwenImage's and Lumina2's rotary embedding: complex frequencies held as a plain
+    attribute, which dynamo lifts to a graph input."""
+
+    def __init__(self):
+        super().__init__()
+        self.freqs = torch.polar(torch.ones(4, 2), torch.randn(4, 2))
+
+    def forward(self, x):
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * self.freqs).flatten(-2)
+
+
+def test_a_complex_graph_input_is_validated_not_a_crash():
+    """Validation and the check of other sizes drew random inputs for a complex tensor
+    as for integers (``int(x.min())``), which raised out of torch.compile."""
+    from compiler.compile import make_backend
+
+    model, x = _ComplexRotary(), torch.randn(2, 4, 4)
+    torch._dynamo.reset()
+    backend = make_backend(validate="strict")
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+    assert backend.reports and not any(r.extraction.fell_back for r in backend.reports)

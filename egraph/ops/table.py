@@ -739,6 +739,12 @@ op("getitem", "x index", "view", attributes="index", impl="operator.getitem", ex
    error="exact", sign=signs.same, interval=iv.same,
    spell="operator.getitem aten.slice.Tensor:aten_slice aten.select.int:aten_select"
    " aten.index.Tensor:aten_index", why=_VIEW)
+# ``x[index] = value`` as a value: x's elements with value's written at index (dynamo
+# spells a write into a tensor the graph made so; ingest rebinds the name to the result)
+op("setitem", "x index value", "library", attributes="index",
+   impl="frontends.fx.kernels.setitem", exact=True, error="exact", sign=signs.filled,
+   interval=iv.filled, spell="operator.setitem Tensor.__setitem__", why={
+       "flops": "a copy and a write, no arithmetic", "triton": _NO_KERNEL})
 op("split", "x size dim", "view", attributes="size dim", impl="torch.split",
    normalize=_norm_dim(2), exact=True, error="exact",
    spell="torch.split Tensor.split aten.split.Tensor aten.split_with_sizes.default",

@@ -222,6 +222,39 @@ def rank_is(var: Variable, *ranks: int) -> Guard:
     return _named(guard, f"rank {var} in {ranks}")
 
 
+_LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+            "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+"""The largest finite value of each floating dtype, by name."""
+
+
+def product_in_range(x: Variable, y: Variable, *tensors: Variable) -> Guard:
+    """Where ``?x`` and ``?y`` are both scalar literals, their product is finite in the
+    dtype of the tensors among ``?tensors``: a regrouping that folds ``1e12 * 1e27`` into
+    one constant multiplies by ``inf`` in float32, where the source's chain overflowed
+    only for large inputs.
+
+    >>> from egraph import EGraph
+    >>> guard = product_in_range("x", "y", "t")
+    >>> eg = EGraph()
+    >>> guard(eg, {"x": eg.add("2"), "y": eg.add("3"), "t": eg.add("t")})  # nothing known
+    True
+    """
+    x, y = _name(x), _name(y)
+    names = tuple(map(_name, tensors))
+
+    def guard(egraph, subst) -> bool:
+        a, b = value_of(egraph, subst[x]), value_of(egraph, subst[y])
+        if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+            return True
+        for n in names:
+            meta = _meta(egraph, subst[n])
+            if getattr(meta, "kind", None) == "tensor":
+                largest = _LARGEST.get(str(getattr(meta, "dtype", "")).removeprefix("torch."))
+                return largest is None or abs(a * b) <= largest
+        return True
+    return _named(guard, f"{x} * {y} is finite in the dtype of {', '.join(names)}")
+
+
 def short_chain(op: str, limit: int, *names: Variable) -> Guard:
     """``?names`` joined by ``op`` make a chain of at most ``limit`` operands
     (:meth:`~egraph.EGraph.chain_length`): a reassociation that creates their group keeps

@@ -48,14 +48,14 @@ def recorded_value(arg: Any) -> Any:
 
 def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
-    ``torch.relu_(x)``, ``inplace=True``, ``x += y`` on a tensor (ingest makes such a call
-    out of place and rebinds the name).
+    ``torch.relu_(x)``, ``inplace=True``, ``x += y`` or ``x[i] = y`` on a tensor (ingest
+    makes such a call out of place and rebinds the name).
 
     >>> gm = fx.symbolic_trace(lambda x: x.mul_(2).exp())
     >>> [is_in_place(n) for n in gm.graph.nodes if n.op == "call_method"]
     [True, False]
     """
-    if node.op == "call_function" and node.target in _AUGMENTED:
+    if (node.op == "call_function" and node.target in _AUGMENTED or _is_setitem(node)):
         value = recorded_value(node.args[0]) if node.args else None
         return value is None or isinstance(value, torch.Tensor)
     if node.op == "call_method":
@@ -72,6 +72,12 @@ def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     if node.op == "call_module":
         return bool(getattr(module, "inplace", False))
     return False
+
+
+def _is_setitem(node: fx.Node) -> bool:
+    """``x[index] = value``: dynamo's ``operator.setitem``, or the method."""
+    return (node.op == "call_function" and node.target is operator.setitem) or (
+        node.op == "call_method" and node.target == "__setitem__")
 
 
 def _aten_out_of_place(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
@@ -102,7 +108,7 @@ def out_of_place(node: fx.Node):
     if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
         return _aten_out_of_place(target) or target
     if node.op == "call_method":
-        return target[:-1] if is_in_place(node, None) else target
+        return target[:-1] if is_in_place(node, None) and not _is_setitem(node) else target
     name = getattr(target, "__name__", "")
     if is_in_place(node, None) and name.endswith("_"):
         for namespace in (torch, F):
@@ -277,9 +283,9 @@ def updates_an_alias(graph: fx.Graph) -> bool:
         if (key := storage(n)) is not None:
             sharing.setdefault(key, []).append(n)
     for n in graph.nodes:
-        if n.op not in ("call_function", "call_method") or not (
-                is_in_place(n) or n.target is operator.setitem) or not n.args or not isinstance(
-                n.args[0], fx.Node) or (key := storage(n.args[0])) is None:
+        if n.op not in ("call_function", "call_method") or not is_in_place(n) or (
+                not n.args or not isinstance(n.args[0], fx.Node)) or (
+                key := storage(n.args[0])) is None:
             continue
         for other in sharing.get(key, ()):
             if other not in (n, n.args[0]) and order[other] < order[n] and any(

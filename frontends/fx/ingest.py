@@ -752,10 +752,19 @@ class _Builder:
             if folded is not None:
                 return folded
         self.random = self.random or random
+        # an in-place update of a value the graph made (``a.index_put_(...)``): made on a
+        # copy, so that a class it shares (``x * 2`` computed twice) keeps its values; a
+        # leaf's update stays the source's call
+        copied = node.op != "call_module" and is_in_place(node) and not _updates_a_leaf(node)
         pure = not random and node.op != "call_module" and is_functional(
-            node.target, method=node.op == "call_method")
+            out_of_place(node) if copied else node.target, method=node.op == "call_method")
         token = node.name
         arg_classes: list[int] = []
+        # (aten's kernels may assume the layout they were given, where torch's functions
+        # and pointwise kernels take any: group norm's take the contiguous tensors that
+        # ingest's dropped clones made)
+        layout_bound = pure and isinstance(node.target, torch._ops.OpOverload) and (
+            torch.Tag.pointwise not in node.target.tags)
 
         def mark(a):
             if isinstance(a, fx.Node):
@@ -763,7 +772,11 @@ class _Builder:
                 if isinstance(value, SubmoduleRef):
                     return value
                 arg_classes.append(value)
-                return ClassRef(arg_classes[-1])
+                if copied and len(arg_classes) == 1 and node.args and a is node.args[0]:
+                    return WrittenRef(value)
+                if layout_bound and self._contiguous(a):
+                    return ContiguousRef(value)
+                return ClassRef(value)
             return a
 
         args = fx.node.map_aggregate(node.args, mark)
@@ -1083,6 +1096,19 @@ class ClassRef:
     """An e-class id standing where an FX node was, in an opaque call's arguments."""
 
     cid: int
+
+
+@dataclass(frozen=True)
+class WrittenRef(ClassRef):
+    """The operand an opaque call updates in place, a value the graph made: the emitted
+    call updates a copy of it (the class may be shared by other expressions)."""
+
+
+@dataclass(frozen=True)
+class ContiguousRef(ClassRef):
+    """An argument of a functional opaque call that was contiguous in the source: the
+    emitted call is given it contiguous too (ingest drops ``clone`` and ``contiguous``,
+    which make a layout, not a value)."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,10 @@ registered as torch operators (``torch.ops.egraph.*``) so that emitted programs 
 like any aten op, autograd differentiates them, and tracers (``make_fx``, aot_autograd,
 Inductor) see them through their fake kernels.
 
+``setitem(x, index, value)``: ``x[index] = value`` out of place (a plain function: its
+index is any Python subscript, which no operator schema can type; tracers see the clone
+and the write).
+
 ``grouped_mm(x, w, offs)``: the matrix product of each group of rows of ``x`` with its
 group's matrix, as mixture-of-experts layers compute it. ``x`` is ``(rows, k)`` sorted by
 group, ``w`` is ``(groups, k, n)``, ``offs`` holds the cumulative row count at each
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["grouped_mm"]
+__all__ = ["grouped_mm", "setitem"]
 
 _LIBRARY = torch.library.Library("egraph", "DEF")
 _LIBRARY.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
@@ -179,3 +183,16 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Te
     if _traced(x, w, offs):
         return torch.ops.egraph.grouped_mm.default(x, w, offs)
     return _EAGER.apply(x, w, offs) if _needs_grad(x, w) else _forward(x, w, offs)
+
+
+def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
+    """A new tensor of ``x``'s values with ``value`` written at ``index``: what ``x`` holds
+    after ``x[index] = value``, leaving ``x`` itself as it was.
+
+    >>> x = torch.zeros(3)
+    >>> setitem(x, 1, 5.0), x
+    (tensor([0., 5., 0.]), tensor([0., 0., 0.]))
+    """
+    written = x.clone()
+    written[index] = value
+    return written

@@ -466,6 +466,10 @@ def _getitem(obj, index):
     return ("getitem", [obj, index])
 
 
+def _setitem(obj, index, value):
+    return ("setitem", [obj, index, value])
+
+
 def _along(dim, index) -> tuple:
     """The index that applies ``index`` along dimension ``dim`` (``x[:, :, index]``)."""
     if not isinstance(dim, int):
@@ -643,7 +647,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
     "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
-    "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "full": _full,
+    "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "setitem": _setitem,
+    "full": _full,
     "ones": _filled(1.0), "zeros": _filled(0.0), "arange": _arange, "arange_end": _arange_end,
     "full_like": _full_like, "aten_slice": _aten_slice, "aten_select": _aten_select,
     "aten_index": _aten_index, "tensor_type": _tensor_type,
