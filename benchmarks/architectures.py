@@ -24,6 +24,7 @@ import argparse
 import sys
 import time
 import warnings
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
@@ -289,6 +290,59 @@ def _through_generate(model_type: str, rules, codegen: str | None = None) -> dic
         return {"generate": _error(exc, 90)}
 
 
+def sweep_row(name: str, make: Callable[[], tuple[nn.Module, tuple]], rules,
+              columns: Collection[str] = ("compile",), codegen: str | None = None) -> dict:
+    """One row of a sweep: ``make()`` builds the model and its inputs (where that or an
+    eager call raises: a ``not built`` row), then export and each entry point of
+    ``columns`` (``compile``, ``generate``, ``train``). ``class``: the wrapped model's
+    class name."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        try:
+            model, inputs = make()
+            model(*inputs)
+        except Exception as exc:  # noqa: BLE001 - not buildable small: say so
+            return {"export": "not built: " + _error(exc, 80)}
+        row = {"class": type(getattr(model, "model", model)).__name__,
+               **_through_export(model, inputs, rules)}
+        if "compile" in columns:
+            row.update(_through_compile(model, inputs, rules, codegen))
+        if "generate" in columns:
+            row.update(_through_generate(name, rules, codegen))
+    if "train" in columns:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            row.update(_through_training(name, model, inputs, rules, codegen))
+    return row
+
+
+class SweepTable:
+    """A sweep's markdown table: one row per model, printed as it comes, with the
+    ``keys`` of its rows (after the name; then nodes and pipeline seconds), and how many
+    rows were built and ``ok`` per entry point."""
+
+    def __init__(self, first: str, keys: tuple[str, ...]):
+        self.keys = keys
+        titles = [first, *keys, "nodes", "pipeline s"]
+        self.lines = ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
+        self.counts = dict.fromkeys(("built", "export", "compile", "generate", "train"), 0)
+
+    def add(self, name: str, row: dict) -> None:
+        self.counts["built"] += "class" in row
+        for entry in ("export", "compile", "generate", "train"):
+            self.counts[entry] += row.get(entry) == "ok"
+        cells = [name, *(str(row.get(k, "")) for k in self.keys), row.get("nodes", ""),
+                 f"{row.get('pipeline_s', float('nan')):.2f}"]
+        self.lines.append("| " + " | ".join(cells) + " |")
+        print(self.lines[-1], flush=True)
+
+    def write(self, out: str, summary: str) -> None:
+        """Print ``summary`` and write the table with it to ``out``."""
+        print(summary)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("\n".join(self.lines + ["", summary, ""]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", default=",".join(TYPES))
@@ -303,46 +357,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    lines = ["| architecture | export | compile | generate | train | nodes | pipeline s |",
-             "|---|---|---|---|---|---|---|"]
-    counts = {"export": 0, "compile": 0, "generate": 0, "generates": 0, "train": 0,
-              "built": 0}
+    table = SweepTable("architecture", ("export", "compile", "generate", "train"))
+    generates = 0
     for model_type in args.types.split(","):
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            try:
-                model, inputs = build(model_type)
-                model(*inputs)
-            except Exception as exc:  # noqa: BLE001 - not buildable small: say so
-                row = {"export": "not built: " + _error(exc, 80)}
-            else:
-                counts["built"] += 1
-                row = _through_export(model, inputs, rules)
-                if not args.no_compile:
-                    row.update(_through_compile(model, inputs, rules, args.codegen))
-                if not args.no_generate:
-                    row.update(_through_generate(model_type, rules, args.codegen))
-        if args.train and "not built" not in row.get("export", ""):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                row.update(_through_training(model_type, model, inputs, rules,
-                                             args.codegen))
-        for entry in ("export", "compile", "generate", "train"):
-            counts[entry] += row.get(entry) == "ok"
-        counts["generates"] += not row.get("generate", "eager").startswith("eager")
-        line = (f"| {model_type} | {row.get('export', '')} | {row.get('compile', '')} | "
-                f"{row.get('generate', '')} | {row.get('train', '')} | "
-                f"{row.get('nodes', '')} | "
-                f"{row.get('pipeline_s', float('nan')):.2f} |")
-        print(line, flush=True)
-        lines.append(line)
-    summary = (f"built {counts['built']} of {len(args.types.split(','))}; ok through export "
-               f"{counts['export']}, through compile {counts['compile']}, generating "
-               f"{counts['generate']} of {counts['generates']}"
-               + (f", training {counts['train']}" if args.train else ""))
-    print(summary)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines + ["", summary, ""]))
+        columns = [c for c, asked in (("compile", not args.no_compile),
+                                      ("generate", not args.no_generate),
+                                      ("train", args.train)) if asked]
+        row = sweep_row(model_type, lambda t=model_type: build(t), rules, columns,
+                        args.codegen)
+        table.add(model_type, row)
+        generates += not row.get("generate", "eager").startswith("eager")
+    counts = table.counts
+    table.write(args.out, f"built {counts['built']} of {len(args.types.split(','))}; ok "
+                f"through export {counts['export']}, through compile {counts['compile']}, "
+                f"generating {counts['generate']} of {generates}"
+                + (f", training {counts['train']}" if args.train else ""))
 
 
 if __name__ == "__main__":

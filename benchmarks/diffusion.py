@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,12 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
-from benchmarks.architectures import (  # noqa: E402
-    _through_compile,
-    _through_export,
-    _through_training,
-)
-from benchmarks.models import _error  # noqa: E402
+from benchmarks.architectures import SweepTable, sweep_row  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 
 BATCH = 2
@@ -524,40 +518,15 @@ def main() -> None:
     torch.set_num_threads(1)
     rules = load_rules("all")
     names = args.models.split(",")
-    lines = ["| model | class | export | compile | train | nodes | pipeline s |",
-             "|---|---|---|---|---|---|---|"]
-    counts = {"export": 0, "compile": 0, "train": 0, "built": 0}
+    table = SweepTable("model", ("class", "export", "compile", "train"))
     for name in names:
-        cls = ""
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            try:
-                model, inputs = build(name)
-                model(*inputs)
-            except Exception as exc:  # noqa: BLE001 - not buildable small: say so
-                row = {"export": "not built: " + _error(exc, 80)}
-            else:
-                counts["built"] += 1
-                cls = type(model.model).__name__
-                row = _through_export(model, inputs, rules)
-                row.update(_through_compile(model, inputs, rules, args.codegen))
-        if args.train and cls:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                row.update(_through_training(name, model, inputs, rules, args.codegen))
-        for entry in ("export", "compile", "train"):
-            counts[entry] += row.get(entry) == "ok"
-        line = (f"| {name} | {cls} | {row.get('export', '')} | {row.get('compile', '')} | "
-                f"{row.get('train', '')} | {row.get('nodes', '')} | "
-                f"{row.get('pipeline_s', float('nan')):.2f} |")
-        print(line, flush=True)
-        lines.append(line)
-    summary = (f"built {counts['built']} of {len(names)}; ok through export "
-               f"{counts['export']}, through compile {counts['compile']}"
-               + (f", training {counts['train']}" if args.train else ""))
-    print(summary)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines + ["", summary, ""]))
+        table.add(name, sweep_row(name, lambda n=name: build(n), rules,
+                                  ("compile", "train") if args.train else ("compile",),
+                                  args.codegen))
+    counts = table.counts
+    table.write(args.out, f"built {counts['built']} of {len(names)}; ok through export "
+                f"{counts['export']}, through compile {counts['compile']}"
+                + (f", training {counts['train']}" if args.train else ""))
 
 
 if __name__ == "__main__":
