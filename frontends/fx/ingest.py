@@ -761,8 +761,8 @@ class _Builder:
         token = node.name
         arg_classes: list[int] = []
         # (aten's kernels may assume the layout they were given, where torch's functions
-        # and pointwise kernels take any: group norm's take the contiguous tensors that
-        # ingest's dropped clones made)
+        # and pointwise kernels take any: group norm's take the contiguous tensors made by
+        # clones that ingest drops)
         layout_bound = pure and isinstance(node.target, torch._ops.OpOverload) and (
             torch.Tag.pointwise not in node.target.tags)
 
@@ -774,7 +774,7 @@ class _Builder:
                 arg_classes.append(value)
                 if copied and len(arg_classes) == 1 and node.args and a is node.args[0]:
                     return WrittenRef(value)
-                if layout_bound and self._contiguous(a):
+                if layout_bound and _makes_layout(a) and self._contiguous(a):
                     return ContiguousRef(value)
                 return ClassRef(value)
             return a
@@ -1009,6 +1009,13 @@ def _is_clone(node: fx.Node) -> bool:
     """Whether the call ``node`` is a clone (a new tensor, whatever ingest makes of it)."""
     return (node.op == "call_method" and node.target == "clone") or (
         node.op == "call_function" and node.target in _CLONES)
+
+
+def _makes_layout(node: fx.Node) -> bool:
+    """Whether ``node`` is a call ingest replaces by its operand that may change the
+    layout: a clone or ``contiguous`` (``clone(x, memory_format=contiguous_format)``)."""
+    return _is_clone(node) or (node.op == "call_method" and node.target == "contiguous") or (
+        node.op == "call_function" and node.target is torch.ops.aten.contiguous.default)
 
 
 def _makes_storage(op: str) -> bool:
