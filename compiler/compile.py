@@ -446,7 +446,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     def backend(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
-            if updates_an_alias(gm.graph):
+            if updates_an_alias(gm.graph) or any(_in_place(n) for n in gm.graph.nodes):
                 gm = functional_graph(gm, example_inputs)
             return through_inductor(gm, example_inputs)
         if differentiable_as_emitted(gm, example_inputs):
@@ -469,9 +469,10 @@ def functional_graph(gm: torch.fx.GraphModule,
     dynamo's fake mode where there is one: nothing runs): an in-place update of a view
     becomes its ``*_scatter`` into the base, and an update of an input a ``copy_`` into
     it at the end, as aot_autograd's functionalisation makes them. For a graph Inductor
-    compiles in which an update is seen through a view (``h[:, 0].mul_(3)``), which ingest
-    would make out of place under one name only; aot_autograd's functionalisation is what
-    the other code generator relies on.
+    compiles that updates a value a view shares (``h[:, 0].mul_(3)``, which ingest would
+    make out of place under one name only) or an input (``x[:, 0].mul_(2)`` must change the
+    caller's ``x``); the other code generator relies on aot_autograd's functionalisation
+    for the same graphs.
 
     >>> def f(x):
     ...     h = x * 2

@@ -1176,3 +1176,37 @@ def test_a_complex_graph_input_is_validated_not_a_crash():
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
     assert backend.reports and not any(r.extraction.fell_back for r in backend.reports)
+
+
+def _doubles_a_column_of_its_input(x):
+    v = x[:, 0]
+    v.mul_(2)
+    return v + 1
+
+
+def _adds_through_a_transpose_of_its_input(x):
+    x.t().add_(1)
+    return x * 1
+
+
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+@pytest.mark.parametrize("program", [_doubles_a_column_of_its_input,
+                                     _adds_through_a_transpose_of_its_input],
+                         ids=lambda p: p.__name__)
+def test_an_update_of_an_inputs_view_changes_the_callers_input_once(program, codegen):
+    """Through Inductor's code generation, ingest made the update out of place (the
+    caller's input never changed), and observing value ranges ran the graph on the
+    caller's own tensors: on the first call the input was updated twice and the output
+    was wrong. Such graphs are now functionalised first, and ranges are observed on
+    copies of inputs a graph writes into."""
+    from compiler.compile import make_backend
+
+    x = torch.randn(3, 4)
+    given, expected_input = x.clone(), x.clone()
+    expected = program(expected_input)
+    torch._dynamo.reset()
+    backend = make_backend(validate="strict", codegen=codegen)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
+    torch.testing.assert_close(given, expected_input)
+    assert not any(r.extraction.fell_back for r in backend.reports if r.extraction is not None)

@@ -388,6 +388,9 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
             x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
         return {}
     recorder = _RangeRecorder(gm)
+    if any(_writes(n) for n in gm.graph.nodes):  # (on copies: the caller's stay as they are)
+        example_inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
+                          for x in example_inputs]
     try:
         with torch.random.fork_rng(), torch.no_grad(), state_kept():
             recorder.run(*example_inputs)
@@ -398,6 +401,13 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
         if name in ranges:
             ranges[name]["sens"] = sens
     return ranges
+
+
+def _writes(node: fx.Node) -> bool:
+    """Whether a call may write into a tensor it is given: in place by its spelling, or
+    by its aten schema (``aten.copy_`` into an input, functionalisation's epilogue)."""
+    return is_in_place(node) or (isinstance(node.target, torch._ops.OpOverload)
+                                 and node.target._schema.is_mutable)
 
 
 def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
