@@ -1210,3 +1210,22 @@ def test_an_update_of_an_inputs_view_changes_the_callers_input_once(program, cod
         torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
     torch.testing.assert_close(given, expected_input)
     assert not any(r.extraction.fell_back for r in backend.reports if r.extraction is not None)
+
+
+def test_measuring_memory_leaves_the_callers_inputs_as_one_call_does():
+    """``make_backend(memory=True)`` ran the source and the optimised program on the
+    caller's own tensors to measure their peaks: an input updated in place was updated
+    three times by the first call."""
+    from compiler.compile import make_backend
+
+    def counts(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(3)
+    torch._dynamo.reset()
+    backend = make_backend(memory=True)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(counts, backend=backend)(x), torch.full((3,), 2.0))
+    torch.testing.assert_close(x, torch.ones(3))
+    assert backend.reports[0].memory["source"] > 0
