@@ -400,12 +400,18 @@ def _promote(x: Any) -> Any:
     return _to64(x)
 
 
-def _float64_reference(original: nn.Module, effects: bool = False):
+def float64_reference(original: nn.Module, effects: bool = False):
     """A function from inputs to the flat float64 outputs of ``original`` (None where the
     program cannot run in float64): a graph run by :class:`_Float64Interpreter` (explicit
-    casts and dtype checks would stop its own forward halfway), any other module promoted
-    to float64. With ``effects`` every call starts from the copy's first state (a buffer
-    the program changes in place, as the source's is before each of its runs)."""
+    casts and dtype checks would stop its own forward halfway, and a computation written
+    in float32 is widened too), any other module promoted to float64. With ``effects``
+    every call starts from the copy's first state (a buffer the program changes in place,
+    as the source's is before each of its runs).
+
+    >>> graph = torch.fx.symbolic_trace(lambda x: (x.float() * 3).sum())
+    >>> float64_reference(graph)((torch.ones(2, dtype=torch.float16),))[0].dtype
+    torch.float64
+    """
     wide = float64_copy(original)
     first = _State(wide.buffers()) if effects and isinstance(wide, nn.Module) else None
 
@@ -630,7 +636,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
     random_ops = src.random
     effects = state is not None
-    reference = None if random_ops or working else _float64_reference(original, effects)
+    reference = None if random_ops or working else float64_reference(original, effects)
     worst_before = worst_after = 0.0
     kind = ("same-seed original" if random_ops else "working-dtype original" if working
             else "float64")
@@ -709,7 +715,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                     # program draws random numbers: float64 draws others).
                     if b.is_floating_point() and id(xs) not in escalated and not random_ops:
                         if float64_source is None:
-                            float64_source = _float64_reference(original, effects)
+                            float64_source = float64_reference(original, effects)
                         escalated[id(xs)] = float64_source(xs)
                     exact = escalated.get(id(xs)) if b.is_floating_point() else None
                     if exact is None:
