@@ -38,13 +38,12 @@ from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import is_in_place, updates_an_alias
+from frontends.fx.effects import updates_an_alias, updates_an_input
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -217,7 +216,7 @@ def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
 
     with unset_fake_temporarily():
         inputs = hinted_inputs(example_inputs)
-        writes = any(_in_place(n) for n in source.graph.nodes)
+        writes = any(updates_an_input(n) for n in source.graph.nodes)
 
         def given() -> list:
             return [x.detach().clone() if writes and isinstance(x, torch.Tensor) else x
@@ -452,7 +451,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     def backend(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
-            if updates_an_alias(gm.graph) or any(_in_place(n) for n in gm.graph.nodes):
+            if updates_an_alias(gm.graph) or any(updates_an_input(n) for n in gm.graph.nodes):
                 gm = functional_graph(gm, example_inputs)
             return through_inductor(gm, example_inputs)
         if differentiable_as_emitted(gm, example_inputs):
@@ -573,32 +572,7 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
     return not any(n.op == "call_function" and (
         n.target in _STATE_CHANGES or isinstance(n.target, torch._ops.HigherOrderOperator)
         or getattr(n.target, "__module__", None) == _TRANSFORMS)
-        or _in_place(n) for n in gm.graph.nodes)
-
-
-def _in_place(n: torch.fx.Node) -> bool:
-    """Whether a call changes a graph input in place (``x.add_(y)``, ``torch.relu_``,
-    ``x[i] = y``, ``inplace=True``, ``out=``), as the storages of dynamo's example values
-    tell; ingest makes an in-place op on the graph's own values out of place, but an input
-    must really change."""
-    if n.op not in ("call_function", "call_method"):
-        return False
-    if n.kwargs.get("out") is not None:
-        return True
-    if not is_in_place(n) or not n.args:
-        return False
-    target = n.args[0]
-    value = target.meta.get("example_value") if isinstance(target, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor):
-        return True
-    storage = StorageWeakRef(value.untyped_storage())
-    for p in n.graph.nodes:
-        if p.op != "placeholder":
-            break
-        given = p.meta.get("example_value")
-        if isinstance(given, torch.Tensor) and StorageWeakRef(given.untyped_storage()) == storage:
-            return True
-    return False
+        or updates_an_input(n) for n in gm.graph.nodes)
 
 
 class _Compiled:

@@ -1229,3 +1229,33 @@ def test_measuring_memory_leaves_the_callers_inputs_as_one_call_does():
         torch.testing.assert_close(torch.compile(counts, backend=backend)(x), torch.full((3,), 2.0))
     torch.testing.assert_close(x, torch.ones(3))
     assert backend.reports[0].memory["source"] > 0
+
+
+class _Exported(nn.Module):
+    def __init__(self, program):
+        super().__init__()
+        self.program = program
+
+    def forward(self, x):
+        return self.program(x)
+
+
+@pytest.mark.parametrize("program", [_doubles_a_column_of_its_input,
+                                     _adds_through_a_transpose_of_its_input],
+                         ids=lambda p: p.__name__)
+def test_an_exported_update_of_an_inputs_view_is_written_back(program):
+    """torch.export keeps ``x.t().add_(1)`` as an in-place call on a view of the input:
+    ingest made it out of place, so the caller's input never changed and later reads of
+    ``x`` read the old values (a wrong output that validation passed, since the source
+    had changed the very input the optimised program then read). The program is now
+    ingested functional, its new input values written back at the end."""
+    x = torch.randn(3, 4)
+    expected_input = x.clone()
+    expected = program(expected_input)
+    exported = torch.export.export(_Exported(program), (x.clone(),))
+    for validate in ("off", "raise"):
+        example, given = x.clone(), x.clone()
+        opt = EGraph.from_fx(exported, (example,)).extract(AstSize(), validate=validate)
+        torch.testing.assert_close(opt(given), expected)
+        torch.testing.assert_close(given, expected_input)
+        torch.testing.assert_close(example, x)  # the example inputs are left as they were

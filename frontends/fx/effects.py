@@ -248,6 +248,38 @@ def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
     return result.clone() if isinstance(result, torch.Tensor) else result
 
 
+def updates_an_input(n: fx.Node) -> bool:
+    """Whether a call changes a graph input in place (``x.add_(y)``, ``torch.relu_``,
+    ``x[i] = y``, ``x.t().add_(1)``, ``inplace=True``, ``out=``, ``aten.copy_``), as the
+    storages of the values the tracer recorded tell (True where none is recorded); ingest
+    makes an in-place op on the graph's own values out of place, but an input must really
+    change.
+
+    >>> gm = fx.symbolic_trace(lambda x: x.t().add_(1))
+    >>> [updates_an_input(n) for n in gm.graph.nodes]  # (a symbolic trace records none)
+    [False, False, True, False]
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    if n.op not in ("call_function", "call_method"):
+        return False
+    if n.kwargs.get("out") is not None:
+        return True
+    if not is_in_place(n) or not n.args:
+        return False
+    value = recorded_value(n.args[0])
+    if not isinstance(value, torch.Tensor):
+        return True
+    storage = StorageWeakRef(value.untyped_storage())
+    for p in n.graph.nodes:
+        if p.op != "placeholder":
+            break
+        given = recorded_value(p)
+        if isinstance(given, torch.Tensor) and StorageWeakRef(given.untyped_storage()) == storage:
+            return True
+    return False
+
+
 def updates_an_alias(graph: fx.Graph) -> bool:
     """Whether an in-place call in ``graph`` updates a tensor whose storage another value
     read later shares (a view taken before an update of its base, or the base of a view

@@ -21,6 +21,7 @@ the result).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import warnings
@@ -47,6 +48,7 @@ from frontends.fx.effects import (
     run_pure,
     torch_owned,
     updates_an_alias,
+    updates_an_input,
 )
 from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.vocabulary import (
@@ -388,7 +390,7 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
             x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
         return {}
     recorder = _RangeRecorder(gm)
-    if any(_writes(n) for n in gm.graph.nodes):  # (on copies: the caller's stay as they are)
+    if any(map(updates_an_input, gm.graph.nodes)):  # (on copies: the caller's stay)
         example_inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
     try:
@@ -401,13 +403,6 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
         if name in ranges:
             ranges[name]["sens"] = sens
     return ranges
-
-
-def _writes(node: fx.Node) -> bool:
-    """Whether a call may write into a tensor it is given: in place by its spelling, or
-    by its aten schema (``aten.copy_`` into an input, functionalisation's epilogue)."""
-    return is_in_place(node) or (isinstance(node.target, torch._ops.OpOverload)
-                                 and node.target._schema.is_mutable)
 
 
 def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
@@ -1205,8 +1200,10 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     param_names: dict[str, str] = {}
     module = source
     if isinstance(source, torch.export.ExportedProgram):
-        source = _functional(source)
-        gm, param_names, example_inputs = _from_export(source, example_inputs)
+        functional = _functional(source)
+        gm, param_names, example_inputs = _from_export(functional, example_inputs)
+        if functional is not source:  # (the source runs as it was: it updates in place)
+            gm = _written_back(functional)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
         gm = trace(source)
@@ -1352,16 +1349,40 @@ def _functional(program: torch.export.ExportedProgram) -> torch.export.ExportedP
     """``program`` with its updates seen through views made functional
     (``run_decompositions`` with no decompositions: ``h[:, :1].mul_(3)`` becomes a
     ``slice_scatter`` into ``h``) where making each call out of place, as ingest does,
-    would leave a view stale (:func:`frontends.fx.effects.updates_an_alias`). Otherwise
-    ``program`` itself, and also where the functional program would update an input or
-    buffer: it returns their new values as outputs, which emission does not write back."""
-    if not updates_an_alias(program.graph):
+    would leave a view stale (:func:`frontends.fx.effects.updates_an_alias`) or the
+    caller's input or buffer unchanged (``x.t().add_(1)``). Otherwise ``program``
+    itself."""
+    graph = program.graph
+    if not updates_an_alias(graph) and not any(
+            updates_an_input(n) and n.args[0].op != "placeholder" for n in graph.nodes):
         return program
-    functional = program.run_decompositions({})
-    signature = functional.graph_signature
-    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
-        return program
-    return functional
+    return program.run_decompositions({})
+
+
+def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
+    """The graph of a functional ``program`` that writes the new values of the inputs and
+    buffers it updates into them (``aten.copy_``, at the end), where the program returns
+    them as outputs: the source updates them, and emission keeps such a write."""
+    signature = program.graph_signature
+    written = {**signature.buffers_to_mutate, **signature.user_inputs_to_mutate}
+    gm = fx.GraphModule(program.graph_module, copy.deepcopy(program.graph))
+    if not written:
+        return gm
+    buffers = {buffer: name for name, buffer in signature.inputs_to_buffers.items()}
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    output = gm.graph.output_node()
+    kept = []
+    with gm.graph.inserting_before(output):
+        for value in output.args[0]:
+            target = written.get(getattr(value, "name", None))
+            if target is None:
+                kept.append(value)
+                continue
+            gm.graph.call_function(torch.ops.aten.copy_.default,
+                                   (placeholders[buffers.get(target, target)], value))
+    output.args = (tuple(kept),)
+    gm.recompile()
+    return gm
 
 
 def _from_export(program, example_inputs):
