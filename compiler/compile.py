@@ -43,7 +43,7 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import updates_an_alias, updates_an_input
+from frontends.fx.effects import updates_an_alias, updates_inputs
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -216,7 +216,7 @@ def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
 
     with unset_fake_temporarily():
         inputs = hinted_inputs(example_inputs)
-        writes = any(updates_an_input(n) for n in source.graph.nodes)
+        writes = updates_inputs(source.graph)
 
         def given() -> list:
             return [x.detach().clone() if writes and isinstance(x, torch.Tensor) else x
@@ -451,7 +451,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     def backend(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
-            if updates_an_alias(gm.graph) or any(updates_an_input(n) for n in gm.graph.nodes):
+            if _updates_shared_storage(gm.graph):
                 gm = functional_graph(gm, example_inputs)
             return through_inductor(gm, example_inputs)
         if differentiable_as_emitted(gm, example_inputs):
@@ -567,12 +567,18 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
     >>> differentiable_as_emitted(gm, (torch.randn(2),))
     True
     """
-    if cuda_device(example_inputs) is not None or updates_an_alias(gm.graph):
+    if cuda_device(example_inputs) is not None or _updates_shared_storage(gm.graph):
         return False
     return not any(n.op == "call_function" and (
         n.target in _STATE_CHANGES or isinstance(n.target, torch._ops.HigherOrderOperator)
-        or getattr(n.target, "__module__", None) == _TRANSFORMS)
-        or updates_an_input(n) for n in gm.graph.nodes)
+        or getattr(n.target, "__module__", None) == _TRANSFORMS) for n in gm.graph.nodes)
+
+
+def _updates_shared_storage(graph: torch.fx.Graph) -> bool:
+    """Whether ``graph`` changes an input in place, or a value a view shares: ingest would
+    make the update out of place under one name only, so the graph is made functional
+    first (aot_autograd's functionalisation, or :func:`functional_graph` for Inductor)."""
+    return updates_an_alias(graph) or updates_inputs(graph)
 
 
 class _Compiled:

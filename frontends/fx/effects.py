@@ -280,6 +280,17 @@ def updates_an_input(n: fx.Node) -> bool:
     return False
 
 
+def updates_inputs(graph: fx.Graph) -> bool:
+    """Whether a call of ``graph`` changes one of its inputs in place
+    (:func:`updates_an_input`): its runs must not be given the caller's own tensors, and
+    what they leave must be compared.
+
+    >>> updates_inputs(fx.symbolic_trace(lambda x: x.t().add_(1)).graph)
+    True
+    """
+    return any(map(updates_an_input, graph.nodes))
+
+
 def updates_an_alias(graph: fx.Graph) -> bool:
     """Whether an in-place call in ``graph`` updates a tensor whose storage another value
     read later shares (a view taken before an update of its base, or the base of a view

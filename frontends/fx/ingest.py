@@ -49,6 +49,7 @@ from frontends.fx.effects import (
     torch_owned,
     updates_an_alias,
     updates_an_input,
+    updates_inputs,
 )
 from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.vocabulary import (
@@ -390,7 +391,7 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
             x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
         return {}
     recorder = _RangeRecorder(gm)
-    if any(map(updates_an_input, gm.graph.nodes)):  # (on copies: the caller's stay)
+    if updates_inputs(gm.graph):  # (on copies: the caller's stay as they are)
         example_inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
     try:
