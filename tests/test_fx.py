@@ -129,6 +129,39 @@ def test_effects_are_kept_in_order_even_when_unused():
     torch.testing.assert_close(a, f(torch.ones(3)))
 
 
+def _torch_functions(x, w):
+    unused = F.interpolate(x, scale_factor=2.0)  # noqa: F841 - dead code on purpose
+    up = F.interpolate(x, scale_factor=2.0) + F.interpolate(x, scale_factor=2.0)
+    values = torch.sort(w, dim=-1).values + torch.sort(w, dim=-1).values
+    norms = torch.linalg.vector_norm(w, dim=-1) + torch.linalg.vector_norm(w, dim=-1)
+    noisy = F.gumbel_softmax(w, tau=1.0) + F.gumbel_softmax(w, tau=1.0)  # random draws
+    return up, values, norms, noisy
+
+
+@pytest.mark.parametrize("entry", ["symbolic_trace", "torch.compile"])
+def test_torch_functions_without_an_aten_namesake_are_shared_when_functional(entry):
+    """``F.interpolate`` (diffusers' upsampling) has no aten op of its name: whether it is
+    functional is read from the aten ops it dispatches to, so equal calls are computed
+    once and an unused one goes; ``F.gumbel_softmax`` draws random numbers and stays.
+    ``torch.sort``'s namesake has TorchScript list overloads that sort in place, which do
+    not make it an effect."""
+    from compiler.compile import make_backend
+
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(3, 5)
+    if entry == "symbolic_trace":
+        opt = EGraph.from_fx(torch.fx.symbolic_trace(_torch_functions), (x, w)).extract(
+            AstSize())
+        code = opt.code
+    else:
+        backend = make_backend(rules=(), validate="raise")
+        torch._dynamo.reset()
+        torch.compile(_torch_functions, backend=backend)(x, w)
+        (entry,) = backend.cache.values()
+        code = entry.module.code
+    assert code.count("interpolate(") == 1 and code.count("sort(") == 1
+    assert code.count("linalg_vector_norm(") == 1 and code.count("gumbel_softmax(") == 2
+
+
 def test_dropout_in_eval_and_inplace_ops_are_functionalised():
     class M(nn.Module):
         def __init__(self):

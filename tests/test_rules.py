@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler.soundness import check_rule, mutants, sympy_proof
-from egraph import EGraph, Pattern, vars
+from egraph import AstSize, EGraph, Pattern, vars
 from egraph.egraph import UnsoundMerge
 from egraph.ops import exp, log, log1p
 from egraph.rules import FAMILIES, library, load_rules, rule
@@ -202,7 +202,8 @@ def test_naive_pytorch_code_reaches_the_stable_or_fused_form(rule):
     gm = torch.fx.symbolic_trace(fn)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     domains = {placeholders[i]: rule.inputs[n].domain for i, n in enumerate(names)
-               if rule.inputs[n].domain in ("positive", "nonneg", "nonzero", "unit")}
+               if rule.inputs[n].domain in ("finite", "positive", "nonneg", "nonzero",
+                                              "unit")}
     eg = EGraph.from_fx(gm, tuple(inputs), domains=domains)
     targets = _initial_matches(rule, eg)
     assert targets, f"{rule.name}: the left side does not match the traced example"
@@ -228,3 +229,33 @@ def test_same_dtype_guard_refuses_mixed_tensor_dtypes_and_ignores_numbers():
     guard = same_dtype("a", "b", "n")
     assert guard(eg, {"a": a, "b": c, "n": two})
     assert not guard(eg, {"a": a, "b": b, "n": two})
+
+
+def _drops_an_operand(x, ids):
+    positions = ids.float()  # integers made floats: finite, whatever the inputs hold
+    return (x - x, x * 0.0, x / x, positions - positions, torch.tanh(positions) * 0.0)
+
+
+@given(st.lists(st.sampled_from([1.5, -2.0, 0.0, float("inf"), float("-inf"), float("nan")]),
+                min_size=4, max_size=4))
+@settings(max_examples=25, deadline=None)
+def test_rules_that_drop_an_operand_keep_inf_and_nan(values):
+    """``x - x``, ``x * 0`` and ``x / x`` are NaN where x is inf or NaN, so sub-self,
+    zero-mul and div-self fire only on values proven finite (integers made floats, tanh
+    of them, inputs declared in a domain), never on a float input, with validation off."""
+    x, ids = torch.tensor(values), torch.arange(4)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_drops_an_operand), (x.abs() + 1, ids)
+                         ).saturate(load_rules("all")).extract(AstSize(), validate="off")
+    for ours, eager in zip(opt(x, ids), _drops_an_operand(x, ids)):
+        torch.testing.assert_close(ours, eager, equal_nan=True)
+    assert opt.code.count("torch.zeros_like(") == 2
+
+
+def test_a_declared_domain_promises_finite_values():
+    f = lambda x: x - x  # noqa: E731
+    gm = torch.fx.symbolic_trace(f)
+    free = EGraph.from_fx(gm, (torch.randn(3),)).saturate(load_rules("all"))
+    declared = EGraph.from_fx(gm, (torch.randn(3),), domains={"x": "finite"}).saturate(
+        load_rules("all"))
+    assert "zeros_like" in declared.extract(AstSize()).code
+    assert "zeros_like" not in free.extract(AstSize()).code

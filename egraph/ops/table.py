@@ -92,6 +92,9 @@ class OpDef:
     triton_cast: tuple[str, ...] | None = None
     """Operands converted to the result's compute type first (default: all of them)."""
     commutative: bool = False
+    finite: bool = False
+    """Finite operands give finite values: the op neither overflows nor divides (tanh,
+    where, maximum; not add, exp). Views keep finiteness without saying so."""
     stable: bool = False
     """A fused, numerically stable computation: its rounding error is bounded whatever
     its inputs (softmax, log1p, ...)."""
@@ -381,11 +384,11 @@ op("pow", "x y", "pointwise", impl="torch.pow", flops=1, sign=signs.power,
    spell="torch.pow Tensor.pow aten.pow.Scalar aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor "
    + _OPERATOR.format("pow", "pow"))
 op("maximum", "x y", "pointwise", impl="torch.maximum", flops=1, exact=True, error="exact",
-   commutative=True, sign=signs.larger, interval=iv.larger,
+   finite=True, commutative=True, sign=signs.larger, interval=iv.larger,
    triton="tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
    spell="torch.maximum Tensor.maximum aten.maximum.default")
 op("minimum", "x y", "pointwise", impl="torch.minimum", flops=1, exact=True, error="exact",
-   commutative=True, interval=iv.smaller,
+   finite=True, commutative=True, interval=iv.smaller,
    triton="tl.minimum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
    spell="torch.minimum Tensor.minimum aten.minimum.default")
 for _name, _symbol, _py in [("eq", "==", "eq"), ("ne", "!=", "ne"), ("lt", "<", "lt"),
@@ -424,7 +427,7 @@ op("hypot", "x y", "pointwise", impl="torch.hypot", flops=3, commutative=True, s
    spell="torch.hypot Tensor.hypot aten.hypot.default")
 
 _UNARY_SPELL = "torch.{0} Tensor.{0} aten.{0}.default"
-op("neg", "x", "pointwise", impl="torch.neg", flops=1, exact=True, error="exact",
+op("neg", "x", "pointwise", finite=True, impl="torch.neg", flops=1, exact=True, error="exact",
    sign=signs.negation, interval=iv.negation, triton="-{x}",
    spell=_UNARY_SPELL.format("neg") + " operator.neg torch.negative Tensor.__neg__"
    " Tensor.negative")
@@ -437,17 +440,17 @@ op("sqrt", "x", "pointwise", impl="torch.sqrt", flops=1, sign=signs.root,
    interval=iv.root, triton="tl.sqrt({x})", spell=_UNARY_SPELL.format("sqrt") + " math.sqrt")
 op("rsqrt", "x", "pointwise", impl="torch.rsqrt", flops=1, sign=POS,
    interval=iv.reciprocal_root, triton="tl.rsqrt({x})", spell=_UNARY_SPELL.format("rsqrt"))
-op("abs", "x", "pointwise", impl="torch.abs", flops=1, exact=True, error="exact",
+op("abs", "x", "pointwise", finite=True, impl="torch.abs", flops=1, exact=True, error="exact",
    stable=True, sign=signs.magnitude, interval=iv.magnitude, triton="tl.abs({x})",
    spell=_UNARY_SPELL.format("abs") + " operator.abs Tensor.__abs__")
-op("sin", "x", "pointwise", impl="torch.sin", flops=1, interval=iv.constant(-1.0, 1.0),
+op("sin", "x", "pointwise", finite=True, impl="torch.sin", flops=1, interval=iv.constant(-1.0, 1.0),
    triton="tl.sin({x})", spell=_UNARY_SPELL.format("sin") + " math.sin")
-op("cos", "x", "pointwise", impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
+op("cos", "x", "pointwise", finite=True, impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
    triton="tl.cos({x})", spell=_UNARY_SPELL.format("cos") + " math.cos")
 op("tan", "x", "pointwise", impl="torch.tan", flops=1, triton="tl.sin({x}) / tl.cos({x})",
    spell=_UNARY_SPELL.format("tan") + " math.tan",
    why={"interval": "unbounded: a pole at every odd multiple of pi/2"})
-op("atan", "x", "pointwise", impl="torch.atan", flops=1, sign=signs.same,
+op("atan", "x", "pointwise", finite=True, impl="torch.atan", flops=1, sign=signs.same,
    interval=iv.monotone(math.atan), spell=_UNARY_SPELL.format("atan") + " math.atan",
    why={"triton": "no Triton intrinsic for atan"})
 op("sinh", "x", "pointwise", impl="torch.sinh", flops=1, sign=signs.same,
@@ -457,23 +460,23 @@ op("cosh", "x", "pointwise", impl="torch.cosh", flops=1, sign=POS,
    interval=lambda kids, values, shapes: iv.monotone(math.cosh)(
        [iv.magnitude(kids, values, shapes)], values, shapes),
    triton="0.5 * (tl.exp({x}) + tl.exp(-{x}))", spell=_UNARY_SPELL.format("cosh") + " math.cosh")
-op("tanh", "x", "pointwise", impl="torch.tanh", flops=1, stable=True, sign=signs.same,
+op("tanh", "x", "pointwise", finite=True, impl="torch.tanh", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.tanh), triton="_tanh({x})",
    spell=_UNARY_SPELL.format("tanh") + " math.tanh torch.nn.functional.tanh",
    modules=(Module("torch.nn.Tanh", ("input",)),))
-op("sigmoid", "x", "pointwise", impl="torch.sigmoid", flops=4, stable=True, sign=POS,
+op("sigmoid", "x", "pointwise", finite=True, impl="torch.sigmoid", flops=4, stable=True, sign=POS,
    interval=iv.monotone(iv.sigmoid), triton="tl.sigmoid({x})",
    spell=_UNARY_SPELL.format("sigmoid") + " torch.nn.functional.sigmoid",
    modules=(Module("torch.nn.Sigmoid", ("input",)),))
-op("relu", "x", "pointwise", impl="torch.relu", flops=1, exact=True, error="exact",
+op("relu", "x", "pointwise", finite=True, impl="torch.relu", flops=1, exact=True, error="exact",
    stable=True, sign=NONNEG, interval=iv.relu, triton="tl.where({x} < 0, 0, {x})",
    spell=_UNARY_SPELL.format("relu") + " torch.nn.functional.relu",
    modules=(Module("torch.nn.ReLU", ("input",)),))
-op("silu", "x", "pointwise", impl="torch.nn.functional.silu", flops=4, stable=True,
+op("silu", "x", "pointwise", finite=True, impl="torch.nn.functional.silu", flops=4, stable=True,
    interval=iv.gated, triton="{x} * tl.sigmoid({x})",
    spell="torch.nn.functional.silu aten.silu.default",
    modules=(Module("torch.nn.SiLU", ("input",)),))
-op("erf", "x", "pointwise", impl="torch.erf", flops=1, stable=True, sign=signs.same,
+op("erf", "x", "pointwise", finite=True, impl="torch.erf", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.erf), triton="tl.erf({x})", spell=_UNARY_SPELL.format("erf"))
 op("log1p", "x", "pointwise", impl="torch.log1p", flops=1, stable=True, sign=signs.log1p,
    interval=iv.log1p, triton="_log1p({x})", spell=_UNARY_SPELL.format("log1p"))
@@ -485,7 +488,7 @@ op("logit", "x", "pointwise", impl="torch.logit", flops=3,
    spell=_UNARY_SPELL.format("logit") + " torch.special.logit")
 op("reciprocal", "x", "pointwise", impl="torch.reciprocal", flops=1, sign=signs.reciprocal,
    interval=iv.reciprocal, triton="1.0 / {x}", spell=_UNARY_SPELL.format("reciprocal"))
-op("sign", "x", "pointwise", impl="torch.sign", flops=1, exact=True, error="exact",
+op("sign", "x", "pointwise", finite=True, impl="torch.sign", flops=1, exact=True, error="exact",
    sign=signs.same, interval=iv.constant(-1.0, 1.0), triton_cast=(),
    triton="({x} > 0).to({x}.dtype) - ({x} < 0).to({x}.dtype)",
    spell=_UNARY_SPELL.format("sign"))
@@ -493,21 +496,21 @@ op("logsigmoid", "x", "pointwise", impl="torch.nn.functional.logsigmoid", flops=
    stable=True, sign=NEG, interval=iv.monotone(lambda v: -iv.softplus(-v)),
    triton="tl.minimum({x}, 0.0) - _log1p(tl.exp(-tl.abs({x})))",
    spell="torch.nn.functional.logsigmoid")
-op("floor", "x", "pointwise", impl="torch.floor", flops=1, exact=True, error="exact",
+op("floor", "x", "pointwise", finite=True, impl="torch.floor", flops=1, exact=True, error="exact",
    interval=iv.monotone(math.floor), triton="tl.floor({x})",
    spell=_UNARY_SPELL.format("floor") + " math.floor")
-op("ceil", "x", "pointwise", impl="torch.ceil", flops=1, exact=True, error="exact",
+op("ceil", "x", "pointwise", finite=True, impl="torch.ceil", flops=1, exact=True, error="exact",
    interval=iv.monotone(math.ceil), triton="tl.ceil({x})",
    spell=_UNARY_SPELL.format("ceil") + " math.ceil")
-op("logical_not", "x", "pointwise", impl="torch.logical_not", flops=1, exact=True,
+op("logical_not", "x", "pointwise", finite=True, impl="torch.logical_not", flops=1, exact=True,
    error="exact", sign=NONNEG, interval=iv.constant(0.0, 1.0), triton="{x} == 0",
    triton_cast=(), spell=_UNARY_SPELL.format("logical_not"))
-op("bitwise_not", "x", "pointwise", impl="torch.bitwise_not", flops=1, exact=True,
+op("bitwise_not", "x", "pointwise", finite=True, impl="torch.bitwise_not", flops=1, exact=True,
    error="exact", triton="~{x}", triton_cast=(),
    why={"interval": "its values are bit patterns, not a range of numbers"},
    spell="operator.invert torch.bitwise_not Tensor.__invert__ Tensor.bitwise_not"
    " aten.bitwise_not.default")
-op("gelu", "x approximate", "pointwise", attributes="approximate",
+op("gelu", "x approximate", "pointwise", finite=True, attributes="approximate",
    impl="torch.nn.functional.gelu", call=lambda x, a: ((x,), {} if a == "none" else {
        "approximate": a}),
    flops=8, stable=True, interval=iv.gated, triton="@gelu", triton_cast=("x",),
@@ -517,15 +520,15 @@ op("softplus", "x beta threshold", "pointwise", attributes="beta threshold",
    impl="torch.nn.functional.softplus", flops=4, stable=True, sign=POS,
    interval=iv.monotone(iv.softplus), triton="@softplus", triton_cast=("x",),
    spell="torch.nn.functional.softplus aten.softplus.default")
-op("clamp", "x min max", "pointwise", impl="torch.clamp", flops=1, exact=True,
+op("clamp", "x min max", "pointwise", finite=True, impl="torch.clamp", flops=1, exact=True,
    error="exact", sign=signs.clamped, interval=iv.clamped, triton="@clamp",
    spell="torch.clamp torch.clip Tensor.clamp Tensor.clip aten.clamp.default")
 op("where", "cond x y", "pointwise", impl="torch.where", flops=1, exact=True, error="exact",
-   sign=signs.either, interval=iv.either, triton="tl.where({cond}, {x}, {y})",
+   finite=True, sign=signs.either, interval=iv.either, triton="tl.where({cond}, {x}, {y})",
    triton_cast=("x", "y"),
    spell="torch.where aten.where.self aten.where.ScalarOther aten.where.ScalarSelf"
    " aten.where.Scalar")
-op("masked_fill", "x mask value", "pointwise", impl="torch.masked_fill", flops=1,
+op("masked_fill", "x mask value", "pointwise", finite=True, impl="torch.masked_fill", flops=1,
    exact=True, error="exact", sign=signs.filled, interval=iv.filled,
    triton="tl.where({mask}, {value}, {x})", triton_cast=("x", "value"),
    spell="torch.masked_fill Tensor.masked_fill aten.masked_fill.Scalar"
@@ -533,7 +536,7 @@ op("masked_fill", "x mask value", "pointwise", impl="torch.masked_fill", flops=1
 # A conversion is exact for every analysis here: they model one working precision per
 # value, and the common conversions in models widen (fp16 -> fp32 around norms), which
 # round nothing; a narrowing conversion's rounding is that of its output dtype.
-op("to", "x dtype", "pointwise", attributes="dtype", impl="Tensor.to", exact=True,
+op("to", "x dtype", "pointwise", finite=True, attributes="dtype", impl="Tensor.to", exact=True,
    error="exact", sign=signs.same, interval=iv.same, triton="@to", triton_cast=(),
    spell="Tensor.to Tensor.float:to_float32 Tensor.half:to_float16"
    " Tensor.double:to_float64 Tensor.bfloat16:to_bfloat16 Tensor.long:to_int64"
@@ -561,7 +564,7 @@ op("var", "x dim correction keepdim", "reduction", attributes="dim correction ke
    spell="torch.var Tensor.var aten.var.correction aten.var.dim torch.var_mean:var_mean"
    " aten.var_mean.correction:var_mean aten.var_mean.dim:var_mean")
 # One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
-op("softmax", "x dim", "reduction", attributes="dim", impl="torch.softmax",
+op("softmax", "x dim", "reduction", finite=True, attributes="dim", impl="torch.softmax",
    call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=POS, interval=iv.softmax, triton="@softmax",
    spell="torch.softmax:torch_softmax torch.nn.functional.softmax"
@@ -586,19 +589,19 @@ op("rms_norm", "x shape weight eps", "reduction", attributes="shape eps",
    interval=iv.normalised(bias=False), triton="@rms_norm",
    spell="torch.nn.functional.rms_norm",
    modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),))
-op("max_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.max",
+op("max_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim", impl="torch.max",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
    spell="torch.max:max Tensor.max:max aten.max.dim:max",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
-op("min_dim", "x dim keepdim", "reduction", attributes="dim keepdim", impl="torch.min",
+op("min_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim", impl="torch.min",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
    spell="torch.min:min Tensor.min:min aten.min.dim:min",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
 
 _NO_KERNEL = "a library kernel (torch's), not generated"
-op("gather", "x dim index", "library", impl="torch.gather", normalize=_norm_dim(1),
+op("gather", "x dim index", "library", finite=True, impl="torch.gather", normalize=_norm_dim(1),
    exact=True, error="exact", sign=signs.same, interval=iv.same,
    spell="torch.gather Tensor.gather aten.gather.default", why={"triton": _NO_KERNEL})
 op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
@@ -634,7 +637,7 @@ op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
         "interval": "depends on the running statistics' values (not tracked)"})
 # padding_idx changes only the gradient (that row gets none), but the emitted module may be
 # trained, so it is kept: None, or the non-negative row index.
-op("embedding", "indices weight padding_idx", "library", attributes="padding_idx",
+op("embedding", "indices weight padding_idx", "library", finite=True, attributes="padding_idx",
    impl="torch.nn.functional.embedding",
    call=lambda i, w, p: ((i, w), {} if p is None else {"padding_idx": p}),
    normalize=_norm_padding_idx, exact=True, error="exact", interval=iv.operand(1),
@@ -654,7 +657,7 @@ for _name in ("conv1d", "conv2d"):
        why={"triton": _NO_KERNEL})
 # Pooling: a window's max (exact: one of its values) or average (a sum), per sample and
 # channel, so both commute with concatenation over the batch or the channels.
-op("max_pool2d", "x kernel stride padding dilation ceil_mode", "library",
+op("max_pool2d", "x kernel stride padding dilation ceil_mode", "library", finite=True,
    attributes="kernel stride padding dilation ceil_mode",
    impl="torch.nn.functional.max_pool2d", normalize=_norm_pool(4), flops=_pool_flops,
    exact=True, error="exact",
@@ -686,24 +689,24 @@ op("sdpa", "q k v mask causal scale gqa", "library", attributes="causal scale gq
    spell="torch.nn.functional.scaled_dot_product_attention"
    " aten.scaled_dot_product_attention.default",
    why={"triton": _NO_KERNEL})
-op("cat", "dim *xs", "library", attributes="dim", impl="torch.cat",
+op("cat", "dim *xs", "library", finite=True, attributes="dim", impl="torch.cat",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), normalize=_norm_cat, exact=True,
    error="exact",
    interval=iv.joined, spell="torch.cat torch.concat torch.concatenate aten.cat.default",
    why={"triton": _NO_KERNEL})
 # Constant padding: TASO's ``enlarge`` (a kernel padded with zeros to a larger one) and
 # the F.pad calls of real models. Its values are the operand's and the fill: exact.
-op("pad", "x sizes value", "library", attributes="sizes value",
+op("pad", "x sizes value", "library", finite=True, attributes="sizes value",
    impl="torch.nn.functional.pad", call=lambda x, p, v: ((x, list(p)), {"value": v}),
    exact=True, error="exact", interval=iv.padded,
    spell="torch.nn.functional.pad:pad torch._C._nn.pad:pad aten.pad.default:pad"
    " aten.constant_pad_nd.default:constant_pad_nd",
    why={"triton": _NO_KERNEL})
-op("stack", "dim *xs", "library", attributes="dim", impl="torch.stack",
+op("stack", "dim *xs", "library", finite=True, attributes="dim", impl="torch.stack",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), exact=True, error="exact",
    interval=iv.joined, spell="torch.stack aten.stack.default", why={"triton": _NO_KERNEL})
 for _name in ("tril", "triu"):
-    op(_name, "x diagonal", "library", attributes="diagonal", impl=f"torch.{_name}",
+    op(_name, "x diagonal", "library", attributes="diagonal", finite=True, impl=f"torch.{_name}",
        exact=True, error="exact",
        spell=f"torch.{_name}:tri Tensor.{_name}:tri aten.{_name}.default:tri",
        why={"triton": _NO_KERNEL,

@@ -111,6 +111,23 @@ def nonzero(var: Variable) -> Guard:
     return has_sign(var, POS | NEG)
 
 
+def finite(var: Variable) -> Guard:
+    """``?var`` is proven finite: no inf or NaN, whatever the inputs hold (an integer
+    tensor, a number, tanh of one, an input declared in a domain). A rule whose right
+    side drops an operand needs it: ``x - x`` is NaN where x is inf, never 0.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> finite("x")(eg, {"x": eg.add("x")})  # nothing is proven without the tensor analysis
+    False
+    """
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        return bool(getattr(_meta(egraph, subst[var]), "finite", False))
+    return _named(guard, f"{var} is finite")  # (sympy's real symbols are finite)
+
+
 def floating(var: Variable) -> Guard:
     """``?var`` is a floating-point tensor (so a float literal does not change its dtype)."""
     var = _name(var)

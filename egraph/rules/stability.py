@@ -41,7 +41,15 @@ from egraph.ops import (
     where,
 )
 from egraph.rules.define import LibraryRule, rule, torch
-from egraph.rules.guards import all_of, floating, nonzero, positive, same_shape, value_of
+from egraph.rules.guards import (
+    all_of,
+    finite,
+    floating,
+    nonzero,
+    positive,
+    same_shape,
+    value_of,
+)
 from egraph.term import vars
 
 __all__ = ["RULES"]
@@ -71,7 +79,8 @@ RULES: list[LibraryRule] = [
          inputs={"x": ((4, 8), "positive")}, description="exp(log(x)) = x for x > 0"),
     rule("sqrt-square", sqrt(x * x), abs(x), example=lambda x: torch.sqrt(x * x), inputs=X,
          description="sqrt(x*x) = |x| without overflow of x*x"),
-    rule("div-self", x / x, ones_like(x), when=nonzero(x), example=lambda x: x / x,
+    rule("div-self", x / x, ones_like(x), when=all_of(nonzero(x), finite(x)),
+         example=lambda x: x / x,
          inputs={"x": ((4, 8), "nonzero")},
          description="x / x = 1 for x != 0 (keeps x's shape and dtype)"),
     rule("log1p", log(1 + x), log1p(x), when=floating(x),

@@ -42,7 +42,10 @@ class Meta(NamedTuple):
     only, never rules. ``from_size``: a number (or tuple, slice) computed from a tensor's
     size (``x.size(0)``, ``C // nh``, a SymInt): it keeps the example's value for guards
     and normalisation, but is never replaced by a literal, so the emitted program
-    recomputes it from its input and runs on other sizes."""
+    recomputes it from its input and runs on other sizes. ``finite``: every value is
+    proven finite, whatever the inputs hold (an integer tensor, a finite number, an op
+    the op table says cannot overflow applied to finite values): rules whose right side
+    drops an operand (``x - x -> 0``) need it, as inf - inf is NaN."""
 
     kind: str
     shape: tuple | None = None
@@ -55,6 +58,7 @@ class Meta(NamedTuple):
     sens: float = math.nan
     exact: Any = None
     from_size: bool = False
+    finite: bool = False
 
     @classmethod
     def of(cls, value: Any, observe: bool = True) -> Meta:
@@ -66,7 +70,7 @@ class Meta(NamedTuple):
             # (specialise) the example's size.
             shape = tuple(int(s) for s in value.shape) if all(
                 _concrete(s) for s in value.shape) else None
-            meta = cls("tensor", shape, value.dtype)
+            meta = cls("tensor", shape, value.dtype, finite=_exact_dtype(value.dtype))
             return meta._replace(**observed_range(value)) if observe else meta
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v, observe) for v in value))
@@ -158,13 +162,19 @@ def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
     value Python computes; the sign and range follow the exact value when there is one.
     An approximate zero proves no sign: ``math.exp(-1000)`` underflows to 0.0 but is > 0."""
     if isinstance(value, bool) or value is None:
-        return Meta(kind, value=value)
+        return Meta(kind, value=value, finite=value is not None)
     v = float(exact) if exact is not None and representable(exact) else float(value)
     if exact is None:
         sign = signs.of_value(float(value)) if value != 0 else ANY
     else:
         sign = POS if exact > 0 else NEG if exact < 0 else ZERO
-    return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact)
+    return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact,
+                finite=math.isfinite(value))
+
+
+def _exact_dtype(dtype: Any) -> bool:
+    """Integer and boolean tensors hold only finite values."""
+    return dtype is not None and not dtype.is_floating_point and not dtype.is_complex
 
 
 def _infer(op: str, key: tuple) -> Meta:
@@ -201,6 +211,8 @@ class TensorAnalysis(Analysis):
             meta = _sized(meta)
         if len(node) == 1 or meta.kind not in ("tensor", "scalar"):
             return meta
+        if not meta.finite and _finite(egraph, node, meta):
+            meta = meta._replace(finite=True)
         sign = _sign(egraph, node) & meta.sign
         lo, hi = meta.lo, meta.hi
         if meta.kind == "tensor" and isinstance(node[0], str) and node[0] not in (
@@ -274,10 +286,13 @@ class TensorAnalysis(Analysis):
             lo, hi = _tighter(a.lo, b.lo, max), _tighter(a.hi, b.hi, min)
             small = _tighter(a.small, b.small, max)
             sens = a.sens if a.sens == a.sens else b.sens  # measured on the source, if any
-            if (base.sign, base.lo, base.hi, base.small) == (sign, lo, hi, small) and (
+            finite = a.finite or b.finite
+            if (base.sign, base.lo, base.hi, base.small, base.finite) == (
+                    sign, lo, hi, small, finite) and (
                     base.sens == sens or base.sens != base.sens and sens != sens):
                 return base
-            return base._replace(sign=sign, lo=lo, hi=hi, small=small, sens=sens)
+            return base._replace(sign=sign, lo=lo, hi=hi, small=small, sens=sens,
+                                 finite=finite)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.exact is not None and b.exact is not None:
                 if a.exact != b.exact:
@@ -343,6 +358,44 @@ def _sign(egraph: EGraph, node: tuple) -> int:
     if op == "sub" and _is_max_of(egraph, node[2], node[1]):
         return NONPOS
     return entry.sign([k.sign for k in kids], [k.value for k in kids])
+
+
+def _finite(egraph: EGraph, node: tuple, meta: Meta) -> bool:
+    """Whether every value of an e-node is finite, whatever the inputs hold: an integer
+    or boolean result; a creation op's values (``zeros_like(x)`` of any x, ``full`` of a
+    finite fill); an op the op table marks ``finite`` (or a view) of finite operands; a
+    conversion of finite values to a dtype whose range holds the source's."""
+    if meta.kind == "tensor" and _exact_dtype(meta.dtype):
+        return True
+    op = node[0]
+    entry = TABLE.get(op) if isinstance(op, str) else None
+    if entry is None or not (entry.finite or entry.kind in ("view", "creation")):
+        return False
+    find = egraph._uf.find
+    data = egraph._data
+    kids = [data[find(c)] or UNKNOWN for c in node[1:]]
+    if op in ("zeros_like", "ones_like", "arange"):
+        return True
+    # (a size is an integer; literals other than numbers are attributes: dims, dtypes)
+    operands = [k for k in kids if not (k.kind == "scalar" and k.from_size or (
+        k.kind == "literal" and not isinstance(k.value, (int, float))))]
+    if op in ("full", "full_like"):
+        operands = [kids[entry.params.index("value")]]
+    if not all(k.finite for k in operands):
+        return False
+    if op == "to":
+        source = kids[0].dtype
+        return source is not None and meta.dtype is not None and (
+            _largest(meta.dtype) >= _largest(source))
+    return True
+
+
+def _largest(dtype: Any) -> float:
+    """The largest finite value of a dtype."""
+    if dtype == torch.bool:
+        return 1.0
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    return float(info.max)
 
 
 def _is_max_of(egraph: EGraph, candidate: int, x: int) -> bool:

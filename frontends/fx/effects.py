@@ -7,6 +7,7 @@ draw), so that ingest may run it once and keep its result.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 from collections.abc import Callable
@@ -168,10 +169,17 @@ def _functional_namesake(name: str) -> bool:
     # (getattr, not the packet's __getattr__: that makes a new overload object in place of
     # the one graphs and the vocabulary hold, which compare by identity)
     overloads = [o for o in (getattr(packet, each) for each in packet.overloads())
-                 if not any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
-                            for a in o._schema.arguments)]  # (out= overloads aside)
+                 if not any(_writes(a) and (a.kwarg_only or isinstance(a.type, torch.ListType))
+                            for a in o._schema.arguments)]
     return bool(overloads) and all(
         is_functional(o) and o._schema.returns for o in overloads)
+
+
+def _writes(argument: torch.Argument) -> bool:
+    """Whether a schema argument is written into. ``out=`` arguments (keyword-only) and
+    lists (TorchScript's ``list.sort``, an overload of ``aten::sort``) are what
+    :func:`_functional_namesake` sets aside: a call on tensors never dispatches to them."""
+    return argument.alias_info is not None and argument.alias_info.is_write
 
 
 _UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
@@ -191,32 +199,107 @@ def torch_owned(target: Any) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         return True
     module = getattr(target, "__module__", None) or ""
-    return module in ("torch", "_operator") or module.startswith(("torch.nn.functional",
-                                                                   "torch.functional"))
+    return module in ("torch", "_operator") or module.startswith(_TORCH_MODULES)
+
+
+_TORCH_MODULES = ("torch.nn.functional", "torch.functional", "torch.linalg", "torch.fft",
+                  "torch.special", "torch._C._nn", "torch._C._linalg", "torch._C._fft",
+                  "torch._C._special")
+"""Modules of torch's own functions (``torch.linalg.vector_norm`` is
+``torch._C._linalg``'s)."""
+
+
+def _storage(value: torch.Tensor):
+    """A key for the storage of a tensor, real or fake."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(value.untyped_storage())
 
 
 class _WriteWatch(TorchDispatchMode):
     """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
-    arguments' storages) or draws random numbers."""
+    arguments' storages, as :func:`_storage` keys them), draws random numbers or updates
+    running statistics its schema does not mark."""
 
-    def __init__(self, storages: set[int]):
+    def __init__(self, storages: set):
         super().__init__()
         self.storages = storages
         self.pure = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if torch.Tag.nondeterministic_seeded in func.tags or (
+                func._schema.name.split("::")[-1] in _UNMARKED_UPDATES):
             self.pure = False
         elif func._schema.is_mutable:
             bound = list(zip(func._schema.arguments, args))
             bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
             for schema, value in bound:
-                written = schema.alias_info is not None and schema.alias_info.is_write
-                if written and isinstance(value, torch.Tensor) and (
-                        value.untyped_storage().data_ptr() in self.storages):
+                if _writes(schema) and isinstance(value, torch.Tensor) and (
+                        _storage(value) in self.storages):
                     self.pure = False
         return func(*args, **kwargs)
+
+
+def _watched(target: Callable, args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """``target(*args, **kwargs)`` and whether the run was pure (:class:`_WriteWatch`)."""
+    storages: set = set()
+    fx.node.map_aggregate((args, kwargs), lambda a: storages.add(_storage(a))
+                          if isinstance(a, torch.Tensor) else None)
+    watch = _WriteWatch(storages)
+    with watch, torch.no_grad():
+        result = target(*args, **kwargs)
+    return result, watch.pure
+
+
+def dispatches_functionally(node: fx.Node,
+                            example: Callable[[fx.Node], Any] = recorded_value) -> bool:
+    """Whether a call of a torch function that has no aten namesake (``F.interpolate``,
+    ``F.pad``) is functional, by the aten ops it dispatches to when run on the example
+    values of its arguments (``example``: by default the values the tracer recorded, fake
+    tensors; None where unknown): none draws random numbers or writes into an argument
+    (:func:`run_pure`'s watch), and it takes and returns tensors (``torch._assert`` and
+    ``torch.set_default_dtype`` are there for what else they do). Its arguments other
+    than tensors are the call's own, so the ops are the ones every run dispatches to.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x: F.interpolate(x, scale_factor=2.0))
+    >>> shaped = lambda a: torch.empty(1, 2, 4, 4, device="meta")
+    >>> [dispatches_functionally(n, shaped) for n in gm.graph.nodes if n.op == "call_function"]
+    [True]
+    """
+    if node.op != "call_function" or not torch_owned(node.target) or hasattr(
+            torch.ops.aten, getattr(node.target, "__name__", "")):
+        return False
+    missing = []
+
+    def value(a):
+        if not isinstance(a, fx.Node):
+            return a
+        known = example(a)
+        if known is None:
+            missing.append(a)
+        return known
+    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), value)
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    if missing or not any(isinstance(a, torch.Tensor) for a in leaves):
+        return False  # (a call on no tensor changes the process: torch.set_default_dtype)
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    # (the values' own mode: the tracing context's may be another one)
+    fakes = [a for a in leaves if isinstance(a, FakeTensor)]
+    mode = fakes[0].fake_mode if fakes else None
+    if mode is None:  # (real tensors: their shapes alone, on the meta device)
+        mode = contextlib.nullcontext()
+        args, kwargs = fx.node.map_aggregate(
+            (args, kwargs), lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a)
+    try:
+        with mode:
+            result, pure = _watched(node.target, args, kwargs)
+    except Exception:  # noqa: BLE001 - not known to be functional: the call stays an effect
+        return False
+    # (a call whose value is not a tensor is there for what else it does: torch._assert)
+    values = result if isinstance(result, (tuple, list)) else (result,)
+    return pure and bool(values) and all(isinstance(v, torch.Tensor) for v in values)
 
 
 def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
@@ -234,16 +317,11 @@ def run_pure(target: Callable, args: tuple, kwargs: dict) -> Any:
     """
     copies = fx.node.map_aggregate(
         (args, kwargs), lambda a: a.clone() if isinstance(a, torch.Tensor) else a)
-    storages: set[int] = set()
-    fx.node.map_aggregate(copies, lambda a: storages.add(a.untyped_storage().data_ptr())
-                          if isinstance(a, torch.Tensor) else None)
-    watch = _WriteWatch(storages)
     try:
-        with watch, torch.no_grad():
-            result = target(*copies[0], **copies[1])
+        result, pure = _watched(target, *copies)
     except Exception:  # noqa: BLE001 - not foldable here: the call stays
         return UNKNOWN_VALUE
-    if not watch.pure:
+    if not pure:
         return UNKNOWN_VALUE
     return result.clone() if isinstance(result, torch.Tensor) else result
 

@@ -41,6 +41,7 @@ from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
 from frontends.fx.effects import (
+    dispatches_functionally,
     is_functional,
     is_in_place,
     out_of_place,
@@ -745,6 +746,18 @@ class _Builder:
         return [k if v is UNKNOWN_VALUE or (m is not None and m.from_size) else self.literal(v)
                 for k, v, m in zip(kids, normalized, metas)]
 
+    def _example(self, node: fx.Node) -> Any:
+        """An example of ``node``'s value: the tracer's, else a meta tensor of its shape
+        and dtype (a symbolic trace records none), or None."""
+        recorded = recorded_value(node)
+        if recorded is not None:
+            return recorded
+        meta = self.metas.get(node.name)
+        if meta is None or meta.kind != "tensor" or meta.shape is None or not all(
+                isinstance(d, int) for d in meta.shape):
+            return None
+        return torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+
     def opaque_call(self, node: fx.Node, random: bool = False) -> int:
         """Keep ``node`` as is: a unique token, chained after the previous opaque call.
 
@@ -762,8 +775,9 @@ class _Builder:
         # copy, so that a class it shares (``x * 2`` computed twice) keeps its values; a
         # leaf's update stays the source's call
         copied = node.op != "call_module" and is_in_place(node) and not _updates_a_leaf(node)
-        pure = not random and node.op != "call_module" and is_functional(
+        pure = not random and node.op != "call_module" and (is_functional(
             out_of_place(node) if copied else node.target, method=node.op == "call_method")
+            or not copied and dispatches_functionally(node, self._example))
         token = node.name
         arg_classes: list[int] = []
         # (aten's kernels may assume the layout they were given, where torch's functions
@@ -1170,9 +1184,11 @@ def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
     return b.apply(name, kids)
 
 
-DOMAINS = {"any": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
+DOMAINS = {"any": ANY, "finite": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
            "nonpos": NONPOS, "nonzero": NONZERO, "unit": NONNEG}
-"""Input domains a user can declare; they are proven facts for the rules' conditions."""
+"""Input domains a user can declare, as their signs; they are proven facts for the rules'
+conditions. Every domain but ``any`` is a set of numbers: it also promises finite values
+(no inf, no NaN), which rules that drop an operand need (``x - x -> 0``)."""
 
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
@@ -1232,7 +1248,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
             raise ValueError(f"domains names {name!r}, which is not an input of the graph")
         meta = builder.metas.get(name, Meta("tensor"))
-        builder.metas[name] = meta._replace(sign=DOMAINS[domain])
+        builder.metas[name] = meta._replace(sign=DOMAINS[domain], finite=domain != "any")
     for name, (lo, hi) in (ranges or {}).items():
         if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
             raise ValueError(f"ranges names {name!r}, which is not an input of the graph")
