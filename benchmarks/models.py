@@ -20,6 +20,10 @@ One row per model and entry point:
 - ``train-ind`` (only when asked for): the training step with ``codegen="inductor"`` (ours
   + Inductor: Inductor's aot_autograd splits the optimised graph and generates the code
   of its forward and backward);
+- ``second`` (only when asked for): inference at a second sequence length (or batch)
+  compiled with that size dynamic, as dynamo recompiles a model served inputs of several
+  lengths (the backend specialises the symbolic graph for a size met again). Timed at
+  the second size against eager's and Inductor's there (Inductor's dynamic compile);
 - ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
   6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
   forward compiled with the backend as transformers documents it; the tokens must equal
@@ -226,6 +230,39 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
     return row
 
 
+def second_size(case: Case) -> tuple[torch.Tensor, ...]:
+    """The inputs of the second size with the size that varies marked dynamic (where the
+    model leaves it so), as dynamo marks it when a second size recompiles a frame: every
+    compile of them, after any reset, is the dynamic one."""
+    inputs = case.second_inputs()
+    dim = 1 if case.varies == "seq" else 0
+    for x in inputs:
+        if x.dim() > dim:
+            torch._dynamo.maybe_mark_dynamic(x, dim)
+    return inputs
+
+
+def run_second(case: Case, rules) -> dict:
+    row: dict = {}
+    model, second = case.model.eval(), second_size(case)
+    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        with compile_backend.capture() as seen:
+            for _ in range(compile_backend.SPECIALISE_AT_CALL):
+                out = compiled(*second)
+        row["first_s"] = time.perf_counter() - t0
+        _phases(backend.reports, row)
+        _breaks(seen, row)
+        _reports([r.extraction for r in backend.reports], row)
+        _check(out, model(*second), lambda: float64_copy(model)(*_wide(second)))
+        row[TIMED] = _inference(lambda: compiled(*second))
+    return row
+
+
 def _train_step(model, inputs):
     def step():
         model.zero_grad(set_to_none=True)
@@ -313,7 +350,8 @@ def run_eager(subject: Case | Generation, mode: str) -> Callable[[], Any]:
     if mode == "train":
         return _train_step(subject.model.train(), subject.inputs)
     model = subject.model.eval()
-    return _inference(lambda: model(*subject.inputs))
+    inputs = second_size(subject) if mode == "second" else subject.inputs
+    return _inference(lambda: model(*inputs))
 
 
 def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -339,12 +377,13 @@ def run_inductor(subject: Case | Generation, mode: str) -> dict:
         warnings.simplefilter("ignore")
         # (timed as compiled, under no_grad in inference: with grad enabled dynamo would
         # recompile for it, and Inductor's graph would save activations for a backward)
+        inputs = second_size(subject) if mode == "second" else subject.inputs
         if mode == "generate":
             fn = subject
         elif train:
-            fn = _train_step(compiled, subject.inputs)
+            fn = _train_step(compiled, inputs)
         else:
-            fn = _inference(lambda: compiled(*subject.inputs))
+            fn = _inference(lambda: compiled(*inputs))
         t0 = time.perf_counter()
         fn()
         cold = time.perf_counter() - t0
@@ -364,8 +403,8 @@ def run_generate_inductor(generation: Generation, rules) -> dict:
 
 
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
-           "train": run_train, "train-ind": run_train_inductor, "generate": run_generate,
-           "generate-ind": run_generate_inductor}
+           "second": run_second, "train": run_train, "train-ind": run_train_inductor,
+           "generate": run_generate, "generate-ind": run_generate_inductor}
 ENTRIES = tuple(RUNNERS)
 TRAINING = ("train", "train-ind")
 """The entry points that run a training step."""
@@ -374,7 +413,10 @@ GENERATING = ("generate", "generate-ind")
 
 
 def mode_of(entry: str) -> str:
-    """What an entry point runs: ``"train"``, ``"generate"`` or ``"infer"``."""
+    """What an entry point runs: ``"train"``, ``"generate"``, ``"second"`` (inference at
+    a second size) or ``"infer"``."""
+    if entry == "second":
+        return "second"
     return "train" if entry in TRAINING else "generate" if entry in GENERATING else "infer"
 
 

@@ -37,7 +37,7 @@ import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
@@ -435,12 +435,23 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
                 if compiled is None:
                     refused.add(key)
                     return None
+                if kind == "graph" and not inductor and any(map(_is_symbolic, example_inputs)):
+                    compiled = _BySize(compiled, _symbols(example_inputs),
+                                       lambda args, at, gm=gm, name=name: _kept(_specialised(
+                                           gm, args, finish, rules, cost, validate, reference,
+                                           memory, f"{name} at {at}", limits)))
                 cache[key] = compiled
                 reports.append(module.meta["egraph_graph"])
             for seen in _captures:
                 seen.reports.append(cache[key].module.meta["egraph_graph"])
             return cache[key]
         return compiler
+
+    def _kept(compiled: Callable | None) -> Callable | None:
+        """A program compiled after dynamo's compile (for a size), reported as the others."""
+        if compiled is not None:
+            reports.append(compiled.module.meta["egraph_graph"])
+        return compiled
 
     # (Inductor runs aot_autograd itself)
     through_inductor = compiler_for("graph", _inductor_code(inductor_options), inductor=True)
@@ -490,7 +501,6 @@ def functional_graph(gm: torch.fx.GraphModule,
     tensor([6., 2.])
     """
     from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
@@ -590,6 +600,112 @@ class _Compiled:
 
     def __call__(self, *args):
         return self.run(*args)
+
+
+SPECIALISED_SIZES = 8
+"""How many sizes a graph with symbolic sizes is specialised for (:class:`_BySize`), as
+many as dynamo recompiles a frame for."""
+SPECIALISE_AT_CALL = 2
+"""The call at a size that specialises the graph for it: a size met once (each step of a
+generation's growing cache) is not worth a compile."""
+
+
+class _BySize:
+    """What runs for a graph with symbolic sizes that the emitted module runs (dynamo's
+    automatic dynamic shapes after a second sequence length, or ``dynamic=True``): the
+    rules need sizes (a layer norm's width, an attention mask's shape) where the analysis
+    of a symbolic graph knows none, so each of the first :data:`SPECIALISED_SIZES` sizes
+    it is called with :data:`SPECIALISE_AT_CALL` times gets its own program
+    (``specialise(args, sizes)``: the graph at those sizes, or None); the symbolic
+    ``general`` program runs the others and any size a specialised one could not serve.
+    ``module`` is the general program's."""
+
+    def __init__(self, general: _Compiled, symbols: list[tuple[str, int, int | None]],
+                 specialise: Callable[[tuple, str], Any]):
+        self.general, self.symbols, self.specialise = general, symbols, specialise
+        self.module = general.module
+        self.sizes: dict[tuple, Callable] = {}
+        self.calls: Counter = Counter()
+
+    def __call__(self, *args):
+        # (dynamo's guards fix every other size: the symbolic ones tell the programs apart)
+        key = tuple(args[i] if dim is None else args[i].shape[dim]
+                    for _, i, dim in self.symbols)
+        run = self.sizes.get(key)
+        if run is not None:
+            return run(*args)
+        if len(self.sizes) < SPECIALISED_SIZES:
+            self.calls[key] += 1
+            if self.calls[key] >= SPECIALISE_AT_CALL:
+                at = ", ".join(f"{name}={value}"
+                               for (name, _, _), value in zip(self.symbols, key))
+                self.sizes[key] = self.specialise(args, at) or self.general
+                return self.sizes[key](*args)
+        return self.general(*args)
+
+
+def _symbols(example_inputs: Sequence[Any]) -> list[tuple[str, int, int | None]]:
+    """Where a graph's symbolic sizes are: ``(expression, input, dim)`` for a tensor's
+    symbolic dim, ``(expression, input, None)`` for a symbolic number."""
+    found: dict[str, tuple[str, int, int | None]] = {}
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, _SYMBOLIC):
+            found.setdefault(_expression(x), (_expression(x), i, None))
+        elif isinstance(x, torch.Tensor):
+            for d, size in enumerate(x.shape):
+                if isinstance(size, torch.SymInt):
+                    found.setdefault(_expression(size), (_expression(size), i, d))
+    return list(found.values())
+
+
+def _specialised(gm: torch.fx.GraphModule, args: tuple, finish: Callable, rules, cost,
+                 validate: str, reference: str, memory: bool, name: str,
+                 limits: dict) -> Callable | None:
+    """The program for ``gm`` at the concrete sizes of ``args`` (a call's real inputs):
+    the graph's values propagated again on fake tensors of those sizes, then the whole
+    pipeline; None where that fails (the symbolic program then serves these sizes)."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    for node in graph.nodes:
+        node.meta.pop("example_value", None)
+        node.meta.pop("val", None)
+    static = torch.fx.GraphModule(gm, graph)
+    try:
+        with unset_fake_temporarily():
+            FakeTensorProp(static, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
+            _bake_sizes(static.graph, args)
+            graph_cost = cost if cost is not None else default_cost(args)
+            module = _compile(static, args, rules, graph_cost, validate, reference=reference,
+                              memory=memory, name=name, **limits)
+            return finish(module, static, args)
+    except Exception as err:  # noqa: BLE001 - the symbolic program serves these sizes
+        log.info("%s: not specialised: %s: %s", name, type(err).__name__, err)
+        return None
+
+
+def _bake_sizes(graph: torch.fx.Graph, args: tuple) -> None:
+    """Make every size ``graph`` reads a constant: its number inputs (dynamo's SymInts)
+    and the calls whose values, propagated on fake tensors, are numbers or tuples of them
+    (``x.size(1)``, ``h.shape[:-1] + (nf,)``); a number no fake tensor knows (``x.item()``)
+    would have stopped the propagation. The rules then see the shapes the program has."""
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    known = {n: v for n, v in zip(inputs, args) if isinstance(v, (int, float, bool))}
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        if node.op in ("call_function", "call_method") and (
+                isinstance(value, (int, float, bool)) or isinstance(value, tuple) and value
+                and all(isinstance(v, int) for v in value)):
+            known[node] = tuple(value) if isinstance(value, tuple) else value
+    for node, value in known.items():
+        for user in list(node.users):
+            user.args, user.kwargs = torch.fx.node.map_aggregate(
+                (user.args, user.kwargs), lambda a, n=node, v=value: v if a is n else a)
+    # (only the size computations go: an in-place call nothing reads by its result stays)
+    for node in reversed(list(known)):
+        if node.op != "placeholder" and not node.users:
+            graph.erase_node(node)
 
 
 _backends: dict[str, Callable] = {}

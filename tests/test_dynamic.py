@@ -16,6 +16,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from backends.sizes import SizeMismatch
+from compiler import compile as backend_module
 from compiler.compile import hinted_inputs, make_backend
 from egraph import AstSize, EGraph, rewrite
 from egraph.examples.zoo import build
@@ -155,6 +156,48 @@ def test_automatic_dynamic_after_a_batch_change():
     for batch, length in [(5, 7), (2, 6)]:
         _check_train_step(model, reference, compiled, _input("block", batch, length))
     assert len(backend.cache) == 3  # and one more once the length changes too
+
+
+def test_a_size_met_again_gets_the_rewrites_of_a_static_compile(monkeypatch):
+    """Dynamo recompiles for a second sequence length with symbolic sizes, where the
+    analysis knows no shapes and the rules that need them (the attention's fusion) do not
+    fire. A size met a second time gets its own program, compiled from the graph at that
+    size: the rewrites of the first, static compile, with eager's outputs and gradients;
+    past ``SPECIALISED_SIZES`` sizes the symbolic program serves."""
+    monkeypatch.setattr(backend_module, "SPECIALISED_SIZES", 2)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    for length in (5, 7, 7, 6, 6, 4, 4, 7):
+        _check_train_step(model, reference, compiled, _input("block", 2, length))
+    static, general, *specialised = backend.reports
+    assert "sdpa-masked" in static.extraction.used and not general.extraction.used
+    assert [r.name.split("=")[-1] for r in specialised] == ["7", "6"]  # (4: past the limit)
+    for report in specialised:
+        assert report.extraction.used == static.extraction.used
+        assert report.extraction.validation.ok and not report.extraction.fell_back
+
+
+class _UpdatedInPlace(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        h.add_(1)  # its result unused: h is read by name
+        B, T, C = h.shape
+        return h.view(B * T, C).sum(-1) + T
+
+
+def test_a_program_specialised_for_a_size_keeps_in_place_updates():
+    torch._dynamo.reset()
+    model = _UpdatedInPlace()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    for length in (5, 7, 7, 7):
+        x = torch.randn(2, length, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert [r.name.split("=")[-1] for r in backend.reports[2:]] == ["7"]
 
 
 def _aot_graphs(model, x):
