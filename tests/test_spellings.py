@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.compile import make_backend
-from egraph import EGraph
+from egraph import AstSize, EGraph
 from egraph.rules import load_rules
 from extractors import Flops
 from frontends.fx.vocabulary import METHODS, SPELLINGS, lower
@@ -344,3 +344,37 @@ def test_device_literals_print_and_parse():
     term = parse("(f #device:cuda:0 #dtype:float16)")
     assert term.args[0].op == ("device", "cuda:0")
     assert parse(to_sexpr(term)) == term and "#device:cuda:0" in to_sexpr(term)
+
+
+EINSUMS = [("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+           ("b h i j, b h j d -> b h i d", [(2, 3, 4, 6), (2, 3, 6, 5)]),
+           ("i,j->ij", [(4,), (5,)]), ("ij,jk", [(3, 4), (4, 5)]), ("bij->bji", [(2, 3, 4)]),
+           ("ij->", [(3, 4)]), ("bi,bi->b", [(3, 4), (3, 4)]), ("ij,ij->ij", [(3, 4), (3, 4)]),
+           ("bnd,de->bne", [(2, 3, 4), (4, 5)]), ("ijk,k->ij", [(2, 3, 4), (4,)]),
+           ("ij,kj->ik", [(3, 4), (5, 4)]), ("ij,jk->ki", [(3, 4), (4, 5)]),
+           ("i,i->", [(4,), (4,)]), ("bij,bjk->bik", [(2, 3, 4), (1, 4, 5)]),
+           ("xi,yi->xyi", [(2, 3), (4, 3)]), ("bhij,jd->bhid", [(2, 3, 4, 5), (5, 6)]),
+           ("ijk,jl->il", [(2, 3, 4), (3, 5)]),
+           # kept as the source's call: several letters to flatten, a diagonal, an ellipsis
+           ("ab,cd->abcd", [(2, 3), (4, 5)]), ("ii->i", [(3, 3)]),
+           ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+           ("bijk,bkl->bijl", [(2, 3, 4, 5), (2, 5, 6)])]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum_lowers_to_the_ops_it_is_made_of(equation, shapes):
+    """``torch.einsum`` (research code's attention, rotary tables) becomes permutes,
+    matmul, mul and sum that the rules see, and computes what einsum computes, with
+    validation off; equations it cannot lower stay the source's call."""
+    xs = [torch.randn(s) for s in shapes]
+    if len(xs) == 1:
+        gm = torch.fx.symbolic_trace(lambda a: torch.einsum(equation, a))
+    else:
+        gm = torch.fx.symbolic_trace(lambda a, b: torch.einsum(equation, a, b))
+    opt = EGraph.from_fx(gm, tuple(xs)).saturate(load_rules("all")).extract(
+        AstSize(), validate="off")
+    expected = torch.einsum(equation, *xs)
+    assert opt(*xs).shape == expected.shape
+    torch.testing.assert_close(opt(*xs), expected, rtol=1e-5, atol=1e-5)
+    kept = equation in ("ab,cd->abcd", "ii->i", "...ij,...jk->...ik", "bijk,bkl->bijl")
+    assert ("einsum" in opt.code) == kept

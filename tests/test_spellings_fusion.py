@@ -202,6 +202,18 @@ def triu_in_graph(q, k, v):
     return torch.softmax(scores, -1) @ v
 
 
+def einsum_attention(q, k, v):
+    """Attention as vit-pytorch and other research code write it: einsum contractions
+    (dynamo keeps ``torch.einsum`` as one call) and a scale after the scores."""
+    dots = torch.einsum("b h i d, b h j d -> b h i j", q, k) * HS ** -0.5
+    return torch.einsum("b h i j, b h j d -> b h i d", dots.softmax(dim=-1), v)
+
+
+def permuted_key_attention(q, k, v):
+    """The key transposed by a permute (``rearrange(k, 'b h n d -> b h d n')``)."""
+    return torch.softmax(q @ k.permute(0, 1, 3, 2) / math.sqrt(HS), -1) @ v
+
+
 # -- GELU and SiLU -------------------------------------------------------------------------
 
 def gelu_hf_python(x):
@@ -281,7 +293,7 @@ CASES = {
         (hf_eager_attention, lambda: (*_qkv(), _additive_causal())),
         (padding_where_scaled_query, lambda: (*_qkv(), _padding().bool())),
         (additive_big_negative, lambda: (*_qkv(), _padding())),
-        (triu_in_graph, _qkv)],
+        (triu_in_graph, _qkv), (einsum_attention, _qkv), (permuted_key_attention, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
                                   gelu_tanh_cube, gelu_fast)],
     "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),

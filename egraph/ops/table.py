@@ -611,7 +611,8 @@ op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
 op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
    error="multilinear", interval=iv.contraction,
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
-   " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
+   " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default"
+   " torch.einsum:einsum torch.functional.einsum:einsum aten.einsum.default:einsum",
    why={"triton": _NO_KERNEL})
 op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    flops=_linear_flops, error="multilinear", interval=iv.contraction,

@@ -41,6 +41,20 @@ def _compose(egraph, subst):
     return egraph.add_node("permute", [subst["x"], egraph.add_node(literal(composed))])
 
 
+def _swap(egraph, subst):
+    """``permute(x, p)`` where ``p`` exchanges two dims is ``transpose(x, i, j)`` (the
+    attention rules read ``k.transpose(-2, -1)``; einsum and einops spell it a permute)."""
+    p = value_of(egraph, subst["p"])
+    if not isinstance(p, tuple):
+        return None
+    moved = [d for d, to in enumerate(p) if d != to]
+    if len(moved) != 2:
+        return None
+    i, j = moved
+    return egraph.add_node("transpose", [subst["x"], egraph.add_node(literal(i)),
+                                         egraph.add_node(literal(j))])
+
+
 def _last_two_equal_rank(egraph, subst) -> bool:
     sa, sb = _shape(egraph, subst["a"]), _shape(egraph, subst["b"])
     if sa is None or sb is None or len(sa) != len(sb) or len(sa) < 2:
@@ -77,6 +91,9 @@ RULES: list[LibraryRule] = [
     rule("permute-permute", permute(permute(x, p), q), _compose,
          example=lambda x: x.permute(2, 0, 1).permute(1, 2, 0), inputs={"x": (2, 3, 4)},
          description="two permutes compose into one (or none)"),
+    rule("permute-as-transpose", permute(x, p), _swap,
+         example=lambda x: x.permute(0, 2, 1), inputs={"x": (2, 3, 4)},
+         description="a permute that exchanges two dims is a transpose"),
     rule("reshape-reshape", reshape(reshape(x, s1), s2), reshape(x, s2),
          example=lambda x: x.reshape(8, 4).reshape(2, 16), inputs={"x": (4, 8)},
          description="a reshape of a reshape is one reshape"),

@@ -249,6 +249,85 @@ def _matmul(input, other):
     return ("matmul", [input, other])
 
 
+def _einsum(equation, *operands, path=None):
+    """``torch.einsum`` (research code's attention, rotary tables) as the ops it is made
+    of, so that the rules see them: one operand permuted and summed; two operands whose
+    free and contracted letters are at most one of each kind per operand as a (batched)
+    ``matmul`` between permutes, or a broadcast ``mul`` where nothing is contracted (an
+    outer product). Other equations (an ellipsis, a repeated letter, several letters to
+    flatten, three operands) stay the source's call.
+
+    >>> _einsum("b h i d, b h j d -> b h i j", "q", "k")
+    ('matmul', ['q', ('permute', ['k', (0, 1, 3, 2)])])
+    >>> _einsum("i,j->ij", "t", "f")
+    ('mul', [('unsqueeze', ['t', 1]), ('unsqueeze', ['f', 0])])
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str) or "." in equation or len(operands) not in (1, 2):
+        raise _Unsupported(f"einsum {equation!r} of {len(operands)} operands")
+    spec = equation.replace(" ", "")
+    inputs, arrow, out = spec.partition("->")
+    terms = inputs.split(",")
+    if not arrow:  # (implicit output: the letters met once, in alphabetical order)
+        letters = "".join(terms)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if len(terms) != len(operands) or any(len(set(t)) != len(t) for t in [*terms, out]) or (
+            set(out) - set("".join(terms))):
+        raise _Unsupported(f"einsum {equation!r}: a repeated or unknown letter")
+    summed = [_summed_out(x, t, out + "".join(terms[:i] + terms[i + 1:]))
+              for i, (x, t) in enumerate(zip(operands, terms))]
+    if len(operands) == 1:
+        x, term = summed[0]
+        return _ordered(x, term, out)
+    (a, ta), (b, tb) = summed
+    batch = [c for c in ta if c in tb and c in out]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+    inner = [c for c in ta if c in tb and c not in out]
+    # (a's leading free letters are matmul's batch dims where b has none: "bnd,de->bne")
+    lead, left = (left[:-1], left[-1:]) if not batch and len(left) > 1 else ([], left)
+    if len(left) > 1 or len(right) > 1 or len(inner) > 1:
+        raise _Unsupported(f"einsum {equation!r}: several letters would be flattened")
+    # a as (batch, left, inner), b as (batch, inner, right); a missing letter is a dim of 1
+    a = _arranged(a, ta, batch + lead, [left, inner])
+    b = _arranged(b, tb, batch, [inner, right])
+    # (nothing contracted: an outer or elementwise product, (.., l, 1) * (.., 1, r))
+    product = ("matmul" if inner else "mul", [a, b])
+    rank = len(batch) + len(lead) + 2
+    term = "".join(batch + lead) + (left[0] if left else "_") + (right[0] if right else "^")
+    for dim, kept in ((rank - 1, right), (rank - 2, left)):
+        if not kept:
+            product = ("squeeze", [product, dim])
+    return _ordered(product, term.replace("_", "").replace("^", ""), out)
+
+
+def _summed_out(x, term: str, kept: str) -> tuple[Any, str]:
+    """Sum away the letters of ``term`` that ``kept`` (the output's and the other
+    operands') does not hold."""
+    gone = [i for i, c in enumerate(term) if c not in kept]
+    if not gone:
+        return x, term
+    return ("sum", [x, gone, False]), "".join(c for c in term if c in kept)
+
+
+def _arranged(x, term: str, batch: list[str], last: list[list[str]]):
+    """``x`` permuted to (batch..., *last), with a dim of 1 for each empty group."""
+    perm = tuple(term.index(c) for c in batch + [g[0] for g in last if g])
+    if perm != tuple(range(len(term))):
+        x = ("permute", [x, perm])
+    for position, group in enumerate(last):
+        if not group:
+            x = ("unsqueeze", [x, len(batch) + position])
+    return x
+
+
+def _ordered(x, term: str, out: str):
+    """``x``, whose dims are the letters of ``term``, permuted to the output's order."""
+    perm = tuple(term.index(c) for c in out)
+    return x if perm == tuple(range(len(term))) else ("permute", [x, perm])
+
+
 def _linear(input, weight, bias=None):
     return ("linear", [input, weight, bias])
 
@@ -637,7 +716,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "rsub": _rsub, "square": _square, "var": _var, "var_mean": _var_mean, "gelu": _gelu,
     "softplus": _softplus,
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
-    "matmul": _matmul, "linear": _linear, "addmm": _addmm, "layer_norm": _layer_norm,
+    "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
+    "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
     "embedding": _embedding, "grouped_mm_fallback": _grouped_mm_fallback,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
