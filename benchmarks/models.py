@@ -199,24 +199,34 @@ def run_export(case: Case, rules) -> dict:
     return row
 
 
-def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
+def _compiled_inference(model: torch.nn.Module, inputs: tuple, rules, codegen: str = "eager",
+                        calls: int = 1) -> tuple[dict, Callable]:
+    """The row of ``model`` compiled with the backend and called ``calls`` times on
+    ``inputs`` in inference (the calls timed as the first call's seconds), and the
+    compiled model."""
     row: dict = {}
-    model, inputs = case.model.eval(), case.inputs
     backend = compile_backend.make_backend(rules=rules, validate="strict", codegen=codegen,
                                            inductor_options=INDUCTOR_OPTIONS, **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
+    t0 = time.perf_counter()
+    with compile_backend.capture() as seen:
+        for _ in range(calls):
+            out = compiled(*inputs)
+    row["first_s"] = time.perf_counter() - t0
+    _phases(backend.reports, row)
+    _breaks(seen, row)
+    _reports([r.extraction for r in backend.reports], row)
+    _check(out, model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
+    row[TIMED] = _inference(lambda: compiled(*inputs))
+    return row, compiled
+
+
+def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
+    model = case.model.eval()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t0 = time.perf_counter()
-        with compile_backend.capture() as seen:
-            out = compiled(*inputs)
-        row["first_s"] = time.perf_counter() - t0
-        _phases(backend.reports, row)
-        _breaks(seen, row)
-        _reports([r.extraction for r in backend.reports], row)
-        _check(out, model(*inputs), lambda: float64_copy(model)(*_wide(inputs)))
-        row[TIMED] = _inference(lambda: compiled(*inputs))
+        row, compiled = _compiled_inference(model, case.inputs, rules, codegen)
         second = case.second_inputs()
         try:
             with compile_backend.capture() as again:
@@ -243,24 +253,11 @@ def second_size(case: Case) -> tuple[torch.Tensor, ...]:
 
 
 def run_second(case: Case, rules) -> dict:
-    row: dict = {}
-    model, second = case.model.eval(), second_size(case)
-    backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=backend)
+    """(called as often as a size must be met to be specialised)"""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t0 = time.perf_counter()
-        with compile_backend.capture() as seen:
-            for _ in range(compile_backend.SPECIALISE_AT_CALL):
-                out = compiled(*second)
-        row["first_s"] = time.perf_counter() - t0
-        _phases(backend.reports, row)
-        _breaks(seen, row)
-        _reports([r.extraction for r in backend.reports], row)
-        _check(out, model(*second), lambda: float64_copy(model)(*_wide(second)))
-        row[TIMED] = _inference(lambda: compiled(*second))
-    return row
+        return _compiled_inference(case.model.eval(), second_size(case), rules,
+                                   calls=compile_backend.SPECIALISE_AT_CALL)[0]
 
 
 def _train_step(model, inputs):
