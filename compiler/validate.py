@@ -209,19 +209,25 @@ def relative_errors(got: torch.Tensor, ref: torch.Tensor,
     ``max |got - ref| / max |ref|``, the error at the scale of the whole output, which
     rounding noise where a sum cancels does not inflate. Non-finite values must match the
     reference's exactly (inf where the reference is finite is an infinite error); integer
-    and bool outputs must be equal. ``unresolved``: how far the reference itself may be off
+    and bool outputs must be equal; complex ones are judged as pairs of reals (both parts
+    count). ``unresolved``: how far the reference itself may be off
     per element (:func:`reference_spread`); that much difference is not error. ``ignore``:
     elements left out of the judgement (where the source itself failed).
 
     >>> relative_errors(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 1.0], dtype=torch.float64))
     (1.0, 0.5)
+    >>> relative_errors(torch.tensor([1 + 2j]), torch.tensor([1 + 1j], dtype=torch.complex128))
+    (1.0, 1.0)
     """
     if not (got.is_floating_point() or got.is_complex()):
         exact = torch.equal(got, ref.to(got.dtype))
         return (0.0, 0.0) if exact else (math.inf, math.inf)
-    tiny = torch.finfo(got.dtype).tiny if got.is_floating_point() else 0.0
-    if got.is_complex():
-        got = got.to(torch.float64)
+    if got.is_complex():  # (judged as pairs of reals: both parts count)
+        got, ref = (torch.view_as_real(t.resolve_conj()) if t.is_complex() else (
+            torch.stack([t, torch.zeros_like(t)], -1)) for t in (got, ref))
+        unresolved, ignore = (None if t is None else t.unsqueeze(-1)
+                              for t in (unresolved, ignore))
+    tiny = torch.finfo(got.dtype).tiny
     # Two float32 outputs (a working-dtype reference) are compared in float32: half the
     # memory traffic of widening both, and a difference that overflows is redone wide.
     narrow = got.dtype == ref.dtype == torch.float32 and unresolved is None

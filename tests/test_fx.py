@@ -1211,6 +1211,28 @@ def test_a_complex_graph_input_is_validated_not_a_crash():
     assert backend.reports and not any(r.extraction.fell_back for r in backend.reports)
 
 
+def test_a_complex_output_is_judged_on_both_parts_not_a_crash():
+    """Ingest raised on a complex scalar (``x * (1 + 2j)``, audio models' ``exp(1j *
+    phase)``: it now stays the source's call); validation took a complex output's real
+    part alone (a wrong imaginary part passed) and divided by zero where the reference
+    was all zeros (``a - a``)."""
+    from compiler.validate import relative_errors
+    from egraph.rules import load_rules
+
+    def f(x):
+        a = x.to(torch.complex64) * (1 + 2j)
+        return a - a, a * 2
+
+    x = torch.randn(3)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(f), (x,)).saturate(load_rules("all")).extract(
+        AstSize(), validate="raise")
+    for ours, eager in zip(opt(x), f(x)):
+        torch.testing.assert_close(ours, eager)
+    assert not opt.meta["egraph_report"].fell_back
+    got, ref = torch.tensor([1 + 2j]), torch.tensor([1 + 1j], dtype=torch.complex128)
+    assert relative_errors(got, ref) == (1.0, 1.0)  # the imaginary part's error counts
+
+
 def _doubles_a_column_of_its_input(x):
     v = x[:, 0]
     v.mul_(2)

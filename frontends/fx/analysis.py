@@ -169,7 +169,7 @@ def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
     else:
         sign = POS if exact > 0 else NEG if exact < 0 else ZERO
     return Meta(kind, value=value, sign=sign, lo=v, hi=v, exact=exact,
-                finite=math.isfinite(value))
+                finite=isinstance(value, int) or math.isfinite(value))
 
 
 def _exact_dtype(dtype: Any) -> bool:
@@ -394,7 +394,8 @@ def _largest(dtype: Any) -> float:
     """The largest finite value of a dtype."""
     if dtype == torch.bool:
         return 1.0
-    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    info = torch.finfo(dtype) if dtype.is_floating_point or dtype.is_complex else (
+        torch.iinfo(dtype))
     return float(info.max)
 
 

@@ -255,12 +255,13 @@ def _watched(target: Callable, args: tuple, kwargs: dict) -> tuple[Any, bool]:
 def dispatches_functionally(node: fx.Node,
                             example: Callable[[fx.Node], Any] = recorded_value) -> bool:
     """Whether a call of a torch function that has no aten namesake (``F.interpolate``,
-    ``F.pad``) is functional, by the aten ops it dispatches to when run on the example
-    values of its arguments (``example``: by default the values the tracer recorded, fake
-    tensors; None where unknown): none draws random numbers or writes into an argument
-    (:func:`run_pure`'s watch), and it takes and returns tensors (``torch._assert`` and
-    ``torch.set_default_dtype`` are there for what else they do). Its arguments other
-    than tensors are the call's own, so the ops are the ones every run dispatches to.
+    which dispatches to ``upsample_*``) is functional, by the aten ops it dispatches to
+    when run on the example values of its arguments (``example``: by default the values
+    the tracer recorded, fake tensors; None where unknown): none draws random numbers or
+    writes into an argument (:func:`run_pure`'s watch), and it takes and returns tensors
+    (``torch._assert`` and ``torch.set_default_dtype`` are there for what else they do).
+    Its arguments other than tensors are the call's own, so the ops are the ones every
+    run dispatches to.
 
     >>> gm = torch.fx.symbolic_trace(lambda x: F.interpolate(x, scale_factor=2.0))
     >>> shaped = lambda a: torch.empty(1, 2, 4, 4, device="meta")

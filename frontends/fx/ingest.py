@@ -964,6 +964,9 @@ class _Builder:
             if isinstance(dtype, torch.dtype):
                 self.lowered_ops[node] = "to"
                 return self.apply("to", [self.value(node.args[0]), self.literal(dtype)])
+        if any(isinstance(a, complex) for a in torch.utils._pytree.tree_leaves(
+                (node.args, node.kwargs))):
+            return self.opaque_call(node)  # (``x * 1j``: literals are real numbers)
         args = tuple(self._dtype_or_arg(a) for a in node.args)
         kwargs = {k: self._dtype_or_arg(a) for k, a in node.kwargs.items()}
         destination = None if method else kwargs.pop("out", None)
