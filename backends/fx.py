@@ -511,6 +511,12 @@ def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> Non
     gm.recompile()
 
 
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` without growing it (symbolic
+    sizes compared as expressions, never by the example's value)."""
+    return len(shape) <= len(target) and all(
+        d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
+
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
@@ -528,7 +534,7 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
         a, b, c, out = described
         return (len(a.shape) == len(b.shape) == 2 and len(c.shape) <= 2
                 and out.shape == (a.shape[0], b.shape[1])
-                and torch.broadcast_shapes(c.shape, out.shape) == out.shape
+                and _broadcasts_to(c.shape, out.shape)
                 and a.dtype == b.dtype == c.dtype == out.dtype and out.dtype.is_floating_point)
 
     for node in list(graph.nodes):

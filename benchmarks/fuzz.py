@@ -1,16 +1,18 @@
 """The pipeline fuzzer's soak: many seeded random programs through the whole pipeline.
 
     .venv/bin/python benchmarks/fuzz.py --n 10000 --seed 0 [--compile-every 10]
+                                        [--export-every 10]
 
 Program ``i`` of seed ``s`` is ``tests/fuzzer.program(s, i)`` (reproducible); each goes
 through ``EGraph.from_fx -> saturate(load_rules("all")) -> extract`` under every cost model
 (strict validation), every ``--compile-every``-th also through ``torch.compile`` with the
-``egraph`` backend, and every result is judged on fresh inputs against the source
-evaluated in float64 (see ``tests/fuzzer.py``). Prints a progress line every
-``--progress`` programs, each failing program with its source and errors, the counts per
-category, the distinct kinds of failure with the smallest program that still shows each
-(a slice of the failing one), and the total time; writes the counts, the kinds and the
-command to ``benchmarks/results/fuzz.md``.
+``egraph`` backend, every ``--export-every``-th also through ``torch.export`` with the batch
+size dynamic (a symbolic graph, judged at both batch sizes), and every result is judged on
+fresh inputs against the source evaluated in float64 (see ``tests/fuzzer.py``). Prints a
+progress line every ``--progress`` programs, each failing program with its source and
+errors, the counts per category, the distinct kinds of failure with the smallest program
+that still shows each (a slice of the failing one), and the total time; writes the
+counts, the kinds and the command to ``benchmarks/results/fuzz.md``.
 
 Outcome categories: ``ok``; ``fallback`` (validation refused the optimised program and
 the original came back, with the reason); ``clear-refusal`` (a documented clear error,
@@ -99,6 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help="first program index")
     ap.add_argument("--compile-every", type=int, default=10,
                     help="every k-th program also through torch.compile (0: never)")
+    ap.add_argument("--export-every", type=int, default=10,
+                    help="every k-th program also through torch.export with a dynamic batch "
+                         "(0: never)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1)")
     ap.add_argument("--iter-limit", type=int, default=fuzzer.LIMITS["iter_limit"],
                     help="saturation iterations per program")
@@ -122,7 +127,9 @@ def main(argv=None) -> int:
     for i in progress(range(args.start, args.start + args.n), desc="soak", unit="program"):
         prog = fuzzer.program(args.seed, i)
         compile_it = args.compile_every > 0 and i % args.compile_every == 0
-        result = fuzzer.check(prog, torch_compile=compile_it, limits=limits)
+        export_it = args.export_every > 0 and i % args.export_every == 0
+        result = fuzzer.check(prog, torch_compile=compile_it, limits=limits,
+                              torch_export=export_it)
         results.append(result)
         if result.failures:
             print(f"\n=== {result.worst.upper()}: {prog.label} "
@@ -148,11 +155,12 @@ def main(argv=None) -> int:
                                                 len(h[0].program.source)))
                 costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
                 compile_it = o.path.startswith("torch.compile")
+                export_it = o.path.startswith("export[")
                 small = fuzzer.shrink(r.program, o, costs=costs, limits=limits,
-                                      torch_compile=compile_it)
+                                      torch_compile=compile_it, torch_export=export_it)
                 # the cut-down program's own failure (its error and emitted code)
                 again = fuzzer.check(small, costs=costs, limits=limits,
-                                     torch_compile=compile_it)
+                                     torch_compile=compile_it, torch_export=export_it)
                 o = next((o2 for o2 in again.outcomes if o2.key() == key), o)
                 shrunk[key] = (r, o, small)
     compiled = sum(1 for r in results for o in r.outcomes if o.path.startswith("torch.compile")
@@ -164,6 +172,8 @@ def main(argv=None) -> int:
         f"{args.start + args.n - 1}), "
         + (f"1 in {args.compile_every} also through torch.compile; " if args.compile_every
            else "none through torch.compile; ")
+        + (f"1 in {args.export_every} also through torch.export with a dynamic batch; "
+           if args.export_every else "")
         + f"{total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
         f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
         f"{limits}.", "",

@@ -24,6 +24,9 @@ One row per model and entry point:
   compiled with that size dynamic, as dynamo recompiles a model served inputs of several
   lengths (the backend specialises the symbolic graph for a size met again). Timed at
   the second size against eager's and Inductor's there (Inductor's dynamic compile);
+- ``export-second`` (only when asked for): torch.export with the size that varies a
+  ``Dim``, so the graph's sizes are symbolic and one program serves every size; checked
+  and timed at the second size, against eager's and Inductor's dynamic compile there;
 - ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
   6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
   forward compiled with the backend as transformers documents it; the tokens must equal
@@ -76,6 +79,7 @@ from benchmarks.corpus import (  # noqa: E402
     GENERATES,
     LARGE,
     MODELS,
+    POSITIONS,
     Case,
     Generation,
     build,
@@ -175,12 +179,29 @@ def _breaks(seen, row: dict) -> None:
 
 
 def run_export(case: Case, rules) -> dict:
+    return _exported_row(case, rules, dynamic=False)
+
+
+def run_export_second(case: Case, rules) -> dict:
+    """(export with the size that varies a ``Dim``: one program for every size)"""
+    return _exported_row(case, rules, dynamic=True)
+
+
+def _exported_row(case: Case, rules, dynamic: bool) -> dict:
+    """The row of ``case`` through torch.export and the pipeline; with ``dynamic`` the
+    size that varies (sequence length, or batch) is exported as a ``Dim``, and the
+    program is checked and timed at the second size."""
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
+    shapes = None
+    if dynamic:
+        dim = 1 if case.varies == "seq" else 0
+        size = torch.export.Dim("size", min=2, max=POSITIONS - 1)
+        shapes = (tuple({dim: size} if x.dim() > dim else None for x in inputs),)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        program = torch.export.export(model, inputs)
+        program = torch.export.export(model, inputs, dynamic_shapes=shapes)
         t1 = time.perf_counter()
         eg = EGraph.from_fx(program, inputs)
         t2 = time.perf_counter()
@@ -193,6 +214,12 @@ def run_export(case: Case, rules) -> dict:
         row.update(pipeline_s=t4 - t1, first_s=t4 - t0,
                    phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
         _reports([report], row)
+        if dynamic:
+            second = case.second_inputs()
+            _check(opt(*second), model(*second), lambda: float64_copy(model)(*_wide(second)))
+            row["second"] = "ok"
+            row[TIMED] = _inference(lambda: opt(*second))
+            return row
         row[TIMED] = _inference(lambda: opt(*inputs))
         row.update(peak_est=PeakMemory().program_cost(eg), peak_src=peak_bytes(model, *inputs),
                    peak_ours=peak_bytes(opt, *inputs))
@@ -400,7 +427,8 @@ def run_generate_inductor(generation: Generation, rules) -> dict:
 
 
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
-           "second": run_second, "train": run_train, "train-ind": run_train_inductor,
+           "second": run_second, "export-second": run_export_second, "train": run_train,
+           "train-ind": run_train_inductor,
            "generate": run_generate, "generate-ind": run_generate_inductor}
 ENTRIES = tuple(RUNNERS)
 TRAINING = ("train", "train-ind")
@@ -412,7 +440,7 @@ GENERATING = ("generate", "generate-ind")
 def mode_of(entry: str) -> str:
     """What an entry point runs: ``"train"``, ``"generate"``, ``"second"`` (inference at
     a second size) or ``"infer"``."""
-    if entry == "second":
+    if entry in ("second", "export-second"):
         return "second"
     return "train" if entry in TRAINING else "generate" if entry in GENERATING else "infer"
 

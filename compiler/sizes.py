@@ -26,6 +26,7 @@ import torch
 import torch.fx as fx
 
 from compiler.validate import in_domain, program_numel, random_like, validate_module
+from egraph.dims import is_symbolic
 from egraph.term import is_literal_op
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
                               for _, x in tensors):
         return {}
     if any(getattr(egraph.data(src.input_classes[i]), "shape", None) is None
-           for i, _ in tensors):
+           or is_symbolic(egraph.data(src.input_classes[i]).shape) for i, _ in tensors):
         return {}  # symbolic sizes (dynamic shapes): the program reads them all
     if not rewritten and not _new_literals(egraph, choice, roots):
         return {}

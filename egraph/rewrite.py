@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from egraph.dims import SymbolicSize
 from egraph.ops.table import TABLE
 from egraph.pattern import Pattern, Subst
 from egraph.term import Term, Var, parse, walk
@@ -542,6 +543,8 @@ class Rewrite:
     def _guarded(self, guard: Guard, egraph: EGraph, subst: Subst) -> bool:
         try:
             return bool(guard(egraph, subst))
+        except SymbolicSize:  # true or false only for some input sizes: not for all
+            return False
         except Exception as err:
             err.add_note(f"in the guard of rule {self.name!r} at {subst}")
             raise
@@ -549,6 +552,8 @@ class Rewrite:
     def _dynamic(self, egraph: EGraph, subst: Subst) -> int | None:
         try:
             result = self.applier(egraph, subst)
+        except SymbolicSize:  # a right side that holds for the example's size only
+            return None
         except Exception as err:
             err.add_note(f"in the right side of rule {self.name!r} at {subst}")
             raise

@@ -30,6 +30,8 @@ import re
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from egraph.dims import Size, SymbolicSize
+
 NAN = float("nan")
 """The one NaN object every literal NaN is mapped to, so that hash-consing finds it again."""
 
@@ -65,6 +67,9 @@ def literal(value: Any) -> tuple:
     """
     if isinstance(value, bool):
         return ("bool", value)
+    if isinstance(value, Size):
+        raise SymbolicSize(f"a literal of the symbolic size {value} would fix the example's "
+                           "size into the program")
     if isinstance(value, int):
         return ("int", value)
     if isinstance(value, float):
@@ -78,6 +83,9 @@ def literal(value: Any) -> tuple:
     if isinstance(value, (tuple, list)) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
+        if any(isinstance(v, Size) for v in value):
+            raise SymbolicSize(f"a literal of the symbolic shape {tuple(value)} would fix the "
+                               "example's sizes into the program")
         return ("ints", tuple(value))
     raise TypeError(
         f"cannot make a literal of {value!r} ({type(value).__name__}); "

@@ -43,8 +43,8 @@ def _meta(egraph, cid: int):
 
 
 def _numel(meta) -> int:
-    shape = getattr(meta, "shape", None)
-    return math.prod(shape) if shape is not None else 0
+    shape = getattr(meta, "shape", None)  # a symbolic size counts as the example's
+    return math.prod(map(int, shape)) if shape is not None else 0
 
 
 def _bytes(meta) -> int:

@@ -1668,10 +1668,12 @@ def _egraph_warnings(caught) -> list[str]:
 
 def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
           torch_compile: bool = False,
-          limits: dict | None = None, compile_cost: tuple[str, Any] | None = None) -> Result:
+          limits: dict | None = None, compile_cost: tuple[str, Any] | None = None,
+          torch_export: bool = False) -> Result:
     """``prog`` through the pipeline under every cost model (and torch.compile when
-    ``torch_compile``), each result judged on fresh inputs. Never raises for the pipeline's
-    failures: they are outcomes."""
+    ``torch_compile``; torch.export with the batch size dynamic when ``torch_export``),
+    each result judged on fresh inputs. Never raises for the pipeline's failures: they
+    are outcomes."""
     from egraph import EGraph
 
     t0 = time.perf_counter()
@@ -1728,8 +1730,79 @@ def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
             res.outcomes.append(Outcome("ok", "run", name))
     if torch_compile:
         _check_compile(prog, cases, res, limits, compile_cost)
+    if torch_export:
+        _check_export(prog, cases, res, limits)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _check_export(prog: Program, cases: list[_Case], res: Result, limits: dict) -> None:
+    """``prog`` through torch.export with its batch size a ``Dim`` (the graph's sizes are
+    symbolic), then the pipeline under the default cost model; the program must give the
+    source's results at both batch sizes. A program torch.export cannot capture with a
+    dynamic batch (it specialises the batch, or guards on data) is torch's limit, not an
+    outcome."""
+    from torch.export import Dim
+
+    from compiler.compile import default_cost
+    from egraph import EGraph
+
+    path = "export[dynamic batch]"
+    fn = prog.build()
+    module = fn if isinstance(fn, nn.Module) else _Wrapped(fn)
+    xs = prog.make_inputs("example")
+    batch = Dim("batch", min=2, max=64)
+
+    def dims(spec: InputSpec):
+        picked = {i: batch if d == "B" else batch * int(d.split("*")[1])
+                  for i, d in enumerate(spec.shape) if isinstance(d, str)}
+        return picked or None
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            shapes = tuple(dims(s) for s in prog.inputs)
+            program = torch.export.export(  # (a function's inputs are one *args)
+                module, xs, dynamic_shapes=shapes if module is fn else (shapes,)).module()
+    except Exception:  # noqa: BLE001 - torch.export's own limits
+        return
+    stage = "export-ingest"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            placeholders = [n.name for n in program.graph.nodes if n.op == "placeholder"]
+            domains = {placeholders[i]: prog.domains[spec.name]  # (export renames inputs)
+                       for i, spec in enumerate(prog.inputs) if spec.name in prog.domains}
+            eg = EGraph.from_fx(program, xs, domains=domains or None)
+            stage = "export-saturate"
+            eg.saturate(rules(), **limits)
+            stage = "export-extract"
+            out = eg.extract(default_cost(xs))
+    except Exception as e:  # noqa: BLE001
+        res.outcomes.append(Outcome("crash", stage, path, _exc(e) + "\n" + _short_tb(e),
+                                    type(e).__name__))
+        return
+    report = out.meta.get("egraph_report")
+    rewrites = tuple(sorted(getattr(report, "rewrites", {}) or {}))
+    right = _run_and_judge(out, cases, prog, "export", path, res.outcomes, rewrites,
+                           compiled=True)
+    fell = _egraph_warnings(caught)
+    if fell or getattr(report, "fell_back", False):
+        res.outcomes.append(Outcome("fallback", "export", path, fell[0] if fell else
+                                    report.validation.reason, "validation", rewrites))
+    elif right:
+        res.outcomes.append(Outcome("ok", "export", path))
+
+
+class _Wrapped(nn.Module):
+    """A generated function as the module torch.export takes."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
 
 
 def _check_compile(prog: Program, cases: list[_Case], res: Result, limits: dict,
@@ -1769,7 +1842,8 @@ def _is_compile_error(o: Outcome) -> bool:
 
 
 def shrink(prog: Program, outcome: Outcome, costs=None, torch_compile: bool = False,
-           limits: dict | None = None, budget: int = 80) -> Program:
+           limits: dict | None = None, budget: int = 80, torch_export: bool = False
+           ) -> Program:
     """A smaller program that still fails the same way as ``outcome`` (same
     :meth:`Outcome.key`): greedily, slices to one output (only the statements it needs)
     and statements bypassed (``v = f(u)`` becomes ``v = u``), until none of them fails
@@ -1783,7 +1857,8 @@ def shrink(prog: Program, outcome: Outcome, costs=None, torch_compile: bool = Fa
                 continue
             tried.add(cand.source)
             spent += 1
-            r = check(cand, costs=costs, torch_compile=torch_compile, limits=limits)
+            r = check(cand, costs=costs, torch_compile=torch_compile, limits=limits,
+                      torch_export=torch_export)
             if any(o.key() == key for o in r.outcomes):
                 prog = cand
                 break

@@ -38,6 +38,7 @@ from backends.triton.templates import (
     attributes_of,
     compute_type,
 )
+from egraph.dims import is_symbolic
 from egraph.extract.program import program_roots, source_program
 from egraph.term import is_literal_op
 from extractors.costs import Roofline, flops
@@ -86,8 +87,9 @@ def pays(egraph: EGraph, choice: dict[int, tuple], region: Region, judge: Roofli
     >>> [pays(eg, choice, r, Roofline()) for r in regions(eg, choice)]
     [True]
     """
-    if any(egraph.data(c).shape is None for c in region.classes):
-        return False  # symbolic shapes: no time to compare
+    if any(egraph.data(c).shape is None or is_symbolic(egraph.data(c).shape)
+           for c in region.classes):
+        return False  # symbolic shapes: a kernel is built for one shape
     hw = judge.hardware
     single = Roofline(hw, fused=False)
     alone = sum(single.node_cost(egraph, c, choice[c]) for c in region.classes)
@@ -195,6 +197,9 @@ class _Lowering:
             return meta
         if meta.shape is None or meta.dtype is None:
             raise Unsupported("a value of unknown shape or dtype")
+        if is_symbolic(meta.shape):
+            raise Unsupported(f"a value of symbolic shape {meta.shape}: a kernel is built "
+                              "for one shape")
         compute_type(meta.dtype)
         return meta
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from egraph import signs
+from egraph.dims import hints
 from egraph.ops import intervals as iv
 from egraph.signs import NEG, NONNEG, NONPOS, POS, ZERO
 
@@ -264,7 +265,9 @@ def _reduce_call(x, dim, keepdim):
 
 
 def _shape(meta) -> tuple | None:
-    return getattr(meta, "shape", None)
+    """The shape of a class as costs read it: a symbolic size is the example's."""
+    shape = getattr(meta, "shape", None)
+    return None if shape is None else hints(shape)
 
 
 def _has_bias(meta) -> bool:

@@ -7,6 +7,11 @@ per-op shape code. Merging two classes whose shapes or dtypes differ is an unsou
 raises :class:`~egraph.egraph.UnsoundMerge`. Scalar arithmetic on known values (``x.size(-1)
 ** 0.5``) folds to a literal.
 
+Symbolic sizes (torch.compile's dynamic shapes, torch.export's ``Dim``) stay symbolic: a
+shape holds :class:`~egraph.dims.Size` expressions such as ``s0`` or ``2*s0``, propagated
+on fake tensors of a shape environment of the analysis' own; a shape that would hold only
+for the example's sizes stays unknown.
+
 >>> import torch
 >>> m = Meta.of(torch.empty(2, 3))
 >>> m.shape, m.dtype
@@ -16,13 +21,17 @@ raises :class:`~egraph.egraph.UnsoundMerge`. Scalar arithmetic on known values (
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from egraph import signs
 from egraph.analysis import Analysis
+from egraph.dims import Size, decide
 from egraph.egraph import UnsoundMerge
 from egraph.ops.table import TABLE, interval_of
 from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
@@ -66,15 +75,20 @@ class Meta(NamedTuple):
         a real tensor's observed range comes with it unless ``observe`` is false (a pass
         over the values: a large embedding's costs more than the rest of ingest)."""
         if isinstance(value, torch.Tensor):
-            # Symbolic sizes stay unknown: int() of a SymInt would make dynamo guard on
-            # (specialise) the example's size.
-            shape = tuple(int(s) for s in value.shape) if all(
-                _concrete(s) for s in value.shape) else None
-            meta = cls("tensor", shape, value.dtype, finite=_exact_dtype(value.dtype))
+            # A symbolic size is read as its expression (never int(), which would make
+            # dynamo guard on, that is specialise, the example's size).
+            shape = tuple(size_of(s) for s in value.shape)
+            meta = cls("tensor", None if None in shape else shape, value.dtype,
+                       finite=_exact_dtype(value.dtype))
             return meta._replace(**observed_range(value)) if observe else meta
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v, observe) for v in value))
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if isinstance(value, torch.SymInt):
+            size = size_of(value)
+            if isinstance(size, Size):
+                return _number("scalar", None, size)._replace(from_size=True)
+            return cls("scalar", from_size=True)  # an unbacked number: value unknown
+        if isinstance(value, (torch.SymFloat, torch.SymBool)):
             return cls("scalar", from_size=True)  # symbolic: value unknown, never baked
         if isinstance(value, (bool, int, float)):
             return _number("scalar", exact_of(value), value)
@@ -91,6 +105,8 @@ class Meta(NamedTuple):
             if self.shape is None or self.dtype is None:
                 raise _Unknown
             return ("tensor", self.shape, self.dtype)
+        if self.kind == "tuple" and isinstance(self.value, tuple):
+            return ("tuple", tuple(m.signature() for m in self.value))
         if self.kind in ("literal", "scalar"):
             if self.value is None and self.kind == "scalar":
                 raise _Unknown
@@ -100,13 +116,37 @@ class Meta(NamedTuple):
         raise _Unknown
 
 
-def _concrete(size: Any) -> bool:
-    """True for a size that is a plain number (a SymInt only when it is a constant)."""
-    if not isinstance(size, torch.SymInt):
-        return True
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+def size_of(size: Any) -> int | Size | None:
+    """A size as the analysis holds it: an int, a :class:`~egraph.dims.Size` for a
+    symbolic one (its expression, the example's value of it and of each of its symbols,
+    and the least value each may take), or None for a size no example value stands for
+    (an unbacked ``x.nonzero()`` length).
 
-    return is_concrete_int(size)
+    >>> size_of(3)
+    3
+    """
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    node = size.node
+    expr = node.expr
+    if getattr(expr, "is_Integer", False):
+        return int(expr)
+    env = node.shape_env
+    values = getattr(env, "backed_var_to_val", None)  # (its name from torch 2.10 on)
+    values = env.var_to_val if values is None else values
+    bindings = {}
+    for symbol in expr.free_symbols:
+        hint = values.get(symbol)
+        bound = env.var_to_range.get(symbol)
+        if hint is None or bound is None:
+            return None
+        high = bound.upper
+        bindings[symbol] = (int(hint), int(bound.lower),
+                            int(high) if getattr(high, "is_Integer", False) else None)
+    hint = node.hint
+    if hint is None:
+        hint = expr.xreplace({s: h for s, (h, _, _) in bindings.items()})
+    return Size(int(hint), expr, bindings)
 
 
 def observed_range(value: torch.Tensor) -> dict:
@@ -163,6 +203,9 @@ def _number(kind: str, exact: Fraction | None, value: Any) -> Meta:
     An approximate zero proves no sign: ``math.exp(-1000)`` underflows to 0.0 but is > 0."""
     if isinstance(value, bool) or value is None:
         return Meta(kind, value=value, finite=value is not None)
+    if isinstance(value, Size):
+        sign = POS if decide(value, 0, ">") else NEG if decide(value, 0, "<") else ANY
+        return Meta(kind, value=value, sign=sign, finite=True)
     v = float(exact) if exact is not None and representable(exact) else float(value)
     if exact is None:
         sign = signs.of_value(float(value)) if value != 0 else ANY
@@ -177,10 +220,20 @@ def _exact_dtype(dtype: Any) -> bool:
     return dtype is not None and not dtype.is_floating_point and not dtype.is_complex
 
 
+def _argument(signature: tuple, tensor: Callable) -> Any:
+    """The value a signature (:meth:`Meta.signature`) stands for, tensors made by
+    ``tensor(shape, dtype)``."""
+    if signature[0] == "tensor":
+        return tensor(signature[1], signature[2])
+    if signature[0] == "tuple":
+        return tuple(_argument(s, tensor) for s in signature[1])
+    return signature[2]
+
+
 def _infer(op: str, key: tuple) -> Meta:
     """The meta of ``op`` applied to classes of these signatures (:meth:`Meta.signature`),
     by running its torch implementation on meta tensors."""
-    args = [torch.empty(k[1], dtype=k[2], device="meta") if k[0] == "tensor" else k[2]
+    args = [_argument(k, lambda shape, dtype: torch.empty(shape, dtype=dtype, device="meta"))
             for k in key]
     try:
         return Meta.of(SPECS[op].run(args))
@@ -193,6 +246,94 @@ def _inferred(op: str, key: tuple) -> Meta:
     """:func:`_infer`, remembered: the layers of a model repeat the same ops on the same
     shapes, and running an op on meta tensors costs a millisecond."""
     return _infer(op, key)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _inferred_symbolic(op: str, key: tuple, bindings: tuple) -> Meta:
+    """The meta of ``op`` on classes of these signatures where some size is symbolic, by
+    running it on fake tensors whose sizes are symbols of a shape environment of its own
+    (``bindings``: each symbol's example value and range). The result holds for
+    every size only if the op never asked which way a comparison of sizes goes: where it
+    did (broadcasting ``s0`` against ``s1``, or against 8), the shape holds for the
+    example's sizes alone and stays unknown."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv(duck_shape=False)
+    ours, theirs = {}, {}
+    for symbol, (hint, low, high) in bindings:
+        if low < 2 or hint < 2:
+            return UNKNOWN  # a size that may be 0 or 1 broadcasts differently
+        mine = env.create_symbol(hint, ConstantSource(symbol.name),
+                                 dynamic_dim=DimDynamic.DYNAMIC)
+        if high is not None or low > 2:
+            env.constrain_symbol_range(mine, low, high if high is not None else sys.maxsize)
+        ours[symbol], theirs[mine] = mine, symbol
+
+    def symbolic(value):
+        if isinstance(value, Size):
+            return env.create_symintnode(value.expr.xreplace(ours), hint=int(value))
+        if isinstance(value, (tuple, list)):
+            return type(value)(symbolic(v) for v in value)
+        if isinstance(value, slice):
+            return slice(symbolic(value.start), symbolic(value.stop), symbolic(value.step))
+        return value
+
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    was = quiet.disabled
+    quiet.disabled = True  # it logs every op it cannot run, which is an answer here
+    try:
+        with FakeTensorMode(shape_env=env):
+            args = [_argument(symbolic(k), lambda shape, dtype: torch.empty(
+                shape, dtype=dtype, device="meta")) for k in key]
+            meta = Meta.of(SPECS[op].run(args))
+    except Exception:  # noqa: BLE001 - an op fake tensors cannot run: shape stays unknown
+        return UNKNOWN
+    finally:
+        quiet.disabled = was
+    if env.guards:
+        return UNKNOWN
+    return _renamed(meta, theirs, dict(bindings))
+
+
+def _renamed(meta: Meta, symbols: dict, bindings: dict) -> Meta:
+    """``meta`` with each symbol of a private shape environment replaced by the graph's."""
+    def size(value):
+        if isinstance(value, Size):
+            expr = value.expr.xreplace(symbols)
+            return Size(int(value), expr, {s: bindings[s] for s in expr.free_symbols})
+        if isinstance(value, tuple):
+            return tuple(size(v) for v in value)
+        if isinstance(value, slice):
+            return slice(size(value.start), size(value.stop), size(value.step))
+        return value
+
+    if meta.kind == "tuple" and isinstance(meta.value, tuple):
+        return meta._replace(value=tuple(_renamed(m, symbols, bindings) for m in meta.value))
+    if meta.shape is not None:
+        meta = meta._replace(shape=size(meta.shape))
+    return meta._replace(value=size(meta.value))
+
+
+def _bindings(key: tuple) -> tuple:
+    """The symbols of the sizes in a signature, each with its example value and range."""
+    found: dict = {}
+
+    def visit(value):
+        if isinstance(value, Size):
+            found.update(value.bindings)
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                visit(v)
+        elif isinstance(value, slice):
+            visit((value.start, value.stop, value.step))
+
+    visit(key)
+    return tuple(sorted(found.items(), key=lambda kv: kv[0].name))
+
+
+_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 class TensorAnalysis(Analysis):
@@ -241,6 +382,9 @@ class TensorAnalysis(Analysis):
                                                          "literal") for k in kids):
                 values = [k.value for k in kids]
                 return Meta("literal", value=tuple(values) if op == "tuple" else slice(*values))
+            if op == "tuple" and any(k.kind == "tensor" for k in kids) and all(
+                    k.kind in ("tensor", "literal") for k in kids):
+                return Meta("tuple", value=tuple(kids))  # an index: ``x[rows, cols]``
             return UNKNOWN
         if op in ("input", "param", "const"):
             return self.leaves.get(f"{op}:{kids[0].value}", UNKNOWN)
@@ -255,6 +399,10 @@ class TensorAnalysis(Analysis):
         if all(k.kind in ("literal", "scalar") for k in kids) and op in FLOAT_OPS:
             if not all(isinstance(k.value, (int, float)) for k in kids):
                 return Meta("scalar")
+            if op in _COMPARISONS and any(isinstance(k.value, Size) for k in kids):
+                # Size's == is "the same expression"; a fold needs "equal for every size"
+                return _number("scalar", None, decide(kids[0].value, kids[1].value,
+                                                      _COMPARISONS[op]))
             exact, value = fold(op, [(k.exact, k.value) for k in kids])
             return _number("scalar", exact, value)
         if op not in SPECS:
@@ -263,6 +411,12 @@ class TensorAnalysis(Analysis):
             key = tuple(k.signature() for k in kids)
         except _Unknown:
             return UNKNOWN
+        bindings = _bindings(key)
+        if bindings:
+            try:
+                return _inferred_symbolic(op, key, bindings)
+            except TypeError:  # an unhashable attribute (a slice): infer without the memo
+                return _inferred_symbolic.__wrapped__(op, key, bindings)
         try:
             return _inferred(op, key)
         except TypeError:  # an unhashable attribute (a slice): infer without the memo
@@ -278,7 +432,8 @@ class TensorAnalysis(Analysis):
             raise UnsoundMerge(f"merging a value proven {signs.describe(a.sign)} with one "
                                f"proven {signs.describe(b.sign)}")
         if a.kind == "tensor" and b.kind == "tensor":
-            if a.shape is not None and b.shape is not None and a.shape != b.shape:
+            if a.shape is not None and b.shape is not None and a.shape != b.shape and (
+                    _different(a.shape, b.shape)):
                 raise UnsoundMerge(f"merging a tensor of shape {a.shape} with one of {b.shape}")
             if a.dtype is not None and b.dtype is not None and a.dtype != b.dtype:
                 raise UnsoundMerge(f"merging a {a.dtype} tensor with a {b.dtype} tensor")
@@ -323,6 +478,13 @@ class TensorAnalysis(Analysis):
         else:
             return
         egraph._union(cid, leaf, "constant-fold")
+
+
+def _different(a: tuple, b: tuple) -> bool:
+    """Whether two shapes that are not the same expressions differ: in rank, or in a size
+    at the example's sizes. Two expressions of one value (``2*s0 + 2`` and
+    ``2*(s0 + 1)``, a floor and torch's ``FloorDiv``) are not told apart."""
+    return len(a) != len(b) or any(int(x) != int(y) for x, y in zip(a, b))
 
 
 def _from_size(egraph: EGraph, node: tuple) -> bool:
@@ -441,7 +603,8 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
         if k.kind == "literal" and k.value is None:
             intervals.append(None)
         elif k.kind in ("literal", "scalar") and isinstance(k.value, (int, float)):
-            intervals.append((float(k.value), float(k.value)))
+            v = float(int(k.value) if isinstance(k.value, Size) else k.value)  # (observed)
+            intervals.append((v, v))
         else:
             intervals.append((k.lo, k.hi))
         values.append(k.value)

@@ -35,6 +35,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from egraph.dims import is_symbolic
 from egraph.egraph import EGraph
 from egraph.ops.table import TABLE
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
@@ -743,8 +744,8 @@ class _Builder:
             else UNKNOWN_VALUE for m in metas
         ]
         normalized = spec.normalize(list(values), metas)
-        return [k if v is UNKNOWN_VALUE or (m is not None and m.from_size) else self.literal(v)
-                for k, v, m in zip(kids, normalized, metas)]
+        return [k if v is UNKNOWN_VALUE or (m is not None and m.from_size) or is_symbolic(v)
+                else self.literal(v) for k, v, m in zip(kids, normalized, metas)]
 
     def _example(self, node: fx.Node) -> Any:
         """An example of ``node``'s value: the tracer's, else a meta tensor of its shape
@@ -753,8 +754,8 @@ class _Builder:
         if recorded is not None:
             return recorded
         meta = self.metas.get(node.name)
-        if meta is None or meta.kind != "tensor" or meta.shape is None or not all(
-                isinstance(d, int) for d in meta.shape):
+        if meta is None or meta.kind != "tensor" or meta.shape is None or is_symbolic(
+                meta.shape):
             return None
         return torch.empty(meta.shape, dtype=meta.dtype, device="meta")
 

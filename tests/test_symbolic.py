@@ -1,0 +1,163 @@
+"""Symbolic sizes (``egraph.dims``): the shape analysis carries torch.compile's and
+torch.export's symbolic sizes as expressions, so the rules that need shapes fire on
+graphs meant for every size, and nothing that holds for the example's size alone (a
+literal of it, an order that only its value decides, a shape that broadcasting guessed
+from equal examples) reaches a program."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import sympy
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.export import Dim
+
+from egraph import EGraph
+from egraph.dims import Size, SymbolicSize, decide, hints
+from egraph.rules import load_rules
+from egraph.term import literal
+from extractors import Flops
+
+S0 = sympy.Symbol("s0", integer=True, positive=True)
+S1 = sympy.Symbol("s1", integer=True, positive=True)
+OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+       "%": operator.mod}
+
+
+def _size(hint: int, symbol=S0) -> Size:
+    return Size(hint, symbol, {symbol: hint})
+
+
+# -- the arithmetic of sizes --------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(hint=st.integers(2, 50), other=st.integers(2, 50), k=st.integers(1, 9),
+       op=st.sampled_from(sorted(OPS)), reflected=st.booleans())
+def test_size_arithmetic_is_the_arithmetic_of_every_size(hint, other, k, op, reflected):
+    """``s op k`` is the example's value at the example's size and the right value at
+    any other size its expression is evaluated at."""
+    fn = OPS[op]
+    a, b = (k, _size(hint)) if reflected else (_size(hint), k)
+    result = fn(a, b)
+    at = (lambda v: fn(k, v)) if reflected else (lambda v: fn(v, k))
+    assert int(result) == at(hint)
+    value = result.expr.subs(S0, other) if isinstance(result, Size) else result
+    assert int(value) == at(other)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ka=st.integers(-3, 3), ca=st.integers(-6, 6), kb=st.integers(-3, 3),
+       cb=st.integers(-6, 6), relation=st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+def test_an_order_is_decided_only_where_every_size_agrees(ka, ca, kb, cb, relation):
+    """``decide`` answers True or False only when the relation goes that way for every
+    size the symbol may take (2 or more); otherwise None."""
+    a, b = _size(8) * ka + ca, _size(8) * kb + cb
+    decided = decide(a, b, relation)
+    compare = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+               ">": operator.gt, ">=": operator.ge}[relation]
+
+    def value(x, v):
+        return int(x.expr.subs(S0, v)) if isinstance(x, Size) else x
+
+    truths = {compare(value(a, v), value(b, v)) for v in range(2, 40)}
+    if decided is not None:
+        assert truths == {decided}
+
+
+def test_a_size_is_equal_only_to_the_same_expression():
+    seq, batch = _size(8), _size(8, S1)
+    assert seq == _size(8) and hash(seq) == hash(_size(8))
+    assert seq != 8 and seq != batch  # equal examples, different sizes
+    assert (2, seq * 4) == (2, _size(8) * 4) and (2, seq * 4) != (2, 32)
+    assert hints((2, seq * 4)) == (2, 32)
+
+
+def test_what_only_the_example_could_answer_raises():
+    seq = _size(8)
+    for question in (lambda: float(seq), lambda: seq / 2, lambda: seq > 8,
+                     lambda: seq ** -1, lambda: literal(seq), lambda: literal((2, seq))):
+        with pytest.raises(SymbolicSize):
+            question()
+    assert seq > 1 and seq >= 2 and not seq < 2  # every dynamic size is 2 or more
+
+
+# -- the analysis -------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """nanoGPT's causal self-attention, its mask a buffer sliced to the sequence length."""
+
+    def __init__(self, width: int = 32, heads: int = 4, positions: int = 128):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+        self.register_buffer("mask", torch.tril(torch.ones(positions, positions))
+                             .view(1, 1, positions, positions))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.out(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def _exported(model, x, dims=None):
+    return torch.export.export(model, (x,), dynamic_shapes=(dims,) if dims else None).module()
+
+
+@pytest.mark.parametrize("dims", ["length", "batch and length"])
+def test_a_graph_exported_with_a_dynamic_length_gets_the_rewrites_of_a_static_one(dims):
+    torch.manual_seed(0)
+    model = Attention().eval()
+    x = torch.randn(2, 8, 32)
+    dynamic = {1: Dim("T", min=2, max=64)}
+    if dims == "batch and length":
+        dynamic[0] = Dim("B", min=2, max=16)
+    rules = load_rules("all")
+    used = []
+    for program in (_exported(model, x), _exported(model, x, dynamic)):
+        eg = EGraph.from_fx(program, (x,))
+        eg.saturate(rules, iter_limit=10, node_limit=20_000)
+        out = eg.extract(Flops(), validate="raise")
+        used.append(out.meta["egraph_report"].used)
+    assert "sdpa-masked" in used[0] and used[1] == used[0]
+    with torch.no_grad():
+        for shape in [(2, 5, 32), (2, 64, 32)] + (
+                [(7, 3, 32)] if dims == "batch and length" else []):
+            y = torch.randn(shape)
+            torch.testing.assert_close(out(y), model(y), rtol=1e-5, atol=1e-5)
+
+
+def test_broadcasting_two_sizes_of_equal_examples_leaves_the_shape_unknown():
+    """``x + y`` for lengths ``s0`` and ``s1`` that are both 8 in the example: its shape
+    is ``(s0,)`` only where ``s0 == s1``, which only the example says. The analysis
+    leaves it unknown (a rule that built it must not merge it with a class of shape
+    ``(s0,)``), while ``cat`` of the two has the shape ``(s0 + s1,)`` for every size."""
+    x, y = torch.randn(8), torch.randn(8)
+    program = torch.export.export(
+        _Cat(), (x, y),
+        dynamic_shapes=({0: Dim("m", min=2)}, {0: Dim("n", min=2)})).module()
+    eg = EGraph.from_fx(program, (x, y))
+    inputs = [eg.find(c) for c in eg.classes() if any(n.op == "input" for n in eg.nodes(c))]
+    assert len(inputs) == 2
+    root = eg.data(eg.roots[0])
+    assert len(root.shape) == 1 and isinstance(root.shape[0], Size)
+    assert root.shape[0].expr == sum(eg.data(c).shape[0].expr for c in inputs)
+    assert eg.data(eg.add_node("add", inputs)).shape is None
+
+
+class _Cat(nn.Module):
+    def forward(self, x, y):
+        return torch.cat([x, y])
