@@ -79,7 +79,6 @@ from benchmarks.corpus import (  # noqa: E402
     GENERATES,
     LARGE,
     MODELS,
-    POSITIONS,
     Case,
     Generation,
     build,
@@ -195,9 +194,9 @@ def _exported_row(case: Case, rules, dynamic: bool) -> dict:
     model, inputs = case.model.eval(), case.inputs
     shapes = None
     if dynamic:
-        dim = 1 if case.varies == "seq" else 0
-        size = torch.export.Dim("size", min=2, max=POSITIONS - 1)
-        shapes = (tuple({dim: size} if x.dim() > dim else None for x in inputs),)
+        dim = 1 if case.varies == "seq" else 0  # (AUTO: export finds which sizes are one)
+        shapes = (tuple({dim: torch.export.Dim.AUTO} if x.dim() > dim else None
+                        for x in inputs),)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()

@@ -612,13 +612,14 @@ generation's growing cache) is not worth a compile."""
 
 class _BySize:
     """What runs for a graph with symbolic sizes that the emitted module runs (dynamo's
-    automatic dynamic shapes after a second sequence length, or ``dynamic=True``): the
-    rules need sizes (a layer norm's width, an attention mask's shape) where the analysis
-    of a symbolic graph knows none, so each of the first :data:`SPECIALISED_SIZES` sizes
-    it is called with :data:`SPECIALISE_AT_CALL` times gets its own program
-    (``specialise(args, sizes)``: the graph at those sizes, or None); the symbolic
-    ``general`` program runs the others and any size a specialised one could not serve.
-    ``module`` is the general program's."""
+    automatic dynamic shapes after a second sequence length, or ``dynamic=True``). The
+    symbolic program has the rewrites that hold for every size (the analysis carries
+    sizes as expressions); at one size more apply (a mask built from ``arange(T)`` folds
+    to a constant, a condition on a size's value is decided), so each of the first
+    :data:`SPECIALISED_SIZES` sizes it is called with :data:`SPECIALISE_AT_CALL` times
+    gets its own program (``specialise(args, sizes)``: the graph at those sizes, or None);
+    the symbolic ``general`` program runs the others and any size a specialised one could
+    not serve. ``module`` is the general program's."""
 
     def __init__(self, general: _Compiled, symbols: list[tuple[str, int, int | None]],
                  specialise: Callable[[tuple, str], Any]):

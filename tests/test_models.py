@@ -24,8 +24,9 @@ import torch
 pytest.importorskip("transformers")
 
 from benchmarks.corpus import FIXED_ATTENTION, MODELS, build, build_generation  # noqa: E402
-from compiler.compile import make_backend  # noqa: E402
+from compiler.compile import default_cost, make_backend  # noqa: E402
 from egraph import EGraph  # noqa: E402
+from egraph.dims import is_symbolic  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import Flops  # noqa: E402
 
@@ -86,6 +87,32 @@ def test_export_pipeline(name, attn, rules):
     assert report.validation is not None and report.validation.ok, str(report)
     with torch.no_grad():
         torch.testing.assert_close(opt(*case.inputs), case.model(*case.inputs), **TOL)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "t5", "bart", "vit"])
+def test_export_with_a_dynamic_size_gets_the_static_rewrites(name, rules):
+    """torch.export with the size that varies dynamic (``Dim.AUTO``: export finds which
+    sizes are one) gives a graph of symbolic sizes; the analysis carries them, so the
+    program gets the fusions a static export gets (attention, linear merges, layer
+    norms), and runs at the second size."""
+    case = build(name)
+    model = case.model.eval()
+    dim = 1 if case.varies == "seq" else 0
+    dynamic = (tuple({dim: torch.export.Dim.AUTO} if x.dim() > dim else None
+                     for x in case.inputs),)
+    used = []
+    for shapes in (None, dynamic):
+        program = torch.export.export(model, case.inputs, dynamic_shapes=shapes)
+        eg = EGraph.from_fx(program, case.inputs).saturate(rules, **LIMITS)
+        opt = eg.extract(default_cost(case.inputs), validate="raise")
+        used.append(set(opt.meta["egraph_report"].used))
+    assert any(is_symbolic(eg.data(c).shape) for c in eg.fx.input_classes
+               if eg.data(c).kind == "tensor")
+    fusions = {r for r in used[0] if r.startswith(("sdpa", "linear", "layer-norm", "split"))}
+    assert fusions and fusions <= used[1]  # (the rest are cost choices on the two graphs)
+    second = case.second_inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(opt(*second), model(*second), **TOL)
 
 
 def _compiled_inference(name: str, attn: str, rules) -> None:

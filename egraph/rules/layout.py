@@ -8,7 +8,7 @@ Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)
 
 from __future__ import annotations
 
-from egraph.ops import expand, permute, reshape, size, squeeze, transpose, unsqueeze
+from egraph.ops import expand, getitem, permute, reshape, size, squeeze, transpose, unsqueeze
 from egraph.rules.define import LibraryRule, rule
 from egraph.rules.guards import value_of
 from egraph.rules.tensat import MERGING
@@ -53,6 +53,37 @@ def _swap(egraph, subst):
     i, j = moved
     return egraph.add_node("transpose", [subst["x"], egraph.add_node(literal(i)),
                                          egraph.add_node(literal(j))])
+
+
+_TO_THE_END = 1 << 62
+"""A slice's stop at or past which it runs to the end whatever the size (torch.export
+writes ``x[:, :]`` on a symbolic size as a slice to 2**63 - 1)."""
+
+
+def _selects_all(egraph, subst) -> bool:
+    """``x[i]`` is ``x``: every item of ``i`` is ``...`` or a slice from 0 to the end,
+    step 1 (the end given as nothing, as the dim's size or past any size)."""
+    shape, index = _shape(egraph, subst["x"]), value_of(egraph, subst["i"])
+    if shape is None or index is None:
+        return False
+    items = index if isinstance(index, tuple) else (index,)
+    if Ellipsis in items:
+        cut = items.index(Ellipsis)
+        before, after = items[:cut], items[cut + 1:]
+        if Ellipsis in after:
+            return False
+    else:
+        before, after = items, ()
+    if len(before) + len(after) > len(shape):
+        return False
+    pairs = [*zip(before, shape), *zip(after, shape[len(shape) - len(after):])]
+    return all(isinstance(item, slice) and item.start in (None, 0) and item.step in (None, 1)
+               and (item.stop is None or item.stop == size or type(item.stop) is int and (
+                   item.stop >= _TO_THE_END or type(size) is int and item.stop >= size))
+               for item, size in pairs)
+
+
+_selects_all.__name__ = "the index selects every element"
 
 
 def _last_two_equal_rank(egraph, subst) -> bool:
@@ -103,6 +134,9 @@ RULES: list[LibraryRule] = [
     rule("expand-noop", expand(x, s), x, when=_shape_is_s,
          example=lambda x: x.expand(4, 8), inputs={"x": (4, 8)},
          description="an expand to the same shape does nothing"),
+    rule("getitem-noop", getitem(x, i), x, when=_selects_all,
+         example=lambda x: x[:, 0:9223372036854775807][..., :8], inputs={"x": (4, 8)},
+         description="an index that selects every element does nothing"),
     rule("squeeze-unsqueeze", squeeze(unsqueeze(x, d), d), x,
          example=lambda x: x.unsqueeze(1).squeeze(1), inputs={"x": (4, 8)},
          description="squeezing the dim just unsqueezed is the identity"),

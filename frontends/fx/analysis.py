@@ -251,50 +251,90 @@ def _inferred(op: str, key: tuple) -> Meta:
 @functools.lru_cache(maxsize=1 << 14)
 def _inferred_symbolic(op: str, key: tuple, bindings: tuple) -> Meta:
     """The meta of ``op`` on classes of these signatures where some size is symbolic, by
-    running it on fake tensors whose sizes are symbols of a shape environment of its own
-    (``bindings``: each symbol's example value and range). The result holds for
-    every size only if the op never asked which way a comparison of sizes goes: where it
-    did (broadcasting ``s0`` against ``s1``, or against 8), the shape holds for the
+    running it on fake tensors whose sizes are symbols of a shape environment of the
+    analysis' own (``bindings``: each symbol's example value and range). The result holds
+    for every size only if the op never asked which way a comparison of sizes goes: where
+    it did (broadcasting ``s0`` against ``s1``, or against 8), the shape holds for the
     example's sizes alone and stays unknown."""
-    from torch._dynamo.source import ConstantSource
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    shapes = _SHAPES.get(bindings)
+    if shapes is None:
+        if len(_SHAPES) >= 64:
+            _SHAPES.pop(next(iter(_SHAPES)))
+        shapes = _SHAPES[bindings] = _SymbolicShapes(bindings)
+    meta = shapes.infer(op, key)
+    if shapes.spoiled:  # what it assumed would hold for later ops: start afresh
+        del _SHAPES[bindings]
+    return meta
 
-    env = ShapeEnv(duck_shape=False)
-    ours, theirs = {}, {}
-    for symbol, (hint, low, high) in bindings:
-        if low < 2 or hint < 2:
-            return UNKNOWN  # a size that may be 0 or 1 broadcasts differently
-        mine = env.create_symbol(hint, ConstantSource(symbol.name),
-                                 dynamic_dim=DimDynamic.DYNAMIC)
-        if high is not None or low > 2:
-            env.constrain_symbol_range(mine, low, high if high is not None else sys.maxsize)
-        ours[symbol], theirs[mine] = mine, symbol
 
-    def symbolic(value):
+class _SymbolicShapes:
+    """A shape environment with a symbol for each of the graph's (same example value, same
+    range), in which ops run on fake tensors. One serves every op on the same symbols
+    (making one costs more than most ops) until an op leaves something behind: a guard,
+    a runtime assertion or a replacement of one symbol by another, all facts of the
+    example's sizes."""
+
+    def __init__(self, bindings: tuple):
+        from torch._dynamo.source import ConstantSource
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+        self.env = env = ShapeEnv(duck_shape=False)
+        self.mode = FakeTensorMode(shape_env=env)
+        self.ours: dict = {}
+        self.theirs: dict = {}
+        self.bindings = dict(bindings)
+        self.usable = True
+        for symbol, (hint, low, high) in bindings:
+            if low < 2 or hint < 2:
+                self.usable = False  # a size that may be 0 or 1 broadcasts differently
+                return
+            mine = env.create_symbol(hint, ConstantSource(symbol.name),
+                                     dynamic_dim=DimDynamic.DYNAMIC)
+            if high is not None or low > 2:
+                env.constrain_symbol_range(mine, low, high if high is not None else sys.maxsize)
+            self.ours[symbol], self.theirs[mine] = mine, symbol
+        self.clean = self._state()
+        self.spoiled = False
+
+    def _state(self) -> tuple:
+        env = self.env
+        return (len(env.guards), len(env.replacements),
+                sum(len(v) for v in env.deferred_runtime_asserts.values()))
+
+    def _symbolic(self, value: Any) -> Any:
         if isinstance(value, Size):
-            return env.create_symintnode(value.expr.xreplace(ours), hint=int(value))
+            return self.env.create_symintnode(value.expr.xreplace(self.ours), hint=int(value))
         if isinstance(value, (tuple, list)):
-            return type(value)(symbolic(v) for v in value)
+            return type(value)(self._symbolic(v) for v in value)
         if isinstance(value, slice):
-            return slice(symbolic(value.start), symbolic(value.stop), symbolic(value.step))
+            return slice(self._symbolic(value.start), self._symbolic(value.stop),
+                         self._symbolic(value.step))
         return value
 
-    quiet = logging.getLogger("torch._subclasses.fake_tensor")
-    was = quiet.disabled
-    quiet.disabled = True  # it logs every op it cannot run, which is an answer here
-    try:
-        with FakeTensorMode(shape_env=env):
-            args = [_argument(symbolic(k), lambda shape, dtype: torch.empty(
-                shape, dtype=dtype, device="meta")) for k in key]
-            meta = Meta.of(SPECS[op].run(args))
-    except Exception:  # noqa: BLE001 - an op fake tensors cannot run: shape stays unknown
-        return UNKNOWN
-    finally:
-        quiet.disabled = was
-    if env.guards:
-        return UNKNOWN
-    return _renamed(meta, theirs, dict(bindings))
+    def infer(self, op: str, key: tuple) -> Meta:
+        if not self.usable:
+            return UNKNOWN
+        quiet = logging.getLogger("torch._subclasses.fake_tensor")
+        was = quiet.disabled
+        quiet.disabled = True  # it logs every op it cannot run, which is an answer here
+        try:
+            with self.mode:
+                args = [_argument(self._symbolic(k), lambda shape, dtype: torch.empty(
+                    shape, dtype=dtype, device="meta")) for k in key]
+                meta = Meta.of(SPECS[op].run(args))
+        except Exception:  # noqa: BLE001 - an op fake tensors cannot run: shape unknown
+            meta = UNKNOWN
+        finally:
+            quiet.disabled = was
+        if self._state() != self.clean:
+            self.spoiled = True
+            return UNKNOWN
+        return _renamed(meta, self.theirs, self.bindings)
+
+
+_SHAPES: dict[tuple, _SymbolicShapes] = {}
+"""The shape environments of the symbols met lately (the graphs being optimised)."""
 
 
 def _renamed(meta: Meta, symbols: dict, bindings: dict) -> Meta:
