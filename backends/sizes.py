@@ -130,6 +130,6 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
                 raise SizeMismatch(
                     f"input {name!r} has shape {got}, the module was built for "
                     f"{shapes[name]}: a rewrite made part of the program from its size {n} "
-                    f"in dim {d}, so it runs only on inputs of that size there (others "
-                    "would fail or give wrong results). Build it again from an example of "
-                    "this shape.")
+                    f"in dim {d} (or the source was captured for that size alone), so it "
+                    "runs only on inputs of that size there (others would fail or give "
+                    "wrong results). Build it again from an example of this shape.")

@@ -24,6 +24,8 @@ One row per model and entry point:
   compiled with that size dynamic, as dynamo recompiles a model served inputs of several
   lengths (the backend specialises the symbolic graph for a size met again). Timed at
   the second size against eager's and Inductor's there (Inductor's dynamic compile);
+- ``second-ind`` (only when asked for): the same with ``codegen="inductor"`` (ours +
+  Inductor on the symbolic graph: Inductor's dynamic code with our rewrites under it);
 - ``export-second`` (only when asked for): torch.export with the size that varies a
   ``Dim``, so the graph's sizes are symbolic and one program serves every size; checked
   and timed at the second size, against eager's and Inductor's dynamic compile there;
@@ -278,12 +280,16 @@ def second_size(case: Case) -> tuple[torch.Tensor, ...]:
     return inputs
 
 
-def run_second(case: Case, rules) -> dict:
+def run_second(case: Case, rules, codegen: str = "eager") -> dict:
     """(called as often as a size must be met to be specialised)"""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _compiled_inference(case.model.eval(), second_size(case), rules,
+        return _compiled_inference(case.model.eval(), second_size(case), rules, codegen,
                                    calls=compile_backend.SPECIALISE_AT_CALL)[0]
+
+
+def run_second_inductor(case: Case, rules) -> dict:
+    return run_second(case, rules, codegen="inductor")
 
 
 def _train_step(model, inputs):
@@ -426,7 +432,8 @@ def run_generate_inductor(generation: Generation, rules) -> dict:
 
 
 RUNNERS = {"export": run_export, "compile": run_compile, "inductor": run_compile_inductor,
-           "second": run_second, "export-second": run_export_second, "train": run_train,
+           "second": run_second, "second-ind": run_second_inductor,
+           "export-second": run_export_second, "train": run_train,
            "train-ind": run_train_inductor,
            "generate": run_generate, "generate-ind": run_generate_inductor}
 ENTRIES = tuple(RUNNERS)
@@ -439,7 +446,7 @@ GENERATING = ("generate", "generate-ind")
 def mode_of(entry: str) -> str:
     """What an entry point runs: ``"train"``, ``"generate"``, ``"second"`` (inference at
     a second size) or ``"infer"``."""
-    if entry in ("second", "export-second"):
+    if entry in ("second", "second-ind", "export-second"):
         return "second"
     return "train" if entry in TRAINING else "generate" if entry in GENERATING else "infer"
 

@@ -111,14 +111,22 @@ def _new_literals(egraph: EGraph, choice: dict[int, tuple], roots: list[int]) ->
 def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, int]],
             size: int) -> bool | None:
     """Whether ``gm`` agrees with the source on inputs whose ``dims`` are resized; None
-    when the source itself does not run on them."""
+    when the source itself does not run on them and the program does (nothing to judge).
+    Where both fail (an ExportedProgram guards the size it was specialised to, and the
+    program holds constants of that size), the program's failure would be the less
+    clear: it does not agree, so it refuses those sizes by name."""
     inputs = _resized(src, dims, size + max(1, size // 2))
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()):
         try:
             with torch.random.fork_rng(), torch.no_grad():
                 original(*inputs)
-        except Exception:  # noqa: BLE001 - the source refuses these sizes: nothing to judge
+        except Exception:  # noqa: BLE001 - the source refuses these sizes
+            try:
+                with torch.random.fork_rng(), torch.no_grad():
+                    gm(*inputs)
+            except Exception:  # noqa: BLE001 - and so does the program, less clearly
+                return False
             return None
         try:
             return validate_module(dataclasses.replace(src, example_inputs=inputs), gm,

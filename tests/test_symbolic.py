@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.export import Dim
 
+from backends.sizes import SizeMismatch
 from egraph import EGraph
 from egraph.dims import Size, SymbolicSize, decide, hints
 from egraph.rules import load_rules
@@ -161,3 +162,23 @@ def test_broadcasting_two_sizes_of_equal_examples_leaves_the_shape_unknown():
 class _Cat(nn.Module):
     def forward(self, x, y):
         return torch.cat([x, y])
+
+
+class _Positions(nn.Module):
+    def forward(self, x):
+        return (x * 2) * 3 + torch.arange(x.shape[1])
+
+
+def test_a_program_of_an_export_specialised_to_a_size_refuses_others_by_name():
+    """An ExportedProgram captured for one size refuses others (its guards); the program
+    made from it holds constants of that size (``arange(8)`` folded), and refuses them
+    too, naming the input and the size, not with a broadcasting error."""
+    x = torch.randn(2, 8)
+    program = torch.export.export(_Positions(), (x,))
+    with pytest.raises(Exception, match="Guard failed"):
+        program.module()(torch.randn(2, 12))
+    eg = EGraph.from_fx(program, (x,)).saturate(load_rules("all"), iter_limit=5)
+    out = eg.extract(Flops())
+    torch.testing.assert_close(out(x), _Positions()(x))
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(2, 12\).*built for \(2, 8\)"):
+        out(torch.randn(2, 12))
