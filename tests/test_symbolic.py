@@ -12,9 +12,9 @@ import pytest
 import sympy
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_dynamic import Block  # nanoGPT's block: its mask a buffer sliced to the length
 from torch.export import Dim
 
 from backends.sizes import SizeMismatch
@@ -91,29 +91,6 @@ def test_what_only_the_example_could_answer_raises():
 # -- the analysis -------------------------------------------------------------------------
 
 
-class Attention(nn.Module):
-    """nanoGPT's causal self-attention, its mask a buffer sliced to the sequence length."""
-
-    def __init__(self, width: int = 32, heads: int = 4, positions: int = 128):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.out = nn.Linear(width, width)
-        self.register_buffer("mask", torch.tril(torch.ones(positions, positions))
-                             .view(1, 1, positions, positions))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
-        return self.out(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
 def _exported(model, x, dims=None):
     return torch.export.export(model, (x,), dynamic_shapes=(dims,) if dims else None).module()
 
@@ -121,7 +98,7 @@ def _exported(model, x, dims=None):
 @pytest.mark.parametrize("dims", ["length", "batch and length"])
 def test_a_graph_exported_with_a_dynamic_length_gets_the_rewrites_of_a_static_one(dims):
     torch.manual_seed(0)
-    model = Attention().eval()
+    model = Block(n_embd=32, n_head=4, block_size=128).eval()
     x = torch.randn(2, 8, 32)
     dynamic = {1: Dim("T", min=2, max=64)}
     if dims == "batch and length":
