@@ -39,7 +39,7 @@ class SymbolicSize(TypeError):
 class Size(int):
     """A symbolic size: the example's value (``int(size)``), the ``expr`` it stands for,
     and for each symbol in it the example's value and the range it may take
-    (``bindings``: ``{symbol: (hint, low, high)}``, ``high`` None for no bound; a plain
+    (``bindings``: ``{symbol: (hint, low, high)}``, None for no bound; a plain
     ``{symbol: hint}`` for the range dynamic sizes have, 2 or more), so that shape
     inference can rebuild it elsewhere.
 
@@ -219,8 +219,9 @@ def decide(a: Any, b: Any, relation: str) -> bool | None:
     shifted = {}
     for size in (a, b):
         for symbol, (_, low, _) in getattr(size, "bindings", ()):
-            shifted[symbol] = low + sympy.Symbol(f"{symbol.name}_over", integer=True,
-                                                 nonnegative=True)
+            if low is not None:
+                shifted[symbol] = low + sympy.Symbol(f"{symbol.name}_over", integer=True,
+                                                     nonnegative=True)
     truth = getattr(sympy, _RELATIONS[relation])(x.xreplace(shifted), y.xreplace(shifted))
     if truth is sympy.true or truth is sympy.false:
         return bool(truth)

@@ -18,6 +18,7 @@ from test_dynamic import Block  # nanoGPT's block: its mask a buffer sliced to t
 from torch.export import Dim
 
 from backends.sizes import SizeMismatch
+from compiler.compile import make_backend
 from egraph import EGraph
 from egraph.dims import Size, SymbolicSize, decide, hints
 from egraph.rules import load_rules
@@ -159,3 +160,20 @@ def test_a_program_of_an_export_specialised_to_a_size_refuses_others_by_name():
     torch.testing.assert_close(out(x), _Positions()(x))
     with pytest.raises(SizeMismatch, match=r"'x' has shape \(2, 12\).*built for \(2, 8\)"):
         out(torch.randn(2, 12))
+
+
+def test_a_symbolic_integer_of_any_sign_is_a_size_with_no_least_value():
+    """An int argument under ``dynamic=True`` is a symbol that may be negative (its range
+    has no lower bound): it is carried like a size, with no least value assumed
+    (Gemma 3's and Cohere 2's generation crashed at ingest reading that bound)."""
+    torch._dynamo.reset()
+    backend = make_backend(validate="raise")
+
+    def shifted(x, n):
+        return x.roll(n, 1) * n + x.size(1)
+
+    compiled = torch.compile(shifted, backend=backend, dynamic=True)
+    for n in (3, -2, 5):
+        x = torch.randn(2, 6 + n % 3)
+        torch.testing.assert_close(compiled(x, n), shifted(x, n))
+    assert backend.reports and not any(r.extraction.fell_back for r in backend.reports)

@@ -140,8 +140,8 @@ def size_of(size: Any) -> int | Size | None:
         bound = env.var_to_range.get(symbol)
         if hint is None or bound is None:
             return None
-        high = bound.upper
-        bindings[symbol] = (int(hint), int(bound.lower),
+        low, high = bound.lower, bound.upper  # (either may be infinite)
+        bindings[symbol] = (int(hint), int(low) if getattr(low, "is_Integer", False) else None,
                             int(high) if getattr(high, "is_Integer", False) else None)
     hint = node.hint
     if hint is None:
@@ -284,9 +284,9 @@ class _SymbolicShapes:
         self.ours: dict = {}
         self.theirs: dict = {}
         self.bindings = dict(bindings)
-        self.usable = True
+        self.usable, self.spoiled = True, False
         for symbol, (hint, low, high) in bindings:
-            if low < 2 or hint < 2:
+            if low is None or low < 2 or hint < 2:
                 self.usable = False  # a size that may be 0 or 1 broadcasts differently
                 return
             mine = env.create_symbol(hint, ConstantSource(symbol.name),
@@ -295,7 +295,6 @@ class _SymbolicShapes:
                 env.constrain_symbol_range(mine, low, high if high is not None else sys.maxsize)
             self.ours[symbol], self.theirs[mine] = mine, symbol
         self.clean = self._state()
-        self.spoiled = False
 
     def _state(self) -> tuple:
         env = self.env
