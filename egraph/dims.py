@@ -33,7 +33,15 @@ and 1, so a symbol stands for 2 or more."""
 
 
 class SymbolicSize(TypeError):
-    """A question about a symbolic size that only its example value could answer."""
+    """A question about a symbolic size that only its example value could answer.
+
+    >>> import sympy
+    >>> try:
+    ...     float(Size(8, sympy.Symbol("s0", integer=True, positive=True)))
+    ... except SymbolicSize as err:
+    ...     print(err)
+    the size s0 has no one value (only its example has)
+    """
 
 
 class Size(int):
@@ -229,7 +237,13 @@ def decide(a: Any, b: Any, relation: str) -> bool | None:
 
 
 def expression(value: int) -> Any:
-    """The sympy expression of a size or an int."""
+    """The sympy expression of a size or an int.
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+    >>> expression(Size(8, s0) * 2), expression(3)
+    (2*s0, 3)
+    """
     if isinstance(value, Size):
         return value.expr
     import sympy
@@ -238,7 +252,13 @@ def expression(value: int) -> Any:
 
 
 def is_symbolic(value: Any) -> bool:
-    """True for a size, or a tuple, list or slice holding one (at any depth)."""
+    """True for a size, or a tuple, list or slice holding one (at any depth).
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+    >>> is_symbolic((2, slice(0, Size(8, s0)))), is_symbolic((2, 8))
+    (True, False)
+    """
     if isinstance(value, Size):
         return True
     if isinstance(value, (tuple, list)):
@@ -249,5 +269,10 @@ def is_symbolic(value: Any) -> bool:
 
 
 def hints(shape: tuple) -> tuple:
-    """The shape the example had: each size as the plain int it was (what costs read)."""
+    """The shape the example had: each size as the plain int it was (what costs read).
+
+    >>> import sympy
+    >>> hints((2, Size(8, sympy.Symbol("s0", integer=True, positive=True)) + 1))
+    (2, 9)
+    """
     return tuple(int(s) for s in shape)
