@@ -517,6 +517,7 @@ def _broadcasts_to(shape: tuple, target: tuple) -> bool:
     return len(shape) <= len(target) and all(
         d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
 
+
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's

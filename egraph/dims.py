@@ -24,7 +24,7 @@ SymInts that the shape analysis makes of them.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 LEAST = 2
@@ -251,6 +251,43 @@ def expression(value: int) -> Any:
     return sympy.Integer(value)
 
 
+def sizes_in(value: Any) -> Iterator[Size]:
+    """The sizes in a value: a size, or a tuple, list or slice holding some (at any
+    depth).
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+    >>> list(sizes_in((2, [Size(8, s0)], slice(0, Size(8, s0) + 1))))
+    [s0, s0 + 1]
+    """
+    if isinstance(value, Size):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from sizes_in(item)
+    elif isinstance(value, slice):
+        yield from sizes_in((value.start, value.stop, value.step))
+
+
+def map_sizes(value: Any, fn: Callable[[Size], Any]) -> Any:
+    """``value`` with each size in it (as :func:`sizes_in` finds them) replaced by
+    ``fn(size)``, tuples, lists and slices rebuilt around them.
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+    >>> map_sizes((2, slice(None, Size(8, s0))), int)
+    (2, slice(None, 8, None))
+    """
+    if isinstance(value, Size):
+        return fn(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_sizes(item, fn) for item in value)
+    if isinstance(value, slice):
+        return slice(map_sizes(value.start, fn), map_sizes(value.stop, fn),
+                     map_sizes(value.step, fn))
+    return value
+
+
 def is_symbolic(value: Any) -> bool:
     """True for a size, or a tuple, list or slice holding one (at any depth).
 
@@ -259,13 +296,7 @@ def is_symbolic(value: Any) -> bool:
     >>> is_symbolic((2, slice(0, Size(8, s0)))), is_symbolic((2, 8))
     (True, False)
     """
-    if isinstance(value, Size):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(is_symbolic(v) for v in value)
-    if isinstance(value, slice):
-        return is_symbolic((value.start, value.stop, value.step))
-    return False
+    return any(True for _ in sizes_in(value))
 
 
 def hints(shape: tuple) -> tuple:

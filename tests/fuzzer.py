@@ -1715,19 +1715,7 @@ def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
             res.outcomes.append(Outcome("crash", "extract", name,
                                         _exc(e) + "\n" + _short_tb(e), type(e).__name__))
             continue
-        report = out.meta.get("egraph_report")
-        rewrites = tuple(sorted(getattr(report, "rewrites", {}) or {}))
-        fell = _egraph_warnings(caught)
-        right = _run_and_judge(out, cases, prog, "run", name, res.outcomes, rewrites)
-        if fell or getattr(report, "fell_back", False):
-            reason = fell[0] if fell else ""
-            if not reason and report is not None and report.validation is not None:
-                reason = report.validation.reason
-            res.outcomes.append(Outcome("fallback", "extract", name, reason, "validation",
-                                        rewrites))
-        elif right and not any(o.path == name and o.category == "clear-refusal"
-                               for o in res.outcomes):
-            res.outcomes.append(Outcome("ok", "run", name))
+        _judge_extracted(out, caught, cases, prog, ("extract", "run"), name, res.outcomes)
     if torch_compile:
         _check_compile(prog, cases, res, limits, compile_cost)
     if torch_export:
@@ -1782,16 +1770,30 @@ def _check_export(prog: Program, cases: list[_Case], res: Result, limits: dict) 
         res.outcomes.append(Outcome("crash", stage, path, _exc(e) + "\n" + _short_tb(e),
                                     type(e).__name__))
         return
+    _judge_extracted(out, caught, cases, prog, ("export", "export"), path, res.outcomes,
+                     any_size=True)
+
+
+def _judge_extracted(out: torch.fx.GraphModule, caught: list, cases: list[_Case],
+                     prog: Program, where: tuple[str, str], path: str,
+                     outcomes: list[Outcome], any_size: bool = False) -> None:
+    """The outcomes of an extracted program: its runs on the cases judged (``where``:
+    the stage a fallback is reported at, and the runs'), then a fallback with its reason
+    (validation's warning, or the report's), or ok. ``any_size``: the program must run
+    at every batch size (a symbolic graph's), so a refusal of one is a crash."""
     report = out.meta.get("egraph_report")
     rewrites = tuple(sorted(getattr(report, "rewrites", {}) or {}))
-    right = _run_and_judge(out, cases, prog, "export", path, res.outcomes, rewrites,
-                           compiled=True)
     fell = _egraph_warnings(caught)
+    right = _run_and_judge(out, cases, prog, where[1], path, outcomes, rewrites,
+                           compiled=any_size)
     if fell or getattr(report, "fell_back", False):
-        res.outcomes.append(Outcome("fallback", "export", path, fell[0] if fell else
-                                    report.validation.reason, "validation", rewrites))
-    elif right:
-        res.outcomes.append(Outcome("ok", "export", path))
+        reason = fell[0] if fell else ""
+        if not reason and report is not None and report.validation is not None:
+            reason = report.validation.reason
+        outcomes.append(Outcome("fallback", where[0], path, reason, "validation", rewrites))
+    elif right and not any(o.path == path and o.category == "clear-refusal"
+                           for o in outcomes):
+        outcomes.append(Outcome("ok", where[1], path))
 
 
 class _Wrapped(nn.Module):

@@ -31,7 +31,7 @@ import torch
 
 from egraph import signs
 from egraph.analysis import Analysis
-from egraph.dims import Size, decide
+from egraph.dims import Size, decide, map_sizes, sizes_in
 from egraph.egraph import UnsoundMerge
 from egraph.ops.table import TABLE, interval_of
 from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
@@ -230,11 +230,14 @@ def _argument(signature: tuple, tensor: Callable) -> Any:
     return signature[2]
 
 
+def _meta_tensor(shape: tuple, dtype: Any) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
 def _infer(op: str, key: tuple) -> Meta:
     """The meta of ``op`` applied to classes of these signatures (:meth:`Meta.signature`),
     by running its torch implementation on meta tensors."""
-    args = [_argument(k, lambda shape, dtype: torch.empty(shape, dtype=dtype, device="meta"))
-            for k in key]
+    args = [_argument(k, _meta_tensor) for k in key]
     try:
         return Meta.of(SPECS[op].run(args))
     except Exception:  # noqa: BLE001 - an op meta tensors cannot run: shape stays unknown
@@ -301,15 +304,8 @@ class _SymbolicShapes:
         return (len(env.guards), len(env.replacements),
                 sum(len(v) for v in env.deferred_runtime_asserts.values()))
 
-    def _symbolic(self, value: Any) -> Any:
-        if isinstance(value, Size):
-            return self.env.create_symintnode(value.expr.xreplace(self.ours), hint=int(value))
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._symbolic(v) for v in value)
-        if isinstance(value, slice):
-            return slice(self._symbolic(value.start), self._symbolic(value.stop),
-                         self._symbolic(value.step))
-        return value
+    def _symint(self, size: Size) -> torch.SymInt:
+        return self.env.create_symintnode(size.expr.xreplace(self.ours), hint=int(size))
 
     def infer(self, op: str, key: tuple) -> Meta:
         if not self.usable:
@@ -319,8 +315,7 @@ class _SymbolicShapes:
         quiet.disabled = True  # it logs every op it cannot run, which is an answer here
         try:
             with self.mode:
-                args = [_argument(self._symbolic(k), lambda shape, dtype: torch.empty(
-                    shape, dtype=dtype, device="meta")) for k in key]
+                args = [_argument(map_sizes(k, self._symint), _meta_tensor) for k in key]
                 meta = Meta.of(SPECS[op].run(args))
         except Exception:  # noqa: BLE001 - an op fake tensors cannot run: shape unknown
             meta = UNKNOWN
@@ -338,37 +333,20 @@ _SHAPES: dict[tuple, _SymbolicShapes] = {}
 
 def _renamed(meta: Meta, symbols: dict, bindings: dict) -> Meta:
     """``meta`` with each symbol of a private shape environment replaced by the graph's."""
-    def size(value):
-        if isinstance(value, Size):
-            expr = value.expr.xreplace(symbols)
-            return Size(int(value), expr, {s: bindings[s] for s in expr.free_symbols})
-        if isinstance(value, tuple):
-            return tuple(size(v) for v in value)
-        if isinstance(value, slice):
-            return slice(size(value.start), size(value.stop), size(value.step))
-        return value
+    def size(value: Size) -> Size:
+        expr = value.expr.xreplace(symbols)
+        return Size(int(value), expr, {s: bindings[s] for s in expr.free_symbols})
 
     if meta.kind == "tuple" and isinstance(meta.value, tuple):
         return meta._replace(value=tuple(_renamed(m, symbols, bindings) for m in meta.value))
-    if meta.shape is not None:
-        meta = meta._replace(shape=size(meta.shape))
-    return meta._replace(value=size(meta.value))
+    return meta._replace(shape=map_sizes(meta.shape, size), value=map_sizes(meta.value, size))
 
 
 def _bindings(key: tuple) -> tuple:
     """The symbols of the sizes in a signature, each with its example value and range."""
     found: dict = {}
-
-    def visit(value):
-        if isinstance(value, Size):
-            found.update(value.bindings)
-        elif isinstance(value, (tuple, list)):
-            for v in value:
-                visit(v)
-        elif isinstance(value, slice):
-            visit((value.start, value.stop, value.step))
-
-    visit(key)
+    for size in sizes_in(key):
+        found.update(size.bindings)
     return tuple(sorted(found.items(), key=lambda kv: kv[0].name))
 
 
