@@ -355,10 +355,18 @@ EINSUMS = [("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),
            ("i,i->", [(4,), (4,)]), ("bij,bjk->bik", [(2, 3, 4), (1, 4, 5)]),
            ("xi,yi->xyi", [(2, 3), (4, 3)]), ("bhij,jd->bhid", [(2, 3, 4, 5), (5, 6)]),
            ("ijk,jl->il", [(2, 3, 4), (3, 5)]),
-           # kept as the source's call: several letters to flatten, a diagonal, an ellipsis
-           ("ab,cd->abcd", [(2, 3), (4, 5)]), ("ii->i", [(3, 3)]),
+           # an ellipsis, written as letters from the ranks (research code's attention
+           # and rotary tables), broadcast right-aligned as einsum does
            ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
-           ("bijk,bkl->bijl", [(2, 3, 4, 5), (2, 5, 6)])]
+           ("... i d, ... j d -> ... i j", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+           ("..., f -> ... f", [(7,), (4,)]), ("...ij->...ji", [(2, 3, 4)]),
+           ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]), ("...ij,jk->...ik", [(2, 3, 4), (4, 5)]),
+           ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)]), ("b...,b...->b...", [(2, 3), (2, 3)]),
+           # kept as the source's call: several letters to flatten, a diagonal, a sum over
+           # an ellipsis (einsum broadcasts it first)
+           ("ab,cd->abcd", [(2, 3), (4, 5)]), ("ii->i", [(3, 3)]),
+           ("bijk,bkl->bijl", [(2, 3, 4, 5), (2, 5, 6)]),
+           ("...ij,...jk->ik", [(2, 3, 4), (2, 4, 5)])]
 
 
 @pytest.mark.parametrize("equation, shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
@@ -376,5 +384,5 @@ def test_einsum_lowers_to_the_ops_it_is_made_of(equation, shapes):
     expected = torch.einsum(equation, *xs)
     assert opt(*xs).shape == expected.shape
     torch.testing.assert_close(opt(*xs), expected, rtol=1e-5, atol=1e-5)
-    kept = equation in ("ab,cd->abcd", "ii->i", "...ij,...jk->...ik", "bijk,bkl->bijl")
+    kept = equation in ("ab,cd->abcd", "ii->i", "bijk,bkl->bijl", "...ij,...jk->ik")
     assert ("einsum" in opt.code) == kept

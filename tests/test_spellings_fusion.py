@@ -209,6 +209,13 @@ def einsum_attention(q, k, v):
     return torch.einsum("b h i j, b h j d -> b h i d", dots.softmax(dim=-1), v)
 
 
+def ellipsis_einsum_attention(q, k, v):
+    """The same with an ellipsis for the batch and head dims (x-transformers and other
+    lucidrains code), the scale on the query first."""
+    sim = torch.einsum("... i d, ... j d -> ... i j", q * HS ** -0.5, k)
+    return torch.einsum("... i j, ... j d -> ... i d", sim.softmax(dim=-1), v)
+
+
 def permuted_key_attention(q, k, v):
     """The key transposed by a permute (``rearrange(k, 'b h n d -> b h d n')``)."""
     return torch.softmax(q @ k.permute(0, 1, 3, 2) / math.sqrt(HS), -1) @ v
@@ -293,7 +300,8 @@ CASES = {
         (hf_eager_attention, lambda: (*_qkv(), _additive_causal())),
         (padding_where_scaled_query, lambda: (*_qkv(), _padding().bool())),
         (additive_big_negative, lambda: (*_qkv(), _padding())),
-        (triu_in_graph, _qkv), (einsum_attention, _qkv), (permuted_key_attention, _qkv)],
+        (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
+        (permuted_key_attention, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
                                   gelu_tanh_cube, gelu_fast)],
     "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),

@@ -254,8 +254,8 @@ def _einsum(equation, *operands, path=None):
     of, so that the rules see them: one operand permuted and summed; two operands whose
     free and contracted letters are at most one of each kind per operand as a (batched)
     ``matmul`` between permutes, or a broadcast ``mul`` where nothing is contracted (an
-    outer product). Other equations (an ellipsis, a repeated letter, several letters to
-    flatten, three operands) stay the source's call.
+    outer product). Other equations (a repeated letter, several letters to flatten, three
+    operands, an ellipsis ``lower`` could not write as letters) stay the source's call.
 
     >>> _einsum("b h i d, b h j d -> b h i j", "q", "k")
     ('matmul', ['q', ('permute', ['k', (0, 1, 3, 2)])])
@@ -285,21 +285,73 @@ def _einsum(equation, *operands, path=None):
     left = [c for c in ta if c not in tb]
     right = [c for c in tb if c not in ta]
     inner = [c for c in ta if c in tb and c not in out]
-    # (a's leading free letters are matmul's batch dims where b has none: "bnd,de->bne")
-    lead, left = (left[:-1], left[-1:]) if not batch and len(left) > 1 else ([], left)
+    # One operand's free letters ahead of every shared one are batch dims that the other
+    # operand broadcasts over ("bnd,de->bne", "ABij,Bjk->ABik" from an ellipsis).
+    lead_a = _leading(left, ta, batch)
+    lead_b = [] if lead_a else _leading(right, tb, batch)
+    left, right = left[len(lead_a):], right[len(lead_b):]
     if len(left) > 1 or len(right) > 1 or len(inner) > 1:
         raise _Unsupported(f"einsum {equation!r}: several letters would be flattened")
-    # a as (batch, left, inner), b as (batch, inner, right); a missing letter is a dim of 1
-    a = _arranged(a, ta, batch + lead, [left, inner])
-    b = _arranged(b, tb, batch, [inner, right])
+    # a as (lead, batch, left, inner), b as (lead, batch, inner, right); a missing letter
+    # is a dim of 1
+    a = _arranged(a, ta, lead_a + batch, [left, inner])
+    b = _arranged(b, tb, lead_b + batch, [inner, right])
+    lead = lead_a + lead_b
     # (nothing contracted: an outer or elementwise product, (.., l, 1) * (.., 1, r))
     product = ("matmul" if inner else "mul", [a, b])
     rank = len(batch) + len(lead) + 2
-    term = "".join(batch + lead) + (left[0] if left else "_") + (right[0] if right else "^")
+    term = "".join(lead + batch) + (left[0] if left else "_") + (right[0] if right else "^")
     for dim, kept in ((rank - 1, right), (rank - 2, left)):
         if not kept:
             product = ("squeeze", [product, dim])
     return _ordered(product, term.replace("_", "").replace("^", ""), out)
+
+
+def _einsum_spelled_out(args: tuple, rank: Callable[[Any], int | None]) -> tuple:
+    """An einsum's arguments with the ellipsis of its equation written as letters, from
+    the operands' ranks (right-aligned, as einsum broadcasts them), so that ``_einsum``
+    lowers ``"...id,...jd->...ij"`` as it lowers ``"bhid,bhjd->bhij"``. Unchanged where a
+    rank is unknown, or where the output drops the ellipsis (a sum over dims that einsum
+    would broadcast first).
+
+    >>> _einsum_spelled_out(("...id,...jd->...ij", "q", "k"), lambda x: 4)[0]
+    'ABid,ABjd->ABij'
+    >>> _einsum_spelled_out(("..., f -> ... f", "t", "f"), {"t": 1, "f": 1}.get)[0]
+    'A,f->Af'
+    """
+    equation, *operands = args
+    listed = len(operands) == 1 and isinstance(operands[0], (list, tuple))
+    tensors = list(operands[0]) if listed else operands
+    if not isinstance(equation, str) or "..." not in equation:
+        return args
+    spec = equation.replace(" ", "")
+    inputs, arrow, out = spec.partition("->")
+    terms = inputs.split(",")
+    ranks = [rank(x) for x in tensors]
+    if len(terms) != len(tensors) or None in ranks or (arrow and "..." not in out):
+        return args
+    covered = [r - len(t.replace("...", "")) if "..." in t else 0
+               for t, r in zip(terms, ranks)]
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
+    widest = max(covered)
+    if min(covered) < 0 or widest > len(free):
+        return args
+    letters = "".join(free[:widest])
+    terms = [t.replace("...", letters[widest - n:]) for t, n in zip(terms, covered)]
+    if arrow:
+        out = out.replace("...", letters)
+    else:  # (implicit output: the ellipsis, then the letters met once, in order)
+        met = "".join(terms).replace(letters, "")
+        out = letters + "".join(sorted(c for c in set(met) if met.count(c) == 1))
+    return (",".join(terms) + "->" + out, *operands)
+
+
+def _leading(free: list[str], term: str, batch: list[str]) -> list[str]:
+    """All but the last of an operand's ``free`` letters, where they all come before its
+    ``batch`` letters in ``term`` (so they lead its dims); else none."""
+    first_batch = min((term.index(c) for c in batch), default=len(term))
+    lead = free[:-1]
+    return lead if all(term.index(c) < first_batch for c in lead) else []
 
 
 def _summed_out(x, term: str, kept: str) -> tuple[Any, str]:
@@ -795,13 +847,22 @@ def module_op(module: torch.nn.Module) -> tuple[str, Module] | None:
     return None
 
 
-def lower(target, args: tuple, kwargs: dict, method: bool = False) -> Lowered | None:
-    """The canonical expression of a call, or None if the vocabulary does not model it."""
+# Lowerings that read their operands' ranks: each rewrites the call's arguments given them.
+_WITH_RANKS: dict[Callable[..., Lowered], Callable[[tuple, Callable], tuple]] = {
+    _einsum: _einsum_spelled_out}
+
+
+def lower(target, args: tuple, kwargs: dict, method: bool = False,
+          rank: Callable[[Any], int | None] | None = None) -> Lowered | None:
+    """The canonical expression of a call, or None if the vocabulary does not model it.
+    ``rank`` gives an argument's rank where known (an einsum's ellipsis needs it)."""
     fn = METHODS.get(target) if method else SPELLINGS.get(target)
     if fn is None and isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         fn = OPERATORS_BY_NAME.get(str(target))
     if fn is None or (not method and target in IMPURE):
         return None
+    if fn in _WITH_RANKS and rank is not None:
+        args = _WITH_RANKS[fn](args, rank)
     try:
         result = fn(*args, **kwargs)
     except (_Unsupported, TypeError):
