@@ -284,6 +284,9 @@ class _SymbolicShapes:
 
         self.env = env = ShapeEnv(duck_shape=False)
         self.mode = FakeTensorMode(shape_env=env)
+        # (the analysis remembers each signature's answer, so fake tensors' own cache of
+        # dispatches only costs: it halves the inference of a symbolic graph's ops)
+        self.mode.cache_enabled = False
         self.ours: dict = {}
         self.theirs: dict = {}
         self.bindings = dict(bindings)
