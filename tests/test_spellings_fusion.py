@@ -202,6 +202,34 @@ def triu_in_graph(q, k, v):
     return torch.softmax(scores, -1) @ v
 
 
+def annotated_transformer_attention(q, k, v):
+    """The Annotated Transformer's: the kept entries from ``triu(...) == 0``, the scores
+    filled with -1e9 where they are not kept."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    size = q.size(-2)
+    mask = torch.triu(torch.ones(1, size, size), diagonal=1).type(torch.uint8) == 0
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return torch.matmul(scores.softmax(dim=-1), v)
+
+
+def x_transformers_attention(q, k, v):
+    """x-transformers' Attend without flash: einsum, the causal mask ``triu(j - i + 1)``
+    filled with ``-finfo.max`` (of float32 here: symbolic tracing cannot read a dtype),
+    softmax in float32."""
+    sim = torch.einsum("b h i d, b h j d -> b h i j", q, k) * HS ** -0.5
+    i, j = sim.shape[-2:]
+    causal_mask = torch.ones((i, j), dtype=torch.bool, device=q.device).triu(j - i + 1)
+    sim = sim.masked_fill(causal_mask, -torch.finfo(torch.float32).max)
+    attn = F.softmax(sim, dim=-1, dtype=torch.float32).type(torch.float32)
+    return torch.einsum("b h i j, b h j d -> b h i d", attn, v)
+
+
+def padding_filled_big_negative(q, k, v, keep):
+    """A padding mask through ``masked_fill(mask == 0, -1e9)``."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(HS)
+    return torch.softmax(scores.masked_fill(keep == 0, -1e9), dim=-1) @ v
+
+
 def einsum_attention(q, k, v):
     """Attention as vit-pytorch and other research code write it: einsum contractions
     (dynamo keeps ``torch.einsum`` as one call) and a scale after the scores."""
@@ -300,6 +328,8 @@ CASES = {
         (hf_eager_attention, lambda: (*_qkv(), _additive_causal())),
         (padding_where_scaled_query, lambda: (*_qkv(), _padding().bool())),
         (additive_big_negative, lambda: (*_qkv(), _padding())),
+        (annotated_transformer_attention, _qkv), (x_transformers_attention, _qkv),
+        (padding_filled_big_negative, lambda: (*_qkv(), _padding())),
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
         (permuted_key_attention, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
@@ -367,6 +397,52 @@ def test_a_spelling_exported_with_torch_export_reaches_the_fused_op(fused, spell
     compiled = eg.extract(_cost(fused, inputs), validate="raise")
     assert _NEEDLE.get(fused, fused) in compiled.code, f"{_id(spelling)} (exported)"
     torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fill", [-1e9, -torch.finfo(torch.float32).max, float("-inf")])
+def test_a_fill_that_drops_keys_is_sdpa_and_a_row_with_every_key_dropped_is_kept(fill):
+    """Scores filled with -1e9 or finfo.min where a padding mask drops a key are sdpa's
+    bool mask; a sequence whose every key is padded keeps the source's meaning: the
+    uniform average of v for a finite fill, NaN for -inf. A causal mask is sdpa's
+    ``is_causal`` whatever the fill (no row is all masked)."""
+    def padded(q, k, v, keep):
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(HS)
+        return torch.softmax(scores.masked_fill(keep == 0, fill), dim=-1) @ v
+
+    q, k, v = _qkv()
+    keep = _padding()
+    keep[1] = 0
+    opt = compile_graph(torch.fx.symbolic_trace(padded), (q, k, v, keep), RULES,
+                        validate="raise", **LIMITS)
+    assert "scaled_dot_product_attention" in opt.code
+    expected = padded(q, k, v, keep)
+    torch.testing.assert_close(opt(q, k, v, keep), expected, equal_nan=True)
+    assert expected[1].isnan().all() if fill == float("-inf") else expected[1].isfinite().all()
+
+    causal = compile_graph(torch.fx.symbolic_trace(_CausalFill(fill)), (q, k, v), RULES,
+                           validate="raise", **LIMITS)
+    assert "is_causal = True" in causal.code and "where" not in causal.code
+    torch.testing.assert_close(causal(q, k, v), _CausalFill(fill)(q, k, v))
+
+
+class _CausalFill(nn.Module):
+    def __init__(self, fill: float):
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1) * HS ** -0.5
+        mask = torch.ones((q.size(-2), q.size(-2)), dtype=torch.bool).triu(1)
+        return torch.softmax(scores.masked_fill(mask, self.fill), -1) @ v
+
+
+def test_a_fill_too_small_to_drop_a_key_stays_written_out():
+    """-1e4 in float32 leaves a masked key a weight of exp(-1e4 - score), which is not 0
+    for scores near -1e4: not sdpa's mask."""
+    q, k, v = _qkv()
+    opt = compile_graph(torch.fx.symbolic_trace(_CausalFill(-1e4)), (q, k, v), RULES,
+                        validate="raise", **LIMITS)
+    assert "scaled_dot_product_attention" not in opt.code
 
 
 def test_attention_through_torch_compile_reaches_sdpa():

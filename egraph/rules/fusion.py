@@ -152,7 +152,16 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
                 return None
             attn_mask = add("bitwise_not", [subst["m"]])
             flags = add("to", [attn_mask, add(("dtype", str(dtype).removeprefix("torch.")))])
-            guard, combine = add("amax", [flags, last, keep]), "div"
+            kept = add("amax", [flags, last, keep])
+            if value_of(egraph, subst["c"]) != -math.inf:
+                # a finite fill: a row with every entry dropped is the uniform softmax,
+                # the mean of v; elsewhere the fill's weights are exactly 0 (_drops)
+                out = add("sdpa", [subst["q"], subst["k"], subst["v"], attn_mask,
+                                   add(literal(causal)), add(literal(float(scale))),
+                                   add(literal(False))])
+                uniform = add("mean", [subst["v"], add(literal((-2,))), keep])
+                return add("where", [add("gt", [kept, add(literal(0.0))]), out, uniform])
+            guard, combine = kept, "div"
         elif mask == "additive":
             attn_mask = subst["m"]
             row = add("amax", [attn_mask, last, keep])
@@ -295,6 +304,33 @@ def _above_diagonal(egraph, cid: int) -> bool:
     return False
 
 
+DROPPED_BELOW = -1e9
+"""A fill at or below this (or, in float16, at or below half its lowest) takes its entry
+out of a softmax, as -inf does: HF's ``finfo.min``, x-transformers' ``-finfo.max``, the
+Annotated Transformer's ``-1e9``."""
+
+
+def _drops(egraph, subst) -> bool:
+    """The fill ``?c`` of the scores is -inf, or so low that ``exp(c - rowmax)`` is 0 in
+    the scores' dtype (it underflows below -104 in float32, -17 in float16) for any row
+    whose largest kept score is above ``c + 104``: for a fill of -1e9 or finfo.min, every
+    row of scores that are not themselves near the fill."""
+    fill = value_of(egraph, subst["c"])
+    if not isinstance(fill, float) or fill != fill:
+        return False
+    if fill <= DROPPED_BELOW:
+        return True
+    dtype = str(getattr(egraph.data(subst["q"]), "dtype", None)).removeprefix("torch.")
+    return dtype in _HALF_LOWEST and fill <= _HALF_LOWEST[dtype]
+
+
+# Half the lowest value of the float dtypes whose lowest is above DROPPED_BELOW.
+_HALF_LOWEST = {"float16": -65504.0 / 2}
+
+
+_drops.__name__ = "the fill c is -inf, or low enough that its softmax weight is 0"
+
+
 def _causal_mask(egraph, subst) -> bool:
     q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
     return (_square(egraph, subst) and m is not None and len(m) >= 2
@@ -308,8 +344,8 @@ def _masked(scores):
     return scores.masked_fill(~torch.ones_like(scores, dtype=torch.bool).tril(), float("-inf"))
 
 
-def _masked_above(scores):
-    return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+def _masked_above(scores, fill=float("-inf")):
+    return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), fill)
 
 
 QKV = {"q": (2, 3, 6, 4), "k": (2, 3, 6, 4), "v": (2, 3, 6, 4)}
@@ -392,17 +428,23 @@ RULES: list[LibraryRule] = [
     _attention("sdpa-unscaled", QK, _sdpa(None, False, scaled=False),
                "attention without a scale is scaled_dot_product_attention with scale 1",
                lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v),
-    _attention("sdpa-causal", masked_fill(QK * s, m, -math.inf), _sdpa(None, True),
-               "attention with a causal mask is causal scaled_dot_product_attention",
+    _attention("sdpa-causal", masked_fill(QK * s, m, c), _sdpa(None, True),
+               "attention with a causal mask (filled with -inf, finfo.min or -1e9) is "
+               "causal scaled_dot_product_attention",
                (lambda q, k, v: torch.softmax(_masked((q @ k.transpose(-2, -1)) * 0.5), -1) @ v,
                 lambda q, k, v: torch.softmax(_masked_above((q @ k.transpose(-2, -1)) * 0.5), -1)
-                @ v),
-               when=(_causal_mask,)),
-    _attention("sdpa-masked", masked_fill(QK * s, m, -math.inf), _sdpa("dropped", False),
-               "scores filled with -inf where a bool mask is set: sdpa keeping the rest",
-               lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
-                                                .masked_fill(m, float("-inf")), -1) @ v,
-               when=(boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
+                @ v,
+                lambda q, k, v: torch.softmax(_masked_above((q @ k.transpose(-2, -1)) * 0.5,
+                                                            -3.4028234663852886e38), -1) @ v),
+               when=(_drops, _causal_mask)),
+    _attention("sdpa-masked", masked_fill(QK * s, m, c), _sdpa("dropped", False),
+               "scores filled with -inf (or finfo.min, -1e9) where a bool mask is set: sdpa "
+               "keeping the rest",
+               (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
+                                                 .masked_fill(m, float("-inf")), -1) @ v,
+                lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
+                                                 .masked_fill(m, -1e9), -1) @ v),
+               when=(_drops, boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
     _attention("sdpa-additive", QK * s + m, _sdpa("additive", False),
                "an additive mask (-inf, -1e9, finfo.min where dropped) is sdpa's float mask",
                lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,

@@ -353,6 +353,10 @@ def _bindings(key: tuple) -> tuple:
     return tuple(sorted(found.items(), key=lambda kv: kv[0].name))
 
 
+_DEVICE_PARAM = {name: spec.params.index("device") for name, spec in SPECS.items()
+                 if "device" in spec.params}
+"""The position of the device among each creation op's operands."""
+
 _COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -427,6 +431,10 @@ class TensorAnalysis(Analysis):
             return _number("scalar", exact, value)
         if op not in SPECS:
             return UNKNOWN
+        if op in _DEVICE_PARAM and kids[_DEVICE_PARAM[op]].kind == "unknown":
+            # a device read at run time (``device=q.device`` in a symbolic trace): what it
+            # makes has the same shape and dtype anywhere
+            kids[_DEVICE_PARAM[op]] = Meta("literal", value=None)
         try:
             key = tuple(k.signature() for k in kids)
         except _Unknown:

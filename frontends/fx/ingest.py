@@ -516,7 +516,16 @@ class _Builder:
         name = f"_egraph_const{len(self.constants)}"
         self.constants[name] = tensor
         self.analysis.leaves[f"const:{name}"] = Meta.of(tensor)
-        return self.eg.add_node("const", [self.eg.add_node(literal(name))])
+        cid = self.eg.add_node("const", [self.eg.add_node(literal(name))])
+        triangle = _triangle(tensor)
+        if triangle is not None:
+            # a causal mask folded from ``ones(T, T).triu(1)``: its class also holds how it
+            # is made, which the attention rules read (``sdpa-causal``)
+            full = self.eg.add_node("full", [
+                self.literal(tuple(tensor.shape)), self.literal(True), self.literal(torch.bool),
+                self.literal(tensor.device)])
+            self.eg.union(cid, self.eg.add_node(triangle[0], [full, self.literal(triangle[1])]))
+        return cid
 
     def leaf(self, kind: str, name: str, meta: Meta | None) -> int:
         if meta is not None:
@@ -778,7 +787,8 @@ class _Builder:
         copied = node.op != "call_module" and is_in_place(node) and not _updates_a_leaf(node)
         pure = not random and node.op != "call_module" and (is_functional(
             out_of_place(node) if copied else node.target, method=node.op == "call_method")
-            or not copied and dispatches_functionally(node, self._example))
+            or not copied and dispatches_functionally(node, self._example)
+            or _reads_a_tensor_attribute(node))
         token = node.name
         arg_classes: list[int] = []
         # (aten's kernels may assume the layout they were given, where torch's functions
@@ -1034,6 +1044,33 @@ class _Builder:
                 if meta is None or meta.kind not in ("literal", "scalar"):
                     return False
         return True
+
+
+_TENSOR_ATTRIBUTES = frozenset({"device", "dtype", "layout", "is_cuda", "ndim", "shape"})
+
+
+def _reads_a_tensor_attribute(node: fx.Node) -> bool:
+    """``x.device`` in a symbolic trace: a read of one of a tensor's own attributes, pure
+    (an unused one is dropped, equal ones shared)."""
+    return (node.op == "call_function" and node.target is getattr and len(node.args) == 2
+            and node.args[1] in _TENSOR_ATTRIBUTES)
+
+
+def _triangle(tensor: torch.Tensor) -> tuple[str, int] | None:
+    """``("triu", 1)`` for a bool tensor that is ``ones(..., T, T).triu(1)`` (the entries
+    above the diagonal), ``("tril", 0)`` for ``ones(..., T, T).tril()``; else None.
+
+    >>> _triangle(torch.ones(1, 3, 3, dtype=torch.bool).triu(1))
+    ('triu', 1)
+    """
+    if tensor.dtype != torch.bool or tensor.dim() < 2 or tensor.shape[-1] != tensor.shape[-2] \
+            or tensor.shape[-1] < 2:
+        return None
+    ones = torch.ones(tensor.shape[-2:], dtype=torch.bool, device=tensor.device)
+    for name, diagonal in (("triu", 1), ("tril", 0)):
+        if torch.equal(tensor, getattr(ones, name)(diagonal).expand(tensor.shape)):
+            return name, diagonal
+    return None
 
 
 def _is_clone(node: fx.Node) -> bool:
