@@ -457,6 +457,31 @@ def test_attention_through_torch_compile_reaches_sdpa():
     torch.testing.assert_close(got, model(*inputs), rtol=1e-4, atol=1e-5)
 
 
+class _RotaryEinsumAttention(nn.Module):
+    """x-transformers' decoder attention, which torch.compile hands over through
+    aot_autograd (its rotary table is made under ``autocast(enabled=False)``): there
+    each einsum arrives decomposed into unsqueezes, permutes that move unit dims,
+    views and bmm."""
+
+    def forward(self, q, k, v):
+        with torch.autocast("cpu", enabled=False):
+            t = torch.arange(q.shape[-2], dtype=torch.float32)
+            freqs = torch.einsum("i , j -> i j", t, 1.0 / 10000 ** (torch.arange(0, HS, 2) / HS))
+        freqs = torch.cat((freqs, freqs), dim=-1)
+        q = q * freqs.cos() + torch.cat((-q[..., HS // 2:], q[..., :HS // 2]), -1) * freqs.sin()
+        return x_transformers_attention(q, k, v)
+
+
+def test_einsum_attention_through_aot_autograd_reaches_sdpa():
+    model, inputs = _RotaryEinsumAttention(), _qkv()
+    backend = make_backend(validate="raise")
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    (report,) = backend.reports
+    assert report.name == "forward 0" and "sdpa-causal" in report.extraction.used
+    torch.testing.assert_close(got, model(*inputs), rtol=1e-4, atol=1e-5)
+
+
 # -- grouped-query attention: key and value heads repeated for the query's groups ----------
 
 def repeat_kv(hidden, n_rep):

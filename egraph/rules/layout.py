@@ -55,6 +55,38 @@ def _swap(egraph, subst):
                                          egraph.add_node(literal(j))])
 
 
+def _sunk_unsqueeze(egraph, subst):
+    """``permute(unsqueeze(x, d), p)`` is ``unsqueeze(permute(x, p'), d')``: the unit dim
+    lands where ``p`` sends it and the others keep their order (torch's einsum lines its
+    operands up so, with unit dims for the letters they lack, in aot_autograd's graphs)."""
+    d, p = value_of(egraph, subst["d"]), value_of(egraph, subst["p"])
+    if type(d) is not int or not isinstance(p, tuple) or not 0 <= d < len(p):
+        return None
+    rest = tuple(i - (i > d) for i in p if i != d)
+    inner = subst["x"] if rest == tuple(range(len(rest))) else egraph.add_node(
+        "permute", [subst["x"], egraph.add_node(literal(rest))])
+    return egraph.add_node("unsqueeze", [inner, egraph.add_node(literal(p.index(d)))])
+
+
+def _moves_units_only(egraph, subst) -> bool:
+    """``permute(x, p)`` keeps the order of every dim of ``x`` but those of size 1, so it
+    keeps the order of the elements: a reshape."""
+    shape, p = _shape(egraph, subst["x"]), value_of(egraph, subst["p"])
+    if shape is None or not isinstance(p, tuple) or len(p) != len(shape):
+        return False
+    kept = [i for i in p if shape[i] != 1]
+    return kept == sorted(kept) and all(type(n) is int for n in shape)
+
+
+_moves_units_only.__name__ = "p moves only dims of size 1"
+
+
+def _as_reshape(egraph, subst):
+    shape, p = _shape(egraph, subst["x"]), value_of(egraph, subst["p"])
+    return egraph.add_node("reshape", [subst["x"], egraph.add_node(
+        literal(tuple(shape[i] for i in p)))])
+
+
 _TO_THE_END = 1 << 62
 """A slice's stop at or past which it runs to the end whatever the size (torch.export
 writes ``x[:, :]`` on a symbolic size as a slice to 2**63 - 1)."""
@@ -140,6 +172,15 @@ RULES: list[LibraryRule] = [
     rule("squeeze-unsqueeze", squeeze(unsqueeze(x, d), d), x,
          example=lambda x: x.unsqueeze(1).squeeze(1), inputs={"x": (4, 8)},
          description="squeezing the dim just unsqueezed is the identity"),
+    rule("permute-unsqueeze", permute(unsqueeze(x, d), p), _sunk_unsqueeze,
+         example=lambda x: x.unsqueeze(3).permute(0, 1, 3, 2), inputs={"x": (2, 3, 4)},
+         description="a permute moves an unsqueezed unit dim where it sends it"),
+    rule("permute-units", permute(x, p), _as_reshape, when=_moves_units_only,
+         example=lambda x: x.permute(0, 2, 1, 3), inputs={"x": (2, 1, 4, 3)},
+         description="a permute that moves only dims of size 1 is a reshape"),
+    rule("reshape-unsqueeze", reshape(unsqueeze(x, d), s), reshape(x, s),
+         example=lambda x: x.unsqueeze(1).reshape(8, 4), inputs={"x": (4, 8)},
+         description="a reshape of an unsqueeze is a reshape (the order of elements is kept)"),
     rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
          when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
          inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),
