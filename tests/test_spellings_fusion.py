@@ -436,6 +436,42 @@ class _CausalFill(nn.Module):
         return torch.softmax(scores.masked_fill(mask, self.fill), -1) @ v
 
 
+def _causal_keep_mask(q):
+    return torch.ones((q.size(-2), q.size(-2)), dtype=torch.bool).tril()
+
+
+def gpt2_v4_mask_value(q, k, v):
+    """transformers 4.x GPT-2 (and GPT-Neo, GPT-J, CodeGen): the fill a float tensor of no
+    dims, ``torch.full([], finfo.min)``, through ``torch.where``."""
+    w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+    mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+    return torch.softmax(torch.where(_causal_keep_mask(q), w, mask_value), -1) @ v
+
+
+def tensor_fill_where(q, k, v):
+    w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+    return torch.softmax(torch.where(_causal_keep_mask(q), w, torch.tensor(-1e9)), -1) @ v
+
+
+def tensor_fill_masked(q, k, v):
+    w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+    w = w.masked_fill(~_causal_keep_mask(q), torch.tensor(torch.finfo(w.dtype).min))
+    return torch.softmax(w, -1) @ v
+
+
+@pytest.mark.parametrize("spelling", [gpt2_v4_mask_value, tensor_fill_where,
+                                      tensor_fill_masked], ids=lambda f: f.__name__)
+def test_a_fill_given_as_a_tensor_of_no_dims_reaches_causal_sdpa(spelling):
+    """Through torch.compile, where the fill arrives as a tensor made in the graph."""
+    inputs = _qkv()
+    backend = make_backend(validate="raise")
+    with torch.no_grad():
+        got = torch.compile(spelling, backend=backend, dynamic=False)(*inputs)
+    (report,) = backend.reports
+    assert "sdpa-causal" in report.extraction.used
+    torch.testing.assert_close(got, spelling(*inputs), rtol=1e-4, atol=1e-5)
+
+
 def test_a_fill_too_small_to_drop_a_key_stays_written_out():
     """-1e4 in float32 leaves a masked key a weight of exp(-1e4 - score), which is not 0
     for scores near -1e4: not sdpa's mask."""

@@ -19,6 +19,7 @@ from egraph.ops import (
     eq,
     exp,
     expand,
+    full,
     getitem,
     linear,
     log,
@@ -135,6 +136,17 @@ def _divides_by_count(egraph, subst) -> bool:
 
 
 _divides_by_count.__name__ = "n is the number of elements summed"
+
+
+def _float_of_no_dims(egraph, subst) -> bool:
+    """``full(s, c, t, d)`` is a float tensor of no dims: beside a float tensor it is
+    promoted as a number is (the other's dtype holds the result), and ``c`` is its value
+    exactly (ingest reads it from the tensor)."""
+    return value_of(egraph, subst["s"]) == () and getattr(
+        value_of(egraph, subst["t"]), "is_floating_point", False)
+
+
+_float_of_no_dims.__name__ = "full(s, c, t, d) is a float of no dims"
 
 
 def _scaled_fill(egraph, subst):
@@ -345,6 +357,16 @@ RULES: list[LibraryRule] = [
          example=lambda m, a: torch.where(m, float("-inf"), a),
          inputs={"m": ((4, 8), "bool"), "a": (4, 8)},
          description="where(m, c, a) fills a with c where m is true"),
+    rule("where-tensor-fill", where(m, a, full(s, c, t, d)), where(m, a, c),
+         when=all_of(_float_of_no_dims, scalar(c), floating(a)),
+         example=lambda m, a: torch.where(m, a, torch.full([], -1e9, dtype=a.dtype)),
+         inputs={"m": ((4, 8), "bool"), "a": (4, 8)},
+         description="a fill given as a float tensor of no dims is the number"),
+    rule("fill-tensor-value", masked_fill(a, m, full(s, c, t, d)), masked_fill(a, m, c),
+         when=all_of(_float_of_no_dims, scalar(c), floating(a)),
+         example=lambda m, a: a.masked_fill(m, torch.full([], -1e9, dtype=a.dtype)),
+         inputs={"m": ((4, 8), "bool"), "a": (4, 8)},
+         description="a fill value given as a float tensor of no dims is the number"),
     rule("fill-then-scale", masked_fill(a, m, c) * s, _scaled_fill,
          when=all_of(floating(a), scalar(s), scalar(c)),
          example=lambda a, m: a.masked_fill(m, float("-inf")) * 0.25,

@@ -517,15 +517,22 @@ class _Builder:
         self.constants[name] = tensor
         self.analysis.leaves[f"const:{name}"] = Meta.of(tensor)
         cid = self.eg.add_node("const", [self.eg.add_node(literal(name))])
+        # Where a folded constant is one the rules read, its class also holds how it is
+        # made: a causal mask (``ones(T, T).triu(1)``, for ``sdpa-causal``), a float of no
+        # dims (``torch.full([], finfo.min)``, a fill the mask rules read as a number).
         triangle = _triangle(tensor)
         if triangle is not None:
-            # a causal mask folded from ``ones(T, T).triu(1)``: its class also holds how it
-            # is made, which the attention rules read (``sdpa-causal``)
-            full = self.eg.add_node("full", [
-                self.literal(tuple(tensor.shape)), self.literal(True), self.literal(torch.bool),
-                self.literal(tensor.device)])
-            self.eg.union(cid, self.eg.add_node(triangle[0], [full, self.literal(triangle[1])]))
+            made = self.eg.add_node(triangle[0], [
+                self._full(tensor, True, torch.bool), self.literal(triangle[1])])
+            self.eg.union(cid, made)
+        elif tensor.dim() == 0 and tensor.is_floating_point():
+            self.eg.union(cid, self._full(tensor, tensor.item(), tensor.dtype))
         return cid
+
+    def _full(self, like: torch.Tensor, value, dtype: torch.dtype) -> int:
+        """The class of ``full(like.shape, value)`` of ``dtype`` on ``like``'s device."""
+        return self.eg.add_node("full", [self.literal(tuple(like.shape)), self.literal(value),
+                                         self.literal(dtype), self.literal(like.device)])
 
     def leaf(self, kind: str, name: str, meta: Meta | None) -> int:
         if meta is not None:
@@ -716,9 +723,9 @@ class _Builder:
         ``Tensor.new_ones``, ``aten.index.Tensor``) whose arguments are all constants, when
         running it on them is pure (:func:`run_pure`); None otherwise. transformers builds
         a decoder's causal mask this way from position ids: folded, no call computes it.
-        A tensor must be among the arguments: torch's functions of literals alone include
-        ones that set global state (``torch.set_default_dtype``), which the dispatcher
-        never sees."""
+        A tensor must be among the arguments, but for the tensors made of numbers
+        (``torch.tensor(-1e9)``): torch's functions of literals alone include ones that set
+        global state (``torch.set_default_dtype``), which the dispatcher never sees."""
         if node.op == "call_method":
             def target(obj, *args, **kwargs):
                 return getattr(obj, node.target)(*args, **kwargs)
@@ -737,8 +744,9 @@ class _Builder:
 
         args = fx.node.map_aggregate(node.args, value)
         kwargs = fx.node.map_aggregate(node.kwargs, value)
-        if any(v is UNKNOWN_VALUE for v in values) or not any(
-                isinstance(v, torch.Tensor) for v in values):
+        if any(v is UNKNOWN_VALUE for v in values) or kwargs.get("requires_grad") or not (
+                target in _TENSORS_OF_LITERALS or any(
+                    isinstance(v, torch.Tensor) for v in values)):
             return None
         return self._folded(lambda: run_pure(target, args, kwargs), values)
 
@@ -1045,6 +1053,9 @@ class _Builder:
                     return False
         return True
 
+
+_TENSORS_OF_LITERALS = frozenset({torch.tensor, torch.scalar_tensor, torch.as_tensor})
+"""torch's functions that make a new tensor of the numbers they are given."""
 
 _TENSOR_ATTRIBUTES = frozenset({"device", "dtype", "layout", "is_cuda", "ndim", "shape"})
 
