@@ -386,3 +386,21 @@ def test_einsum_lowers_to_the_ops_it_is_made_of(equation, shapes):
     torch.testing.assert_close(opt(*xs), expected, rtol=1e-5, atol=1e-5)
     kept = equation in ("ab,cd->abcd", "ii->i", "bijk,bkl->bijl", "...ij,...jk->ik")
     assert ("einsum" in opt.code) == kept
+
+
+@pytest.mark.parametrize("spelling", [
+    lambda acc, a, b: torch.baddbmm(acc, a, b, beta=0, alpha=0.25),
+    lambda acc, a, b: acc.baddbmm(a, b, beta=0.0),
+    lambda acc, a, b: torch.addmm(acc[0], a[0], b[0], beta=0),
+    lambda acc, a, b: torch.baddbmm(acc, a, b, beta=0.5, alpha=2.0)])
+def test_addmm_and_baddbmm_read_their_input_only_where_beta_is_not_zero(spelling):
+    """torch does not read ``input`` where beta is 0 (GPT-2's upcast attention passes an
+    uninitialised ``torch.empty``): its NaN must not reach the result as ``0 * NaN``."""
+    acc = torch.full((2, 3, 5), float("nan"))
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    expected = spelling(acc, a, b)
+    gm = torch.fx.symbolic_trace(spelling)
+    opt = EGraph.from_fx(gm, (acc, a, b)).saturate(load_rules("all")).extract(
+        AstSize(), validate="off")
+    assert "baddbmm" not in opt.code and "addmm" not in opt.code  # (lowered: matmul, add)
+    torch.testing.assert_close(opt(acc, a, b), expected, equal_nan=True)

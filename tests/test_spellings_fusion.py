@@ -230,6 +230,22 @@ def padding_filled_big_negative(q, k, v, keep):
     return torch.softmax(scores.masked_fill(keep == 0, -1e9), dim=-1) @ v
 
 
+_ALIBI_SLOPES = torch.tensor([2.0 ** -(8 * (i + 1) / 4) for i in range(4)])
+
+
+def bloom_baddbmm_attention(q, k, v, keep):
+    """BLOOM's: heads flattened into the batch, the ALiBi bias added by ``baddbmm`` with
+    the scale as its alpha, an additive padding mask, then ``bmm``."""
+    b, h, t, d = q.shape
+    alibi = (_ALIBI_SLOPES[:, None] * torch.arange(t)[None, :]).repeat(b, 1)[:, None, :]
+    scores = alibi.baddbmm(batch1=q.reshape(b * h, t, d),
+                           batch2=k.reshape(b * h, t, d).transpose(-1, -2),
+                           beta=1.0, alpha=1 / math.sqrt(d))
+    weights = scores.view(b, h, t, t) + (1.0 - keep) * torch.finfo(torch.float32).min
+    probs = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.bmm(probs.view(b * h, t, t), v.reshape(b * h, t, d)).view(b, h, t, d)
+
+
 def einsum_attention(q, k, v):
     """Attention as vit-pytorch and other research code write it: einsum contractions
     (dynamo keeps ``torch.einsum`` as one call) and a scale after the scores."""
@@ -330,6 +346,7 @@ CASES = {
         (additive_big_negative, lambda: (*_qkv(), _padding())),
         (annotated_transformer_attention, _qkv), (x_transformers_attention, _qkv),
         (padding_filled_big_negative, lambda: (*_qkv(), _padding())),
+        (bloom_baddbmm_attention, lambda: (*_qkv(), _padding())),
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
         (permuted_key_attention, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,

@@ -620,7 +620,8 @@ op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
 op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    flops=_linear_flops, error="multilinear", interval=iv.contraction,
    spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
-   " aten.addmm.default:addmm",
+   " Tensor.addmm:addmm aten.addmm.default:addmm torch.baddbmm:baddbmm"
+   " Tensor.baddbmm:baddbmm aten.baddbmm.default:baddbmm",
    modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
    why={"triton": _NO_KERNEL})
 op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",

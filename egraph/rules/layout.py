@@ -8,7 +8,18 @@ Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)
 
 from __future__ import annotations
 
-from egraph.ops import expand, getitem, permute, reshape, size, squeeze, transpose, unsqueeze
+from egraph.ops import (
+    add,
+    expand,
+    getitem,
+    mul,
+    permute,
+    reshape,
+    size,
+    squeeze,
+    transpose,
+    unsqueeze,
+)
 from egraph.rules.define import LibraryRule, rule
 from egraph.rules.guards import value_of
 from egraph.rules.tensat import MERGING
@@ -85,6 +96,68 @@ def _as_reshape(egraph, subst):
     shape, p = _shape(egraph, subst["x"]), value_of(egraph, subst["p"])
     return egraph.add_node("reshape", [subst["x"], egraph.add_node(
         literal(tuple(shape[i] for i in p)))])
+
+
+def _reshaped_operands(op: str):
+    """``reshape(op(a, b), s)`` where the reshape splits the first dim of a batch of
+    matrices (heads flattened into the batch, then viewed per head again) as ``op`` of the
+    operands reshaped, each
+    tensor first expanded to the result's shape where it broadcasts (a number stays as it
+    is): BLOOM adds its ALiBi bias to scores of flattened heads, then views them per head.
+    (Other reshapes of sums, such as a linear's rows restored to (batch, length), gain
+    nothing and would grow every sum's class: GPT-2's rewrites 460 -> 928.)"""
+    def rhs(egraph, subst):
+        metas = [egraph.data(subst[v]) for v in ("a", "b")]
+        shapes = [getattr(m, "shape", None) for m in metas
+                  if getattr(m, "kind", None) not in ("literal", "scalar")]
+        whole, target = _broadcast(shapes), value_of(egraph, subst["s"])
+        if whole is None or len(whole) < 3 or not isinstance(target, tuple) or len(
+                target) <= len(whole) or target[len(target) - len(whole) + 1:] != whole[1:]:
+            return None
+        operands = []
+        for var, meta in zip(("a", "b"), metas):
+            cid = subst[var]
+            if getattr(meta, "kind", None) not in ("literal", "scalar"):
+                if meta.shape != whole:
+                    cid = egraph.add_node("expand", [cid, egraph.add_node(literal(whole))])
+                cid = egraph.add_node("reshape", [cid, subst["s"]])
+            operands.append(cid)
+        return egraph.add_node(op, operands)
+    rhs.__name__ = f"{op} of the reshaped operands"
+    return rhs
+
+
+def _broadcast(shapes: list) -> tuple | None:
+    """The shape the tensors of these shapes broadcast to (sizes that are ints), or None
+    (a shape unknown, symbolic or not broadcastable)."""
+    if not shapes or any(s is None or not all(type(n) is int for n in s) for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    whole = []
+    for dim in range(rank):
+        sizes = {s[dim - rank + len(s)] for s in shapes if dim - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            return None
+        whole.append(sizes.pop() if sizes else 1)
+    return tuple(whole)
+
+
+def _transposed_first(egraph, subst):
+    """``transpose(reshape(x, s), i, j)`` over the last two dims, where the reshape keeps
+    ``x``'s last two dims (it only merges or splits the ones before, as heads are
+    flattened into the batch), is ``x`` transposed, then reshaped."""
+    shape, target = _shape(egraph, subst["x"]), value_of(egraph, subst["s"])
+    dims = {value_of(egraph, subst["i"]), value_of(egraph, subst["j"])}
+    if shape is None or len(shape) < 2 or not isinstance(target, tuple) or len(target) < 2:
+        return None
+    rank = len(target)
+    if dims not in ({rank - 2, rank - 1}, {-2, -1}) or tuple(shape[-2:]) != target[-2:]:
+        return None
+    add_node, n = egraph.add_node, len(shape)
+    swapped = add_node("transpose", [subst["x"], add_node(literal(n - 2)),
+                                     add_node(literal(n - 1))])
+    return add_node("reshape", [swapped, add_node(literal((*target[:-2], target[-1],
+                                                          target[-2])))])
 
 
 _TO_THE_END = 1 << 62
@@ -181,6 +254,20 @@ RULES: list[LibraryRule] = [
     rule("reshape-unsqueeze", reshape(unsqueeze(x, d), s), reshape(x, s),
          example=lambda x: x.unsqueeze(1).reshape(8, 4), inputs={"x": (4, 8)},
          description="a reshape of an unsqueeze is a reshape (the order of elements is kept)"),
+    rule("reshape-add", reshape(add(a, b), s), _reshaped_operands("add"),
+         example=lambda a, b: (a + b).reshape(2, 3, 4, 4), inputs={"a": (6, 4, 4), "b": (6, 1, 4)},
+         description="splitting the first dim of a sum is the sum of the operands split "
+                     "(broadcast)"),
+    rule("reshape-mul", reshape(mul(a, b), s), _reshaped_operands("mul"),
+         example=(lambda a, b: (a * 0.5).reshape(2, 3, 4, 2) + b.reshape(2, 3, 4, 2),
+                  lambda a, b: (a * b).reshape(2, 3, 4, 2)),
+         inputs={"a": (6, 4, 2), "b": (6, 4, 2)},
+         description="splitting the first dim of a product is the product of the operands "
+                     "split (broadcast)"),
+    rule("transpose-reshape", transpose(reshape(x, s), i, j), _transposed_first,
+         example=lambda x: x.reshape(6, 4, 5).transpose(1, 2), inputs={"x": (2, 3, 4, 5)},
+         description="transposing the last two dims commutes with a reshape of the dims "
+                     "before them"),
     rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
          when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
          inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),

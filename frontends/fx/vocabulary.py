@@ -385,9 +385,26 @@ def _linear(input, weight, bias=None):
 
 
 def _addmm(input, mat1, mat2, *, beta=1, alpha=1):
-    product = ("matmul", [mat1, mat2])
+    return _added_product(input, ("matmul", [mat1, mat2]), beta, alpha)
+
+
+def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """``baddbmm`` (BLOOM's ALiBi scores, GPT-2's upcast attention)."""
+    return _added_product(input, ("matmul", [batch1, batch2]), beta, alpha)
+
+
+def _added_product(input, product, beta, alpha):
+    """``beta * input + alpha * product``; where ``beta`` is 0, ``input`` is not read at
+    all, as torch's addmm and baddbmm do not read it (GPT-2 passes an uninitialised
+    ``torch.empty``: its NaN would survive ``0 * input``).
+
+    >>> _added_product("acc", ("matmul", ["a", "b"]), 0, 0.5)
+    ('mul', [('matmul', ['a', 'b']), 0.5])
+    """
     if alpha != 1:
         product = ("mul", [product, alpha])
+    if isinstance(beta, (int, float)) and beta == 0:
+        return product
     bias = input if beta == 1 else ("mul", [input, beta])
     return ("add", [product, bias])
 
@@ -769,6 +786,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "softplus": _softplus,
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
+    "baddbmm": _baddbmm,
     "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
     "embedding": _embedding, "grouped_mm_fallback": _grouped_mm_fallback,
