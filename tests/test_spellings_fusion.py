@@ -442,6 +442,26 @@ def test_a_fill_that_drops_keys_is_sdpa_and_a_row_with_every_key_dropped_is_kept
     torch.testing.assert_close(causal(q, k, v), _CausalFill(fill)(q, k, v))
 
 
+@pytest.mark.parametrize("fill", [-3.4028234663852886e38, float("-inf")])
+def test_a_bias_before_the_fill_is_sdpa_and_keeps_a_row_with_every_key_dropped(fill):
+    """MPT's spelling: an ALiBi bias added to the scores, then ``masked_fill`` where the
+    mask drops a key; the second sequence has every key dropped."""
+    def biased(q, k, v, bias, dropped):
+        scores = torch.matmul(q, k.transpose(-1, -2)) * HS ** -0.5 + bias
+        return F.softmax(scores.masked_fill(dropped, fill).float(), dim=-1) @ v
+
+    q, k, v = _qkv()
+    bias = -torch.arange(T, dtype=torch.float32).flip(0) * torch.tensor([0.5, 0.25, 0.125,
+                                                                         0.0625])[:, None]
+    dropped = _padding() == 0
+    dropped[1] = True
+    inputs = (q, k, v, bias[None, :, None, :], dropped)
+    opt = compile_graph(torch.fx.symbolic_trace(biased), inputs, RULES, validate="raise",
+                        **LIMITS)
+    assert "scaled_dot_product_attention" in opt.code
+    torch.testing.assert_close(opt(*inputs), biased(*inputs), equal_nan=True)
+
+
 class _CausalFill(nn.Module):
     def __init__(self, fill: float):
         super().__init__()

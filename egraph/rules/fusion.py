@@ -58,8 +58,8 @@ from egraph.term import Term, literal, vars
 
 __all__ = ["RULES"]
 
-(x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be, m) = vars(
-    "x w b d s e eps q k v i j c r st pa di g mean var ga be m")
+(x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be, m, p) = vars(
+    "x w b d s e eps q k v i j c r st pa di g mean var ga be m p")
 
 def _shape(egraph, cid):
     return getattr(egraph.data(cid), "shape", None)
@@ -134,7 +134,9 @@ _softmax_last.__name__ = "softmax over the last dim"
 def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
     """The right side: ``sdpa(q, k, v, mask, causal, scale, gqa=False)``; ``mask`` names
     the bool mask of the dropped entries (``"dropped"``, passed negated: sdpa's bool mask
-    keeps) or the additive one (``"additive"``).
+    keeps), the additive one (``"additive"``), or a bias ``p`` added to the scores before
+    they are filled where ``m`` drops (``"biased"``: MPT's ALiBi, passed as the float mask
+    ``p`` filled with -inf).
 
     A row whose every entry is masked is NaN in the written form (softmax of -inf only)
     and 0 in sdpa; the result is divided by the row's largest kept flag (1, or 0 for such
@@ -146,13 +148,16 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
             return None
         add = egraph.add_node
         last, keep = add(literal((-1,))), add(literal(True))
-        if mask == "dropped":
+        if mask in ("dropped", "biased"):
             dtype = getattr(egraph.data(subst["q"]), "dtype", None)
             if dtype is None:
                 return None
-            attn_mask = add("bitwise_not", [subst["m"]])
-            flags = add("to", [attn_mask, add(("dtype", str(dtype).removeprefix("torch.")))])
+            kept_entries = add("bitwise_not", [subst["m"]])
+            flags = add("to", [kept_entries, add(("dtype", str(dtype).removeprefix("torch.")))])
             kept = add("amax", [flags, last, keep])
+            # (a bias added before the fill: sdpa's float mask, -inf where dropped)
+            attn_mask = kept_entries if mask == "dropped" else add(
+                "masked_fill", [subst["p"], subst["m"], add(literal(-math.inf))])
             if value_of(egraph, subst["c"]) != -math.inf:
                 # a finite fill: a row with every entry dropped is the uniform softmax,
                 # the mean of v; elsewhere the fill's weights are exactly 0 (_drops)
@@ -176,16 +181,20 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
     return rhs
 
 
-def _mask_fits(egraph, subst) -> bool:
-    """The mask broadcasts to the scores' shape without growing it (sdpa broadcasts it)."""
-    q, k, m = _shape(egraph, subst["q"]), _shape(egraph, subst["k"]), _shape(egraph, subst["m"])
-    if q is None or k is None or m is None or len(m) > len(q):
-        return False
-    scores = (*q[:-1], k[-2])
-    return all(a in (1, b) for a, b in zip(reversed(m), reversed(scores)))
+def _fits(var: str):
+    """``?var`` broadcasts to the scores' shape without growing it (sdpa broadcasts its
+    mask)."""
+    def guard(egraph, subst) -> bool:
+        q, k, m = (_shape(egraph, subst[v]) for v in ("q", "k", var))
+        if q is None or k is None or m is None or len(m) > len(q):
+            return False
+        scores = (*q[:-1], k[-2])
+        return all(a in (1, b) for a, b in zip(reversed(m), reversed(scores)))
+    guard.__name__ = f"{var} broadcasts to the scores"
+    return guard
 
 
-_mask_fits.__name__ = "the mask broadcasts to the scores"
+_mask_fits = _fits("m")
 
 
 def _square(egraph, subst) -> bool:
@@ -445,6 +454,17 @@ RULES: list[LibraryRule] = [
                 lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
                                                  .masked_fill(m, -1e9), -1) @ v),
                when=(_drops, boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
+    _attention("sdpa-masked-bias", masked_fill(QK * s + p, m, c), _sdpa("biased", False),
+               "a bias (ALiBi) added to the scores, then a bool mask's fill: sdpa with the bias "
+               "as its float mask, -inf where dropped",
+               (lambda q, k, v, p, m: torch.softmax(((q @ k.transpose(-2, -1)) * 0.5 + p)
+                                                    .masked_fill(m, -3.4028234663852886e38), -1)
+                @ v,
+                lambda q, k, v, p, m: torch.softmax(((q @ k.transpose(-2, -1)) * 0.5 + p)
+                                                    .masked_fill(m, float("-inf")), -1) @ v),
+               when=(_drops, boolean(m), _mask_fits, tensor(p), floating(p), same_dtype(q, p),
+                     _fits("p")),
+               inputs={"p": (1, 3, 1, 6), "m": ((2, 1, 1, 6), "bool")}),
     _attention("sdpa-additive", QK * s + m, _sdpa("additive", False),
                "an additive mask (-inf, -1e9, finfo.min where dropped) is sdpa's float mask",
                lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
