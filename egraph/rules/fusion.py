@@ -2,10 +2,12 @@
 
 Softmax, log_softmax, layer_norm and rms_norm from their arithmetic; linear from matmul and
 bias; GELU and SiLU from their formulas; attention from matmul, scale, a mask (causal, bool
-or additive), softmax and matmul; convolution with an eval-mode batch norm folded into its
-weights. Each fused form is matched in one canonical spelling: the algebra rules bring the
-others to it (a division by sqrt to a multiplication by rsqrt and back, x**2 to x*x, a
-scale on q or after the mask to one on the scores, ``where`` to ``masked_fill``).
+or additive; filled with -inf or with a value low enough to drop its entries, finfo.min or
+-1e9; after a bias such as ALiBi), softmax and matmul; convolution with an eval-mode batch
+norm folded into its weights. Each fused form is matched in one canonical spelling: the
+algebra rules bring the others to it (a division by sqrt to a multiplication by rsqrt and
+back, x**2 to x*x, a scale on q or after the mask to one on the scores, ``where`` to
+``masked_fill``).
 
 >>> next(r for r in RULES if r.name == "silu").rewrite
 Rewrite('silu', '(mul ?x (sigmoid ?x))' => '(silu ?x)')
