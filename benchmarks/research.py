@@ -5,13 +5,14 @@ torch.compile hands the graph over through aot_autograd, which decomposes each e
 
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
         einops einx frozendict loguru torch-einops-utils
-    .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20]
+    .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20] [--train]
 
 (``--no-deps``: their requirements would replace the pinned CPU torch with a CUDA build and
 add torchvision, which none of the models run here imports.)
 
 One row per model: torch.export and torch.compile through the backend (outputs judged
-against eager, float64 where they differ; as benchmarks/architectures.py), the fused ops
+against eager, float64 where they differ; as benchmarks/architectures.py), with ``--train``
+a training step through the backend (loss and gradients judged), the fused ops
 the emitted program calls (``scaled_dot_product_attention`` per attention layer), and
 inference time against eager's, interleaved. The table is printed and written to
 benchmarks/results/research.md (``--out``)."""
@@ -139,14 +140,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--train", action="store_true",
+                        help="add a training step through the backend (gradients judged)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/research.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    table = SweepTable("model", ("export", "compile", "fused", "ours/eager", "ms eager/ours"))
+    columns = ("compile", "train") if args.train else ("compile",)
+    table = SweepTable("model", ("export", *columns, "fused", "ours/eager", "ms eager/ours"))
     for name in args.models.split(","):
         torch.manual_seed(0)
-        row = sweep_row(name, MODELS[name], rules)
+        row = sweep_row(name, MODELS[name], rules, columns)
         if row.get("compile") == "ok":
             try:
                 row.update(timed_row(MODELS[name], rules, args.repeat))
@@ -155,7 +159,8 @@ def main() -> None:
         table.add(name, row)
     counts = table.counts
     table.write(args.out, f"built {counts['built']} of {len(args.models.split(','))}; ok "
-                f"through export {counts['export']}, through compile {counts['compile']}")
+                f"through export {counts['export']}, through compile {counts['compile']}"
+                + (f", training {counts['train']}" if args.train else ""))
 
 
 if __name__ == "__main__":
