@@ -230,6 +230,23 @@ def padding_filled_big_negative(q, k, v, keep):
     return torch.softmax(scores.masked_fill(keep == 0, -1e9), dim=-1) @ v
 
 
+def fairseq_bmm_attention(q, k, v):
+    """fairseq's MultiheadAttention: heads flattened into the batch, the query scaled
+    first, ``bmm``, softmax in float32 and back."""
+    b, h, t, d = q.shape
+    q, k, v = (x.reshape(b * h, t, d) for x in (q * d ** -0.5, k, v))
+    weights = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1, dtype=torch.float32)
+    return torch.bmm(weights.type_as(q), v).view(b, h, t, d)
+
+
+def meta_llama_attention(q, k, v, mask):
+    """Meta's reference Llama: an additive causal mask of -inf above the diagonal, softmax
+    of the scores in float and back to the query's type."""
+    scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(HS)
+    scores = F.softmax((scores + mask).float(), dim=-1).type_as(q)
+    return torch.matmul(scores, v)
+
+
 _ALIBI_SLOPES = torch.tensor([2.0 ** -(8 * (i + 1) / 4) for i in range(4)])
 
 
@@ -347,6 +364,8 @@ CASES = {
         (annotated_transformer_attention, _qkv), (x_transformers_attention, _qkv),
         (padding_filled_big_negative, lambda: (*_qkv(), _padding())),
         (bloom_baddbmm_attention, lambda: (*_qkv(), _padding())),
+        (fairseq_bmm_attention, _qkv),
+        (meta_llama_attention, lambda: (*_qkv(), torch.full((T, T), float("-inf")).triu(1))),
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
         (permuted_key_attention, _qkv)],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
