@@ -5,12 +5,14 @@ who picks any architecture gets.
 
     .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
                                                  [--no-generate] [--train]
-                                                 [--codegen inductor]
+                                                 [--codegen inductor] [--attn eager]
 
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
 output or a crash of ours) and through torch.compile (the same, with graph breaks
-counted), then, for the types with a causal or text-to-text language-model head, greedy
+counted; ``sdpa``: the fused attention calls of the programs it runs, which with ``--attn
+eager`` are the attentions the rules found), then, for the types with a causal or
+text-to-text language-model head, greedy
 ``generate`` with the key/value cache and the forward compiled with the backend (its
 tokens must be eager's), with ``--train`` a training step through the backend (loss and
 gradients equal eager's, float64-judged), nodes before -> after and the pipeline's
@@ -146,9 +148,12 @@ class FirstOutput(nn.Module):
         return out[0] if not isinstance(out, torch.Tensor) else out
 
 
-def build(model_type: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+def build(model_type: str, attn: str | None = None
+          ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The small model of ``model_type`` (random weights, eval mode) and its inputs (an
-    encoder-decoder's: the encoder's input and decoder ids).
+    encoder-decoder's: the encoder's input and decoder ids); ``attn``: the attention
+    implementation (``"eager"``: attention written out, as the rules must find it;
+    default: transformers' choice, sdpa where the model supports it).
 
     >>> model, inputs = build("bert")
     >>> tuple(model(*inputs).shape)                      # (batch, sequence, hidden)
@@ -158,7 +163,8 @@ def build(model_type: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
     torch.manual_seed(0)
     config = small_config(model_type)
-    model = AutoModel.from_config(config).eval()
+    chosen = {"attn_implementation": attn} if attn else {}
+    model = AutoModel.from_config(config, **chosen).eval()
     name = model.main_input_name
     g = torch.Generator().manual_seed(0)
     vocab = min(getattr(config, "vocab_size", 1000) or 1000, 1000)
@@ -217,7 +223,9 @@ def _through_compile(model, inputs, rules, codegen: str | None = None,
         with compile_backend.capture() as seen:
             out = torch.compile(model, backend=backend)(*inputs)
         _check(out, model(*inputs), exact or (lambda: float64_copy(model)(*_wide(inputs))))
-        return {"compile": _status(backend, seen)}
+        return {"compile": _status(backend, seen), "sdpa": sum(
+            c.module.code.count("scaled_dot_product_attention(")
+            for c in backend.cache.values())}
     except Exception as exc:  # noqa: BLE001 - a row of the table
         return {"compile": _error(exc, 90)}
 
@@ -361,17 +369,20 @@ def main() -> None:
     parser.add_argument("--codegen", choices=compile_backend.CODEGENS,
                         help="the backend's code generator for the compile, generate and "
                              "train columns (default: the device's)")
+    parser.add_argument("--attn", choices=("eager", "sdpa"),
+                        help="the attention implementation of the export, compile and train "
+                             "columns (eager: written out, as the rules must find it)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    table = SweepTable("architecture", ("export", "compile", "generate", "train"))
+    table = SweepTable("architecture", ("export", "compile", "sdpa", "generate", "train"))
     generates = 0
     for model_type in args.types.split(","):
         columns = [c for c, asked in (("compile", not args.no_compile),
                                       ("generate", not args.no_generate),
                                       ("train", args.train)) if asked]
-        row = sweep_row(model_type, lambda t=model_type: build(t), rules, columns,
+        row = sweep_row(model_type, lambda t=model_type: build(t, args.attn), rules, columns,
                         args.codegen)
         table.add(model_type, row)
         generates += not row.get("generate", "eager").startswith("eager")
