@@ -98,25 +98,37 @@ def _as_reshape(egraph, subst):
         literal(tuple(shape[i] for i in p)))])
 
 
+def _split_whole(egraph, subst) -> tuple | None:
+    """The shape of ``op(a, b)`` where ``reshape(op(a, b), s)`` splits the first dim of a
+    batch of matrices (heads flattened into the batch, viewed per head again); else None.
+    Other reshapes of sums, such as a linear's rows restored to (batch, length), gain
+    nothing from the rules below and would grow every sum's class (GPT-2's rewrites 460 ->
+    928)."""
+    shapes = [getattr(egraph.data(subst[v]), "shape", None) for v in ("a", "b")
+              if getattr(egraph.data(subst[v]), "kind", None) not in ("literal", "scalar")]
+    whole, target = _broadcast(shapes), value_of(egraph, subst["s"])
+    if whole is None or len(whole) < 3 or not isinstance(target, tuple) or len(
+            target) <= len(whole) or target[len(target) - len(whole) + 1:] != whole[1:]:
+        return None
+    return whole
+
+
+def _splits_batch(egraph, subst) -> bool:
+    return _split_whole(egraph, subst) is not None
+
+
+_splits_batch.__name__ = "s splits the first dim of a batch of matrices"
+
+
 def _reshaped_operands(op: str):
-    """``reshape(op(a, b), s)`` where the reshape splits the first dim of a batch of
-    matrices (heads flattened into the batch, then viewed per head again) as ``op`` of the
-    operands reshaped, each
-    tensor first expanded to the result's shape where it broadcasts (a number stays as it
-    is): BLOOM adds its ALiBi bias to scores of flattened heads, then views them per head.
-    (Other reshapes of sums, such as a linear's rows restored to (batch, length), gain
-    nothing and would grow every sum's class: GPT-2's rewrites 460 -> 928.)"""
+    """``reshape(op(a, b), s)`` as ``op`` of the operands reshaped, each tensor first
+    expanded to the result's shape where it broadcasts (a number stays as it is): BLOOM
+    adds its ALiBi bias to the scores of heads flattened into the batch, then views them
+    per head (:func:`_split_whole`)."""
     def rhs(egraph, subst):
-        metas = [egraph.data(subst[v]) for v in ("a", "b")]
-        shapes = [getattr(m, "shape", None) for m in metas
-                  if getattr(m, "kind", None) not in ("literal", "scalar")]
-        whole, target = _broadcast(shapes), value_of(egraph, subst["s"])
-        if whole is None or len(whole) < 3 or not isinstance(target, tuple) or len(
-                target) <= len(whole) or target[len(target) - len(whole) + 1:] != whole[1:]:
-            return None
-        operands = []
-        for var, meta in zip(("a", "b"), metas):
-            cid = subst[var]
+        whole, operands = _split_whole(egraph, subst), []
+        for var in ("a", "b"):
+            cid, meta = subst[var], egraph.data(subst[var])
             if getattr(meta, "kind", None) not in ("literal", "scalar"):
                 if meta.shape != whole:
                     cid = egraph.add_node("expand", [cid, egraph.add_node(literal(whole))])
@@ -254,11 +266,11 @@ RULES: list[LibraryRule] = [
     rule("reshape-unsqueeze", reshape(unsqueeze(x, d), s), reshape(x, s),
          example=lambda x: x.unsqueeze(1).reshape(8, 4), inputs={"x": (4, 8)},
          description="a reshape of an unsqueeze is a reshape (the order of elements is kept)"),
-    rule("reshape-add", reshape(add(a, b), s), _reshaped_operands("add"),
+    rule("reshape-add", reshape(add(a, b), s), _reshaped_operands("add"), when=_splits_batch,
          example=lambda a, b: (a + b).reshape(2, 3, 4, 4), inputs={"a": (6, 4, 4), "b": (6, 1, 4)},
          description="splitting the first dim of a sum is the sum of the operands split "
                      "(broadcast)"),
-    rule("reshape-mul", reshape(mul(a, b), s), _reshaped_operands("mul"),
+    rule("reshape-mul", reshape(mul(a, b), s), _reshaped_operands("mul"), when=_splits_batch,
          example=(lambda a, b: (a * 0.5).reshape(2, 3, 4, 2) + b.reshape(2, 3, 4, 2),
                   lambda a, b: (a * b).reshape(2, 3, 4, 2)),
          inputs={"a": (6, 4, 2), "b": (6, 4, 2)},
