@@ -160,24 +160,22 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
             # (a bias added before the fill: sdpa's float mask, -inf where dropped)
             attn_mask = kept_entries if mask == "dropped" else add(
                 "masked_fill", [subst["p"], subst["m"], add(literal(-math.inf))])
-            if value_of(egraph, subst["c"]) != -math.inf:
-                # a finite fill: a row with every entry dropped is the uniform softmax,
-                # the mean of v; elsewhere the fill's weights are exactly 0 (_drops)
-                out = add("sdpa", [subst["q"], subst["k"], subst["v"], attn_mask,
-                                   add(literal(causal)), add(literal(float(scale))),
-                                   add(literal(False))])
-                uniform = add("mean", [subst["v"], add(literal((-2,))), keep])
-                return add("where", [add("gt", [kept, add(literal(0.0))]), out, uniform])
-            guard, combine = kept, "div"
+            # (a finite fill: a row with every entry dropped is the uniform softmax, the
+            # mean of v; elsewhere the fill's weights are exactly 0, see _drops)
+            finite = value_of(egraph, subst["c"]) != -math.inf
+            guard, combine = kept, "uniform" if finite else "div"
         elif mask == "additive":
             attn_mask = subst["m"]
             row = add("amax", [attn_mask, last, keep])
             guard, combine = add("sub", [row, row]), "add"
         else:
-            attn_mask, guard = add(literal(None)), None
+            attn_mask, guard, combine = add(literal(None)), None, None
         out = add("sdpa", [subst["q"], subst["k"], subst["v"], attn_mask,
                            add(literal(causal)), add(literal(float(scale))),
                            add(literal(False))])
+        if combine == "uniform":
+            uniform = add("mean", [subst["v"], add(literal((-2,))), keep])
+            return add("where", [add("gt", [guard, add(literal(0.0))]), out, uniform])
         return out if guard is None else add(combine, [out, guard])
     rhs.__name__ = f"sdpa(q, k, v, {mask or 'None'}, causal={causal})"
     return rhs
