@@ -352,6 +352,14 @@ class SweepTable:
         self.lines.append("| " + " | ".join(cells) + " |")
         print(self.lines[-1], flush=True)
 
+    def summary(self, total: int, train: bool) -> str:
+        """How many of ``total`` rows were built and are ``ok`` through each entry point
+        (training where ``train`` ran)."""
+        counts = self.counts
+        return (f"built {counts['built']} of {total}; ok through export {counts['export']}, "
+                f"through compile {counts['compile']}"
+                + (f", training {counts['train']}" if train else ""))
+
     def write(self, out: str, summary: str) -> None:
         """Print ``summary`` and write the table with it to ``out``."""
         print(summary)
@@ -386,11 +394,8 @@ def main() -> None:
                         args.codegen)
         table.add(model_type, row)
         generates += not row.get("generate", "eager").startswith("eager")
-    counts = table.counts
-    table.write(args.out, f"built {counts['built']} of {len(args.types.split(','))}; ok "
-                f"through export {counts['export']}, through compile {counts['compile']}, "
-                f"generating {counts['generate']} of {generates}"
-                + (f", training {counts['train']}" if args.train else ""))
+    table.write(args.out, table.summary(len(args.types.split(",")), args.train)
+                + f", generating {table.counts['generate']} of {generates}")
 
 
 if __name__ == "__main__":

@@ -523,10 +523,7 @@ def main() -> None:
         table.add(name, sweep_row(name, lambda n=name: build(n), rules,
                                   ("compile", "train") if args.train else ("compile",),
                                   args.codegen))
-    counts = table.counts
-    table.write(args.out, f"built {counts['built']} of {len(names)}; ok through export "
-                f"{counts['export']}, through compile {counts['compile']}"
-                + (f", training {counts['train']}" if args.train else ""))
+    table.write(args.out, table.summary(len(names), args.train))
 
 
 if __name__ == "__main__":

@@ -157,10 +157,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - a row of the table
                 row["fused"] = _error(exc, 80)
         table.add(name, row)
-    counts = table.counts
-    table.write(args.out, f"built {counts['built']} of {len(args.models.split(','))}; ok "
-                f"through export {counts['export']}, through compile {counts['compile']}"
-                + (f", training {counts['train']}" if args.train else ""))
+    table.write(args.out, table.summary(len(args.models.split(",")), args.train))
 
 
 if __name__ == "__main__":
