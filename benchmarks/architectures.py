@@ -23,6 +23,7 @@ The table is printed and written to benchmarks/results/architectures.md (``--out
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import warnings
@@ -223,11 +224,17 @@ def _through_compile(model, inputs, rules, codegen: str | None = None,
         with compile_backend.capture() as seen:
             out = torch.compile(model, backend=backend)(*inputs)
         _check(out, model(*inputs), exact or (lambda: float64_copy(model)(*_wide(inputs))))
-        return {"compile": _status(backend, seen), "sdpa": sum(
-            c.module.code.count("scaled_dot_product_attention(")
-            for c in backend.cache.values())}
+        return {"compile": _status(backend, seen),
+                "sdpa": fused_calls(backend)["scaled_dot_product_attention"]}
     except Exception as exc:  # noqa: BLE001 - a row of the table
         return {"compile": _error(exc, 90)}
+
+
+def fused_calls(backend, ops: tuple[str, ...] = ("scaled_dot_product_attention",)
+                ) -> dict[str, int]:
+    """How often the programs ``backend`` compiled call each of ``ops``."""
+    code = "\n".join(c.module.code for c in backend.cache.values())
+    return {op: len(re.findall(rf"\b{op}\(", code)) for op in ops}
 
 
 def _status(backend, seen) -> str:

@@ -20,7 +20,6 @@ benchmarks/results/research.md (``--out``)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler.compile as compile_backend  # noqa: E402
-from benchmarks.architectures import SweepTable, sweep_row  # noqa: E402
+from benchmarks.architectures import SweepTable, fused_calls, sweep_row  # noqa: E402
 from benchmarks.models import LIMITS, _error, _inference  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -126,8 +125,7 @@ def timed_row(make: Callable[[], tuple[nn.Module, tuple]], rules, repeat: int) -
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         compiled(*inputs)
-    code = "\n".join(c.module.code for c in backend.cache.values())
-    calls = {op: len(re.findall(rf"\b{op}\(", code)) for op in FUSED}
+    calls = fused_calls(backend, FUSED)
     ms = interleaved_ms({"eager": _inference(lambda: model(*inputs)),
                          "ours": _inference(lambda: compiled(*inputs))}, repeat)
     return {"fused": ", ".join(f"{_SHORT.get(op, op)} x{n}" for op, n in calls.items() if n)
