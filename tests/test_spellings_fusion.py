@@ -492,26 +492,22 @@ class _CausalFill(nn.Module):
         return torch.softmax(scores.masked_fill(mask, self.fill), -1) @ v
 
 
-def _causal_keep_mask(q):
-    return torch.ones((q.size(-2), q.size(-2)), dtype=torch.bool).tril()
-
-
 def gpt2_v4_mask_value(q, k, v):
     """transformers 4.x GPT-2 (and GPT-Neo, GPT-J, CodeGen): the fill a float tensor of no
     dims, ``torch.full([], finfo.min)``, through ``torch.where``."""
     w = q @ k.transpose(-1, -2) / math.sqrt(HS)
     mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
-    return torch.softmax(torch.where(_causal_keep_mask(q), w, mask_value), -1) @ v
+    return torch.softmax(torch.where(_causal_keep(), w, mask_value), -1) @ v
 
 
 def tensor_fill_where(q, k, v):
     w = q @ k.transpose(-1, -2) / math.sqrt(HS)
-    return torch.softmax(torch.where(_causal_keep_mask(q), w, torch.tensor(-1e9)), -1) @ v
+    return torch.softmax(torch.where(_causal_keep(), w, torch.tensor(-1e9)), -1) @ v
 
 
 def tensor_fill_masked(q, k, v):
     w = q @ k.transpose(-1, -2) / math.sqrt(HS)
-    w = w.masked_fill(~_causal_keep_mask(q), torch.tensor(torch.finfo(w.dtype).min))
+    w = w.masked_fill(~_causal_keep(), torch.tensor(torch.finfo(w.dtype).min))
     return torch.softmax(w, -1) @ v
 
 
