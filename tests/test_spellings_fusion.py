@@ -277,6 +277,25 @@ def ellipsis_einsum_attention(q, k, v):
     return torch.einsum("... i j, ... j d -> ... i d", sim.softmax(dim=-1), v)
 
 
+def sequence_first_attention(q, k, v, keep):
+    """Sequence-first attention as labml's annotated implementations write it: (i, b, h,
+    d) heads, scores ``'ijbh'`` normalised over ``j`` at dim 1 (``nn.Softmax(dim=1)``), a
+    (i, j, b) mask given a heads dim, filled with -inf."""
+    scores = torch.einsum("ibhd,jbhd->ijbh", q, k) * HS ** -0.5
+    scores = scores.masked_fill(keep.unsqueeze(-1) == 0, float("-inf"))
+    return torch.einsum("ijbh,jbhd->ibhd", torch.softmax(scores, dim=1), v)
+
+
+def heads_last_attention(q, k, v):
+    """Scores laid out (b, i, j, h), normalised over dim 2 (labml's DDPM U-Net)."""
+    attn = torch.einsum("bihd,bjhd->bijh", q, k) * HS ** -0.5
+    return torch.einsum("bijh,bjhd->bihd", attn.softmax(dim=2), v)
+
+
+def _sequence_first():
+    return tuple(torch.randn(T, 2, 4, HS) for _ in range(3))
+
+
 def permuted_key_attention(q, k, v):
     """The key transposed by a permute (``rearrange(k, 'b h n d -> b h d n')``)."""
     return torch.softmax(q @ k.permute(0, 1, 3, 2) / math.sqrt(HS), -1) @ v
@@ -367,7 +386,9 @@ CASES = {
         (fairseq_bmm_attention, _qkv),
         (meta_llama_attention, lambda: (*_qkv(), torch.full((T, T), float("-inf")).triu(1))),
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
-        (permuted_key_attention, _qkv)],
+        (permuted_key_attention, _qkv),
+        (sequence_first_attention, lambda: (*_sequence_first(), _causal_keep()[..., None])),
+        (heads_last_attention, lambda: tuple(x.transpose(1, 2) for x in _qkv()))],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
                                   gelu_tanh_cube, gelu_fast)],
     "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),
@@ -522,6 +543,31 @@ def test_a_fill_given_as_a_tensor_of_no_dims_reaches_causal_sdpa(spelling):
     (report,) = backend.reports
     assert "sdpa-causal" in report.extraction.used
     torch.testing.assert_close(got, spelling(*inputs), rtol=1e-4, atol=1e-5)
+
+
+class SequenceFirstCausal(nn.Module):
+    """labml's autoregressive attention: sequence-first heads and a causal mask made in the
+    forward (``subsequent_mask``), (i, j, 1), given a heads dim."""
+
+    def forward(self, q, k, v):
+        mask = torch.tril(torch.ones(q.shape[0], k.shape[0])).to(torch.bool).unsqueeze(-1)
+        return sequence_first_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("spelling, make_inputs", [
+    (tensor_fill_where, _qkv), (tensor_fill_masked, _qkv),
+    (SequenceFirstCausal, _sequence_first)], ids=lambda f: getattr(f, "__name__", ""))
+def test_constants_torch_export_lifts_reach_causal_sdpa(spelling, make_inputs):
+    """torch.export lifts ``torch.tensor(-1e9)`` and a mask made from a tensor it captured
+    to inputs of the program: they are the program's constants, and the rules read them
+    (the fill as a number, the mask as causal)."""
+    model, inputs = _module(spelling), make_inputs()
+    program = torch.export.export(model if isinstance(model, nn.Module) else _Wrap(model),
+                                  inputs)
+    compiled = EGraph.from_fx(program, inputs).saturate(RULES, **LIMITS).extract(
+        default_cost(inputs), validate="raise")
+    assert "is_causal = True" in compiled.code, compiled.code
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_a_fill_too_small_to_drop_a_key_stays_written_out():

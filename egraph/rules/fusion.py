@@ -299,10 +299,18 @@ def _all_true(egraph, cid: int) -> bool:
     return False
 
 
-def _above_diagonal(egraph, cid: int) -> bool:
+def _above_diagonal(egraph, cid: int, reshaped: bool = True) -> bool:
     """The class is the bool mask of the entries above the diagonal of an all-true
-    tensor: ``triu(ones, 1)`` or ``~tril(ones)``."""
+    tensor: ``triu(ones, 1)`` or ``~tril(ones)``, or (``reshaped``) such a (T, T) mask
+    given leading unit dims by a reshape (a sequence-first mask, permuted to the
+    scores' order)."""
     for n in egraph.nodes(cid):
+        if reshaped and n.op == "reshape":
+            inner, target = _shape(egraph, n.children[0]), value_of(egraph, n.children[1])
+            if (inner is not None and len(inner) == 2 and isinstance(target, tuple)
+                    and target[-2:] == tuple(inner) and all(d == 1 for d in target[:-2])
+                    and _above_diagonal(egraph, n.children[0], reshaped=False)):
+                return True
         if n.op == "triu" and value_of(egraph, n.children[1]) == 1 and _all_true(
                 egraph, n.children[0]):
             return True

@@ -12,22 +12,25 @@ from egraph.ops import (
     add,
     expand,
     getitem,
+    masked_fill,
+    matmul,
     mul,
     permute,
     reshape,
     size,
+    softmax,
     squeeze,
     transpose,
     unsqueeze,
 )
-from egraph.rules.define import LibraryRule, rule
-from egraph.rules.guards import value_of
+from egraph.rules.define import LibraryRule, rule, torch
+from egraph.rules.guards import scalar, value_of
 from egraph.rules.tensat import MERGING
 from egraph.term import literal, vars
 
 __all__ = ["RULES"]
 
-a, b, x, i, j, p, q, s, s1, s2, d = vars("a b x i j p q s s1 s2 d")
+a, b, c, m, x, i, j, p, q, s, s1, s2, d = vars("a b c m x i j p q s s1 s2 d")
 
 
 def _shape(egraph, cid):
@@ -172,6 +175,65 @@ def _transposed_first(egraph, subst):
                                                           target[-2])))])
 
 
+def _permutation(egraph, cid) -> tuple | None:
+    """The permutation literal ``cid`` with its dims counted from 0, or None."""
+    p = value_of(egraph, cid)
+    if not isinstance(p, tuple) or not all(type(i) is int for i in p):
+        return None
+    n = len(p)
+    p = tuple(i % n if -n <= i < n else -1 for i in p)
+    return p if sorted(p) == list(range(n)) else None
+
+
+def _softmax_before_permute(egraph, subst):
+    """``softmax(permute(x, p), d)`` is ``permute(softmax(x, p[d]), p)``: the softmax runs
+    over the same elements, named by the dim they held before the permute (einsum
+    attention in sequence-first layout, ``'ijbh'`` scores normalised over ``j`` at dim 1,
+    reaches the attention rules so)."""
+    p, dims = _permutation(egraph, subst["p"]), value_of(egraph, subst["d"])
+    if p is None or not isinstance(dims, tuple) or len(dims) != 1 or type(
+            dims[0]) is not int or not -len(p) <= dims[0] < len(p):
+        return None
+    inner = egraph.add_node("softmax", [subst["x"],
+                                        egraph.add_node(literal((p[dims[0] % len(p)],)))])
+    return egraph.add_node("permute", [inner, subst["p"]])
+
+
+def _fill_before_permute(egraph, subst):
+    """``permute(x, p).masked_fill(m, c)`` is ``x.masked_fill(m', c)`` permuted by ``p``,
+    where ``m'`` is the mask (given leading unit dims up to ``x``'s rank) put back in
+    ``x``'s order by the inverse of ``p``."""
+    p = _permutation(egraph, subst["p"])
+    shape = _shape(egraph, subst["m"])
+    if p is None or shape is None or len(shape) > len(p):
+        return None
+    add_node, mask = egraph.add_node, subst["m"]
+    if len(shape) < len(p):
+        mask = add_node("reshape", [mask, add_node(literal(
+            (1,) * (len(p) - len(shape)) + tuple(shape)))])
+    inverse = tuple(p.index(i) for i in range(len(p)))
+    mask = add_node("permute", [mask, add_node(literal(inverse))])
+    return add_node("permute", [add_node("masked_fill", [subst["x"], mask, subst["c"]]),
+                                subst["p"]])
+
+
+def _last_two_swapped(egraph, subst):
+    """``a @ permute(x, p)`` is ``a @ permute(x, p').transpose(-2, -1)`` where ``p'`` is
+    ``p`` with its last two dims exchanged: the attention rules read ``k`` so (einsum's
+    ``'ibhd,jbhd->ijbh'`` permutes keys laid out (j, b, h, d) to (b, h, d, j)). Only where
+    ``p'`` itself moves a dim: otherwise ``permute-as-transpose`` says it."""
+    p = _permutation(egraph, subst["p"])
+    if p is None or len(p) < 3:
+        return None
+    swapped = (*p[:-2], p[-1], p[-2])
+    if swapped == tuple(range(len(p))):
+        return None
+    add_node, n = egraph.add_node, len(p)
+    inner = add_node("permute", [subst["x"], add_node(literal(swapped))])
+    key = add_node("transpose", [inner, add_node(literal(n - 2)), add_node(literal(n - 1))])
+    return add_node("matmul", [subst["a"], key])
+
+
 _TO_THE_END = 1 << 62
 """A slice's stop at or past which it runs to the end whatever the size (torch.export
 writes ``x[:, :]`` on a symbolic size as a slice to 2**63 - 1)."""
@@ -283,6 +345,24 @@ RULES: list[LibraryRule] = [
     rule("transpose-matmul", transpose(a @ b, i, j), transpose(b, i, j) @ transpose(a, i, j),
          when=_last_two_equal_rank, example=lambda a, b: (a @ b).transpose(-2, -1),
          inputs={"a": (2, 4, 8), "b": (2, 8, 3)}, description="(AB)^T = B^T A^T"),
+    rule("scale-permute", permute(x, p) * s, permute(x * s, p), when=scalar(s),
+         example=lambda x: x.permute(2, 0, 1) * 0.25, inputs={"x": (2, 3, 4)},
+         description="s permute(x) = permute(s x)"),
+    rule("softmax-permute", softmax(permute(x, p), d), _softmax_before_permute,
+         example=lambda x: torch.softmax(x.permute(2, 3, 0, 1), 1), inputs={"x": (2, 3, 4, 5)},
+         description="softmax over a permuted dim is softmax over that dim before the permute, "
+                     "permuted"),
+    rule("masked-fill-permute", masked_fill(permute(x, p), m, c), _fill_before_permute,
+         example=(lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m, float("-inf")),
+                  lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m[0], -1e9)),
+         inputs={"x": (2, 3, 4, 5), "m": ((4, 5, 1, 1), "bool")},
+         description="a fill of permuted values is the fill, with the mask put back in their "
+                     "order, permuted"),
+    rule("matmul-permute-last-two", matmul(a, permute(x, p)), _last_two_swapped,
+         example=lambda a, x: a @ x.permute(1, 2, 3, 0), inputs={"a": (3, 4, 6, 5),
+                                                             "x": (2, 3, 4, 5)},
+         description="a matmul's right operand permuted is a permute, then a transpose of "
+                     "its last two dims"),
     rule("size-of-reshape", size(reshape(x, s), i), _given_size,
          example=lambda x: x[:, : x.reshape(2, x.size(0) * 4).size(1)], inputs={"x": (4, 8)},
          description="the size of a reshape is the size it was given"),

@@ -471,6 +471,9 @@ class _Builder:
         self.eg = make_egraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
         self.param_names = param_names
+        # torch.export's lifted tensor constants (``torch.tensor(-1e9)`` in a forward, a
+        # mask captured from outside it): constants of the program, by placeholder name
+        self.lifted_constants: dict[str, torch.Tensor] = {}
         self.opaque: dict[str, OpaqueCall] = {}
         self.effect: int | None = None
         self.effects: list[int] = []
@@ -522,8 +525,11 @@ class _Builder:
         # dims (``torch.full([], finfo.min)``, a fill the mask rules read as a number).
         triangle = _triangle(tensor)
         if triangle is not None:
+            square = tensor.reshape(triangle[2]) if tensor.shape != triangle[2] else tensor
             made = self.eg.add_node(triangle[0], [
-                self._full(tensor, True, torch.bool), self.literal(triangle[1])])
+                self._full(square, True, torch.bool), self.literal(triangle[1])])
+            if square is not tensor:
+                made = self.eg.add_node("reshape", [made, self.literal(tuple(tensor.shape))])
             self.eg.union(cid, made)
         elif tensor.dim() == 0 and tensor.is_floating_point():
             self.eg.union(cid, self._full(tensor, tensor.item(), tensor.dtype))
@@ -840,6 +846,12 @@ class _Builder:
     def run(self) -> None:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
+                constant = self.lifted_constants.get(node.name)
+                if constant is not None:
+                    cid = self._folded_constant(constant)
+                    if cid is not None:
+                        self.env[node] = cid
+                        continue
                 if node.name in self.param_names:
                     self.env[node] = self.leaf("param", self.param_names[node.name],
                                                self.metas.get(node.name))
@@ -991,7 +1003,7 @@ class _Builder:
         destination = None if method else kwargs.pop("out", None)
         if node.target in _MOVES:
             args, kwargs = _on_own_device(node, args, kwargs)
-        lowered = lower(out_of_place(node), args, kwargs, method=method, rank=self._rank)
+        lowered = lower(out_of_place(node), args, kwargs, method=method, shape=self._shape)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             if destination is not None:
                 raise UntraceableModel(
@@ -1037,12 +1049,11 @@ class _Builder:
                     return getattr(torch, n.op[1])
         return arg
 
-    def _rank(self, arg) -> int | None:
-        """The rank of a tensor argument where its shape is known."""
+    def _shape(self, arg) -> tuple | None:
+        """The shape of a tensor argument where it is known."""
         cid = self.env.get(arg) if isinstance(arg, fx.Node) else None
         meta = self.eg.data(cid) if isinstance(cid, int) else None
-        shape = getattr(meta, "shape", None) if getattr(meta, "kind", None) == "tensor" else None
-        return None if shape is None else len(shape)
+        return getattr(meta, "shape", None) if getattr(meta, "kind", None) == "tensor" else None
 
     def _scalar(self, args) -> bool:
         """True when every argument is a Python number or a class known to hold one."""
@@ -1067,20 +1078,32 @@ def _reads_a_tensor_attribute(node: fx.Node) -> bool:
             and node.args[1] in _TENSOR_ATTRIBUTES)
 
 
-def _triangle(tensor: torch.Tensor) -> tuple[str, int] | None:
-    """``("triu", 1)`` for a bool tensor that is ``ones(..., T, T).triu(1)`` (the entries
-    above the diagonal), ``("tril", 0)`` for ``ones(..., T, T).tril()``; else None.
+def _triangle(tensor: torch.Tensor) -> tuple[str, int, tuple] | None:
+    """``("triu", 1, shape)`` for a bool tensor that is ``ones(..., T, T).triu(1)`` (the
+    entries above the diagonal), ``("tril", 0, shape)`` for ``ones(..., T, T).tril()``,
+    where ``shape`` is the tensor's own; or, for a (T, T) triangle with unit dims after
+    or between (sequence-first code's ``mask.unsqueeze(-1)``), the (T, T) one it is a
+    reshape of. Else None.
 
     >>> _triangle(torch.ones(1, 3, 3, dtype=torch.bool).triu(1))
-    ('triu', 1)
+    ('triu', 1, (1, 3, 3))
+    >>> _triangle(torch.ones(3, 3, dtype=torch.bool).tril()[:, :, None, None])
+    ('tril', 0, (3, 3))
     """
-    if tensor.dtype != torch.bool or tensor.dim() < 2 or tensor.shape[-1] != tensor.shape[-2] \
-            or tensor.shape[-1] < 2:
+    if tensor.dtype != torch.bool or tensor.dim() < 2:
+        return None
+    shape = tuple(tensor.shape)
+    if shape[-1] != shape[-2] or shape[-1] == 1:
+        shape = tuple(n for n in shape if n != 1)
+        if len(shape) != 2:
+            return None
+        tensor = tensor.reshape(shape)
+    if shape[-1] != shape[-2] or shape[-1] < 2:
         return None
     ones = torch.ones(tensor.shape[-2:], dtype=torch.bool, device=tensor.device)
     for name, diagonal in (("triu", 1), ("tril", 0)):
         if torch.equal(tensor, getattr(ones, name)(diagonal).expand(tensor.shape)):
-            return name, diagonal
+            return name, diagonal, shape
     return None
 
 
@@ -1300,6 +1323,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     # Without example inputs nothing is observed, but parameters are still measured.
     builder = _Builder(gm, example_inputs, param_names, make_egraph,
                        observe=observe is not False)
+    if isinstance(source, torch.export.ExportedProgram):
+        builder.lifted_constants = _lifted_constants(functional)
     for name, domain in (domains or {}).items():
         if domain not in DOMAINS:
             raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
@@ -1459,6 +1484,15 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
     output.args = (tuple(kept),)
     gm.recompile()
     return gm
+
+
+def _lifted_constants(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
+    """The tensor constants ``program`` lifted to inputs, by placeholder name: the program
+    is specialised on their values (they are not parameters or buffers, which a caller
+    may update), so ingest holds them as constants the rules can read."""
+    names = program.graph_signature.inputs_to_lifted_tensor_constants
+    return {name: program.constants[target] for name, target in names.items()
+            if isinstance(program.constants.get(target), torch.Tensor)}
 
 
 def _from_export(program, example_inputs):
