@@ -1,25 +1,35 @@
-"""Research code outside ``transformers``: lucidrains' x-transformers, vit-pytorch and
-rotary-embedding-torch, whose attention is written with ``einsum``, an ellipsis, masks
-filled with ``-finfo.max`` and rotary tables made under ``autocast(enabled=False)`` (so
-torch.compile hands the graph over through aot_autograd, which decomposes each einsum).
+"""Research code outside ``transformers``: lucidrains' x-transformers, vit-pytorch,
+rotary-embedding-torch, perceiver-pytorch, conformer, mlp-mixer-pytorch and local-attention,
+whose attention is written with ``einsum``, an ellipsis, masks filled with ``-finfo.max``
+and rotary tables made under ``autocast(enabled=False)`` (so torch.compile hands the graph
+over through aot_autograd, which decomposes each einsum); labml's annotated implementations
+(sequence-first attention normalised over dim 1, Transformer-XL's relative scores, ALiBi,
+RoPE, Primer, AFT, gMLP, FNet, the DDPM U-Net, capsule routing); and torch.nn's own
+Transformer layers.
 
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
-        einops einx frozendict loguru torch-einops-utils
+        einops einx frozendict loguru torch-einops-utils perceiver-pytorch conformer \
+        mlp-mixer-pytorch local-attention hyper-connections labml==0.4.168 labml-nn
     .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20] [--train]
 
 (``--no-deps``: their requirements would replace the pinned CPU torch with a CUDA build and
-add torchvision, which none of the models run here imports.)
+add torchvision, which none of the models run here imports; labml-nn's attention logs
+through ``labml.tracker.debug``, which labml 0.5 no longer has.)
 
 One row per model: torch.export and torch.compile through the backend (outputs judged
 against eager, float64 where they differ; as benchmarks/architectures.py), with ``--train``
 a training step through the backend (loss and gradients judged), the fused ops
 the emitted program calls (``scaled_dot_product_attention`` per attention layer), and
-inference time against eager's, interleaved. The table is printed and written to
-benchmarks/results/research.md (``--out``)."""
+inference time against eager's and dynamo's alone, interleaved. The table is printed and written to
+benchmarks/results/research.md (``--out``). labml's attention keeps its softmax weights
+(``self.attn``) as an output of the compiled graph, so through torch.compile it stays
+written out; torch.export's program has no such output.
+"""
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import warnings
 from collections.abc import Callable
@@ -92,6 +102,69 @@ class RotaryAttention(nn.Module):
         return out.transpose(1, 2).reshape(b, n, DIM)
 
 
+def _random(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+class Keywords(nn.Module):
+    """A module whose forward takes keyword arguments only (labml's), called with
+    positional inputs named ``names``, and ``fixed`` keyword arguments."""
+
+    def __init__(self, module: nn.Module, names: tuple[str, ...], **fixed):
+        super().__init__()
+        self.module, self.names, self.fixed = module, names, fixed
+
+    def forward(self, *inputs):
+        return self.module(**dict(zip(self.names, inputs)), **self.fixed)
+
+
+def _labml_attention(name: str, causal: bool = True, **config) -> tuple[nn.Module, tuple]:
+    """labml's ``name`` attention (``module:Class``) on sequence-first inputs, self-attention,
+    with the causal mask its autoregressive models make (``subsequent_mask``: (i, j, 1))."""
+    import importlib
+
+    path, cls = name.split(":")
+    module = getattr(importlib.import_module(path), cls)(heads=HEADS, d_model=DIM, **config)
+    x = _random(SEQ, 2, DIM)
+    mask = torch.tril(torch.ones(SEQ, SEQ)).to(torch.bool).unsqueeze(-1) if causal else None
+    return Keywords(module, ("query", "key", "value"), mask=mask), (x, x, x)
+
+
+def _labml_ddpm_unet() -> tuple[nn.Module, tuple]:
+    from labml_nn.diffusion.ddpm.unet import UNet
+
+    return (UNet(image_channels=3, n_channels=32, ch_mults=(1, 2), is_attn=(False, True),
+                 n_blocks=1), (_random(2, 3, 16, 16), torch.tensor([3.0, 50.0])))
+
+
+def _labml(name: str, inputs: Callable[[], tuple], names: tuple[str, ...] = (), *args,
+           **fixed) -> tuple[nn.Module, tuple]:
+    """labml's ``name`` (``module:Class``) built with ``args``, called with ``inputs()``
+    (by keyword where ``names`` names them)."""
+    import importlib
+
+    path, cls = name.split(":")
+    module = getattr(importlib.import_module(path), cls)(*args)
+    return (Keywords(module, names, **fixed) if names else module), inputs()
+
+
+def _sequence() -> tuple[torch.Tensor, ...]:
+    x = _random(SEQ, 2, DIM)
+    return (x, x, x)
+
+
+class TorchTransformer(nn.Module):
+    """torch.nn.Transformer, one encoder and one decoder layer, with a causal target."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Transformer(DIM, HEADS, 1, 1, 2 * DIM, dropout=0.0, batch_first=True)
+
+    def forward(self, source, target):
+        mask = nn.Transformer.generate_square_subsequent_mask(target.shape[1])
+        return self.model(source, target, tgt_mask=mask, tgt_is_causal=True)
+
+
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "xt_decoder": lambda: _x_transformers("Decoder"),
     "xt_decoder_rotary": lambda: _x_transformers("Decoder", rotary_pos_emb=True),
@@ -103,9 +176,46 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "cross_vit": lambda: _vit("cross_vit", "CrossViT", sm_dim=DIM, lg_dim=DIM, sm_patch_size=8,
                               lg_patch_size=16, sm_enc_mlp_dim=2 * DIM, lg_enc_mlp_dim=2 * DIM,
                               lg_enc_depth=1, depth=DEPTH, dropout=0.0, emb_dropout=0.0),
-    "rotary_attention": lambda: (RotaryAttention(),
-                                 (torch.randn(2, SEQ, DIM,
-                                              generator=torch.Generator().manual_seed(0)),)),
+    "rotary_attention": lambda: (RotaryAttention(), (_random(2, SEQ, DIM),)),
+    "perceiver": lambda: (__import__("perceiver_pytorch").Perceiver(
+        input_channels=3, input_axis=2, num_freq_bands=6, max_freq=10.0, depth=DEPTH,
+        num_latents=16, latent_dim=DIM, cross_heads=1, latent_heads=HEADS, cross_dim_head=16,
+        latent_dim_head=16, num_classes=10, attn_dropout=0.0, ff_dropout=0.0),
+        (_random(2, 16, 16, 3),)),
+    "conformer": lambda: (__import__("conformer").ConformerBlock(
+        dim=DIM, dim_head=16, heads=HEADS, ff_mult=2, conv_expansion_factor=2,
+        conv_kernel_size=7), (_random(2, SEQ, DIM),)),
+    "mlp_mixer": lambda: (__import__("mlp_mixer_pytorch").MLPMixer(
+        image_size=IMAGE, channels=3, patch_size=8, dim=DIM, depth=DEPTH, num_classes=10),
+        _image()),
+    "local_transformer": lambda: (__import__("local_attention").LocalTransformer(
+        num_tokens=TOKENS, max_seq_len=SEQ * 2, dim=DIM, depth=DEPTH, causal=True,
+        local_attn_window_size=16), _tokens()),
+    "labml_mha": lambda: _labml_attention("labml_nn.transformers.mha:MultiHeadAttention",
+                                          dropout_prob=0.0),
+    "labml_rope": lambda: _labml_attention(
+        "labml_nn.transformers.rope:RotaryPEMultiHeadAttention", rope_percentage=0.5),
+    "labml_alibi": lambda: _labml_attention(
+        "labml_nn.transformers.alibi:AlibiMultiHeadAttention", dropout_prob=0.0),
+    "labml_primer": lambda: _labml_attention(
+        "labml_nn.transformers.primer_ez:MultiDConvHeadAttention", dropout_prob=0.0),
+    "labml_xl": lambda: _labml_attention(
+        "labml_nn.transformers.xl.relative_mha:RelativeMultiHeadAttention", causal=False,
+        dropout_prob=0.0),
+    "labml_aft": lambda: _labml("labml_nn.transformers.aft:AFTLocal", _sequence,
+                                ("query", "key", "value"), DIM, SEQ, 8,
+                                mask=torch.tril(torch.ones(SEQ, SEQ)).bool().unsqueeze(-1)),
+    "labml_gmlp": lambda: _labml("labml_nn.transformers.gmlp:GMLPBlock",
+                                 lambda: (_random(SEQ, 2, DIM),), ("x",), DIM, 2 * DIM, SEQ),
+    "labml_fnet": lambda: _labml("labml_nn.transformers.fnet:FNetMix", _sequence),
+    "labml_ddpm_unet": _labml_ddpm_unet,
+    "labml_capsules": lambda: _labml("labml_nn.capsule_networks:Router",
+                                     lambda: (_random(2, 32, 8),), (), 32, 10, 8, 16, 3),
+    "torch_encoder": lambda: (nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(DIM, HEADS, 2 * DIM, dropout=0.0, batch_first=True), DEPTH,
+        enable_nested_tensor=False), (_random(2, SEQ, DIM),)),
+    "torch_transformer": lambda: (TorchTransformer(),
+                                  (_random(2, SEQ, DIM), _random(2, SEQ // 2, DIM))),
 }
 
 
@@ -116,22 +226,28 @@ _SHORT = {"scaled_dot_product_attention": "sdpa"}
 
 def timed_row(make: Callable[[], tuple[nn.Module, tuple]], rules, repeat: int) -> dict:
     """The fused ops the programs torch.compile runs call, and their time against
-    eager's (inference)."""
+    eager's and against dynamo's alone (``backend="eager"``: the same graphs run as
+    captured, so the ratio is what the rewrites change, without dynamo's guards and
+    calls, which dominate a model of a few microseconds), in inference."""
     model, inputs = make()
     model.eval()
     backend = compile_backend.make_backend(rules=rules, validate="strict", **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
+    captured = torch.compile(model, backend="eager")
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         compiled(*inputs)
+        captured(*inputs)
     calls = fused_calls(backend, FUSED)
     ms = interleaved_ms({"eager": _inference(lambda: model(*inputs)),
+                         "dynamo": _inference(lambda: captured(*inputs)),
                          "ours": _inference(lambda: compiled(*inputs))}, repeat)
     return {"fused": ", ".join(f"{_SHORT.get(op, op)} x{n}" for op, n in calls.items() if n)
             or "-",
             "ours/eager": f"{ms['ours'] / ms['eager']:.2f}",
-            "ms eager/ours": f"{ms['eager']:.3f}/{ms['ours']:.3f}"}
+            "ours/dynamo": f"{ms['ours'] / ms['dynamo']:.2f}",
+            "ms eager/dynamo/ours": f"{ms['eager']:.3f}/{ms['dynamo']:.3f}/{ms['ours']:.3f}"}
 
 
 def main() -> None:
@@ -145,17 +261,24 @@ def main() -> None:
     torch.set_num_threads(1)
     rules = load_rules("all")
     columns = ("compile", "train") if args.train else ("compile",)
-    table = SweepTable("model", ("export", *columns, "fused", "ours/eager", "ms eager/ours"))
+    table = SweepTable("model", ("export", *columns, "fused", "ours/eager", "ours/dynamo",
+                                 "ms eager/dynamo/ours"))
+    ratios: dict[str, list[float]] = {"ours/eager": [], "ours/dynamo": []}
     for name in args.models.split(","):
         torch.manual_seed(0)
         row = sweep_row(name, MODELS[name], rules, columns)
         if row.get("compile") == "ok":
             try:
                 row.update(timed_row(MODELS[name], rules, args.repeat))
+                for key, values in ratios.items():
+                    values.append(float(row[key]))
             except Exception as exc:  # noqa: BLE001 - a row of the table
                 row["fused"] = _error(exc, 80)
         table.add(name, row)
-    table.write(args.out, table.summary(len(args.models.split(",")), args.train))
+    means = "; ".join(f"{key} {statistics.geometric_mean(values):.2f} in geometric mean"
+                      for key, values in ratios.items() if values)
+    table.write(args.out, table.summary(len(args.models.split(",")), args.train)
+                + (f"; {means}" if means else ""))
 
 
 if __name__ == "__main__":
