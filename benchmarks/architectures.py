@@ -253,7 +253,10 @@ def _summary(fell: list[str], breaks: int) -> str:
 def _through_training(model_type: str, model, inputs, rules,
                        codegen: str | None = None) -> dict:
     """A training step through the backend (forward, a loss, backward): the loss and
-    every gradient equal eager's, float64-judged (benchmarks/models.py's ``train``)."""
+    every gradient equal eager's, float64-judged (benchmarks/models.py's ``train``); a
+    model without parameters (labml's FNet mixing) has nothing to train."""
+    if not any(p.requires_grad for p in model.parameters()):
+        return {"train": "no parameters"}
     case = Case(model_type, model, inputs, lambda batch, seq: inputs, "seq")
     try:
         row = run_train(case, rules, codegen)
