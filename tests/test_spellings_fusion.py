@@ -286,6 +286,13 @@ def sequence_first_attention(q, k, v, keep):
     return torch.einsum("ijbh,jbhd->ibhd", torch.softmax(scores, dim=1), v)
 
 
+def sequence_first_alibi_attention(q, k, v, keep, bias):
+    """labml's ALiBi: a (i, j, h) bias added to the sequence-first scores, then the mask."""
+    scores = torch.einsum("ibhd,jbhd->ijbh", q, k) * HS ** -0.5 + bias[:, :, None, :]
+    scores = scores.masked_fill(keep.unsqueeze(-1) == 0, float("-inf"))
+    return torch.einsum("ijbh,jbhd->ibhd", torch.softmax(scores, dim=1), v)
+
+
 def heads_last_attention(q, k, v):
     """Scores laid out (b, i, j, h), normalised over dim 2 (labml's DDPM U-Net)."""
     attn = torch.einsum("bihd,bjhd->bijh", q, k) * HS ** -0.5
@@ -388,7 +395,9 @@ CASES = {
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
         (permuted_key_attention, _qkv),
         (sequence_first_attention, lambda: (*_sequence_first(), _causal_keep()[..., None])),
-        (heads_last_attention, lambda: tuple(x.transpose(1, 2) for x in _qkv()))],
+        (heads_last_attention, lambda: tuple(x.transpose(1, 2) for x in _qkv())),
+        (sequence_first_alibi_attention,
+         lambda: (*_sequence_first(), _causal_keep()[..., None], torch.randn(T, T, 4)))],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,
                                   gelu_tanh_cube, gelu_fast)],
     "silu": [(silu_product, _rows), (silu_division, _rows), (silu_reciprocal, _rows),

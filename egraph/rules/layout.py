@@ -199,22 +199,43 @@ def _softmax_before_permute(egraph, subst):
     return egraph.add_node("permute", [inner, subst["p"]])
 
 
+def _in_order_before(egraph, cid: int, p: tuple) -> int | None:
+    """Class ``cid`` (a tensor that broadcasts against ``permute(x, p)``) put in ``x``'s
+    order: given leading unit dims up to ``x``'s rank, then permuted by the inverse of
+    ``p``; None where its shape is unknown or its rank larger."""
+    shape = _shape(egraph, cid)
+    if shape is None or len(shape) > len(p):
+        return None
+    add_node = egraph.add_node
+    if len(shape) < len(p):
+        cid = add_node("reshape", [cid, add_node(literal((1,) * (len(p) - len(shape))
+                                                         + tuple(shape)))])
+    inverse = tuple(p.index(i) for i in range(len(p)))
+    return add_node("permute", [cid, add_node(literal(inverse))])
+
+
 def _fill_before_permute(egraph, subst):
     """``permute(x, p).masked_fill(m, c)`` is ``x.masked_fill(m', c)`` permuted by ``p``,
-    where ``m'`` is the mask (given leading unit dims up to ``x``'s rank) put back in
-    ``x``'s order by the inverse of ``p``."""
+    where ``m'`` is the mask put in ``x``'s order (:func:`_in_order_before`)."""
     p = _permutation(egraph, subst["p"])
-    shape = _shape(egraph, subst["m"])
-    if p is None or shape is None or len(shape) > len(p):
+    mask = None if p is None else _in_order_before(egraph, subst["m"], p)
+    if mask is None:
         return None
-    add_node, mask = egraph.add_node, subst["m"]
-    if len(shape) < len(p):
-        mask = add_node("reshape", [mask, add_node(literal(
-            (1,) * (len(p) - len(shape)) + tuple(shape)))])
-    inverse = tuple(p.index(i) for i in range(len(p)))
-    mask = add_node("permute", [mask, add_node(literal(inverse))])
-    return add_node("permute", [add_node("masked_fill", [subst["x"], mask, subst["c"]]),
-                                subst["p"]])
+    return egraph.add_node("permute", [
+        egraph.add_node("masked_fill", [subst["x"], mask, subst["c"]]), subst["p"]])
+
+
+def _add_before_permute(egraph, subst):
+    """``permute(x, p) + b`` is ``(x + b')`` permuted by ``p``, where ``b'`` is the tensor
+    ``b`` put in ``x``'s order (:func:`_in_order_before`): ALiBi's bias added to
+    sequence-first scores."""
+    p = _permutation(egraph, subst["p"])
+    if p is None or getattr(egraph.data(subst["b"]), "kind", None) != "tensor":
+        return None
+    bias = _in_order_before(egraph, subst["b"], p)
+    if bias is None:
+        return None
+    return egraph.add_node("permute", [egraph.add_node("add", [subst["x"], bias]), subst["p"]])
 
 
 def _last_two_swapped(egraph, subst):
@@ -358,6 +379,11 @@ RULES: list[LibraryRule] = [
          inputs={"x": (2, 3, 4, 5), "m": ((4, 5, 1, 1), "bool")},
          description="a fill of permuted values is the fill, with the mask put back in their "
                      "order, permuted"),
+    rule("add-permute", permute(x, p) + b, _add_before_permute,
+         example=(lambda x, b: x.permute(2, 3, 0, 1) + b, lambda x, b: b + x.permute(0, 3, 2, 1)),
+         inputs={"x": (2, 3, 4, 5), "b": (5, 1, 3)},
+         description="a tensor added to permuted values is added, put in their order, "
+                     "before the permute"),
     rule("matmul-permute-last-two", matmul(a, permute(x, p)), _last_two_swapped,
          example=lambda a, x: a @ x.permute(1, 2, 3, 0), inputs={"a": (3, 4, 6, 5),
                                                              "x": (2, 3, 4, 5)},
