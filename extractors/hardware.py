@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "linear", "conv1d", "conv2d", "sdpa"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa"}
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections

@@ -257,6 +257,22 @@ def contraction(kids, values, shapes) -> Interval:
     return _summed_products(kids, shapes[1][-1])
 
 
+def einsum_contraction(kids, values, shapes) -> Interval:
+    """A two-operand einsum: as many products summed per output element as the letters
+    no output dim keeps span (:func:`egraph.ops.einsum_plan.summed_count`).
+
+    >>> einsum_contraction([None, (0.0, 1.0), (-1.0, 1.0)], ["ij,jk->ik"],
+    ...                    [(2, 3), None, (2, 4), (4, 3)])
+    (-4.0, 4.0)
+    """
+    from egraph.ops.einsum_plan import summed_count
+
+    if shapes is None or len(kids) != 3:
+        return UNBOUNDED
+    count = summed_count(values[0], shapes[2:])
+    return UNBOUNDED if count is None else _summed_products(kids[1:], count)
+
+
 def grouped_contraction(kids, values, shapes) -> Interval:
     """Grouped matrix products (mixture-of-experts layers): each row is a contraction
     with its group's matrix, rows past the last group are zero.

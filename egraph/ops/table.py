@@ -28,6 +28,7 @@ from typing import Any
 
 from egraph import signs
 from egraph.dims import hints
+from egraph.ops import einsum_plan
 from egraph.ops import intervals as iv
 from egraph.signs import NEG, NONNEG, NONPOS, POS, ZERO
 
@@ -155,7 +156,7 @@ def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
     >>> sorted(names(kind="library", error="multilinear"))
-    ['conv1d', 'conv2d', 'grouped_mm', 'linear', 'matmul']
+    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul']
     """
     return frozenset(n for n, e in TABLE.items()
                      if all(getattr(e, k) == v for k, v in facts.items()))
@@ -277,6 +278,10 @@ def _has_bias(meta) -> bool:
 def _matmul_flops(n: int, kids: list) -> float:
     shape = _shape(kids[0])
     return 2.0 * n * (shape[-1] if shape else 0)
+
+
+def _einsum_flops(n: int, kids: list) -> float:
+    return einsum_plan.flops(getattr(kids[0], "value", None), [_shape(k) for k in kids[1:]])
 
 
 def _linear_flops(n: int, kids: list) -> float:
@@ -614,8 +619,14 @@ op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
 op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
    error="multilinear", interval=iv.contraction,
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
-   " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default"
-   " torch.einsum:einsum torch.functional.einsum:einsum aten.einsum.default:einsum",
+   " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
+   why={"triton": _NO_KERNEL})
+# einsum stays the source's one call beside the ops it is made of (the rule einsum-lower
+# adds them to its class, egraph.ops.einsum_plan plans them): extraction keeps the call where
+# no rule improves on them.
+op("einsum", "equation *operands", "library", attributes="equation", impl="torch.einsum",
+   flops=_einsum_flops, error="multilinear", interval=iv.einsum_contraction,
+   spell="torch.einsum torch.functional.einsum aten.einsum.default",
    why={"triton": _NO_KERNEL})
 op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    flops=_linear_flops, error="multilinear", interval=iv.contraction,

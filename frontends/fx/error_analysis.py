@@ -50,7 +50,7 @@ from frontends.fx.vocabulary import lower, module_op
 # How each op is treated (the op table's ``error`` rule), and the torch calls the vocabulary
 # does not model that the analysis still recognises by name.
 _RULES = {name: entry.error for name, entry in TABLE.items()}
-_RULES.update({"einsum": "multilinear", "addmm": "multilinear", "std": "mixing",
+_RULES.update({"addmm": "multilinear", "std": "mixing",
                "norm": "mixing", "MultiheadAttention": "mixing"})
 _EXACT = {n for n, r in _RULES.items() if r == "exact"}
 _MULTILINEAR = {n for n, r in _RULES.items() if r == "multilinear"}

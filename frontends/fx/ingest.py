@@ -1003,7 +1003,7 @@ class _Builder:
         destination = None if method else kwargs.pop("out", None)
         if node.target in _MOVES:
             args, kwargs = _on_own_device(node, args, kwargs)
-        lowered = lower(out_of_place(node), args, kwargs, method=method, shape=self._shape)
+        lowered = lower(out_of_place(node), args, kwargs, method=method)
         if lowered is None or (node.target in SCALAR_FUNCTIONS and not self._scalar(node.args)):
             if destination is not None:
                 raise UntraceableModel(
@@ -1048,12 +1048,6 @@ class _Builder:
                 if isinstance(n.op, tuple) and n.op[0] == "dtype":
                     return getattr(torch, n.op[1])
         return arg
-
-    def _shape(self, arg) -> tuple | None:
-        """The shape of a tensor argument where it is known."""
-        cid = self.env.get(arg) if isinstance(arg, fx.Node) else None
-        meta = self.eg.data(cid) if isinstance(cid, int) else None
-        return getattr(meta, "shape", None) if getattr(meta, "kind", None) == "tensor" else None
 
     def _scalar(self, args) -> bool:
         """True when every argument is a Python number or a class known to hold one."""

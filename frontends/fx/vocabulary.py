@@ -18,7 +18,6 @@ value is an FX argument, a Python constant, or a nested canonical expression.
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -250,188 +249,18 @@ def _matmul(input, other):
     return ("matmul", [input, other])
 
 
-def _einsum(equation, *operands, path=None, shapes=None):
-    """``torch.einsum`` (research code's attention, rotary tables) as the ops it is made
-    of, so that the rules see them: one operand permuted and summed; two operands as a
-    (batched) ``matmul`` between permutes, or a broadcast ``mul`` where nothing is
-    contracted (an outer product). Where an operand has several free or contracted
-    letters, they are flattened into one dim by a reshape, which needs the operands'
-    ``shapes`` (from :func:`_einsum_read`). Other equations (a repeated letter, shapes
-    unknown where letters must be flattened, three operands, an ellipsis ``lower`` could
-    not write as letters) stay the source's call.
+def _einsum(equation, *operands, path=None):
+    """``torch.einsum`` (and aten's, whose operands come as a list): the ``einsum`` op,
+    its equation without spaces. The rule ``einsum-lower`` adds the ops it is made of.
 
     >>> _einsum("b h i d, b h j d -> b h i j", "q", "k")
-    ('matmul', ['q', ('permute', ['k', (0, 1, 3, 2)])])
-    >>> _einsum("i,j->ij", "t", "f")
-    ('mul', [('unsqueeze', ['t', 1]), ('unsqueeze', ['f', 0])])
-    >>> _einsum("ibhd,jhd->ijbh", "q", "p", shapes=((5, 2, 4, 8), (7, 4, 8)))[0]
-    'permute'
+    ('einsum', ['bhid,bhjd->bhij', 'q', 'k'])
     """
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    if not isinstance(equation, str) or "." in equation or len(operands) not in (1, 2):
-        raise _Unsupported(f"einsum {equation!r} of {len(operands)} operands")
-    spec = equation.replace(" ", "")
-    inputs, arrow, out = spec.partition("->")
-    terms = inputs.split(",")
-    if not arrow:  # (implicit output: the letters met once, in alphabetical order)
-        letters = "".join(terms)
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    if len(terms) != len(operands) or any(len(set(t)) != len(t) for t in [*terms, out]) or (
-            set(out) - set("".join(terms))):
-        raise _Unsupported(f"einsum {equation!r}: a repeated or unknown letter")
-    summed = [_summed_out(x, t, out + "".join(terms[:i] + terms[i + 1:]))
-              for i, (x, t) in enumerate(zip(operands, terms))]
-    if len(operands) == 1:
-        x, term = summed[0]
-        return _ordered(x, term, out)
-    (a, ta), (b, tb) = summed
-    batch = [c for c in ta if c in tb and c in out]
-    left = [c for c in ta if c not in tb]
-    right = [c for c in tb if c not in ta]
-    inner = [c for c in ta if c in tb and c not in out]
-    # One operand's free letters ahead of every shared one are batch dims that the other
-    # operand broadcasts over ("bnd,de->bne", "ABij,Bjk->ABik" from an ellipsis), where
-    # the other has no batch dims of its own: torch.matmul folds them into the rows then.
-    # Otherwise they are flattened into the rows ("ibhd,jhd->ijbh", Transformer-XL's
-    # relative scores: one matmul per head, not one per (i, h) of two rows each).
-    lead_a = _leading(left, ta, batch)
-    lead_b = [] if lead_a else _leading(right, tb, batch)
-    if (len(left) - len(lead_a) > 1 or len(right) - len(lead_b) > 1 or len(inner) > 1
-            or (lead_a or lead_b) and batch):
-        sizes = _sizes(shapes, terms, (ta, tb), inner)
-        if sizes is None:
-            raise _Unsupported(f"einsum {equation!r}: letters to flatten, of unknown sizes")
-        return _flattened_product(a, ta, b, tb, out, batch, left, right, inner, sizes)
-    left, right = left[len(lead_a):], right[len(lead_b):]
-    # a as (lead, batch, left, inner), b as (lead, batch, inner, right); a missing letter
-    # is a dim of 1
-    a = _arranged(a, ta, lead_a + batch, [left, inner])
-    b = _arranged(b, tb, lead_b + batch, [inner, right])
-    lead = lead_a + lead_b
-    # (nothing contracted: an outer or elementwise product, (.., l, 1) * (.., 1, r))
-    product = ("matmul" if inner else "mul", [a, b])
-    rank = len(batch) + len(lead) + 2
-    term = "".join(lead + batch) + (left[0] if left else "_") + (right[0] if right else "^")
-    for dim, kept in ((rank - 1, right), (rank - 2, left)):
-        if not kept:
-            product = ("squeeze", [product, dim])
-    return _ordered(product, term.replace("_", "").replace("^", ""), out)
-
-
-def _einsum_read(args: tuple, kwargs: dict, shape: Callable[[Any], tuple | None]
-                 ) -> tuple[tuple, dict]:
-    """An einsum's arguments with the ellipsis of its equation written as letters, from
-    the operands' ranks (right-aligned, as einsum broadcasts them), so that ``_einsum``
-    lowers ``"...id,...jd->...ij"`` as it lowers ``"bhid,bhjd->bhij"``; and the operands'
-    ``shapes``, for letters it flattens. The equation is unchanged where a rank is
-    unknown, or where the output drops the ellipsis (a sum over dims that einsum would
-    broadcast first).
-
-    >>> _einsum_read(("...id,...jd->...ij", "q", "k"), {}, lambda x: (2, 3, 5, 8))
-    (('ABid,ABjd->ABij', 'q', 'k'), {'shapes': ((2, 3, 5, 8), (2, 3, 5, 8))})
-    >>> _einsum_read(("..., f -> ... f", "t", "f"), {}, {"t": (6,), "f": (4,)}.get)[0][0]
-    'A,f->Af'
-    """
-    equation, *operands = args
-    listed = len(operands) == 1 and isinstance(operands[0], (list, tuple))
-    tensors = list(operands[0]) if listed else operands
     if not isinstance(equation, str):
-        return args, kwargs
-    spec = equation.replace(" ", "")
-    inputs, arrow, out = spec.partition("->")
-    terms = inputs.split(",")
-    shapes = [shape(x) for x in tensors]
-    if len(terms) != len(tensors) or None in shapes:
-        return args, kwargs
-    if "..." in spec:
-        if arrow and "..." not in out:
-            return args, kwargs
-        covered = [len(sh) - len(t.replace("...", "")) if "..." in t else 0
-                   for t, sh in zip(terms, shapes)]
-        free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
-        widest = max(covered)
-        if min(covered) < 0 or widest > len(free):
-            return args, kwargs
-        letters = "".join(free[:widest])
-        terms = [t.replace("...", letters[widest - n:]) for t, n in zip(terms, covered)]
-        if arrow:
-            out = out.replace("...", letters)
-        else:  # (implicit output: the ellipsis, then the letters met once, in order)
-            met = "".join(terms).replace(letters, "")
-            out = letters + "".join(sorted(c for c in set(met) if met.count(c) == 1))
-        args = (",".join(terms) + "->" + out, *operands)
-    return args, {**kwargs, "shapes": tuple(shapes)}
-
-
-def _sizes(shapes, terms: list[str], kept: tuple[str, str], inner: list[str]
-           ) -> tuple[dict, dict] | None:
-    """Each operand's sizes by letter (of its ``terms``; the letters ``kept`` after
-    summing), where both shapes are known ints and the contracted letters agree; else
-    None."""
-    if shapes is None or len(shapes) != 2:
-        return None
-    sizes = []
-    for shape, term, letters in zip(shapes, terms, kept):
-        if shape is None or len(shape) != len(term) or not all(type(n) is int for n in shape):
-            return None
-        sizes.append({c: n for c, n in zip(term, shape) if c in letters})
-    return None if any(sizes[0][c] != sizes[1][c] for c in inner) else tuple(sizes)
-
-
-def _flattened_product(a, ta: str, b, tb: str, out: str, batch: list[str], left: list[str],
-                       right: list[str], inner: list[str], sizes: tuple[dict, dict]):
-    """``a`` and ``b`` as (batch..., rows, inner) and (batch..., inner, columns), each
-    group of letters flattened into one dim, multiplied, and the rows and columns split
-    back into their letters: einsum's own plan, for operands of known ``sizes`` (a batch
-    dim of 1 broadcasts, as in einsum)."""
-    def flat(x, term: str, own: dict, groups: list[list[str]]):
-        x = _arranged(x, term, batch, groups)
-        shape = (*(own[c] for c in batch), *(math.prod(own[c] for c in g) for g in groups))
-        return ("reshape", [x, shape])
-    rows, columns = [c for c in ta if c in left], [c for c in tb if c in right]
-    product = ("matmul" if inner else "mul", [
-        flat(a, ta, sizes[0], [rows, inner] if inner else [rows, []]),
-        flat(b, tb, sizes[1], [inner, columns] if inner else [[], columns])])
-    whole = (*(max(sizes[0][c], sizes[1][c]) for c in batch), *(sizes[0][c] for c in rows),
-             *(sizes[1][c] for c in columns))
-    letters = batch + rows + columns
-    product = ("reshape", [product, whole])
-    return _ordered(product, "".join(letters), out)
-
-
-def _leading(free: list[str], term: str, batch: list[str]) -> list[str]:
-    """All but the last of an operand's ``free`` letters, where they all come before its
-    ``batch`` letters in ``term`` (so they lead its dims); else none."""
-    first_batch = min((term.index(c) for c in batch), default=len(term))
-    lead = free[:-1]
-    return lead if all(term.index(c) < first_batch for c in lead) else []
-
-
-def _summed_out(x, term: str, kept: str) -> tuple[Any, str]:
-    """Sum away the letters of ``term`` that ``kept`` (the output's and the other
-    operands') does not hold."""
-    gone = [i for i, c in enumerate(term) if c not in kept]
-    if not gone:
-        return x, term
-    return ("sum", [x, gone, False]), "".join(c for c in term if c in kept)
-
-
-def _arranged(x, term: str, batch: list[str], last: list[list[str]]):
-    """``x`` permuted to (batch..., *last), with a dim of 1 for each empty group."""
-    perm = tuple(term.index(c) for c in batch + [c for g in last for c in g])
-    if perm != tuple(range(len(term))):
-        x = ("permute", [x, perm])
-    for position, group in enumerate(last):
-        if not group:
-            x = ("unsqueeze", [x, len(batch) + position])
-    return x
-
-
-def _ordered(x, term: str, out: str):
-    """``x``, whose dims are the letters of ``term``, permuted to the output's order."""
-    perm = tuple(term.index(c) for c in out)
-    return x if perm == tuple(range(len(term))) else ("permute", [x, perm])
+        raise _Unsupported(f"einsum of the equation {equation!r}")
+    return ("einsum", [equation.replace(" ", ""), *operands])
 
 
 def _linear(input, weight, bias=None):
@@ -919,24 +748,13 @@ def module_op(module: torch.nn.Module) -> tuple[str, Module] | None:
     return None
 
 
-# Lowerings that read their operands' shapes: each rewrites the call's arguments given them.
-_WITH_SHAPES: dict[Callable[..., Lowered], Callable[[tuple, dict, Callable],
-                                                    tuple[tuple, dict]]] = {
-    _einsum: _einsum_read}
-
-
-def lower(target, args: tuple, kwargs: dict, method: bool = False,
-          shape: Callable[[Any], tuple | None] | None = None) -> Lowered | None:
-    """The canonical expression of a call, or None if the vocabulary does not model it.
-    ``shape`` gives an argument's shape where known (an einsum's ellipsis needs the
-    ranks, and its letters flattened into one dim their sizes)."""
+def lower(target, args: tuple, kwargs: dict, method: bool = False) -> Lowered | None:
+    """The canonical expression of a call, or None if the vocabulary does not model it."""
     fn = METHODS.get(target) if method else SPELLINGS.get(target)
     if fn is None and isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         fn = OPERATORS_BY_NAME.get(str(target))
     if fn is None or (not method and target in IMPURE):
         return None
-    if fn in _WITH_SHAPES and shape is not None:
-        args, kwargs = _WITH_SHAPES[fn](args, kwargs, shape)
     try:
         result = fn(*args, **kwargs)
     except (_Unsupported, TypeError):
