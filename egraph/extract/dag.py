@@ -204,15 +204,18 @@ class _LocalSearch:
             if sum(gain for gain, _ in best.values()) > price + self.epsilon:
                 plans.append(sorted((c, n) for c, (_, n) in best.items()))
         changed = False
+        # (the order changes only where a move is kept: a move undone leaves it as it was)
+        position = self._positions()
         for plan in sorted(plans):
-            saved = (list(self.pick), list(self.refs), self.total)
+            saved = (list(self.pick), list(self.refs), self.total, position)
             for i, (c, n) in enumerate(plan):
-                if self.refs[c] and self.pick[c] != n:
-                    self._move(c, n, self._positions(), keep_if_worse=i == 0)
+                if self.refs[c] and self.pick[c] != n and self._move(
+                        c, n, position, keep_if_worse=i == 0):
+                    position = self._positions()
             if self.total < saved[2] - self.epsilon:
                 changed = True
             else:
-                self.pick, self.refs, self.total = saved
+                self.pick, self.refs, self.total, position = saved
         if changed:
             self.descend()
 
