@@ -299,6 +299,25 @@ def heads_last_attention(q, k, v):
     return torch.einsum("bijh,bjhd->bihd", attn.softmax(dim=2), v)
 
 
+def _rotary(x):
+    """A rotary embedding over positions, rotating the halves of the head dim."""
+    angles = torch.arange(x.shape[-2])[:, None] * 0.5 ** torch.arange(x.shape[-1] // 2)
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    first, second = x.chunk(2, -1)
+    return x * cos + torch.cat([-second, first], -1) * sin
+
+
+def local_attention_fills(q, k, v, keep):
+    """lucidrains' local-attention: the scale on the query before its rotary embedding,
+    so the scores carry none; the causal mask, then the padding mask, each filled with
+    -finfo.max."""
+    q, k = _rotary(q * HS ** -0.5), _rotary(k)
+    sim = torch.einsum("b h i d, b h j d -> b h i j", q, k)
+    fill = -torch.finfo(torch.float32).max
+    sim = sim.masked_fill(~_causal_keep(), fill).masked_fill(~keep.bool(), fill)
+    return torch.einsum("b h i j, b h j d -> b h i d", sim.softmax(dim=-1), v)
+
+
 def _sequence_first():
     return tuple(torch.randn(T, 2, 4, HS) for _ in range(3))
 
@@ -396,6 +415,7 @@ CASES = {
         (permuted_key_attention, _qkv),
         (sequence_first_attention, lambda: (*_sequence_first(), _causal_keep()[..., None])),
         (heads_last_attention, lambda: tuple(x.transpose(1, 2) for x in _qkv())),
+        (local_attention_fills, lambda: (*_qkv(), _padding())),
         (sequence_first_alibi_attention,
          lambda: (*_sequence_first(), _causal_keep()[..., None], torch.randn(T, T, 4)))],
     "gelu": [(f, _rows) for f in (gelu_hf_python, gelu_erf_times, gelu_nanogpt,

@@ -16,6 +16,7 @@ import math
 from egraph.ops import (
     abs,
     bitwise_not,
+    bitwise_or,
     eq,
     exp,
     expand,
@@ -343,6 +344,12 @@ RULES: list[LibraryRule] = [
     rule("not-not", bitwise_not(bitwise_not(m)), m, when=boolean(m),
          example=lambda m: ~~m, inputs={"m": ((4, 8), "bool")},
          description="~~m = m for a bool mask"),
+    rule("fill-twice", masked_fill(masked_fill(a, m, c), n, c), masked_fill(a, bitwise_or(m, n), c),
+         when=all_of(boolean(m), boolean(n), scalar(c)),
+         example=lambda a, m, n: a.masked_fill(m, -1e9).masked_fill(n, -1e9),
+         inputs={"a": (2, 4, 8), "m": ((4, 8), "bool"), "n": ((2, 1, 8), "bool")},
+         description="two fills with one value are one fill where either mask is set "
+                     "(local-attention's causal, then padding, mask)"),
     rule("not-eq", bitwise_not(eq(a, b)), ne(a, b), example=lambda a, b: ~(a == b),
          inputs={"a": ((4, 8), "index:2"), "b": ((4, 8), "index:2")},
          description="~(a == b) is a != b"),

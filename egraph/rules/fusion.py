@@ -462,6 +462,13 @@ RULES: list[LibraryRule] = [
                 lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
                                                  .masked_fill(m, -1e9), -1) @ v),
                when=(_drops, boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
+    _attention("sdpa-masked-unscaled", masked_fill(QK, m, c), _sdpa("dropped", False,
+                                                                 scaled=False),
+               "scores without a scale (it went on the query before a rotary embedding) "
+               "filled where a bool mask is set: sdpa with scale 1",
+               lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1))
+                                                .masked_fill(m, -3.4028234663852886e38), -1) @ v,
+               when=(_drops, boolean(m), _mask_fits), inputs={"m": ((2, 1, 1, 6), "bool")}),
     _attention("sdpa-masked-bias", masked_fill(QK * s + p, m, c), _sdpa("biased", False),
                "a bias (ALiBi) added to the scores, then a bool mask's fill: sdpa with the bias "
                "as its float mask, -inf where dropped",
