@@ -608,6 +608,54 @@ def test_a_fill_too_small_to_drop_a_key_stays_written_out():
     assert "scaled_dot_product_attention" not in opt.code
 
 
+class DetrSelfAttention(nn.Module):
+    """DETR's encoder layer calls ``nn.MultiheadAttention`` with the module's default,
+    ``need_weights=True``, and keeps only the output."""
+
+    def __init__(self, dropout: float = 0.0, weights: bool = False):
+        super().__init__()
+        self.attn, self.weights = nn.MultiheadAttention(16, 4, dropout=dropout), weights
+
+    def forward(self, src, pos):
+        out = self.attn(src + pos, src + pos, value=src)
+        return out if self.weights else out[0]
+
+
+def _asked_for_weights(backend) -> list[bool]:
+    import inspect
+
+    asked = []
+    for compiled in backend.cache.values():
+        for node in compiled.module.graph.nodes:
+            if node.target is F.multi_head_attention_forward:
+                bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+                bound.apply_defaults()
+                asked.append(bound.arguments["need_weights"])
+    return asked
+
+
+@pytest.mark.parametrize("dropout, training, weights, asked", [
+    (0.1, False, False, False), (0.0, True, False, False),
+    (0.1, True, False, True), (0.0, False, True, True)])
+def test_multihead_attention_weights_no_one_reads_are_not_computed(dropout, training,
+                                                                   weights, asked):
+    """Through torch.compile, where the graph reads only the output of
+    ``nn.MultiheadAttention``, it is called with ``need_weights=False`` (torch then runs
+    sdpa rather than the scores written out and averaged): in eval mode, or training
+    without dropout. Kept asked where the weights are read, or where dropout draws its
+    random numbers in training (the two paths draw them differently)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = DetrSelfAttention(dropout, weights).train(training)
+    src, pos = torch.randn(12, 2, 16), torch.randn(12, 2, 16)
+    backend = make_backend(validate="raise")
+    torch.manual_seed(1)
+    got = torch.compile(model, backend=backend)(src, pos)
+    assert _asked_for_weights(backend) == [asked]
+    if not (training and dropout):
+        torch.testing.assert_close(got, model(src, pos), rtol=1e-4, atol=1e-5)
+
+
 def test_attention_through_torch_compile_reaches_sdpa():
     """Through dynamo and aot_autograd a batched matmul arrives as reshape, bmm, reshape and
     the buffer as an input: nanoGPT's attention still becomes one sdpa call."""

@@ -22,8 +22,10 @@ the result).
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import math
+import operator
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -826,6 +828,8 @@ class _Builder:
 
         args = fx.node.map_aggregate(node.args, mark)
         kwargs = fx.node.map_aggregate(node.kwargs, mark)
+        if node.target is F.multi_head_attention_forward:
+            args, kwargs = _weights_unasked(node, args, kwargs)
         if pure:
             token = f"{node.target}{args!r}{sorted(kwargs.items())!r}"
         self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name,
@@ -1478,6 +1482,30 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
     output.args = (tuple(kept),)
     gm.recompile()
     return gm
+
+
+def _weights_unasked(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``'s
+    call, which dynamo keeps as one) with ``need_weights=False`` where it asks for the
+    attention weights (the module's default) and the graph reads only the output: asked
+    without them, torch runs sdpa rather than the scores written out and averaged over the
+    heads (DETR's layers call the module so). Unchanged where dropout draws random numbers
+    (training with ``dropout_p > 0``: the two paths draw them differently)."""
+    if not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0
+               for u in node.users):
+        return args, kwargs
+    try:
+        bound = inspect.signature(F.multi_head_attention_forward).bind(*args, **kwargs)
+    except TypeError:
+        return args, kwargs
+    bound.apply_defaults()
+    given = bound.arguments
+    dropout = given["dropout_p"]
+    if given["need_weights"] is not True or not isinstance(dropout, (int, float)) or (
+            given["training"] is not False and dropout > 0):
+        return args, kwargs
+    given["need_weights"] = False
+    return bound.args, bound.kwargs
 
 
 def _lifted_constants(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
