@@ -610,15 +610,17 @@ def test_a_fill_too_small_to_drop_a_key_stays_written_out():
 
 class DetrSelfAttention(nn.Module):
     """DETR's encoder layer calls ``nn.MultiheadAttention`` with the module's default,
-    ``need_weights=True``, and keeps only the output."""
+    ``need_weights=True``, and keeps only the output; WavLM's also views the weights."""
 
     def __init__(self, dropout: float = 0.0, weights: bool = False):
         super().__init__()
         self.attn, self.weights = nn.MultiheadAttention(16, 4, dropout=dropout), weights
 
     def forward(self, src, pos):
-        out = self.attn(src + pos, src + pos, value=src)
-        return out if self.weights else out[0]
+        out, weights = self.attn(src + pos, src + pos, value=src)
+        # (WavLM's view of the weights per head, which its caller drops)
+        per_head = weights[:, None].broadcast_to(weights.shape[:1] + (4,) + weights.shape[1:])
+        return (out, per_head) if self.weights else out
 
 
 def _asked_for_weights(backend) -> list[bool]:

@@ -1487,12 +1487,13 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
 def _weights_unasked(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The arguments of ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``'s
     call, which dynamo keeps as one) with ``need_weights=False`` where it asks for the
-    attention weights (the module's default) and the graph reads only the output: asked
+    attention weights (the module's default) and the graph reads only the output
+    (:func:`_unread`: WavLM's dead views of the weights do not count): asked
     without them, torch runs sdpa rather than the scores written out and averaged over the
     heads (DETR's layers call the module so). Unchanged where dropout draws random numbers
     (training with ``dropout_p > 0``: the two paths draw them differently)."""
-    if not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0
-               for u in node.users):
+    if not all(u.op == "call_function" and u.target is operator.getitem and (
+            u.args[1] == 0 or u.args[1] == 1 and _unread(u)) for u in node.users):
         return args, kwargs
     try:
         bound = inspect.signature(F.multi_head_attention_forward).bind(*args, **kwargs)
@@ -1506,6 +1507,20 @@ def _weights_unasked(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, d
         return args, kwargs
     given["need_weights"] = False
     return bound.args, bound.kwargs
+
+
+def _unread(node: fx.Node) -> bool:
+    """Whether no value the graph returns or an effect it has depends on ``node``: its
+    users, and theirs, are pure (WavLM views the weights it does not return)."""
+    stack, seen = [node], {node}
+    while stack:
+        for user in stack.pop().users:
+            if user.op == "output" or user.is_impure() or str(user.target).endswith("_"):
+                return False
+            if user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return True
 
 
 def _lifted_constants(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
