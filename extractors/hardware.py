@@ -147,7 +147,7 @@ HARDWARE: dict[str, Hardware] = {
     # in cache, 11.1 GB/s copy of 128 MiB (6.1 in an earlier round, 10.4-12.1 in three runs
     # of this one), 2.5 us per op (merged matrix products: see above).
     "cpu": Hardware("cpu", 48.8e9, 48.8e9, 12.2e9, 11.1e9, 2.5e-6, composite=(
-        ("rms_norm", 7, 4), ("logsumexp", 10, 4)), cache_bytes=CACHE_BYTES,
+        ("rms_norm", 7, 4), ("logsumexp", 10, 4), ("einsum", 3, 1)), cache_bytes=CACHE_BYTES,
         cache_bandwidth=44.8e9, element_seconds=(
             ("exp", 1.09e-9), ("log", 1.35e-9), ("tanh", 3.93e-9), ("sigmoid", 1.20e-9),
             ("silu", 1.34e-9), ("gelu", 1.31e-9), ("gelu:tanh", 4.07e-9), ("erf", 1.66e-9),
@@ -173,6 +173,11 @@ HARDWARE: dict[str, Hardware] = {
 # corpus Llama's training step: 5.97 ms with it, 5.44 ms without). logsumexp takes 26.8,
 # 294 and 8,949 us against 16.0, 241 and 5,465 us for log(sum(exp(x))): its max shift
 # costs two passes more (it stays the choice where accuracy is the objective).
+# torch.einsum plans its equation and calls permutes, reshapes and bmm itself: at
+# (2, 4, 8, 16) 'bhid,bhjd->bhij' takes 12.7 us against 6.1 us for the matmul of a
+# transposed view, capsule routing's 'bjm,bijm->bij' at (2, 10, 16), (2, 32, 10, 16) 21.0
+# us against 17.5 us for its unsqueeze, permutes, matmul and squeeze (each view 0.7-0.8
+# us): two launches more than the matmul it makes.
 # sdpa (the flash kernel for the CPU, one call) takes 12.5 us at (2, 4, 8, 16), where its
 # arithmetic takes 0.1 us: 10 us of setup beyond a launch. Eager's five ops written out take
 # 19.4 us there (sdpa stays the choice); in Inductor's code (two bmm and one fused softmax

@@ -1,8 +1,8 @@
 """``einsum`` equations: read (spaces, the implicit output, an ellipsis written as letters
 from the operands' ranks) and planned as the ops they are made of, for the ``einsum``
-op's cost and for the rule that lowers it (``einsum-lower``). Pure Python: an expression
-is ``(op, [arguments])``, an argument an operand (whatever the caller passed), a Python
-value or a nested expression.
+op's cost and for the rules that lower it (``einsum-product``, ``einsum-sum``). Pure
+Python: an expression is ``(op, [arguments])``, an argument an operand (whatever the
+caller passed), a Python value or a nested expression.
 
 >>> plan("b h i d, b h j d -> b h i j", ("q", "k"), ((2, 3, 4, 8), (2, 3, 5, 8)))
 ('matmul', ['q', ('permute', ['k', (0, 1, 3, 2)])])

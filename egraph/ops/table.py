@@ -621,9 +621,10 @@ op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
    " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
    why={"triton": _NO_KERNEL})
-# einsum stays the source's one call beside the ops it is made of (the rule einsum-lower
-# adds them to its class, egraph.ops.einsum_plan plans them): extraction keeps the call where
-# no rule improves on them.
+# einsum stays the source's one call beside the ops it is made of (the rules einsum-product
+# and einsum-sum add them to its class, egraph.ops.einsum_plan plans them): extraction takes
+# whichever the cost model prices lower (on the CPU the ops: einsum's own planning costs two
+# launches), and the call where no plan exists (a diagonal, sizes that vary).
 op("einsum", "equation *operands", "library", attributes="equation", impl="torch.einsum",
    flops=_einsum_flops, error="multilinear", interval=iv.einsum_contraction,
    spell="torch.einsum torch.functional.einsum aten.einsum.default",

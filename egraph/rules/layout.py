@@ -293,7 +293,7 @@ def _added(egraph, expr) -> int:
 def _einsum_lowered(egraph, subst):
     """The ops ``einsum(e, a[, b])`` is made of (:func:`egraph.ops.einsum_plan.plan`):
     permutes, sums, reshapes and a matmul or mul, which the attention and layout rules
-    read. The call stays in the class: extraction keeps it where nothing improves on it."""
+    read. The call stays in the class, for the cost model to weigh against them."""
     operands = [subst[v] for v in ("a", "b") if v in subst]
     expr = plan(value_of(egraph, subst["e"]), [_Operand(c) for c in operands],
                 [_shape(egraph, c) for c in operands])

@@ -251,7 +251,8 @@ def _matmul(input, other):
 
 def _einsum(equation, *operands, path=None):
     """``torch.einsum`` (and aten's, whose operands come as a list): the ``einsum`` op,
-    its equation without spaces. The rule ``einsum-lower`` adds the ops it is made of.
+    its equation without spaces. The rules ``einsum-product`` and ``einsum-sum`` add the ops
+    it is made of.
 
     >>> _einsum("b h i d, b h j d -> b h i j", "q", "k")
     ('einsum', ['bhid,bhjd->bhij', 'q', 'k'])
