@@ -170,7 +170,13 @@ def _flattened_product(a, ta: str, b, tb: str, out: str, batch: list[str], left:
                        right: list[str], inner: list[str], sizes: list[dict]):
     """``a`` and ``b`` as (batch..., rows, inner) and (batch..., inner, columns), each
     group of letters flattened into one dim, multiplied, and the rows and columns split
-    back into their letters (a batch dim of 1 broadcasts, as in einsum)."""
+    back into their letters (a batch dim of 1 broadcasts, as in einsum). The operand
+    whose letter ends the output gives the columns, so that the result's last dim is the
+    product's own last: capsule routing's 'ijnm,bin->bijm' made (i, j m, b) and left a
+    result whose every later use copied it (1.17 times eager's time, against 0.98)."""
+    if out[-1:] and out[-1] in left:
+        return _flattened_product(b, tb, a, ta, out, batch, right, left, inner, sizes[::-1])
+
     def flat(x, term: str, own: dict, groups: list[list[str]]):
         x = _arranged(x, term, batch, groups)
         shape = (*(own[c] for c in batch), *(math.prod(own[c] for c in g) for g in groups))
