@@ -1,6 +1,8 @@
-"""Layout: transposes, permutes, reshapes and expands that cancel or compose; splits of
-concatenations that cancel, and ops sharing an input merged into one on concatenated
-weights (TENSAT's operator merging, :data:`egraph.rules.tensat.MERGING`).
+"""Layout: transposes, permutes, reshapes and expands that cancel or compose; a permute
+moved past the scale, fill, bias and softmax of attention scores (sequence-first code's);
+an einsum as the permutes, reshapes and matmul it is made of; splits of concatenations
+that cancel, and ops sharing an input merged into one on concatenated weights (TENSAT's
+operator merging, :data:`egraph.rules.tensat.MERGING`).
 
 >>> next(r for r in RULES if r.name == "reshape-reshape").rewrite
 Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)')
@@ -187,17 +189,26 @@ def _permutation(egraph, cid) -> tuple | None:
     return p if sorted(p) == list(range(n)) else None
 
 
+def _dim_before(egraph, cid: int, p: tuple) -> int | None:
+    """The dim that the one dim class ``cid`` names (a softmax's) held before the
+    permute ``p``; None where ``cid`` is not one dim."""
+    dims = value_of(egraph, cid)
+    if not isinstance(dims, tuple) or len(dims) != 1 or type(
+            dims[0]) is not int or not -len(p) <= dims[0] < len(p):
+        return None
+    return p[dims[0] % len(p)]
+
+
 def _softmax_before_permute(egraph, subst):
     """``softmax(permute(x, p), d)`` is ``permute(softmax(x, p[d]), p)``: the softmax runs
     over the same elements, named by the dim they held before the permute (einsum
     attention in sequence-first layout, ``'ijbh'`` scores normalised over ``j`` at dim 1,
     reaches the attention rules so)."""
-    p, dims = _permutation(egraph, subst["p"]), value_of(egraph, subst["d"])
-    if p is None or not isinstance(dims, tuple) or len(dims) != 1 or type(
-            dims[0]) is not int or not -len(p) <= dims[0] < len(p):
+    p = _permutation(egraph, subst["p"])
+    dim = None if p is None else _dim_before(egraph, subst["d"], p)
+    if dim is None:
         return None
-    inner = egraph.add_node("softmax", [subst["x"],
-                                        egraph.add_node(literal((p[dims[0] % len(p)],)))])
+    inner = egraph.add_node("softmax", [subst["x"], egraph.add_node(literal((dim,)))])
     return egraph.add_node("permute", [inner, subst["p"]])
 
 
@@ -244,11 +255,10 @@ def _biased_before_permute(op: str):
         add_node = egraph.add_node
         scores = add_node("add", [subst["x"], bias])
         if op == "softmax":
-            dims = value_of(egraph, subst["d"])
-            if not isinstance(dims, tuple) or len(dims) != 1 or type(
-                    dims[0]) is not int or not -len(p) <= dims[0] < len(p):
+            dim = _dim_before(egraph, subst["d"], p)
+            if dim is None:
                 return None
-            inner = add_node("softmax", [scores, add_node(literal((p[dims[0] % len(p)],)))])
+            inner = add_node("softmax", [scores, add_node(literal((dim,)))])
         else:
             mask = _in_order_before(egraph, subst["m"], p)
             if mask is None:
