@@ -4,8 +4,9 @@ whose attention is written with ``einsum``, an ellipsis, masks filled with ``-fi
 and rotary tables made under ``autocast(enabled=False)`` (so torch.compile hands the graph
 over through aot_autograd, which decomposes each einsum); labml's annotated implementations
 (sequence-first attention normalised over dim 1, Transformer-XL's relative scores, ALiBi,
-RoPE, Primer, AFT, gMLP, FNet, the DDPM U-Net, capsule routing); and torch.nn's own
-Transformer layers.
+RoPE, Primer, AFT, gMLP, FNet, the DDPM U-Net, capsule routing); torch.nn's own
+Transformer layers, and DETR's encoder layer (``nn.MultiheadAttention`` asked for the
+weights it drops).
 
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
         einops einx frozendict loguru torch-einops-utils perceiver-pytorch conformer \
@@ -165,6 +166,26 @@ class TorchTransformer(nn.Module):
         return self.model(source, target, tgt_mask=mask, tgt_is_causal=True)
 
 
+class DetrEncoderLayer(nn.Module):
+    """DETR's encoder layer (``forward_post`` of its models/transformer.py) at its own
+    sizes (hidden 256, 8 heads, feed-forward 2048) on a 20 x 20 feature map: it calls
+    ``nn.MultiheadAttention`` with the module's default ``need_weights=True`` and keeps
+    only the output."""
+
+    def __init__(self, width: int = 256, heads: int = 8, hidden: int = 2048):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(width, heads, dropout=0.1)
+        self.linear1, self.linear2 = nn.Linear(width, hidden), nn.Linear(hidden, width)
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, src, pos):
+        q = k = src + pos
+        src = self.norm1(src + self.dropout(self.self_attn(q, k, value=src)[0]))
+        return self.norm2(src + self.dropout(self.linear2(self.dropout(
+            torch.relu(self.linear1(src))))))
+
+
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "xt_decoder": lambda: _x_transformers("Decoder"),
     "xt_decoder_rotary": lambda: _x_transformers("Decoder", rotary_pos_emb=True),
@@ -214,6 +235,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "torch_encoder": lambda: (nn.TransformerEncoder(
         nn.TransformerEncoderLayer(DIM, HEADS, 2 * DIM, dropout=0.0, batch_first=True), DEPTH,
         enable_nested_tensor=False), (_random(2, SEQ, DIM),)),
+    "detr_encoder": lambda: (DetrEncoderLayer(), (_random(400, 2, 256), _random(400, 2, 256))),
     "torch_transformer": lambda: (TorchTransformer(),
                                   (_random(2, SEQ, DIM), _random(2, SEQ // 2, DIM))),
 }
