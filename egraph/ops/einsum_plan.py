@@ -79,6 +79,18 @@ def _sizes(terms: list[str], shapes: Sequence[tuple | None]) -> list[dict] | Non
     return sizes
 
 
+def _letters(equation: Any, shapes: Sequence[tuple | None]
+             ) -> tuple[list[str], str, dict[str, int]] | None:
+    """The terms, the output and each letter's size (the largest an operand gives it: a
+    size of 1 broadcasts), or None where the shapes are not known ints."""
+    parsed = read(equation, [None if s is None else len(s) for s in shapes])
+    sizes = None if parsed is None else _sizes(parsed[0], shapes)
+    if sizes is None:
+        return None
+    terms, out = parsed
+    return terms, out, {c: max(s.get(c, 1) for s in sizes) for c in set("".join(terms))}
+
+
 def summed_count(equation: Any, shapes: Sequence[tuple | None]) -> int | None:
     """How many products each output element sums (the sizes of the letters no output
     dim keeps, multiplied), or None where the shapes are not known ints.
@@ -86,27 +98,23 @@ def summed_count(equation: Any, shapes: Sequence[tuple | None]) -> int | None:
     >>> summed_count("bij,bjk->bik", ((2, 3, 4), (2, 4, 5)))
     4
     """
-    parsed = read(equation, [None if s is None else len(s) for s in shapes])
-    sizes = None if parsed is None else _sizes(parsed[0], shapes)
-    if sizes is None:
+    found = _letters(equation, shapes)
+    if found is None:
         return None
-    terms, out = parsed
-    largest = {c: max(s.get(c, 1) for s in sizes) for c in set("".join(terms))}
-    return math.prod(n for c, n in largest.items() if c not in out)
+    _, out, sizes = found
+    return math.prod(n for c, n in sizes.items() if c not in out)
 
 
 def flops(equation: Any, shapes: Sequence[tuple | None]) -> float:
     """Multiplications and additions: one of each per product summed (every letter's
     size multiplied), one per product where a single operand is summed or nothing is; 0
     where the shapes are unknown."""
-    parsed = read(equation, [None if s is None else len(s) for s in shapes])
-    sizes = None if parsed is None else _sizes(parsed[0], shapes)
-    if sizes is None:
+    found = _letters(equation, shapes)
+    if found is None:
         return 0.0
-    terms, out = parsed
-    largest = {c: max(s.get(c, 1) for s in sizes) for c in set("".join(terms))}
-    products = math.prod(largest.values())
-    return 2.0 * products if len(terms) > 1 and set(largest) - set(out) else float(products)
+    terms, out, sizes = found
+    products = math.prod(sizes.values())
+    return 2.0 * products if len(terms) > 1 and set(sizes) - set(out) else float(products)
 
 
 def plan(equation: Any, operands: Sequence[Any], shapes: Sequence[tuple | None]) -> Any:

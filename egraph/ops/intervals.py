@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from egraph.ops.einsum_plan import summed_count
+
 INF = math.inf
 UNBOUNDED = (-INF, INF)
 
@@ -265,8 +267,6 @@ def einsum_contraction(kids, values, shapes) -> Interval:
     ...                    [(2, 3), None, (2, 4), (4, 3)])
     (-4.0, 4.0)
     """
-    from egraph.ops.einsum_plan import summed_count
-
     if shapes is None or len(kids) != 3:
         return UNBOUNDED
     count = summed_count(values[0], shapes[2:])

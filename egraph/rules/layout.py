@@ -199,26 +199,17 @@ def _dim_before(egraph, cid: int, p: tuple) -> int | None:
     return p[dims[0] % len(p)]
 
 
-def _softmax_before_permute(egraph, subst):
-    """``softmax(permute(x, p), d)`` is ``permute(softmax(x, p[d]), p)``: the softmax runs
-    over the same elements, named by the dim they held before the permute (einsum
-    attention in sequence-first layout, ``'ijbh'`` scores normalised over ``j`` at dim 1,
-    reaches the attention rules so)."""
-    p = _permutation(egraph, subst["p"])
-    dim = None if p is None else _dim_before(egraph, subst["d"], p)
-    if dim is None:
-        return None
-    inner = egraph.add_node("softmax", [subst["x"], egraph.add_node(literal((dim,)))])
-    return egraph.add_node("permute", [inner, subst["p"]])
-
-
-def _in_order_before(egraph, cid: int, p: tuple) -> int | None:
-    """Class ``cid`` (a tensor that broadcasts against ``permute(x, p)``) put in ``x``'s
-    order: given leading unit dims up to ``x``'s rank, then permuted by the inverse of
-    ``p``; None where its shape is unknown or its rank larger."""
+def _orderable(egraph, cid: int, p: tuple) -> bool:
+    """Class ``cid`` has a known shape of no more dims than the permute ``p``."""
     shape = _shape(egraph, cid)
-    if shape is None or len(shape) > len(p):
-        return None
+    return shape is not None and len(shape) <= len(p)
+
+
+def _in_order_before(egraph, cid: int, p: tuple) -> int:
+    """Class ``cid`` (a tensor that broadcasts against ``permute(x, p)``, and
+    :func:`_orderable`) put in ``x``'s order: given leading unit dims up to ``x``'s rank,
+    then permuted by the inverse of ``p``."""
+    shape = _shape(egraph, cid)
     add_node = egraph.add_node
     if len(shape) < len(p):
         cid = add_node("reshape", [cid, add_node(literal((1,) * (len(p) - len(shape))
@@ -227,45 +218,38 @@ def _in_order_before(egraph, cid: int, p: tuple) -> int | None:
     return add_node("permute", [cid, add_node(literal(inverse))])
 
 
-def _fill_before_permute(egraph, subst):
-    """``permute(x, p).masked_fill(m, c)`` is ``x.masked_fill(m', c)`` permuted by ``p``,
-    where ``m'`` is the mask put in ``x``'s order (:func:`_in_order_before`)."""
-    p = _permutation(egraph, subst["p"])
-    mask = None if p is None else _in_order_before(egraph, subst["m"], p)
-    if mask is None:
-        return None
-    return egraph.add_node("permute", [
-        egraph.add_node("masked_fill", [subst["x"], mask, subst["c"]]), subst["p"]])
+def _before_permute(op: str, biased: bool = False):
+    """``op(permute(x, p), ...)``, for ``op`` softmax or masked_fill, as ``op`` applied
+    before the permute, then permuted: the softmax over the dim its dim held before
+    (:func:`_dim_before`), the fill with its mask put in ``x``'s order
+    (:func:`_in_order_before`). Einsum attention in sequence-first layout (labml's
+    ``'ijbh'`` scores normalised over ``j`` at dim 1) reaches the attention rules so.
 
-
-def _biased_before_permute(op: str):
-    """``op(permute(x, p) + b, ...)`` for ``op`` softmax or masked_fill: the bias ``b``
-    and the mask put in ``x``'s order (:func:`_in_order_before`), ``op`` applied before
-    the permute. ALiBi's (i, j, 1, h) bias added to sequence-first scores (labml's), then
-    filled and normalised. Only under these two ops: a permute moved out of every sum
-    (residual streams included) grew the e-graph threefold (a Conformer's 527 e-nodes to
-    1,509) for nothing."""
+    ``biased``: ``op(permute(x, p) + b, ...)``, the bias put in ``x``'s order too (labml's
+    ALiBi, an (i, j, 1, h) bias added to the scores). Only under these two ops: a permute
+    moved out of every sum (residual streams included) grew the e-graph threefold (a
+    Conformer's 527 e-nodes to 1,509) for nothing."""
     def rhs(egraph, subst):
         p = _permutation(egraph, subst["p"])
-        if p is None or getattr(egraph.data(subst["b"]), "kind", None) != "tensor":
+        if p is None or biased and (getattr(egraph.data(subst["b"]), "kind", None) != "tensor"
+                                    or not _orderable(egraph, subst["b"], p)):
             return None
-        bias = _in_order_before(egraph, subst["b"], p)
-        if bias is None:
-            return None
-        add_node = egraph.add_node
-        scores = add_node("add", [subst["x"], bias])
         if op == "softmax":
             dim = _dim_before(egraph, subst["d"], p)
             if dim is None:
                 return None
+        elif not _orderable(egraph, subst["m"], p):
+            return None
+        add_node, scores = egraph.add_node, subst["x"]
+        if biased:
+            scores = add_node("add", [scores, _in_order_before(egraph, subst["b"], p)])
+        if op == "softmax":
             inner = add_node("softmax", [scores, add_node(literal((dim,)))])
         else:
             mask = _in_order_before(egraph, subst["m"], p)
-            if mask is None:
-                return None
             inner = add_node("masked_fill", [scores, mask, subst["c"]])
         return add_node("permute", [inner, subst["p"]])
-    rhs.__name__ = f"{op} of the sum before the permute"
+    rhs.__name__ = f"{op} of the {'sum' if biased else 'values'} before the permute"
     return rhs
 
 
@@ -424,11 +408,11 @@ RULES: list[LibraryRule] = [
     rule("scale-permute", permute(x, p) * s, permute(x * s, p), when=scalar(s),
          example=lambda x: x.permute(2, 0, 1) * 0.25, inputs={"x": (2, 3, 4)},
          description="s permute(x) = permute(s x)"),
-    rule("softmax-permute", softmax(permute(x, p), d), _softmax_before_permute,
+    rule("softmax-permute", softmax(permute(x, p), d), _before_permute("softmax"),
          example=lambda x: torch.softmax(x.permute(2, 3, 0, 1), 1), inputs={"x": (2, 3, 4, 5)},
          description="softmax over a permuted dim is softmax over that dim before the permute, "
                      "permuted"),
-    rule("masked-fill-permute", masked_fill(permute(x, p), m, c), _fill_before_permute,
+    rule("masked-fill-permute", masked_fill(permute(x, p), m, c), _before_permute("masked_fill"),
          example=(lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m, float("-inf")),
                   lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m[0], -1e9)),
          inputs={"x": (2, 3, 4, 5), "m": ((4, 5, 1, 1), "bool")},
@@ -450,12 +434,13 @@ RULES: list[LibraryRule] = [
          description="an einsum of two operands is a matmul (or mul) between permutes, "
                      "reshapes where letters are flattened"),
     rule("masked-fill-add-permute", masked_fill(permute(x, p) + b, m, c),
-         _biased_before_permute("masked_fill"),
+         _before_permute("masked_fill", biased=True),
          example=lambda x, b, m: (x.permute(2, 3, 0, 1) + b).masked_fill(m, float("-inf")),
          inputs={"x": (2, 3, 4, 5), "b": (5, 1, 3), "m": ((4, 5, 1, 1), "bool")},
          description="a bias added to permuted scores, then a fill: both before the "
                      "permute, the bias and mask put in the scores' order"),
-    rule("softmax-add-permute", softmax(permute(x, p) + b, d), _biased_before_permute("softmax"),
+    rule("softmax-add-permute", softmax(permute(x, p) + b, d),
+         _before_permute("softmax", biased=True),
          example=lambda x, b: torch.softmax(x.permute(2, 3, 0, 1) + b, 1),
          inputs={"x": (2, 3, 4, 5), "b": (5, 1, 3)},
          description="a bias added to permuted scores, then softmax: both before the "
