@@ -50,6 +50,12 @@ tensor arithmetic. A view of a parameter folds (sharing its storage) so that wha
 of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
 shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
 
+_ALLOCATIONS = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
+                          "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
+                          "new_full", "clone"})
+"""Calls whose result is a new tensor, sharing storage with nothing: an in-place update of
+one that nothing else reads may write into it (:func:`_update_in_place`)."""
+
 _STRIDING = {"transpose", "t", "permute", "expand", "getitem", "split", "chunk"}
 """View ops whose result may not be contiguous though their operand is."""
 
@@ -175,6 +181,9 @@ class _Emitter:
         self.broadcast: set[fx.Node] = set()
         # emitted nodes -> the analysis data of their class (shape, dtype)
         self.metas: dict[fx.Node, Any] = {}
+        # new tensors (allocations, copies) and the copies made for in-place updates
+        self.allocated: set[fx.Node] = set()
+        self.copies: set[fx.Node] = set()
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -220,7 +229,9 @@ class _Emitter:
     def copy(self, value: fx.Node, contiguous: bool) -> fx.Node:
         """A new tensor of ``value``: contiguous, or in ``value``'s own layout."""
         layout = torch.contiguous_format if contiguous else torch.preserve_format
-        return self.graph.call_function(torch.clone, (value,), {"memory_format": layout})
+        copy = self.graph.call_function(torch.clone, (value,), {"memory_format": layout})
+        self.allocated.add(copy)
+        return copy
 
     def value(self, cid: int) -> Any:
         """The FX node or Python value of class ``cid``, emitting its sub-DAG first."""
@@ -355,6 +366,8 @@ class _Emitter:
             self.strided.add(value)
         if op == "expand":
             self.broadcast.add(value)
+        if kind == "creation" and value.op != "get_attr":
+            self.allocated.add(value)
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""
@@ -378,6 +391,7 @@ class _Emitter:
 
     def replay(self, token: str) -> fx.Node:
         call = self.src.opaque[token]
+        written: list[fx.Node] = []
 
         def resolve(a):
             if isinstance(a, SubmoduleRef):
@@ -386,7 +400,9 @@ class _Emitter:
             if isinstance(a, ClassRef):
                 value = self.values[self.find(a.cid)]
                 if isinstance(a, WrittenRef):
-                    return self.copy(value, contiguous=False)
+                    written.append(self.copy(value, contiguous=False))
+                    self.copies.add(written[-1])
+                    return written[-1]
                 if isinstance(a, ContiguousRef) and value in self.strided:
                     return self.graph.call_method("contiguous", (value,))
                 return value if call.pure else self.unshared(value)
@@ -394,7 +410,11 @@ class _Emitter:
 
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)
-        return self.graph.create_node(call.op, call.target, args, kwargs)
+        node = self.graph.create_node(call.op, call.target, args, kwargs)
+        if written or _name_of(call.target) in _ALLOCATIONS:
+            # (an in-place update returns the copy it wrote into)
+            self.allocated.add(node)
+        return node
 
 
 def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:
@@ -444,6 +464,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if emitter.baked:
         explain_sizes(graph, egraph, emitter.baked)
     _bias_into_matmul(graph, emitter.metas)
+    _update_in_place(graph, emitter.copies, emitter.allocated)
     holder = nn.Module()
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
@@ -516,6 +537,30 @@ def _broadcasts_to(shape: tuple, target: tuple) -> bool:
     sizes compared as expressions, never by the example's value)."""
     return len(shape) <= len(target) and all(
         d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
+
+
+def _name_of(target: Any) -> str:
+    """The name of a call's target: a method's, a function's, an aten overload's packet."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.overloadpacket.__name__
+    return getattr(target, "__name__", "")
+
+
+def _update_in_place(graph: fx.Graph, copies: set[fx.Node],
+                     allocated: set[fx.Node]) -> None:
+    """Drop the copy an in-place update writes into where what it copies is a new tensor
+    that nothing else reads. Ingest makes each update of a value the graph made on a copy,
+    since the value's class may be shared; once emitted, a value read only by the copy
+    (PyG's ``x.new_zeros(n, f).scatter_add_(0, index, src)``, an MoE layer's chain of
+    ``index_add_`` into ``torch.zeros_like(x)``) is written as the source wrote it, with no
+    copy per update. The update's result is the tensor it wrote into: new, when that was."""
+    for copy in [n for n in graph.nodes if n in copies]:
+        source = copy.args[0]
+        if source in allocated and len(source.users) == 1:
+            copy.replace_all_uses_with(source)
+            graph.erase_node(copy)
 
 
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:

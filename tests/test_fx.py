@@ -1108,9 +1108,36 @@ def _scatter_then_shared(x):
     return a, x * 2
 
 
+_TARGETS = torch.tensor([0, 2, 2])
+
+
+def _scatter_mean(x):
+    """PyG's mean aggregation: a sum and a count scattered into new tensors of zeros."""
+    index = _TARGETS.view(-1, 1).expand(3, 4)
+    total = x.new_zeros((3, 4)).scatter_add_(0, index, x)
+    count = x.new_zeros(3).scatter_add_(0, _TARGETS, x.new_ones(3))
+    return total / count.clamp(min=1).view(-1, 1)
+
+
+def _index_add_chain(x):
+    """A mixture of experts' combine: each expert's rows added into one tensor of zeros."""
+    out = torch.zeros_like(x)
+    out.index_add_(0, _TARGETS[:2], x[:2] * 2)
+    out.index_add_(0, _TARGETS[2:], x[2:].sin())
+    return out
+
+
+def _two_updates_of_one_zeros(x):
+    """Two equal allocations (one class) written differently: each write needs its copy."""
+    a = x.new_zeros((3, 4)).index_add_(0, _TARGETS, x)
+    b = x.new_zeros((3, 4)).index_add_(0, _TARGETS.flip(0), x)
+    return a, b
+
+
 @pytest.mark.parametrize("program", [
     _into_zeros, _grid_ids, _masked_write, _write_then_shared, _index_put_then_shared,
-    _index_fill_then_shared, _scatter_then_shared], ids=lambda p: p.__name__)
+    _index_fill_then_shared, _scatter_then_shared, _scatter_mean, _index_add_chain,
+    _two_updates_of_one_zeros], ids=lambda p: p.__name__)
 def test_writes_into_values_the_graph_made(program):
     """``y[i] = v`` into a tensor the graph made (dynamo's ``operator.setitem``) is the
     value ``setitem(y, i, v)``, a new tensor, and later reads of ``y`` read it. It was an
@@ -1131,6 +1158,26 @@ def test_writes_into_values_the_graph_made(program):
         torch.testing.assert_close(torch.compile(program, backend=backend)(given), expected)
         assert not any(r.extraction.fell_back for r in backend.reports
                        if r.extraction is not None)
+
+
+@pytest.mark.parametrize("program, copies", [
+    (_scatter_mean, 0), (_index_add_chain, 0), (_two_updates_of_one_zeros, 2),
+    (_index_put_then_shared, 1)], ids=lambda p: getattr(p, "__name__", str(p)))
+def test_updates_write_into_new_tensors_without_a_copy(program, copies):
+    """An in-place update of a new tensor that nothing else reads (PyG's
+    ``new_zeros(...).scatter_add_``, a chain of ``index_add_`` into ``zeros_like``) writes
+    into it, as the source does: no copy per update. Where the written class is read
+    elsewhere (an equal allocation, ``x * 2`` read again), the update writes a copy."""
+    from compiler.compile import make_backend
+
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    backend = make_backend(validate="strict")
+    out = torch.compile(program, backend=backend)(x)
+    torch.testing.assert_close(out, program(x))
+    (compiled,) = backend.cache.values()
+    emitted = [n for n in compiled.module.graph.nodes if n.target is torch.clone]
+    assert len(emitted) == copies, compiled.module.code
 
 
 _aten = torch.ops.aten
