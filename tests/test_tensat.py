@@ -252,6 +252,34 @@ def test_the_default_extraction_merges_the_demos_three_projections():
         torch.testing.assert_close(opt(*inputs), model(*inputs))
 
 
+class _FiveProjections(nn.Module):
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.projections = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(5))
+
+    def forward(self, x):
+        out = self.projections[0](x)
+        for projection in self.projections[1:]:
+            out = out * projection(x)
+        return out
+
+
+def test_linears_of_one_input_merge_in_contiguous_runs():
+    """Five linears of one input merge as each contiguous run of them, in the order of
+    their weights: 4 + 3 + 2 + 1 = 10 merged linears. Every subset (26) made the e-graph
+    run away where LoRA's adapters sit beside the projections; the run of all five, the
+    one that pays, is among them."""
+    model, x = _FiveProjections().eval(), torch.randn(4, 32)
+    eg = EGraph.from_fx(model, (x,)).saturate(load_rules("layout"), **LIMITS)
+    merged = {eg.find(n.children[1]) for cid in eg.classes() for n in eg.nodes(cid)
+              if n.op == "linear" and any(m.op == "cat" for m in eg.nodes(n.children[1]))}
+    assert len(merged) == 10
+    opt = eg.extract(Roofline("cpu", fused=False), method="ilp")
+    assert _linears(opt) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x))
+
+
 class _Inception(nn.Module):
     """An inception block's 1x1 and 3x3 branches on one input, as torchvision writes them."""
 

@@ -288,15 +288,42 @@ def _weights_of(egraph, cid) -> list[int] | None:
     return [egraph.find(cid)]
 
 
-def _merge_order(first: str, second: str) -> Guard:
-    """Every weight in ``?first`` comes before ``?second``, a single weight: each subset
-    of the ops sharing an input is merged once."""
+def _merge_order(op: str, first: str, second: str, shared: str, shared_at: int = 0) -> Guard:
+    """``?second`` is a single operand and ``?first`` the run of single operands just before
+    it, in the order of their classes among the ``op`` calls with ``?shared`` at
+    ``shared_at`` (0 or 1; the operand merged is the other): each contiguous run of those
+    calls is merged once. Any subset, as ``?first`` could be before, merged 2^k - k - 1 ways
+    for k calls; a run, k (k - 1) / 2 ways (a TransformerConv's four linears of one input:
+    11 -> 6; LoRA's adapters beside their base weights ran away)."""
+    merged_at = 1 - shared_at
+    runs: dict[int, list[int]] = {}  # per class shared, for the e-graph's current version
+    seen = [None]
+
+    def order_on(egraph, common: int) -> list[int]:
+        if seen[0] != (id(egraph), egraph.version):
+            seen[0] = (id(egraph), egraph.version)
+            runs.clear()
+        if common not in runs:
+            singles = set()
+            for parent in egraph.parents(common):
+                for node in egraph.nodes(parent):
+                    if (node.op == op and len(node.children) > 1
+                            and egraph.find(node.children[shared_at]) == common):
+                        found = _weights_of(egraph, node.children[merged_at])
+                        if found is not None and len(found) == 1:
+                            singles.add(found[0])
+            runs[common] = sorted(singles)
+        return runs[common]
+
     def guard(egraph, subst) -> bool:
         later = _weights_of(egraph, subst[second])
         earlier = _weights_of(egraph, subst[first])
-        return (later is not None and earlier is not None and len(later) == 1
-                and max(earlier) < later[0])
-    guard.__name__ = f"weights of {first} before {second}"
+        if later is None or earlier is None or len(later) != 1 or max(earlier) >= later[0]:
+            return False
+        order = order_on(egraph, egraph.find(subst[shared]))
+        end = order.index(later[0]) if later[0] in order else -1
+        return end >= len(earlier) and order[end - len(earlier):end] == earlier
+    guard.__name__ = f"{first} the run of {op}s on {shared} just before {second}"
     return guard
 
 
@@ -670,24 +697,25 @@ MERGING: list[LibraryRule] = [
     # -- operator merging (TENSAT's multi-pattern rules)
     rule("matmul-merge", [("u", x @ a), ("v", x @ c)], _merge_matmul_right,
          when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), _not_linear("u", "v"),
-                     _merge_order("a", "c")),
+                     _merge_order("matmul", "a", "c", "x")),
          example=lambda x, a, c: (x @ a) * (x @ c),
          inputs={"x": (4, 8), "a": (8, 6), "c": (8, 6)},
          description="two matmuls of one input are one on concatenated weights, split"),
     rule("matmul-merge-rows", [("u", a @ w), ("v", c @ w)], _merge_matmul_left,
          when=all_of(distinct(a, c), rank_is(a, 2), rank_is(c, 2), rank_is(w, 2),
-                     _merge_order("a", "c")),
+                     _merge_order("matmul", "a", "c", "w", shared_at=1)),
          example=lambda a, c, w: (a @ w).sum() + (c @ w).sum(),
          inputs={"a": (4, 8), "c": (3, 8), "w": (8, 6)},
          description="two matmuls by one matrix are one on concatenated rows, split"),
     rule("linear-merge", [("u", linear(x, w1, b1)), ("v", linear(x, w2, b2))], _merge_linear,
-         when=all_of(distinct(w1, w2), _merge_order("w1", "w2")),
+         when=all_of(distinct(w1, w2), _merge_order("linear", "w1", "w2", "x")),
          example=(lambda x, w1, b1, w2, b2: F.linear(x, w1, b1) * F.linear(x, w2, b2),
                   lambda x, w1, b1, w2, b2: F.silu(F.linear(x, w1)) * F.linear(x, w2)),
          inputs={"x": (2, 4, 8), "w1": (6, 8), "b1": (6,), "w2": (6, 8), "b2": (6,)},
          description="linears of one input (QKV, gate and up) are one linear, split"),
     rule("conv-merge", [("u", _conv(x, w1, b1)), ("v", _conv(x, w2, b2))],
-         _merge_conv_weights, when=all_of(distinct(w1, w2), GROUPS_1, _merge_order("w1", "w2")),
+         _merge_conv_weights, when=all_of(distinct(w1, w2), GROUPS_1,
+                                                _merge_order("conv2d", "w1", "w2", "x")),
          example=lambda x, w1, w2: F.conv2d(x, w1, padding=1) * F.conv2d(x, w2, padding=1),
          inputs={"x": IMG, "w1": KERNEL, "w2": KERNEL},
          description="convs of one input are one conv with stacked kernels, split"),
@@ -700,7 +728,7 @@ MERGING: list[LibraryRule] = [
                      "conv of the kernel padded with zeros"),
     rule("conv-merge-batch", [("u", _conv(x, w, b1)), ("v", _conv(y, w, b1))],
          _merge_conv_inputs, when=all_of(distinct(x, y), _same_image(x, y),
-                                         _merge_order("x", "y")),
+                                         _merge_order("conv2d", "x", "y", "w", shared_at=1)),
          example=lambda x, y, w: F.conv2d(x, w, padding=1).sum() + F.conv2d(y, w, padding=1).sum(),
          inputs={"x": IMG, "y": (3, 4, 6, 6), "w": KERNEL},
          description="convs with one kernel are one conv over the concatenated batch, split"),
