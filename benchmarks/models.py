@@ -107,12 +107,12 @@ TRAINED = ("gpt2", "bert", "llama", "mixtral")
 step takes a minute or more per model on a small CPU)."""
 
 
-def _flat(out) -> tuple:
-    return out if isinstance(out, tuple) else (out,)
-
-
 def _loss(out) -> torch.Tensor:
-    return sum(o.square().mean() for o in _flat(out))
+    """The mean square of every floating tensor the model returns, however nested (an
+    LSTM's ``(output, (h, c))``)."""
+    leaves = torch.utils._pytree.tree_leaves(out)
+    return sum(o.square().mean() for o in leaves
+               if isinstance(o, torch.Tensor) and o.is_floating_point())
 
 
 def _wide(case_inputs: tuple) -> tuple:
