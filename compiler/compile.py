@@ -43,7 +43,7 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import updates_an_alias, updates_inputs
+from frontends.fx.effects import attributes_kept, updates_an_alias, updates_inputs
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -460,6 +460,12 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
                        bw_compiler=compiler_for("backward", _boxed_code))
 
     def backend(gm: torch.fx.GraphModule, example_inputs):
+        # (compiling runs the graph: recording values, validation; a compiled
+        # optimizer.step writes into the parameters and the optimizer's state)
+        with attributes_kept(gm):
+            return compile_graph(gm, example_inputs)
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
             if _updates_shared_storage(gm.graph):

@@ -52,7 +52,7 @@ import torch.nn as nn
 
 from compiler.ordinals import within
 from egraph.ops.table import TABLE
-from frontends.fx.effects import updates_inputs
+from frontends.fx.effects import updates_inputs, written_attributes
 from frontends.fx.exported import ExportedModule
 from frontends.fx.ingest import FxSource, state_kept
 
@@ -565,10 +565,11 @@ def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]
     afterwards: validation runs each program several times, and one with effects may
     update an input or a buffer in place on every run (``x.add_(1)``, BatchNorm's
     running statistics in training, a counter)."""
-    if not src.effects and not updates_inputs(src.graph_module.graph):
+    written = written_attributes(src.graph_module)
+    if not src.effects and not written and not updates_inputs(src.graph_module.graph):
         yield None
         return
-    tensors = [x for x in src.example_inputs or () if isinstance(x, torch.Tensor)]
+    tensors = [*written, *(x for x in src.example_inputs or () if isinstance(x, torch.Tensor))]
     for module in (src.module, src.graph_module, new):
         if isinstance(module, nn.Module):
             tensors.extend(module.buffers())

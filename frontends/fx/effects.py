@@ -370,6 +370,81 @@ def updates_inputs(graph: fx.Graph) -> bool:
     return any(map(updates_an_input, graph.nodes))
 
 
+def written_attributes(gm: fx.GraphModule) -> list[torch.Tensor]:
+    """The tensors ``gm`` holds (parameters, buffers, an optimizer's state) that a call of
+    its graph changes in place: a compiled ``optimizer.step``'s ``p.add_(...)`` and
+    ``exp_avg.lerp_(...)``, BatchNorm's running statistics. The storages of the values the
+    tracer recorded tell which (as :func:`updates_an_input` tells for inputs); where none
+    is recorded, each attribute an updated value is read from through first operands.
+
+    >>> class Step(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w, self.v = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(2))
+    ...     def forward(self, g):
+    ...         return self.w.view(2).add_(g) * self.v
+    >>> gm = fx.symbolic_trace(Step())
+    >>> [t is gm.w for t in written_attributes(gm)]
+    [True]
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: Any) -> StorageWeakRef | None:
+        value = recorded_value(node)
+        return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+
+    held = {n: value for n in gm.graph.nodes if n.op == "get_attr"
+            and isinstance(value := _attribute(gm, n.target), torch.Tensor)}
+    by_storage = {key: n for n in held if (key := storage(n)) is not None}
+    found: list[torch.Tensor] = []
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method") or not n.args or not (
+                is_in_place(n) or n.kwargs.get("out") is not None):
+            continue
+        written = n.kwargs.get("out", n.args[0])
+        for target in written if isinstance(written, (list, tuple)) else (written,):
+            key = storage(target)
+            source = by_storage.get(key) if key is not None else _read_through_first(target)
+            if source in held and all(held[source] is not t for t in found):
+                found.append(held[source])
+    return found
+
+
+def _attribute(gm: fx.GraphModule, target: str) -> Any:
+    try:
+        return operator.attrgetter(target)(gm)
+    except AttributeError:
+        return None
+
+
+def _read_through_first(node: Any) -> fx.Node | None:
+    """The ``get_attr`` node a value is read from through first operands, or None."""
+    while isinstance(node, fx.Node) and node.op in ("call_function", "call_method") and (
+            node.args):
+        node = node.args[0]
+    return node if isinstance(node, fx.Node) and node.op == "get_attr" else None
+
+
+@contextlib.contextmanager
+def attributes_kept(gm: fx.GraphModule):
+    """Give the tensors the graph of ``gm`` writes into (:func:`written_attributes`) their
+    values back after the block: a run at compile time (recording values, validation)
+    must leave the caller's parameters and state as they were. Only a tensor written
+    (its version moved) is copied back: a write bumps the version, and autograd refuses
+    a backward through a tensor saved before it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
+        saved = [(t, t._version, t.detach().clone()) for t in written_attributes(gm)]
+    try:
+        yield [t for t, _, _ in saved]
+    finally:
+        with unset_fake_temporarily(), torch.no_grad():
+            for t, version, value in saved:
+                if t._version != version:
+                    t.copy_(value)
+
+
 def updates_an_alias(graph: fx.Graph) -> bool:
     """Whether an in-place call in ``graph`` updates a tensor whose storage another value
     read later shares (a view taken before an update of its base, or the base of a view

@@ -44,6 +44,7 @@ from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
 from frontends.fx.effects import (
+    attributes_kept,
     dispatches_functionally,
     is_functional,
     is_in_place,
@@ -194,9 +195,10 @@ def _real(example_inputs) -> bool:
 
 
 def _run_real(run: fx.Interpreter, example_inputs) -> None:
-    """Run the graph on copies of the real inputs, leaving the caller's RNG state as it was."""
+    """Run the graph on copies of the real inputs, leaving the caller's RNG state and the
+    module's tensors (:func:`attributes_kept`) as they were."""
     inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with torch.random.fork_rng(), torch.no_grad(), state_kept():
+    with torch.random.fork_rng(), torch.no_grad(), state_kept(), attributes_kept(run.module):
         run.run(*inputs)
 
 
@@ -399,7 +401,7 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
         example_inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
     try:
-        with torch.random.fork_rng(), torch.no_grad(), state_kept():
+        with torch.random.fork_rng(), torch.no_grad(), state_kept(), attributes_kept(gm):
             recorder.run(*example_inputs)
     except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
         return {}
