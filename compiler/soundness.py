@@ -207,7 +207,19 @@ def mutants() -> list[tuple[LibraryRule, Rewrite]]:
     """Deliberately wrong variants of library rules (dropped condition, off-by-sign, wrong
     dim, wrong keepdim, wrong constant), each with the rule whose example exercises it:
     :func:`check_rule` must catch every one."""
-    from egraph.ops import amax, exp, expm1, log, log1p, logsumexp, mean, sigmoid, softmax, sqrt
+    from egraph.ops import (
+        amax,
+        exp,
+        expm1,
+        linear,
+        log,
+        log1p,
+        logsumexp,
+        mean,
+        sigmoid,
+        softmax,
+        sqrt,
+    )
     from egraph.ops import sum as sum_
     from egraph.ops import var as var_
     from egraph.rewrite import rewrite
@@ -216,7 +228,7 @@ def mutants() -> list[tuple[LibraryRule, Rewrite]]:
     from egraph.term import vars
 
     rules = {r.name: r for r in library("all")}
-    x, a, b, d, k = vars("x a b d k")
+    x, a, b, c, d, k, s, w = vars("x a b c d k s w")
 
     def wrong(base: str, name: str, lhs, rhs, keep_guard: bool = False):
         return rules[base], rewrite(name, lhs, rhs,
@@ -241,6 +253,9 @@ def mutants() -> list[tuple[LibraryRule, Rewrite]]:
                                       when=positive(x))),
         wrong("softmax-shift", "softmax-shift-wrong-dim", softmax(x - amax(x, d, True), d),
               softmax(x, (0,))),
+        wrong("linear-low-rank", "linear-low-rank-unscaled",
+              linear(x, w, b) + linear(linear(x, a, None), c, None) * s,
+              linear(x, w + c @ a, b), keep_guard=True),
     ]
 
 

@@ -362,16 +362,68 @@ def test_weights_torch_compile_passes_as_inputs_fold(make, x, op, calls):
             torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
 
 
-def test_folded_states_train_like_the_source():
-    """With grad on, the merged weights are made on every call, with autograd's history:
-    the gradients of the three projections are eager's."""
+def test_weights_autograd_differentiates_are_not_folded():
+    """With grad on, a weight that requires grad is not a state: a fold of it would be
+    made again on every call, with autograd's history, at a cost the extraction would not
+    see. The gradients of the three projections are eager's."""
     from compiler.compile import make_backend
 
     torch.manual_seed(0)
     model, x = Projections(), torch.randn(2, 16, 64)
     ours = copy.deepcopy(model)
     torch._dynamo.reset()
-    torch.compile(ours, backend=make_backend(validate="strict"))(x).square().mean().backward()
+    backend = make_backend(validate="strict")
+    torch.compile(ours, backend=backend)(x).square().mean().backward()
+    assert not any(n.target == "refresh" for fn in backend.cache.values()
+                   for n in fn.module.graph.nodes)
     model(x).square().mean().backward()
     for (key, a), b in zip(ours.named_parameters(), model.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=key)
+
+
+class _LoraLinear(nn.Module):
+    """peft's LoRA layer, as its ``Linear.forward`` computes an unmerged adapter:
+    ``result = base_layer(x) + lora_B(lora_A(dropout(x))) * scaling``."""
+
+    def __init__(self, width: int = 32, rank: int = 4, alpha: int = 8):
+        super().__init__()
+        self.base_layer = nn.Linear(width, width)
+        self.lora_A = nn.Linear(width, rank, bias=False)
+        self.lora_B = nn.Linear(rank, width, bias=False)
+        self.lora_dropout = nn.Identity()
+        self.scaling = alpha / rank
+        nn.init.normal_(self.lora_B.weight, std=0.02)
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+
+
+class _LoraBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.v = _LoraLinear(), _LoraLinear()
+
+    def forward(self, x):
+        return torch.tanh(self.q(x)) * self.v(x)
+
+
+def test_a_low_rank_adapter_folds_into_its_weight_through_torch_compile():
+    """peft's unmerged LoRA adapters, compiled for inference: each ``W x + s B(A x)`` is
+    one linear of ``W + s B A``, made once of the weights (``linear-low-rank``), then the
+    two projections of one input merge: one linear instead of six. Updating an adapter in
+    place is seen on the next call."""
+    from compiler.compile import make_backend
+
+    torch.manual_seed(0)
+    model, x = _LoraBlock().eval(), torch.randn(2, 8, 32)
+    backend = make_backend(validate="strict")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        (program,) = backend.cache.values()
+        assert _calls(program.module, "linear") == 1, program.module.code
+        model.v.lora_B.weight.add_(0.1)
+        torch.testing.assert_close(compiled(x), model(x))
+    report = program.module.meta["egraph_report"]
+    assert "linear-low-rank" in report.used

@@ -71,6 +71,7 @@ from egraph.rules.guards import (
     is_none,
     rank_is,
     same_shape,
+    scalar,
     value_of,
 )
 from egraph.term import literal, vars
@@ -713,6 +714,14 @@ MERGING: list[LibraryRule] = [
                   lambda x, w1, b1, w2, b2: F.silu(F.linear(x, w1)) * F.linear(x, w2)),
          inputs={"x": (2, 4, 8), "w1": (6, 8), "b1": (6,), "w2": (6, 8), "b2": (6,)},
          description="linears of one input (QKV, gate and up) are one linear, split"),
+    rule("linear-low-rank", linear(x, w, b) + linear(linear(x, a, None), c, None) * s,
+         linear(x, w + (c @ a) * s, b),
+         when=all_of(rank_is(w, 2), rank_is(a, 2), rank_is(c, 2), scalar(s)),
+         example=lambda x, w, b, a, c: F.linear(x, w, b) + F.linear(F.linear(x, a), c) * 0.5,
+         inputs={"x": (2, 4, 8), "w": (6, 8), "b": (6,), "a": (2, 8), "c": (6, 2)},
+         description="a low-rank adapter beside a linear (LoRA's B(A x) * scale) is the "
+                     "linear of the weight plus the adapter's product: made once of "
+                     "weights, it costs nothing per call"),
     rule("conv-merge", [("u", _conv(x, w1, b1)), ("v", _conv(x, w2, b2))],
          _merge_conv_weights, when=all_of(distinct(w1, w2), GROUPS_1,
                                                 _merge_order("conv2d", "w1", "w2", "x")),

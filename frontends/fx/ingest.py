@@ -191,10 +191,12 @@ def _module_state(value: Any) -> bool:
     """Whether an example input is a module's parameter or buffer, as torch.compile passes
     them to its backend (a real ``nn.Parameter``, or a tensor dynamo marks as a static
     input): a ``state`` leaf, read from the input on every call, whose folds are computed
-    once per state."""
+    once per state. Not one autograd differentiates in this call (it requires grad, grad
+    mode is on): a fold of it would be made again on every call, with its history."""
     return type(value) in (torch.Tensor, nn.Parameter) and value.device.type != "meta" and (
         isinstance(value, nn.Parameter)
-        or getattr(value, "_dynamo_static_input_type", None) is not None)
+        or getattr(value, "_dynamo_static_input_type", None) is not None) and not (
+        value.requires_grad and torch.is_grad_enabled())
 
 
 def _real(example_inputs) -> bool:
