@@ -17,7 +17,6 @@ add = torch.add(exp, exp);  exp = None
 from __future__ import annotations
 
 import operator
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -89,14 +88,6 @@ class _Folded:
         self.name = name
 
 
-class _Given:
-    """A reference to a state (a module's parameter or buffer the program is given as its
-    ``position``-th state input) inside a folded value's recipe."""
-
-    def __init__(self, position: int):
-        self.position = position
-
-
 class FoldedConstants(nn.Module):
     """The subexpressions of parameters, constants and literals alone in an emitted module
     (the concatenated weights of merged projections), held as its non-persistent buffers:
@@ -106,10 +97,6 @@ class FoldedConstants(nn.Module):
     requires grad), so that training through the module stays exact. ``recipes``: name ->
     (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
     in dependency order; ``outputs``: the names the program reads (default: every one).
-    ``given``: the states the program is given as inputs (:class:`_Given` in a recipe),
-    their example values; each call passes its own to :meth:`refresh`, and the values
-    made of them are recomputed when another tensor is passed (a second model of the same
-    architecture runs the same compiled program) or it was updated.
 
     >>> w = nn.Parameter(torch.ones(2, 3))
     >>> folded = FoldedConstants({"folded_0": ("cat", [0, w, w])})
@@ -120,8 +107,7 @@ class FoldedConstants(nn.Module):
     (torch.Size([4, 3]), True)
     """
 
-    def __init__(self, recipes: dict[str, tuple[str, list]], outputs=None,
-                 given: tuple[torch.Tensor, ...] = ()):
+    def __init__(self, recipes: dict[str, tuple[str, list]], outputs=None):
         super().__init__()
         self.recipes = recipes
         self.outputs = set(recipes if outputs is None else outputs)
@@ -131,39 +117,33 @@ class FoldedConstants(nn.Module):
                 if isinstance(k, torch.Tensor) and all(k is not t for t in self.sources):
                     self.sources.append(k)
         self.key: list | None = None
-        self.held: list[weakref.ref] = []  # the given tensors the values were made of
         with torch.no_grad():
-            self.refresh(*given)
+            self.refresh()
 
-    def refresh(self, *given: torch.Tensor) -> None:
-        """Recompute the values whose sources (the held ones, and the ``given`` states of
-        this call) changed, or that autograd needs."""
-        sources = (*self.sources, *given)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in sources):
+    def refresh(self) -> None:
+        """Recompute the values whose sources changed, or that autograd needs."""
+        if torch.is_grad_enabled() and any(t.requires_grad for t in self.sources):
             self.key = None  # values that carry autograd history are not kept
-            self._compute(given)
+            self._compute()
             return
-        key = [(t._version, t.data_ptr()) for t in sources]
-        # (a given tensor by identity too: another one may reuse a freed one's memory)
-        if key != self.key or any(r() is not t for r, t in zip(self.held, given)):
+        key = [(t._version, t.data_ptr()) for t in self.sources]
+        if key != self.key:
             with torch.no_grad():
-                self._compute(given)
+                self._compute()
             self.key = key
-            self.held = [weakref.ref(t) for t in given]
 
     def __getstate__(self) -> dict:
         # Copies and pickles hold detached values, recomputed on their first call.
         state = self.__dict__.copy()
         state["_buffers"] = {k: v.detach() for k, v in self._buffers.items()}
-        state["key"], state["held"] = None, []
+        state["key"] = None
         return state
 
-    def _compute(self, given: tuple[torch.Tensor, ...]) -> None:
+    def _compute(self) -> None:
         values: dict[str, torch.Tensor] = {}
         for name, (op, kids) in self.recipes.items():
-            values[name] = SPECS[op].run([
-                values[k.name] if isinstance(k, _Folded) else given[k.position]
-                if isinstance(k, _Given) else k for k in kids])
+            values[name] = SPECS[op].run([values[k.name] if isinstance(k, _Folded) else k
+                                          for k in kids])
             if name not in self.outputs:
                 continue
             if name in self._buffers:
@@ -201,23 +181,16 @@ class _Emitter:
         self.broadcast: set[fx.Node] = set()
         # emitted nodes -> the analysis data of their class (shape, dtype)
         self.metas: dict[fx.Node, Any] = {}
-        # the states the program is given (placeholders), with their example values
-        self.given: list[tuple[fx.Node, torch.Tensor]] = []
         # new tensors (allocations, copies) and the copies made for in-place updates
         self.allocated: set[fx.Node] = set()
         self.copies: set[fx.Node] = set()
 
     def run(self) -> fx.Graph:
         src = self.src
-        examples = src.example_inputs or ()
-        for i, (name, cid) in enumerate(zip(src.inputs, src.input_classes)):
+        for name, cid in zip(src.inputs, src.input_classes):
             self.values[self.find(cid)] = node = self.graph.placeholder(name)
             self.metas[node] = self.eg.data(cid)
             self.shared.add(node)
-            if len(examples) == len(src.inputs) and any(
-                    n.op == "state" for n in self.eg.nodes(cid)):
-                self.foldable[node] = _Given(len(self.given))
-                self.given.append((node, examples[i]))
         for effect in src.effects:
             self.value(effect)
         out = fx.node.map_aggregate(src.output, lambda a: self.output_value(a)
@@ -496,18 +469,16 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
     for node in reversed(list(graph.nodes)):
-        if node in emitter.foldable and not node.users and node.op != "placeholder":
+        if node in emitter.foldable and not node.users:
             graph.erase_node(node)
     if emitter.folded:
         read = {n.target.partition(".")[2] for n in graph.nodes
                 if n.op == "get_attr" and n.target.startswith("folded_constants.")}
-        holder.folded_constants = FoldedConstants(
-            emitter.folded, read, tuple(value for _, value in emitter.given))
+        holder.folded_constants = FoldedConstants(emitter.folded, read)
         # Before anything reads them, the folded values are brought up to date.
         first = next(n for n in graph.nodes if n.op != "placeholder")
         with graph.inserting_before(first):
-            graph.call_method("refresh", (graph.get_attr("folded_constants"),
-                                          *(node for node, _ in emitter.given)))
+            graph.call_method("refresh", (graph.get_attr("folded_constants"),))
     for name in emitter.attrs:
         if name in emitter.submodules:
             owner, leaf = owner_of(holder, name)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from egraph.extract import best_nodes, program_order, program_roots, source_program
-from egraph.ops.table import LEAVES
 from egraph.term import format_op, is_literal_op
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def _describe(egraph, choice: dict[int, tuple], cid: int, depth: int = 4) -> str
         value = op[1]
         return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(
             value, str) else str(value)
-    if op in LEAVES:
+    if op in ("input", "param", "const"):
         return str(egraph._cnodes[find(node[1])][0][0][1])
     if depth == 0:
         return "..."

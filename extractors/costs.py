@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egraph.extract.program import program_order, program_roots, source_program
-from egraph.ops.table import LEAVES, TABLE, names
+from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
 from extractors.hardware import HARDWARE, Hardware
 
@@ -53,7 +53,7 @@ def _bytes(meta) -> int:
     return _numel(meta) * size
 
 
-_SOURCES = frozenset({"param", "const", "state"})
+_SOURCES = frozenset({"param", "const"})
 _PER_CALL = (names(kind="leaf") | names(kind="opaque")) - _SOURCES  # inputs, opaque calls
 # per e-graph: (its version when asked, class -> parameter-only)
 _COMPUTED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -241,10 +241,9 @@ class CostModel:
 
     >>> import torch
     >>> from egraph import EGraph
-    >>> from egraph.ops.table import LEAVES
     >>> class ExpHeavy(CostModel):
     ...     def node_cost(self, egraph, cid, node):
-    ...         if len(node) == 1 or node[0] in LEAVES:
+    ...         if len(node) == 1 or node[0] in ("input", "param", "const"):
     ...             return 0  # literals, and the leaves that name an input or a weight
     ...         return 10 if node[0] == "exp" else 1
     >>> f = lambda x: torch.exp(x) * torch.exp(x)
@@ -472,7 +471,7 @@ class PeakMemory(CostModel):
     local = False
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        if len(node) == 1 or node[0] in _VIEWS or node[0] in LEAVES:
+        if len(node) == 1 or node[0] in _VIEWS or node[0] in ("input", "param", "const"):
             return 0.0
         return float(_bytes(_meta(egraph, cid))) + 1e-6
 
@@ -702,7 +701,7 @@ def _is_exact(egraph, cid: int, depth: int = 4) -> bool:
     or an operation that only moves, negates or selects exact values."""
     find = egraph.find
     for n in egraph._cnodes[find(cid)] or ():
-        if len(n) == 1 or n[0] in LEAVES:
+        if len(n) == 1 or n[0] in ("input", "param", "const"):
             return True
         if depth and n[0] in _EXACT_OPS and all(
                 _is_exact(egraph, k, depth - 1) for k in n[1:]

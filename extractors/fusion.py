@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from egraph.extract.program import program_order, program_roots, source_program
-from egraph.ops.table import LEAVES, names
+from egraph.ops.table import names
 
 VIEWS = names(kind="view")
 """Ops that move no data (the op table's views)."""
@@ -62,7 +62,7 @@ def regions(egraph, choice: dict[int, tuple] | None = None) -> list[Region]:
         node = choice[c]
         op = node[0]
         if len(node) == 1 or not isinstance(op, str) or op in VIEWS or not _is_tensor(
-                egraph, c) or op in LEAVES:
+                egraph, c) or op in ("input", "param", "const"):
             continue
         kids = [find(k) for k in node[1:] if _is_tensor(egraph, k)]
         if op in LIBRARY:

@@ -821,13 +821,7 @@ op("slice", "start stop step", "shape", exact=True, error="exact",
 
 _LEAF = {"flops": "a leaf", "impl": "a value held outside the e-graph",
          "triton": "a kernel's input"}
-LEAVES = ("input", "param", "const", "state")
-"""The leaves: a graph input; a parameter or buffer the program holds (``param``); a
-constant ingest folded (``const``); a module's parameter or buffer the graph is given as
-an input (``state``: torch.compile passes them so), read from the input on every call,
-though what is made of states, parameters and constants alone is computed once per
-state, as what is made of parameters is."""
-for _name in LEAVES:
+for _name in ("input", "param", "const"):
     op(_name, "name", "leaf", attributes="name", exact=True, error="exact", why=_LEAF)
 op("opaque", "token *args", "opaque", why={
     "flops": "unknown: the call is emitted as it was", "impl": "the original call",

@@ -33,7 +33,7 @@ from egraph import signs
 from egraph.analysis import Analysis
 from egraph.dims import Size, decide, map_sizes, sizes_in
 from egraph.egraph import UnsoundMerge
-from egraph.ops.table import LEAVES, TABLE, interval_of
+from egraph.ops.table import TABLE, interval_of
 from egraph.scalars import FLOAT_OPS, Fraction, exact_of, fold, representable
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, POS, ZERO
 from egraph.term import is_literal_op, literal
@@ -381,7 +381,7 @@ class TensorAnalysis(Analysis):
         sign = _sign(egraph, node) & meta.sign
         lo, hi = meta.lo, meta.hi
         if meta.kind == "tensor" and isinstance(node[0], str) and node[0] not in (
-                *LEAVES, "opaque"):
+                "input", "param", "const", "opaque"):
             lo, hi = _observed_interval(egraph, node, meta)
         lo, hi = _clip_to_sign(lo, hi, sign)
         small = max(meta.small, _smallest(lo, hi))
@@ -410,7 +410,7 @@ class TensorAnalysis(Analysis):
                     k.kind in ("tensor", "literal") for k in kids):
                 return Meta("tuple", value=tuple(kids))  # an index: ``x[rows, cols]``
             return UNKNOWN
-        if op in LEAVES:
+        if op in ("input", "param", "const"):
             return self.leaves.get(f"{op}:{kids[0].value}", UNKNOWN)
         if op == "opaque":
             return self.leaves.get(f"opaque:{kids[0].value}", UNKNOWN)

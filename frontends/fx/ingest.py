@@ -187,18 +187,6 @@ def _recorded_key(gm: fx.GraphModule) -> str | None:
     return None
 
 
-def _module_state(value: Any) -> bool:
-    """Whether an example input is a module's parameter or buffer, as torch.compile passes
-    them to its backend (a real ``nn.Parameter``, or a tensor dynamo marks as a static
-    input): a ``state`` leaf, read from the input on every call, whose folds are computed
-    once per state. Not one autograd differentiates in this call (it requires grad, grad
-    mode is on): a fold of it would be made again on every call, with its history."""
-    return type(value) in (torch.Tensor, nn.Parameter) and value.device.type != "meta" and (
-        isinstance(value, nn.Parameter)
-        or getattr(value, "_dynamo_static_input_type", None) is not None) and not (
-        value.requires_grad and torch.is_grad_enabled())
-
-
 def _real(example_inputs) -> bool:
     """True when every tensor among the inputs is a real one (not fake, not meta)."""
     return all(not isinstance(x, torch.Tensor) or (
@@ -472,9 +460,6 @@ class _Builder:
         # when observing (a pass over a 12-layer decoder's weights: 0.37 s).
         user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
                        and n.name not in param_names]
-        # a module's parameters and buffers that torch.compile passes as inputs
-        self.states = {node.name for node, value in zip(user_inputs, example_inputs or ())
-                       if _module_state(value)}
         for node, value in zip(user_inputs, example_inputs or ()):
             traced = recorded_value(node)
             if isinstance(value, nn.Parameter) and not observe:
@@ -878,8 +863,7 @@ class _Builder:
                                                self.metas.get(node.name))
                     continue
                 self.inputs.append(node.name)
-                kind = "state" if node.name in self.states else "input"
-                cid = self.leaf(kind, node.name, self.metas.get(node.name))
+                cid = self.leaf("input", node.name, self.metas.get(node.name))
                 self.input_classes.append(cid)
                 self.env[node] = cid
             elif node.op == "get_attr":
