@@ -431,7 +431,20 @@ def attributes_kept(gm: fx.GraphModule):
     values back after the block: a run at compile time (recording values, validation)
     must leave the caller's parameters and state as they were. Only a tensor written
     (its version moved) is copied back: a write bumps the version, and autograd refuses
-    a backward through a tensor saved before it."""
+    a backward through a tensor saved before it.
+
+    >>> class Count(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.n = nn.Parameter(torch.zeros(1), requires_grad=False)
+    ...     def forward(self, x):
+    ...         return self.n.add_(1) + x
+    >>> gm = fx.symbolic_trace(Count())
+    >>> with attributes_kept(gm):
+    ...     _ = gm(torch.ones(1))
+    >>> gm.n.item()
+    0.0
+    """
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
