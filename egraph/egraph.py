@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,24 @@ def _as_term(value: Term | str) -> Term:
         return value
     raise TypeError(f"expected a Term or an s-expression string, got {type(value).__name__}")
 
+
+
+def current_cache(store: weakref.WeakKeyDictionary, egraph: EGraph) -> dict:
+    """The cache ``store`` keeps for ``egraph``, emptied whenever the e-graph changed since
+    it was filled (:attr:`EGraph.version`: a new e-node or a merge); a dead e-graph's
+    cache goes with it.
+
+    >>> store = weakref.WeakKeyDictionary()
+    >>> eg = EGraph()
+    >>> current_cache(store, eg)["seen"] = 1
+    >>> current_cache(store, eg), (eg.add("a") is not None) and current_cache(store, eg)
+    ({'seen': 1}, {})
+    """
+    version = egraph.version
+    seen = store.get(egraph)
+    if seen is None or seen[0] != version:
+        seen = store[egraph] = (version, {})
+    return seen[1]
 
 class EGraph:
     """An e-graph of terms, with an optional analysis and optional explanations.

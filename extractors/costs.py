@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from egraph.egraph import current_cache
 from egraph.extract.program import program_order, program_roots, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
@@ -59,16 +60,6 @@ _PER_CALL = (names(kind="leaf") | names(kind="opaque")) - _SOURCES  # inputs, op
 _COMPUTED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _current(store: weakref.WeakKeyDictionary, egraph) -> dict:
-    """The cache ``store`` keeps for ``egraph``, emptied whenever the e-graph changed since
-    it was filled (:attr:`EGraph.version`: a new e-node or a merge)."""
-    version = egraph.version
-    seen = store.get(egraph)
-    if seen is None or seen[0] != version:
-        seen = store[egraph] = (version, {})
-    return seen[1]
-
-
 def parameter_only(egraph, cid: int) -> bool:
     """True when class ``cid`` is computed from parameters, constants and literals alone:
     emission folds such a subexpression (the concatenated weights of merged projections)
@@ -86,7 +77,7 @@ def parameter_only(egraph, cid: int) -> bool:
 
 def _known(egraph) -> dict[int, bool]:
     """The classes known to be parameter-only or not, for the e-graph as it is now."""
-    return _current(_COMPUTED_ONCE, egraph)
+    return current_cache(_COMPUTED_ONCE, egraph)
 
 
 def _parameter_only(egraph, cid: int, known: dict[int, bool]) -> bool:
@@ -426,7 +417,7 @@ class Roofline(CostModel):
         return total
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        costs = _current(self._node_costs, egraph)
+        costs = current_cache(self._node_costs, egraph)
         cost = costs.get((cid, node))
         if cost is None:
             cost = costs[cid, node] = self._node_cost(egraph, cid, node)

@@ -51,6 +51,9 @@ True
 
 from __future__ import annotations
 
+import weakref
+
+from egraph.egraph import current_cache
 from egraph.ops import (
     avg_pool2d,
     cat,
@@ -297,13 +300,10 @@ def _merge_order(op: str, first: str, second: str, shared: str, shared_at: int =
     for k calls; a run, k (k - 1) / 2 ways (a TransformerConv's four linears of one input:
     11 -> 6; LoRA's adapters beside their base weights ran away)."""
     merged_at = 1 - shared_at
-    runs: dict[int, list[int]] = {}  # per class shared, for the e-graph's current version
-    seen = [None]
+    store: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def order_on(egraph, common: int) -> list[int]:
-        if seen[0] != (id(egraph), egraph.version):
-            seen[0] = (id(egraph), egraph.version)
-            runs.clear()
+        runs = current_cache(store, egraph)  # per class shared
         if common not in runs:
             singles = set()
             for parent in egraph.parents(common):
