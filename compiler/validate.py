@@ -901,12 +901,27 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
+def _silent(program: Any) -> Any:
+    """``program`` to be called where it may raise on inputs it cannot take: a graph
+    module's own ``forward`` (its ``__call__`` prints a traceback of the generated code to
+    stderr before it raises, noise for an exception that is caught), any other as it is.
+
+    >>> g = fx.symbolic_trace(lambda x: x + 1)
+    >>> _silent(g)(torch.ones(1))
+    tensor([2.])
+    """
+    if isinstance(program, fx.GraphModule) and not (
+            program._forward_hooks or program._forward_pre_hooks):
+        return program.forward
+    return program
+
+
 def _run_new(new: fx.GraphModule, xs: tuple) -> list:
     """The new program's flat outputs on ``xs``, under the source's seed; grad mode is
     per thread, so it is turned off here for a run in a worker thread too."""
     torch.manual_seed(0)
     with torch.no_grad(), state_kept():
-        return _flat(new(*xs))
+        return _flat(_silent(new)(*xs))
 
 
 def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
@@ -918,7 +933,7 @@ def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
         torch.manual_seed(0)
         try:
             with torch.no_grad(), state_kept():
-                return attempt, _flat(original(*attempt))
+                return attempt, _flat(_silent(original)(*attempt))
         except Exception:  # noqa: BLE001 - values the source cannot take: try the next
             continue
     return xs, None

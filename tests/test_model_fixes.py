@@ -223,3 +223,24 @@ def test_a_vmap_goes_through_aot_autograd_not_through_functorch_on_every_call():
     gm, example_inputs = graphs[0]
     assert not differentiable_as_emitted(gm, example_inputs)
     torch._dynamo.reset()
+
+
+class CheckedRange(nn.Module):
+    """kornia's ``equalize`` spelling: an asynchronous assert that the image lies in
+    [0, 1], which validation's widened inputs break."""
+
+    def forward(self, x):
+        torch._assert_async(((x >= 0) & (x <= 1)).all(), "expects input values in [0, 1]")
+        return (x * 255).floor() / 255 + x.mean()
+
+
+def test_a_source_raising_on_validation_inputs_prints_nothing(capfd):
+    """Validation runs the source on inputs it may refuse (its own assert); the graph
+    module's traceback printout of that caught error is not the user's to read."""
+    x = torch.rand(2, 3, 8, 8)
+    torch._dynamo.reset()
+    backend = make_backend(validate="raise")
+    got = torch.compile(CheckedRange(), backend=backend)(x)
+    torch.testing.assert_close(got, CheckedRange()(x))
+    assert backend.reports and not any(r.fell_back for r in backend.reports)
+    assert "Traceback" not in capfd.readouterr().err
