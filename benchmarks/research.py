@@ -9,12 +9,15 @@ Transformer layers, and DETR's encoder layer (``nn.MultiheadAttention`` asked fo
 weights it drops); PyTorch Geometric's graph convolutions (GCN, GAT, GATv2, GraphSAGE,
 GIN, GraphConv, TransformerConv, EdgeConv, ChebConv), whose messages are gathered with
 ``index_select`` and summed into new tensors of zeros with ``scatter_add_``, and whose
-self-loops make a graph break (an edge count that depends on the data).
+self-loops make a graph break (an edge count that depends on the data); kornia's image
+functions (SSIM on channels-last images, colour jitter and Lab conversion, Canny's edges,
+Harris corners, SIFT and HardNet descriptors: pointwise formulas with constants of every
+magnitude, separable depthwise convolutions, asserts on the input's range).
 
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
         einops einx frozendict loguru torch-einops-utils perceiver-pytorch conformer \
         mlp-mixer-pytorch local-attention hyper-connections labml==0.4.168 labml-nn \
-        torch_geometric xxhash
+        torch_geometric xxhash kornia kornia_rs
     .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20] [--train]
 
 (``--no-deps``: their requirements would replace the pinned CPU torch with a CUDA build and
@@ -153,6 +156,46 @@ def _labml(name: str, inputs: Callable[[], tuple], names: tuple[str, ...] = (), 
     return (Keywords(module, names, **fixed) if names else module), inputs()
 
 
+def _pictures(*shape: int, count: int = 1) -> tuple[torch.Tensor, ...]:
+    """``count`` images with values in [0, 1], as kornia's functions expect them."""
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.rand(*shape, generator=g) for _ in range(count))
+
+
+class Function(nn.Module):
+    """A library function as a module: ``fn(*inputs, **fixed)``."""
+
+    def __init__(self, fn: Callable, **fixed):
+        super().__init__()
+        self.fn, self.fixed = fn, fixed
+
+    def forward(self, *inputs):
+        return self.fn(*inputs, **self.fixed)
+
+
+def _kornia(name: str, inputs: tuple, **fixed) -> tuple[nn.Module, tuple]:
+    """kornia's ``name`` (``module:function``, or a module class, built with ``fixed``)."""
+    import importlib
+
+    path, attr = name.split(":")
+    target = getattr(importlib.import_module(path), attr)
+    if isinstance(target, type):
+        return target(**fixed), inputs
+    return Function(target, **fixed), inputs
+
+
+def _colour_jitter(x: torch.Tensor) -> torch.Tensor:
+    """kornia's ``ColorJiggle`` with its factors drawn, then ImageNet's normalisation."""
+    from kornia import enhance
+
+    x = enhance.adjust_brightness(x, 0.1)
+    x = enhance.adjust_contrast(x, 1.2)
+    x = enhance.adjust_saturation(x, 1.3)
+    x = enhance.adjust_hue(x, 0.1)
+    return enhance.normalize(x, torch.tensor([0.485, 0.456, 0.406]),
+                             torch.tensor([0.229, 0.224, 0.225]))
+
+
 def _sequence() -> tuple[torch.Tensor, ...]:
     x = _random(SEQ, 2, DIM)
     return (x, x, x)
@@ -285,6 +328,17 @@ MODELS.update({
         lambda w, o: _pyg_conv("TransformerConv")(w, o // HEADS, heads=HEADS)),
     "pyg_edgeconv": lambda: _pyg(lambda w, o: _pyg_conv("EdgeConv")(_mlp(2 * w, o))),
     "pyg_cheb": lambda: _pyg(lambda w, o: _pyg_conv("ChebConv")(w, o, K=3)),
+    "kornia_ssim": lambda: _kornia("kornia.losses:ssim_loss", _pictures(4, 3, 64, 64, count=2),
+                                   window_size=11),
+    "kornia_jitter": lambda: (Function(_colour_jitter), _pictures(4, 3, 64, 64)),
+    "kornia_lab": lambda: _kornia("kornia.color:rgb_to_lab", _pictures(4, 3, 64, 64)),
+    "kornia_canny": lambda: _kornia("kornia.filters:canny", _pictures(2, 3, 64, 64)),
+    "kornia_harris": lambda: _kornia("kornia.feature:harris_response",
+                                     _pictures(4, 1, 64, 64), k=0.04),
+    "kornia_sift": lambda: _kornia("kornia.feature:SIFTDescriptor", _pictures(16, 1, 32, 32),
+                                   patch_size=32),
+    "kornia_hardnet": lambda: _kornia("kornia.feature:HardNet", _pictures(16, 1, 32, 32),
+                                      pretrained=False),
 })
 
 

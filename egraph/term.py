@@ -41,7 +41,7 @@ _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": 
 # Typed literals of tensor programs are hashed as ``(tag, value)`` tuples: in Python
 # ``True == 1 == 1.0`` would otherwise collapse keepdim=True, dim=1 and the scalar 1.0.
 LITERAL_TAGS = ("int", "float", "bool", "str", "none", "ints", "dtype", "device",
-                "ellipsis")
+                "layout", "ellipsis")
 
 
 class SyntaxError_(ValueError):
@@ -153,6 +153,8 @@ def _parse_typed(token: str, pos: int) -> tuple:
             return ("dtype", text)
         if tag == "device" and text:
             return ("device", text)
+        if tag == "layout" and text.isidentifier():
+            return ("layout", text)
         if tag == "bool" and text in ("true", "false"):
             return ("bool", text == "true")
         if tag == "int":

@@ -551,6 +551,16 @@ op("to", "x dtype", "pointwise", finite=True, attributes="dtype", impl="Tensor.t
    " Tensor.int:to_int32 Tensor.bool:to_bool aten._to_copy.default:to_copy aten.to.dtype"
    " aten.to.device aten.to.dtype_layout Tensor.type:tensor_type",
    why={"flops": "a conversion computes nothing"})
+# A memory format the program asks for (``x.contiguous(memory_format=torch.channels_last)``,
+# kornia's SSIM before its depthwise convolutions) is equal in value to its operand, but it
+# is a layout the program chose for speed: a copy of its own, kept where the source has it
+# (the plain ``contiguous`` is ``identity``; emission makes outputs contiguous as needed).
+op("to_layout", "x layout", "library", attributes="layout", impl="Tensor.contiguous",
+   call=lambda x, layout: ((x,), {"memory_format": layout}), finite=True, exact=True,
+   error="exact", sign=signs.same, interval=iv.same,
+   why={"flops": "a copy computes nothing",
+        "triton": "a kernel writes its output contiguous; the copy runs as torch's",
+        "spellings": "the memory_format of contiguous, clone and to (identity's and to's)"})
 
 for _name, _flops, _sign, _interval, _error, _aten in [
         ("sum", 1, signs.one_signed, iv.summed, "summing", "dim_IntList default"),
@@ -780,9 +790,9 @@ op("detach", "x", "view", impl="torch.detach", exact=True, error="exact", sign=s
    why={**_VIEW, "triton": "a kernel's values carry no autograd history"})
 # The value itself: ingest replaces it by its operand, so it never reaches an e-graph.
 op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous torch.clone"
-   " Tensor.clone"
-   " aten.clone.default aten.alias.default aten.lift_fresh_copy.default",
+   spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous torch.clone:clone"
+   " Tensor.clone:clone aten.clone.default:clone aten.alias.default"
+   " aten.lift_fresh_copy.default",
    modules=(Module("torch.nn.Identity", ("input",)),
             *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)
               for d in ("Dropout", "Dropout1d", "Dropout2d", "AlphaDropout"))),

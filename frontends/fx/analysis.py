@@ -176,9 +176,13 @@ def observed_range(value: torch.Tensor) -> dict:
 
 def literal_value(op: tuple) -> Any:
     """The Python value of a typed literal operator (dtypes become torch dtypes, devices
-    torch devices)."""
+    torch devices, layouts torch memory formats).
+
+    >>> literal_value(("layout", "channels_last"))
+    torch.channels_last
+    """
     tag, value = op
-    if tag == "dtype":
+    if tag in ("dtype", "layout"):
         return getattr(torch, value)
     if tag == "device":
         return torch.device(value)

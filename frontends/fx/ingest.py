@@ -516,7 +516,7 @@ class _Builder:
         if isinstance(value, torch.Tensor):
             return self.constant(value)
         if isinstance(value, torch.memory_format):
-            return eg.add_node(("str", str(value)))
+            return eg.add_node(("layout", str(value).removeprefix("torch.")))
         return eg.add_node(literal(value))
 
     def constant(self, tensor: torch.Tensor) -> int:

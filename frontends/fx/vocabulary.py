@@ -384,8 +384,21 @@ def _identity(input, *args, **kwargs):
     return ("identity", [input])
 
 
+def _in_layout(lowered: Lowered, memory_format) -> Lowered:
+    """``lowered`` copied into ``memory_format`` where that names a layout (channels-last);
+    the contiguous and preserved formats leave it as it is (emission makes an output
+    contiguous where the source's is)."""
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        return lowered
+    return ("to_layout", [lowered, memory_format])
+
+
 def _contiguous(input, memory_format=None):
-    return ("identity", [input])
+    return _in_layout(("identity", [input]), memory_format)
+
+
+def _clone(input, *, memory_format=None):
+    return _in_layout(("identity", [input]), memory_format)
 
 
 def _flatten(input, start_dim=0, end_dim=-1):
@@ -417,13 +430,16 @@ def _tri(name: str):
 
 
 def _to(input, *args, **kwargs):
-    """``Tensor.to`` and aten's ``to`` overloads: a dtype conversion. A device (ingest
-    drops one that is where the operand already is) stays the source's own call."""
-    dtype = kwargs.get("dtype")
+    """``Tensor.to`` and aten's ``to`` overloads: a dtype conversion, in a memory format
+    where one is named. A device (ingest drops one that is where the operand already is)
+    stays the source's own call."""
+    dtype, memory_format = kwargs.get("dtype"), kwargs.get("memory_format")
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
-        elif a is not None and not isinstance(a, (bool, torch.memory_format)):
+        elif isinstance(a, torch.memory_format):
+            memory_format = a
+        elif a is not None and not isinstance(a, bool):
             raise _Unsupported(f"to({a!r}): only dtype conversions are modelled")
     _same_device("to", kwargs.get("device"))
     if kwargs.get("layout") not in (None, torch.strided):
@@ -431,9 +447,8 @@ def _to(input, *args, **kwargs):
     if any(k not in ("dtype", "copy", "non_blocking", "memory_format", "device", "layout",
                      "pin_memory") for k in kwargs):
         raise _Unsupported(f"to with {kwargs}")
-    if dtype is None:
-        return ("identity", [input])
-    return ("to", [input, dtype])
+    return _in_layout(("to", [input, dtype]) if dtype is not None else ("identity", [input]),
+                      memory_format)
 
 
 def _tensor_type(input, dtype=None, non_blocking=False, **kwargs):
@@ -446,7 +461,7 @@ def _tensor_type(input, dtype=None, non_blocking=False, **kwargs):
 
 def _dtype_method(dtype: torch.dtype):
     def lower(input, memory_format=None):
-        return ("to", [input, dtype])
+        return _in_layout(("to", [input, dtype]), memory_format)
     return lower
 
 
@@ -575,7 +590,7 @@ def _like(name: str):
         _same_device(name, device)
         if dtype is not None:
             input = ("to", [input, dtype])
-        return (name, [input])
+        return _in_layout((name, [input]), memory_format)
     return lower
 
 
@@ -584,7 +599,7 @@ def _full_like(input, fill_value, *, dtype=None, layout=None, device=None,
     _same_device("full_like", device)
     if dtype is not None:
         input = ("to", [input, dtype])
-    return ("full_like", [input, fill_value])
+    return _in_layout(("full_like", [input, fill_value]), memory_format)
 
 
 def _square(input):
@@ -645,7 +660,8 @@ def _aten_softmax(name: str, half_to_float: bool):
 def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,
                   non_blocking=False, memory_format=None):
     _same_device("_to_copy", device)
-    return ("to", [input, dtype]) if dtype is not None else ("identity", [input])
+    return _in_layout(("to", [input, dtype]) if dtype is not None else ("identity", [input]),
+                      memory_format)
 
 
 # Targets whose result is random or that have side effects: always opaque, kept in order.
@@ -678,7 +694,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
     "constant_pad_nd": _constant_pad_nd,
     "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
-    "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
+    "identity": _identity, "contiguous": _contiguous, "clone": _clone, "flatten": _flatten,
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
     "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
     "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "setitem": _setitem,
