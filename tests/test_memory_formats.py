@@ -165,3 +165,31 @@ def test_each_spelling_of_a_memory_format_gives_eager_values_and_strides(name, h
     got, expected = optimised(x), f(x)
     torch.testing.assert_close(got, expected)
     assert got.stride() == expected.stride()
+
+
+class OneChannelPatches(nn.Module):
+    """kornia's HardNet in form, in training: one-channel patches converted to
+    channels-last (a tensor already contiguous in both formats, whose strides only ``to``
+    changes), convolutions, batch norm and dropout, whose mask follows memory order."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8, affine=False),
+            nn.ReLU(), nn.Dropout(0.3), nn.Conv2d(8, 4, 3, bias=False))
+
+    def forward(self, x):
+        return self.features(x.to(memory_format=CL)).flatten(1)
+
+
+def test_one_channel_patches_keep_their_format_and_their_dropout_masks():
+    torch.manual_seed(0)
+    model, x = OneChannelPatches(), torch.rand(4, 1, 8, 8)
+    torch._dynamo.reset()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(copy.deepcopy(model), backend=backend)
+    torch.manual_seed(1)
+    got = compiled(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, model(x))
+    assert not any(r.fell_back for r in backend.reports)

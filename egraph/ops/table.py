@@ -555,7 +555,10 @@ op("to", "x dtype", "pointwise", finite=True, attributes="dtype", impl="Tensor.t
 # kornia's SSIM before its depthwise convolutions) is equal in value to its operand, but it
 # is a layout the program chose for speed: a copy of its own, kept where the source has it
 # (the plain ``contiguous`` is ``identity``; emission makes outputs contiguous as needed).
-op("to_layout", "x layout", "library", attributes="layout", impl="Tensor.contiguous",
+# It runs as ``to``, which gives a tensor of size-1 channels the format's own strides (kornia's
+# HardNet on one-channel patches), where ``contiguous`` would keep it as it is: a convolution
+# picks its kernel's layout from those strides, and dropout draws its mask in memory order.
+op("to_layout", "x layout", "library", attributes="layout", impl="Tensor.to",
    call=lambda x, layout: ((x,), {"memory_format": layout}), finite=True, exact=True,
    error="exact", sign=signs.same, interval=iv.same,
    why={"flops": "a copy computes nothing",
