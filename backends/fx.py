@@ -178,6 +178,10 @@ class _Emitter:
         # nodes that may not be contiguous: views that move strides and what is made of
         # them elementwise (a pointwise op keeps its operand's layout, not a broadcast's)
         self.strided: set[fx.Node] = set()
+        # a view (or a cast that may return its operand) -> the value whose storage it is;
+        # and each storage an output returned -> the source node that made that output's
+        self.view_of: dict[fx.Node, fx.Node] = {}
+        self.returned: dict[fx.Node, str] = {}
         self.broadcast: set[fx.Node] = set()
         # emitted nodes -> the analysis data of their class (shape, dtype)
         self.metas: dict[fx.Node, Any] = {}
@@ -203,7 +207,9 @@ class _Emitter:
         the source made one (the rewrites ``x * 1 -> x`` and ``x.clone() -> x`` would hand
         the caller its own input, to be written through), never a folded buffer
         (:meth:`unshared`), contiguous where the source's was (``x.t().contiguous() ->
-        x.t()`` would break the caller's ``view``)."""
+        x.t()`` would break the caller's ``view``), and a tensor of its own for each tensor
+        the source made (two ``zeros_like(x)`` are one class; normflows' spline writes into
+        each by masks)."""
         value = self.value(ref.cid)
         if not isinstance(value, fx.Node) or getattr(self.metas.get(value), "kind", None) != (
                 "tensor"):
@@ -212,6 +218,9 @@ class _Emitter:
         contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
         if fresh and value in self.shared:
             return self.copy(value, contiguous)
+        if fresh and self.returned.setdefault(self.view_of.get(value, value), ref.maker) != (
+                ref.maker):
+            return self.copy(value, contiguous)  # one tensor for two the source made
         value = self.unshared(value, contiguous)
         if contiguous and value in self.strided:
             return self.graph.call_method("contiguous", (value,))
@@ -349,6 +358,8 @@ class _Emitter:
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
         if kind == "view" or op == "to":
             # a view (or a cast that may return its operand) shares its operand's storage
+            if base is not None:
+                self.view_of[value] = self.view_of.get(base, base)
             for held in (self.in_buffer, self.shared):
                 if base in held:
                     held.add(value)

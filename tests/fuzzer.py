@@ -1388,6 +1388,7 @@ class _Case:
     unresolved: list         # per output, what float64 itself cannot resolve
     shared: list[bool]       # per output, whether the source's shares an input's storage
     contiguous: list[bool]   # per output, whether the source's is contiguous
+    together: set            # pairs of outputs whose tensors share storage in the source's
 
 
 def _flat(out: Any) -> list:
@@ -1472,8 +1473,17 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
             raise
         cases.append(_Case(label, batch, xs, src, ref, spread, unresolved,
                            [_shares_input(o, given) for o in src],
-                           [isinstance(o, torch.Tensor) and o.is_contiguous() for o in src]))
+                           [isinstance(o, torch.Tensor) and o.is_contiguous() for o in src],
+                           _sharing_pairs(src)))
     return cases
+
+
+def _sharing_pairs(outs: list) -> set[tuple[int, int]]:
+    """The pairs ``(j, k)``, ``j < k``, of outputs that are tensors sharing one storage."""
+    ptrs = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) and o.numel()
+            else None for o in outs]
+    return {(j, k) for k, p in enumerate(ptrs) for j in range(k)
+            if p is not None and ptrs[j] == p}
 
 
 def _shares_input(out: Any, inputs: tuple) -> bool:
@@ -1487,8 +1497,14 @@ def _shares_input(out: Any, inputs: tuple) -> bool:
 
 def _layout_verdict(got: list, given: tuple, case: _Case) -> tuple[str, str] | None:
     """What an output changed beyond its value: it shares an input's storage where the
-    source's is a new tensor (a caller writing into it writes into its input), or it is
-    not contiguous where the source's is (a caller's ``view`` of it fails)."""
+    source's is a new tensor (a caller writing into it writes into its input), or another
+    output's where the source's two are tensors of their own (a caller writing into one
+    changes the other), or it is not contiguous where the source's is (a caller's ``view``
+    of it fails)."""
+    joined = sorted(_sharing_pairs(got) - case.together)
+    if joined:
+        return "aliasing", (f"outputs {joined[0][0]} and {joined[0][1]} share one storage; "
+                            "the source's do not")
     for k, g in enumerate(got):
         if k >= len(case.shared) or not isinstance(g, torch.Tensor):
             continue

@@ -244,3 +244,46 @@ def test_a_source_raising_on_validation_inputs_prints_nothing(capfd):
     torch.testing.assert_close(got, CheckedRange()(x))
     assert backend.reports and not any(r.fell_back for r in backend.reports)
     assert "Traceback" not in capfd.readouterr().err
+
+
+def rational_quadratic_spline_form(x):
+    """normflows' ``unconstrained_rational_quadratic_spline`` in form: two tensors of
+    zeros, each written by boolean masks (a dynamo graph break returns both to eager)."""
+    inside = (x >= -3) & (x <= 3)
+    outputs, logabsdet = torch.zeros_like(x), torch.zeros_like(x)
+    outputs[~inside] = x[~inside]
+    logabsdet[~inside] = 0
+    outputs[inside] = x[inside] * 2
+    logabsdet[inside] = math.log(2)
+    return outputs, logabsdet
+
+
+def test_two_tensors_of_zeros_stay_two_for_the_caller_to_write():
+    x = torch.randn(64) * 3
+    torch._dynamo.reset()
+    backend = make_backend(validate="raise")
+    got = torch.compile(rational_quadratic_spline_form, backend=backend)(x)
+    expected = rational_quadratic_spline_form(x)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])
+
+
+def test_outputs_share_storage_only_where_the_source_s_do():
+    from compiler.compile import default_cost
+    from egraph import EGraph
+    from egraph.rules import load_rules
+
+    def f(x):
+        y = x * 2
+        return torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x).view(-1), y, \
+            y.view(-1), x * 2
+
+    x = torch.randn(3, 4)
+    optimised = EGraph.from_fx(torch.fx.symbolic_trace(f), (x,)).saturate(
+        load_rules("all")).extract(default_cost((x,)), validate="raise")
+
+    def pairs(outs):
+        ptrs = [o.untyped_storage().data_ptr() for o in outs]
+        return {(j, k) for k in range(len(ptrs)) for j in range(k) if ptrs[j] == ptrs[k]}
+
+    assert pairs(optimised(x)) == pairs(f(x)) == {(3, 4)}

@@ -924,24 +924,26 @@ class _Builder:
 
     def _out(self, arg):
         if isinstance(arg, fx.Node):
-            return OutputRef(self.env[arg], self._fresh(arg), self._contiguous(arg))
+            maker, fresh = self._maker(arg)
+            return OutputRef(self.env[arg], fresh, self._contiguous(arg), maker.name)
         return arg
 
-    def _fresh(self, node: fx.Node) -> bool:
-        """Whether the source's value of ``node`` is a tensor it made, sharing no storage
+    def _maker(self, node: fx.Node) -> tuple[fx.Node, bool]:
+        """The node whose tensor the source's value of ``node`` lives in (``node``, or what
+        it is a view of), and whether that is a tensor the source made, sharing no storage
         with an input, parameter or constant: made by a modelled op that is not a view
         (``to`` and ``contiguous`` may return their input), or a view of such a tensor."""
         while True:
             if _is_clone(node):
-                return True
+                return node, True
             op = self.lowered_ops.get(node)
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
-                return False
+                return node, False
             if _makes_storage(op):
-                return True
+                return node, True
             base = next((a for a in node.args if isinstance(a, fx.Node)), None)
             if base is None:
-                return False
+                return node, False
             node = base
 
     def _contiguous(self, node: fx.Node) -> bool | None:
@@ -1226,10 +1228,13 @@ class OutputRef(ClassRef):
     its value, which the emitted program keeps. ``fresh``: a tensor the source made (no
     storage shared with an input, a parameter or a constant: ``x * 1``, ``x.clone()``),
     False where it may share one (``x.view(-1)``, an opaque call); ``contiguous``: whether
-    it was contiguous, None where no example told."""
+    it was contiguous, None where no example told; ``maker``: the name of the source node
+    that made its tensor (outputs of different makers never share one: ``zeros_like(x)``
+    twice, each then written by the caller, may be one class)."""
 
     fresh: bool = False
     contiguous: bool | None = None
+    maker: str | None = None
 
 
 def _is_expr(value: Any) -> bool:
