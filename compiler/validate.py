@@ -688,6 +688,11 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the output structure changed")
+            joined = sorted(sharing_pairs(out_after) - sharing_pairs(out_before))
+            if joined:
+                return Validation(False, worst_before, float("inf"), len(input_sets),
+                                  f"outputs {joined[0][0]} and {joined[0][1]} share one "
+                                  "storage where the original's are tensors of their own")
             out_ref = reference(xs) if reference is not None else out_before
             if out_ref is None:
                 out_ref, kind = out_before, "original (it cannot run in float64)"
@@ -828,6 +833,19 @@ def _kind_changed(new: Any, source: Any) -> str | None:
             new.dtype != source.dtype):
         return "its shape or dtype changed"
     return None
+
+
+def sharing_pairs(outs: list) -> set[tuple[int, int]]:
+    """The pairs ``(j, k)``, ``j < k``, of outputs that are tensors sharing one storage.
+
+    >>> y = torch.ones(3)
+    >>> sorted(sharing_pairs([y, torch.ones(3), y.view(3, 1)]))
+    [(0, 2)]
+    """
+    ptrs = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) and o.numel()
+            else None for o in outs]
+    return {(j, k) for k, p in enumerate(ptrs) for j in range(k)
+            if p is not None and ptrs[j] == p}
 
 
 def _storage_changed(new: Any, source: Any, stored: set[int]) -> str | None:

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK, reference_spread
+from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK, reference_spread, sharing_pairs
 
 __all__ = [
     "CATEGORIES", "Chooser", "DrawChooser", "InputSpec", "Outcome", "Program", "RandomChooser",
@@ -1474,16 +1474,8 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
         cases.append(_Case(label, batch, xs, src, ref, spread, unresolved,
                            [_shares_input(o, given) for o in src],
                            [isinstance(o, torch.Tensor) and o.is_contiguous() for o in src],
-                           _sharing_pairs(src)))
+                           sharing_pairs(src)))
     return cases
-
-
-def _sharing_pairs(outs: list) -> set[tuple[int, int]]:
-    """The pairs ``(j, k)``, ``j < k``, of outputs that are tensors sharing one storage."""
-    ptrs = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) and o.numel()
-            else None for o in outs]
-    return {(j, k) for k, p in enumerate(ptrs) for j in range(k)
-            if p is not None and ptrs[j] == p}
 
 
 def _shares_input(out: Any, inputs: tuple) -> bool:
@@ -1501,7 +1493,7 @@ def _layout_verdict(got: list, given: tuple, case: _Case) -> tuple[str, str] | N
     output's where the source's two are tensors of their own (a caller writing into one
     changes the other), or it is not contiguous where the source's is (a caller's ``view``
     of it fails)."""
-    joined = sorted(_sharing_pairs(got) - case.together)
+    joined = sorted(sharing_pairs(got) - case.together)
     if joined:
         return "aliasing", (f"outputs {joined[0][0]} and {joined[0][1]} share one storage; "
                             "the source's do not")

@@ -324,3 +324,21 @@ def test_the_float64_reference_keeps_writes_into_values_the_graph_made():
     assert validate_module(src, _Recorded(written)).ok
     lost = validate_module(src, _Recorded(lambda x: torch.zeros(3)))
     assert not lost.ok and "error" in lost.reason
+
+
+def test_validation_refuses_outputs_joined_into_one_tensor():
+    """Two new tensors of equal value returned as one: a caller writing into one would
+    change the other, whatever their values."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    gm = torch.fx.symbolic_trace(lambda x: (torch.zeros_like(x), torch.zeros_like(x), x * 2))
+    src = EGraph.from_fx(gm, (torch.randn(8),)).fx
+
+    def joined(x):
+        zeros = torch.zeros_like(x)
+        return zeros, zeros, x * 2
+
+    refused = validate_module(src, joined)
+    assert not refused.ok and "outputs 0 and 1 share one storage" in refused.reason
+    assert validate_module(src, lambda x: (torch.zeros_like(x), torch.zeros_like(x), 2 * x)).ok
