@@ -163,16 +163,47 @@ def _functional_namesake(name: str) -> bool:
     and returns something (:func:`is_functional`); once per name, not per call."""
     if name in _UNINITIALISED or name in _UNMARKED_UPDATES or name.endswith("_"):
         return False
-    packet = getattr(torch.ops.aten, name, None)
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
-        return False
-    # (getattr, not the packet's __getattr__: that makes a new overload object in place of
-    # the one graphs and the vocabulary hold, which compare by identity)
-    overloads = [o for o in (getattr(packet, each) for each in packet.overloads())
-                 if not any(_writes(a) and (a.kwarg_only or isinstance(a.type, torch.ListType))
-                            for a in o._schema.arguments)]
+    overloads = _tensor_overloads(name)
     return bool(overloads) and all(
         is_functional(o) and o._schema.returns for o in overloads)
+
+
+def _tensor_overloads(name: str) -> list[torch._ops.OpOverload]:
+    """aten's overloads of ``name`` that a call on tensors may dispatch to: not ``out=``
+    ones, nor TorchScript's on lists (:func:`_writes`)."""
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return []
+    # (getattr, not the packet's __getattr__: that makes a new overload object in place of
+    # the one graphs and the vocabulary hold, which compare by identity)
+    return [o for o in (getattr(packet, each) for each in packet.overloads())
+            if not any(_writes(a) and (a.kwarg_only or isinstance(a.type, torch.ListType))
+                       for a in o._schema.arguments)]
+
+
+def returns_new_tensors(target: Any, method: bool = False) -> bool:
+    """True for a call whose results are tensors of their own, by torch's op schemas: an
+    aten operator whose returns alias no argument, or a torch function or Tensor method
+    (``method``: ``target`` is the name) whose aten namesake's overloads all are so (two
+    equal calls are then two tensors, which a caller may write into apart).
+
+    >>> returns_new_tensors(torch.ops.aten.sort.default), returns_new_tensors(torch.flip)
+    (True, True)
+    >>> returns_new_tensors("new_zeros", method=True), returns_new_tensors(torch.ops.aten.t.default)
+    (True, False)
+    """
+    if isinstance(target, torch._ops.OpOverload):
+        return bool(target._schema.returns) and all(
+            r.alias_info is None for r in target._schema.returns)
+    name = target if method else getattr(target, "__name__", None) if torch_owned(
+        target) else None
+    return isinstance(name, str) and _new_namesake(name)
+
+
+@functools.cache
+def _new_namesake(name: str) -> bool:
+    overloads = [o for o in _tensor_overloads(name) if o._schema.returns]
+    return bool(overloads) and all(returns_new_tensors(o) for o in overloads)
 
 
 def _writes(argument: torch.Argument) -> bool:

@@ -50,6 +50,7 @@ from frontends.fx.effects import (
     is_in_place,
     out_of_place,
     recorded_value,
+    returns_new_tensors,
     run_pure,
     torch_owned,
     updates_an_alias,
@@ -932,13 +933,16 @@ class _Builder:
         """The node whose tensor the source's value of ``node`` lives in (``node``, or what
         it is a view of), and whether that is a tensor the source made, sharing no storage
         with an input, parameter or constant: made by a modelled op that is not a view
-        (``to`` and ``contiguous`` may return their input), or a view of such a tensor."""
+        (``to`` and ``contiguous`` may return their input), or a view of such a tensor;
+        an opaque call whose schema returns tensors of their own (``torch.sort``,
+        ``x.new_zeros``: two equal calls may be one class)."""
         while True:
             if _is_clone(node):
                 return node, True
             op = self.lowered_ops.get(node)
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
-                return node, False
+                return node, node.op in ("call_function", "call_method") and (
+                    returns_new_tensors(node.target, node.op == "call_method"))
             if _makes_storage(op):
                 return node, True
             base = next((a for a in node.args if isinstance(a, fx.Node)), None)
