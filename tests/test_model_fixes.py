@@ -292,3 +292,41 @@ def test_outputs_share_storage_only_where_the_source_s_do(how):
     optimised = EGraph.from_fx(program, (x,)).saturate(load_rules("all")).extract(
         default_cost((x,)), validate="raise")
     assert sharing_pairs(optimised(x)) == sharing_pairs(equal_outputs(x)) == {(3, 4), (10, 11)}
+
+
+class MixtureLogDensity(nn.Module):
+    """normflows' ``NormalizingFlow.log_prob`` over a ``GaussianMixture`` base in form: a
+    float32 log-density updated in place by a mixture whose parameters are float64 (made
+    with numpy), which the update converts back."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Parameter(torch.randn(1, 3, 2, dtype=torch.float64))
+
+    def forward(self, x):
+        log_q = torch.zeros(x.shape[0])
+        # (``+=`` here as normflows spells it: torch.export and dynamo record it in place,
+        # symbolic_trace as ``+`` on a proxy, which promotes)
+        log_q.add_(-0.5 * ((x[:, None] - self.loc) ** 2).sum(2).logsumexp(1))
+        log_q += x.sum(1)
+        return log_q
+
+
+@pytest.mark.parametrize("how", ["symbolic_trace", "export", "compile"])
+def test_an_update_in_place_keeps_its_target_s_dtype(how):
+    from compiler.compile import default_cost
+    from egraph import EGraph
+    from egraph.rules import load_rules
+
+    model, x = MixtureLogDensity(), torch.randn(8, 2)
+    if how == "compile":
+        torch._dynamo.reset()
+        got = torch.compile(model, backend=make_backend(validate="off"))(x)
+    else:
+        program = torch.fx.symbolic_trace(model) if how == "symbolic_trace" else (
+            torch.export.export(model, (x,)))
+        got = EGraph.from_fx(program, (x,)).saturate(load_rules("all")).extract(
+            default_cost((x,)), validate="off")(x)
+    expected = model(x)
+    assert got.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(got, expected)

@@ -69,16 +69,18 @@ def solve_ilp(graph: Graph, start: list[int], safe_order: list[int],
     """``(pick, proven optimal?)`` of the minimum DAG cost, starting from the acyclic
     ``start`` pick. ``safe_order`` lists the classes that have an acyclic term (as
     :func:`egraph.extract.greedy.greedy_tree` settles them). Returns ``start``, unproven,
-    when the solver finds nothing better within ``time_limit`` seconds."""
+    when the solver finds nothing better within ``time_limit`` seconds, or when ``start``
+    costs :data:`MAX_COST` or more (out of the solver's range)."""
     deadline = time.perf_counter() + time_limit
     try:
         import highspy  # noqa: F401  (an optional dependency: fail before any work)
     except ImportError:
         raise ImportError("method='ilp' needs the HiGHS solver: pip install highspy") from None
-    if max(graph.cost) >= MAX_COST:
-        raise ValueError(f"the ILP needs node costs below {MAX_COST:g} (HiGHS takes larger "
-                         "ones for infinite); scale the costs down")
     upper = graph.dag_cost(start)
+    if upper >= MAX_COST:
+        # (HiGHS reads costs from MAX_COST on as infinite; below it, pruning drops every
+        # node dearer than the start, so the model holds none of them)
+        return start, False
     model = _Model(graph, start, set(safe_order))
     if model.lower >= upper - _tolerance(upper):
         return start, True

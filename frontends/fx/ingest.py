@@ -1026,7 +1026,19 @@ class _Builder:
         if _is_expr(lowered):
             self.lowered_ops[node] = lowered[0]
         result = self.expr(lowered)
+        if is_in_place(node) and node.args and isinstance(node.args[0], fx.Node):
+            # (an update keeps its target's dtype: ``zeros(n).add_(x64)`` stays float32,
+            # where ``add`` promotes; normflows' float64 mixture into a float32 log-density)
+            result = self._in_dtype_of(result, self.env[node.args[0]])
         return result if destination is None else self._written_into(node, destination, result)
+
+    def _in_dtype_of(self, result: int, target: int) -> int:
+        """``result`` converted to the dtype of the class ``target`` where they differ."""
+        have, want = self.eg.data(result), self.eg.data(target)
+        if (have is not None and want is not None and isinstance(want.dtype, torch.dtype)
+                and have.dtype != want.dtype):
+            return self.apply("to", [result, self.literal(want.dtype)])
+        return result
 
     def _written_into(self, node: fx.Node, out: Any, result: int) -> int:
         """``torch.add(a, b, out=c)``: the values land in ``c``, and later reads of ``c``
@@ -1046,8 +1058,7 @@ class _Builder:
         have, want = self.eg.data(result), self.eg.data(self.env[out])
         if have is None or want is None or have.shape != want.shape:
             raise refuse("which it would resize")
-        if have.dtype != want.dtype:
-            result = self.apply("to", [result, self.literal(want.dtype)])
+        result = self._in_dtype_of(result, self.env[out])
         self.env[out] = result
         return result
 
