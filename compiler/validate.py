@@ -49,10 +49,16 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from compiler.ordinals import within
 from egraph.ops.table import TABLE
-from frontends.fx.effects import updates_inputs, written_attributes
+from frontends.fx.effects import (
+    UNINITIALISED,
+    leaves_memory_unwritten,
+    updates_inputs,
+    written_attributes,
+)
 from frontends.fx.exported import ExportedModule
 from frontends.fx.ingest import FxSource, state_kept
 
@@ -654,10 +660,15 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     # outputs per input set
     float64_source = None
     escalated: dict[int, list | None] = {}
-    # (not with effects: both programs would change the same tensors at once)
+    # Elements an allocation of whatever the memory held (``empty_like``) keeps unwritten
+    # are NaN in every run (an aot graph of normflows' spline leaves the ones outside its
+    # mask to the caller); otherwise each run's garbage would be judged.
+    blank = leaves_memory_unwritten(src.graph_module)
+    # (not with effects: both programs would change the same tensors at once; nor with
+    # blank allocations: a dispatch mode is the thread's own)
     beside = (ThreadPoolExecutor(2, "egraph-validate") if not random_ops and not effects
-              and _side_by_side(original, inputs, numel) else nullcontext())
-    with torch.no_grad(), beside as pool:
+              and not blank and _side_by_side(original, inputs, numel) else nullcontext())
+    with torch.no_grad(), beside as pool, _Filled() if blank else nullcontext():
         for given, stress in zip(input_sets, stressed):
             ahead, run_state = None, state.with_inputs(given) if effects else None
             if pool is None:
@@ -833,6 +844,18 @@ def _kind_changed(new: Any, source: Any) -> str | None:
             new.dtype != source.dtype):
         return "its shape or dtype changed"
     return None
+
+
+class _Filled(TorchDispatchMode):
+    """Allocations of whatever the memory held (``empty_like``) filled with NaN (zero
+    for integers and booleans), so that runs agree on the elements a program leaves
+    unwritten."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in UNINITIALISED and isinstance(out, torch.Tensor):
+            out.fill_(math.nan if out.is_floating_point() or out.is_complex() else 0)
+        return out
 
 
 def sharing_pairs(outs: list) -> set[tuple[int, int]]:

@@ -161,7 +161,7 @@ effects, never shared or dropped."""
 def _functional_namesake(name: str) -> bool:
     """Whether aten's op of this name is functional in every overload but ``out=`` ones,
     and returns something (:func:`is_functional`); once per name, not per call."""
-    if name in _UNINITIALISED or name in _UNMARKED_UPDATES or name.endswith("_"):
+    if name in UNINITIALISED or name in _UNMARKED_UPDATES or name.endswith("_"):
         return False
     overloads = _tensor_overloads(name)
     return bool(overloads) and all(
@@ -213,9 +213,35 @@ def _writes(argument: torch.Argument) -> bool:
     return argument.alias_info is not None and argument.alias_info.is_write
 
 
-_UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
+UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
                             "new_empty_strided", "empty_permuted"})
 """Allocations whose values are whatever the memory held: never shared, never dropped."""
+
+
+def aten_name(node: fx.Node) -> str | None:
+    """The aten name of the call ``node`` (``empty_like`` for ``torch.empty_like``,
+    ``aten.empty_like.default`` and ``x.new_empty``'s method name alike), or None.
+
+    >>> gm = fx.symbolic_trace(lambda x: torch.empty_like(x).copy_(x))
+    >>> [aten_name(n) for n in gm.graph.nodes if n.op.startswith("call")]
+    ['empty_like', 'copy_']
+    """
+    if node.op == "call_method":
+        return node.target
+    if node.op != "call_function":
+        return None
+    target = getattr(node.target, "overloadpacket", node.target)
+    return getattr(target, "__name__", None)
+
+
+def leaves_memory_unwritten(gm: fx.GraphModule) -> bool:
+    """Whether the graph allocates a tensor of whatever the memory held
+    (:data:`UNINITIALISED`): the elements it does not write differ from run to run.
+
+    >>> leaves_memory_unwritten(fx.symbolic_trace(lambda x: torch.empty_like(x)[0]))
+    True
+    """
+    return any(aten_name(n) in UNINITIALISED for n in gm.graph.nodes)
 
 
 def torch_owned(target: Any) -> bool:
