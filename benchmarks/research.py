@@ -12,12 +12,15 @@ GIN, GraphConv, TransformerConv, EdgeConv, ChebConv), whose messages are gathere
 self-loops make a graph break (an edge count that depends on the data); kornia's image
 functions (SSIM on channels-last images, colour jitter and Lab conversion, Canny's edges,
 Harris corners, SIFT and HardNet descriptors: pointwise formulas with constants of every
-magnitude, separable depthwise convolutions, asserts on the input's range).
+magnitude, separable depthwise convolutions, asserts on the input's range); normflows'
+flows (rational-quadratic splines, whose masks break the graph and whose log-densities
+are updated in place, a float64 Gaussian mixture, RealNVP, MAF); mambapy's Mamba
+(a selective scan, parallel and sequential).
 
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
         einops einx frozendict loguru torch-einops-utils perceiver-pytorch conformer \
         mlp-mixer-pytorch local-attention hyper-connections labml==0.4.168 labml-nn \
-        torch_geometric xxhash kornia kornia_rs
+        torch_geometric xxhash kornia kornia_rs normflows mambapy
     .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20] [--train]
 
 (``--no-deps``: their requirements would replace the pinned CPU torch with a CUDA build and
@@ -196,6 +199,34 @@ def _colour_jitter(x: torch.Tensor) -> torch.Tensor:
                              torch.tensor([0.229, 0.224, 0.225]))
 
 
+class LogDensity(nn.Module):
+    """A normflows model's ``log_prob``."""
+
+    def __init__(self, flow: nn.Module):
+        super().__init__()
+        self.flow = flow
+
+    def forward(self, x):
+        return self.flow.log_prob(x)
+
+
+def _normflows(flows: Callable, base: Callable | None = None, dim: int = 2
+               ) -> tuple[nn.Module, tuple]:
+    """normflows' ``NormalizingFlow`` of ``flows(nf)`` over ``base(nf)`` (a diagonal
+    Gaussian by default), as its log-density of 256 points."""
+    import normflows as nf
+
+    q0 = base(nf) if base else nf.distributions.base.DiagGaussian(dim)
+    model = LogDensity(nf.NormalizingFlow(q0, flows(nf)))
+    return model, (_random(256, dim) * 0.5,)
+
+
+def _mamba(**config) -> tuple[nn.Module, tuple]:
+    from mambapy.mamba import Mamba, MambaConfig
+
+    return Mamba(MambaConfig(d_model=DIM, n_layers=DEPTH, **config)), (_random(2, SEQ, DIM),)
+
+
 def _sequence() -> tuple[torch.Tensor, ...]:
     x = _random(SEQ, 2, DIM)
     return (x, x, x)
@@ -339,6 +370,20 @@ MODELS.update({
                                    patch_size=32),
     "kornia_hardnet": lambda: _kornia("kornia.feature:HardNet", _pictures(16, 1, 32, 32),
                                       pretrained=False),
+    "normflows_spline": lambda: _normflows(lambda nf: [
+        nf.flows.AutoregressiveRationalQuadraticSpline(2, 1, 16) for _ in range(2)]),
+    "normflows_mixture": lambda: _normflows(
+        lambda nf: [nf.flows.AffineCouplingBlock(nf.nets.MLP([1, 16, 2])),
+                    nf.flows.Permute(2, mode="swap")],
+        lambda nf: nf.distributions.base.GaussianMixture(3, 2)),
+    "normflows_realnvp": lambda: _normflows(lambda nf: [
+        f for _ in range(4) for f in (nf.flows.AffineCouplingBlock(nf.nets.MLP([2, 32, 4])),
+                                      nf.flows.Permute(4, mode="swap"))], dim=4),
+    "normflows_maf": lambda: _normflows(lambda nf: [
+        f for _ in range(2) for f in (nf.flows.MaskedAffineAutoregressive(2, 16, num_blocks=2),
+                                      nf.flows.Permute(2))]),
+    "mamba": lambda: _mamba(d_state=8),
+    "mamba_sequential": lambda: _mamba(d_state=8, pscan=False),
 })
 
 
