@@ -211,8 +211,9 @@ class _Emitter:
         the source made (two ``zeros_like(x)`` are one class; normflows' spline writes into
         each by masks)."""
         value = self.value(ref.cid)
-        if not isinstance(value, fx.Node) or getattr(self.metas.get(value), "kind", None) != (
-                "tensor"):
+        # (a kernel's outputs have no meta of their own: their class's tells)
+        meta = self.metas.get(value) or self.eg.data(ref.cid)
+        if not isinstance(value, fx.Node) or getattr(meta, "kind", None) != "tensor":
             return value
         fresh = isinstance(ref, OutputRef) and ref.fresh
         contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
@@ -370,8 +371,8 @@ class _Emitter:
         elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
                                          for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
-        elif op == "to_layout" or kind in ("opaque", "library") and any(
-                isinstance(a, fx.Node) and a in self.strided for a in value.all_input_nodes):
+        elif op == "to_layout" or (kind in ("opaque", "library") and any(
+                isinstance(a, fx.Node) and a in self.strided for a in value.all_input_nodes)):
             # (it may keep an operand's layout, as it was passed: a convolution of a
             # channels-last input returns channels-last)
             self.strided.add(value)

@@ -793,8 +793,9 @@ op("detach", "x", "view", impl="torch.detach", exact=True, error="exact", sign=s
    why={**_VIEW, "triton": "a kernel's values carry no autograd history"})
 # The value itself: ingest replaces it by its operand, so it never reaches an e-graph.
 op("identity", "x", "view", exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous torch.clone:clone"
-   " Tensor.clone:clone aten.clone.default:clone aten.alias.default"
+   spell="Tensor.contiguous:contiguous aten.contiguous.default:contiguous"
+   " torch.clone:contiguous Tensor.clone:contiguous aten.clone.default:contiguous"
+   " aten.alias.default"
    " aten.lift_fresh_copy.default",
    modules=(Module("torch.nn.Identity", ("input",)),
             *(Module(f"torch.nn.{d}", ("input",), _inactive_dropout)

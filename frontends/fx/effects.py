@@ -144,9 +144,16 @@ def is_functional(target: Any, method: bool = False) -> bool:
                 target._schema.name.split("::")[-1] in _UNMARKED_UPDATES):
             return False
         return not target._schema.is_mutable
-    name = target if method else getattr(target, "__name__", None) if torch_owned(
-        target) else None
+    name = _torch_name(target, method)
     return isinstance(name, str) and _functional_namesake(name)
+
+
+def _torch_name(target: Any, method: bool) -> str | None:
+    """The name of a torch function (its aten namesake's) or of a Tensor method
+    (``method``: ``target`` is the name); None for a callable torch does not own."""
+    if method:
+        return target
+    return getattr(target, "__name__", None) if torch_owned(target) else None
 
 
 _UNMARKED_UPDATES = frozenset({"batch_norm", "native_batch_norm", "instance_norm",
@@ -195,8 +202,7 @@ def returns_new_tensors(target: Any, method: bool = False) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         return bool(target._schema.returns) and all(
             r.alias_info is None for r in target._schema.returns)
-    name = target if method else getattr(target, "__name__", None) if torch_owned(
-        target) else None
+    name = _torch_name(target, method)
     return isinstance(name, str) and _new_namesake(name)
 
 
@@ -214,7 +220,7 @@ def _writes(argument: torch.Argument) -> bool:
 
 
 UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
-                            "new_empty_strided", "empty_permuted"})
+                           "new_empty_strided", "empty_permuted"})
 """Allocations whose values are whatever the memory held: never shared, never dropped."""
 
 
@@ -226,12 +232,11 @@ def aten_name(node: fx.Node) -> str | None:
     >>> [aten_name(n) for n in gm.graph.nodes if n.op.startswith("call")]
     ['empty_like', 'copy_']
     """
-    if node.op == "call_method":
-        return node.target
-    if node.op != "call_function":
+    if isinstance(node.target, torch._ops.OpOverload):
+        return node.target.overloadpacket.__name__
+    if node.op not in ("call_function", "call_method"):
         return None
-    target = getattr(node.target, "overloadpacket", node.target)
-    return getattr(target, "__name__", None)
+    return _torch_name(node.target, node.op == "call_method")
 
 
 def leaves_memory_unwritten(gm: fx.GraphModule) -> bool:

@@ -1242,10 +1242,10 @@ class OutputRef(ClassRef):
     """An output of the source graph: its class, and what the source's tensor was beyond
     its value, which the emitted program keeps. ``fresh``: a tensor the source made (no
     storage shared with an input, a parameter or a constant: ``x * 1``, ``x.clone()``),
-    False where it may share one (``x.view(-1)``, an opaque call); ``contiguous``: whether
-    it was contiguous, None where no example told; ``maker``: the name of the source node
-    that made its tensor (outputs of different makers never share one: ``zeros_like(x)``
-    twice, each then written by the caller, may be one class)."""
+    False where it may share one (``x.view(-1)``, an opaque call that may return a view);
+    ``contiguous``: whether it was contiguous, None where no example told; ``maker``: the
+    name of the source node that made its tensor (outputs of different makers never share
+    one: ``zeros_like(x)`` twice, each then written by the caller, may be one class)."""
 
     fresh: bool = False
     contiguous: bool | None = None

@@ -394,11 +394,14 @@ def _in_layout(lowered: Lowered, memory_format) -> Lowered:
 
 
 def _contiguous(input, memory_format=None):
+    """``contiguous`` and ``clone``: the value itself, in a layout where one is named."""
     return _in_layout(("identity", [input]), memory_format)
 
 
-def _clone(input, *, memory_format=None):
-    return _in_layout(("identity", [input]), memory_format)
+def _converted(input, dtype, memory_format) -> Lowered:
+    """``input`` in ``dtype`` (None: its own) and ``memory_format``."""
+    return _in_layout(("to", [input, dtype]) if dtype is not None else ("identity", [input]),
+                      memory_format)
 
 
 def _flatten(input, start_dim=0, end_dim=-1):
@@ -447,8 +450,7 @@ def _to(input, *args, **kwargs):
     if any(k not in ("dtype", "copy", "non_blocking", "memory_format", "device", "layout",
                      "pin_memory") for k in kwargs):
         raise _Unsupported(f"to with {kwargs}")
-    return _in_layout(("to", [input, dtype]) if dtype is not None else ("identity", [input]),
-                      memory_format)
+    return _converted(input, dtype, memory_format)
 
 
 def _tensor_type(input, dtype=None, non_blocking=False, **kwargs):
@@ -660,8 +662,7 @@ def _aten_softmax(name: str, half_to_float: bool):
 def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=None,
                   non_blocking=False, memory_format=None):
     _same_device("_to_copy", device)
-    return _in_layout(("to", [input, dtype]) if dtype is not None else ("identity", [input]),
-                      memory_format)
+    return _converted(input, dtype, memory_format)
 
 
 # Targets whose result is random or that have side effects: always opaque, kept in order.
@@ -694,7 +695,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
     "constant_pad_nd": _constant_pad_nd,
     "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
-    "identity": _identity, "contiguous": _contiguous, "clone": _clone, "flatten": _flatten,
+    "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
     "unsqueeze": _unsqueeze, "squeeze": _squeeze, "cat": _cat, "stack": _stack, "to": _to,
     "to_copy": _aten_to_copy, "size": _size, "shape": _getattr, "split": _split,
     "chunk": _chunk, "max": _max, "min": _min, "getitem": _getitem, "setitem": _setitem,
