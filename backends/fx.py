@@ -27,6 +27,7 @@ from backends.sizes import explain_sizes
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
+from frontends.fx.effects import aten_name
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import (
     SHAPE_PARAMS,
@@ -423,7 +424,7 @@ class _Emitter:
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)
         node = self.graph.create_node(call.op, call.target, args, kwargs)
-        if written or _name_of(call.target) in _ALLOCATIONS:
+        if written or aten_name(node) in _ALLOCATIONS:
             # (an in-place update returns the copy it wrote into)
             self.allocated.add(node)
         return node
@@ -549,15 +550,6 @@ def _broadcasts_to(shape: tuple, target: tuple) -> bool:
     sizes compared as expressions, never by the example's value)."""
     return len(shape) <= len(target) and all(
         d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
-
-
-def _name_of(target: Any) -> str:
-    """The name of a call's target: a method's, a function's, an aten overload's packet."""
-    if isinstance(target, str):
-        return target
-    if isinstance(target, torch._ops.OpOverload):
-        return target.overloadpacket.__name__
-    return getattr(target, "__name__", "")
 
 
 def _update_in_place(graph: fx.Graph, copies: set[fx.Node],

@@ -449,11 +449,9 @@ def written_attributes(gm: fx.GraphModule) -> list[torch.Tensor]:
     >>> [t is gm.w for t in written_attributes(gm)]
     [True]
     """
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    def storage(node: Any) -> StorageWeakRef | None:
+    def storage(node: Any):
         value = recorded_value(node)
-        return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+        return _storage(value) if isinstance(value, torch.Tensor) else None
 
     held = {n: value for n in gm.graph.nodes if n.op == "get_attr"
             and isinstance(value := _attribute(gm, n.target), torch.Tensor)}
