@@ -45,6 +45,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -113,6 +114,14 @@ class RotaryAttention(nn.Module):
         return out.transpose(1, 2).reshape(b, n, DIM)
 
 
+def _library(name: str) -> Any:
+    """A library's ``module:attribute``, imported when its row is built."""
+    import importlib
+
+    path, attr = name.split(":")
+    return getattr(importlib.import_module(path), attr)
+
+
 def _random(*shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 
@@ -132,10 +141,7 @@ class Keywords(nn.Module):
 def _labml_attention(name: str, causal: bool = True, **config) -> tuple[nn.Module, tuple]:
     """labml's ``name`` attention (``module:Class``) on sequence-first inputs, self-attention,
     with the causal mask its autoregressive models make (``subsequent_mask``: (i, j, 1))."""
-    import importlib
-
-    path, cls = name.split(":")
-    module = getattr(importlib.import_module(path), cls)(heads=HEADS, d_model=DIM, **config)
+    module = _library(name)(heads=HEADS, d_model=DIM, **config)
     x = _random(SEQ, 2, DIM)
     mask = torch.tril(torch.ones(SEQ, SEQ)).to(torch.bool).unsqueeze(-1) if causal else None
     return Keywords(module, ("query", "key", "value"), mask=mask), (x, x, x)
@@ -152,10 +158,7 @@ def _labml(name: str, inputs: Callable[[], tuple], names: tuple[str, ...] = (), 
            **fixed) -> tuple[nn.Module, tuple]:
     """labml's ``name`` (``module:Class``) built with ``args``, called with ``inputs()``
     (by keyword where ``names`` names them)."""
-    import importlib
-
-    path, cls = name.split(":")
-    module = getattr(importlib.import_module(path), cls)(*args)
+    module = _library(name)(*args)
     return (Keywords(module, names, **fixed) if names else module), inputs()
 
 
@@ -178,10 +181,7 @@ class Function(nn.Module):
 
 def _kornia(name: str, inputs: tuple, **fixed) -> tuple[nn.Module, tuple]:
     """kornia's ``name`` (``module:function``, or a module class, built with ``fixed``)."""
-    import importlib
-
-    path, attr = name.split(":")
-    target = getattr(importlib.import_module(path), attr)
+    target = _library(name)
     if isinstance(target, type):
         return target(**fixed), inputs
     return Function(target, **fixed), inputs
@@ -286,9 +286,7 @@ def _pyg(build: Callable[[int, int], nn.Module]) -> tuple[nn.Module, tuple]:
 
 
 def _pyg_conv(name: str) -> type:
-    import torch_geometric.nn
-
-    return getattr(torch_geometric.nn, name)
+    return _library(f"torch_geometric.nn:{name}")
 
 
 def _mlp(width: int, out: int) -> nn.Module:
