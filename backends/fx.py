@@ -31,11 +31,11 @@ from frontends.fx.effects import aten_name
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import (
     SHAPE_PARAMS,
+    AttributeRef,
     ClassRef,
     ContiguousRef,
     FxSource,
     OutputRef,
-    SubmoduleRef,
     WrittenRef,
 )
 from frontends.fx.vocabulary import SPECS
@@ -162,7 +162,8 @@ class _Emitter:
         self.values: dict[int, Any] = {}
         self.attrs: dict[str, fx.Node] = {}
         self.constants: dict[str, torch.Tensor] = {}
-        self.submodules: set[str] = set()  # regions of higher-order ops, replayed as is
+        # attributes passed by reference (regions of higher-order ops, generators)
+        self.referenced: set[str] = set()
         self.find = egraph.find
         # class -> the fused kernel call that computes it (CUDA targets)
         self.fused = {c: f for f in fusions for c in f.members}
@@ -407,8 +408,8 @@ class _Emitter:
         written: list[fx.Node] = []
 
         def resolve(a):
-            if isinstance(a, SubmoduleRef):
-                self.submodules.add(a.target)
+            if isinstance(a, AttributeRef):
+                self.referenced.add(a.target)
                 return self.attr(a.target)
             if isinstance(a, ClassRef):
                 value = self.values[self.find(a.cid)]
@@ -493,9 +494,13 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         with graph.inserting_before(first):
             graph.call_method("refresh", (graph.get_attr("folded_constants"),))
     for name in emitter.attrs:
-        if name in emitter.submodules:
+        if name in emitter.referenced:
             owner, leaf = owner_of(holder, name)
-            owner.add_module(leaf, src.graph_module.get_submodule(name))
+            value = attribute_at(src.graph_module, name)
+            if isinstance(value, nn.Module):
+                owner.add_module(leaf, value)
+            else:
+                setattr(owner, leaf, value)
         elif name in emitter.constants:
             _set_path(holder, name, emitter.constants[name], buffer=True)
         else:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -55,6 +55,7 @@ from compiler.ordinals import within
 from egraph.ops.table import TABLE
 from frontends.fx.effects import (
     UNINITIALISED,
+    generators_kept,
     leaves_memory_unwritten,
     updates_inputs,
     written_attributes,
@@ -530,8 +531,10 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
         raise ValueError(f"reference={reference!r}: use one of "
                          f"{', '.join(map(repr, REFERENCES))}")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
-    with unset_fake_temporarily(), _caller_state_kept(src, new) as state:
-        return _validate(src, new, trials, max_numel, reference, defined_only, state)
+    with unset_fake_temporarily(), _caller_state_kept(src, new) as state, generators_kept(
+            src.graph_module, src.module, new) as generators:
+        return _validate(src, new, trials, max_numel, reference, defined_only, state,
+                         generators)
 
 
 class _State:
@@ -623,10 +626,11 @@ def program_numel(original: Any, inputs: tuple) -> int:
 
 
 def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
-              mode: str, defined_only: bool = False, state: _State | None = None
-              ) -> Validation:
+              mode: str, defined_only: bool = False, state: _State | None = None,
+              generators: Sequence[torch.Generator] = ()) -> Validation:
     """(``state``: where the source has effects, the caller's state, from which each
-    program runs on each input set.)"""
+    program runs on each input set; ``generators``: those the source draws from besides
+    torch's own, seeded like it for each run.)"""
     original = src.graph_module if src.module is None else src.module
     inputs = tuple(_materialise(x) for x in src.example_inputs)
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
@@ -672,7 +676,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
         for given, stress in zip(input_sets, stressed):
             ahead, run_state = None, state.with_inputs(given) if effects else None
             if pool is None:
-                xs, out_before = _run_source(original, given)
+                xs, out_before = _run_source(original, given, generators)
             else:
                 ahead = pool.submit(_run_new, new, given)
                 xs, out_before = pool.submit(_run_source, original, given).result()
@@ -684,7 +688,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 run_state.restore(left_by_source)
             try:
                 out_after = (ahead.result() if ahead is not None and xs is given
-                             else _run_new(new, xs))
+                             else _run_new(new, xs, generators))
             except Exception as error:  # a rewrite made an ill-typed program: refuse it
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the optimised program raises where the original runs "
@@ -957,21 +961,30 @@ def _silent(program: Any) -> Any:
     return program
 
 
-def _run_new(new: fx.GraphModule, xs: tuple) -> list:
+def _seeded(generators: Sequence[torch.Generator]) -> None:
+    """Seed torch's generator and ``generators`` as every run of a validation starts."""
+    torch.manual_seed(0)
+    for generator in generators:
+        generator.manual_seed(0)
+
+
+def _run_new(new: fx.GraphModule, xs: tuple,
+             generators: Sequence[torch.Generator] = ()) -> list:
     """The new program's flat outputs on ``xs``, under the source's seed; grad mode is
     per thread, so it is turned off here for a run in a worker thread too."""
-    torch.manual_seed(0)
+    _seeded(generators)
     with torch.no_grad(), state_kept():
         return _flat(_silent(new)(*xs))
 
 
-def _run_source(original: nn.Module, xs: tuple) -> tuple[tuple, list | None]:
+def _run_source(original: nn.Module, xs: tuple, generators: Sequence[torch.Generator] = ()
+                ) -> tuple[tuple, list | None]:
     """The source's flat outputs on ``xs`` (without grad, in any thread); where it raises
     on them, on ``xs`` with its integer tensors zeroed (index 0 is valid in any dim); None
     where it raises on both."""
     for attempt in (xs, tuple(torch.zeros_like(x) if isinstance(x, torch.Tensor) and not (
             x.is_floating_point() or x.dtype == torch.bool) else x for x in xs)):
-        torch.manual_seed(0)
+        _seeded(generators)
         try:
             with torch.no_grad(), state_kept():
                 return attempt, _flat(_silent(original)(*attempt))

@@ -148,6 +148,47 @@ def is_functional(target: Any, method: bool = False) -> bool:
     return isinstance(name, str) and _functional_namesake(name)
 
 
+def draws_random(target: Any, method: bool = False) -> bool:
+    """Whether a call draws random numbers whatever its arguments, by torch's op schemas
+    (the ``nondeterministic_seeded`` tag, on an op with no argument that turns the
+    drawing off): an aten operator so tagged, or a torch function or Tensor method
+    (``method``: ``target`` is the name) with such an aten namesake. Such a call is never
+    shared, folded or dropped, and validation judges its program against the source
+    under one seed.
+
+    >>> draws_random(torch.randperm), draws_random("uniform_", method=True)
+    (True, True)
+    >>> draws_random(torch.ops.aten.normal.Tensor_float), draws_random(torch.add)
+    (True, False)
+    >>> draws_random(torch.nn.functional.scaled_dot_product_attention)  # dropout_p
+    False
+    """
+    if isinstance(target, torch._ops.OpOverload):
+        return _draws_whatever_its_arguments(target)
+    if not method:
+        module = getattr(target, "__module__", None) or ""
+        if not (module == "torch" or module.startswith(_TORCH_MODULES)):
+            return False
+        target = getattr(target, "__name__", None)
+    return isinstance(target, str) and _random_namesake(target)
+
+
+@functools.cache
+def _random_namesake(name: str) -> bool:
+    return any(_draws_whatever_its_arguments(o) for o in _tensor_overloads(name))
+
+
+def _draws_whatever_its_arguments(op: torch._ops.OpOverload) -> bool:
+    """Tagged random, and not only where an argument asks for it: a dropout, attention's
+    ``dropout_p``, an RNN's dropout between layers and rrelu draw only in training (the
+    ingest of dropouts and of dropout modules tells those apart)."""
+    return torch.Tag.nondeterministic_seeded in op.tags and not any(
+        a.name in _DRAWS_WHEN for a in op._schema.arguments)
+
+
+_DRAWS_WHEN = frozenset({"train", "training", "dropout_p", "dropout"})
+
+
 def _torch_name(target: Any, method: bool) -> str | None:
     """The name of a torch function (its aten namesake's) or of a Tensor method
     (``method``: ``target`` is the name); None for a callable torch does not own."""
@@ -510,12 +551,55 @@ def attributes_kept(gm: fx.GraphModule):
     with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
         saved = [(t, t._version, t.detach().clone()) for t in written_attributes(gm)]
     try:
-        yield [t for t, _, _ in saved]
+        with generators_kept(gm):
+            yield [t for t, _, _ in saved]
     finally:
         with unset_fake_temporarily(), torch.no_grad():
             for t, version, value in saved:
                 if t._version != version:
                     t.copy_(value)
+
+
+def generators_of(*gms: nn.Module) -> list[torch.Generator]:
+    """The random number generators the graphs of ``gms`` read as attributes
+    (``torch.randn(shape, generator=self.gen)``; torch.export lifts them to constants),
+    each once; a module that is no GraphModule reads none.
+
+    >>> class Noise(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.gen = torch.Generator().manual_seed(0)
+    ...     def forward(self, x):
+    ...         return x + torch.randn(x.shape, generator=self.gen)
+    >>> noise = Noise()
+    >>> [gen is noise.gen for gen in generators_of(fx.symbolic_trace(noise))]
+    [True]
+    """
+    found = {id(value): value for gm in gms if isinstance(gm, fx.GraphModule)
+             for node in gm.graph.nodes if node.op == "get_attr"
+             and isinstance(value := _attribute(gm, node.target), torch.Generator)}
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def generators_kept(*gms: nn.Module):
+    """Give the generators the graphs of ``gms`` draw from (:func:`generators_of`) their
+    states back after the block: a run at compile time must not move the caller's
+    stream of random numbers. Yields the generators.
+
+    >>> gen = torch.Generator().manual_seed(0)
+    >>> gm = fx.symbolic_trace(lambda x: x + torch.rand(3, generator=gen))
+    >>> with generators_kept(gm):
+    ...     first = gm(torch.zeros(3))
+    >>> torch.equal(gm(torch.zeros(3)), first)          # the same draws again
+    True
+    """
+    saved = [(g, g.get_state()) for g in generators_of(*gms)]
+    try:
+        yield [g for g, _ in saved]
+    finally:
+        for g, state in saved:
+            g.set_state(state)
 
 
 def updates_an_alias(graph: fx.Graph) -> bool:

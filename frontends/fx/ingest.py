@@ -46,6 +46,7 @@ from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
 from frontends.fx.effects import (
     attributes_kept,
     dispatches_functionally,
+    draws_random,
     is_functional,
     is_in_place,
     out_of_place,
@@ -819,7 +820,7 @@ class _Builder:
         def mark(a):
             if isinstance(a, fx.Node):
                 value = self.value(a)
-                if isinstance(value, SubmoduleRef):
+                if isinstance(value, AttributeRef):
                     return value
                 arg_classes.append(value)
                 if copied and len(arg_classes) == 1 and node.args and a is node.args[0]:
@@ -966,14 +967,14 @@ class _Builder:
             return None
         return self.gm.get_submodule(node.target)
 
-    def get_attr(self, node: fx.Node) -> int | SubmoduleRef:
+    def get_attr(self, node: fx.Node) -> int | AttributeRef:
         value = attribute_at(self.gm, node.target)
-        if isinstance(value, nn.Module):
-            return SubmoduleRef(node.target)  # the body of a higher-order op's region
         if isinstance(value, torch.Tensor):
             name = self.param_names.get(node.target, node.target)
             return self.leaf("param", name, Meta.of(value, self.observe))
-        return self.literal(value)
+        if isinstance(value, _LITERAL_TYPES):
+            return self.literal(value)
+        return AttributeRef(node.target)
 
     def call(self, node: fx.Node) -> int:
         if _updates_a_leaf(node, self._module(node)):
@@ -989,12 +990,12 @@ class _Builder:
                     module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)))
             return lowered
         method = node.op == "call_method"
-        if not method and node.target in IMPURE:
-            return self.opaque_call(node, random=True)
         if not method and node.target in _DROPOUTS:
             bound = _bind_dropout(*node.args, **node.kwargs)
             if not bound["train"] or bound["p"] == 0:
                 return self.value(bound["input"])
+            return self.opaque_call(node, random=True)
+        if not method and node.target in IMPURE or draws_random(node.target, method):
             return self.opaque_call(node, random=True)
         if not method and node.target is getattr and node.args[1:] == ("dtype",):
             # ``x.dtype`` (``h.to(input_dtype)``): the dtype is known, a literal like any other.
@@ -1208,11 +1209,20 @@ def _bind_dropout(input, p=0.5, training=True, inplace=False, train=None):  # no
     return {"input": input, "p": p, "train": training if train is None else train}
 
 
+# the attribute values ingest holds as literals; any other (a submodule, a generator, a
+# script object) is passed by reference
+_LITERAL_TYPES = (bool, int, float, str, type(None), tuple, list, slice, torch.dtype,
+                  torch.device, torch.memory_format)
+
+
 @dataclass(frozen=True)
-class SubmoduleRef:
-    """A submodule passed to a call, by its path: the region of a higher-order op of a
-    torch.export graph (``wrap_with_autocast``, ``wrap_with_set_grad_enabled``). Such a
-    call stays opaque, so the region keeps its autocast or grad mode."""
+class AttributeRef:
+    """An attribute of the source module passed to a call, by its path, where it is no
+    tensor and no literal: a submodule (the region of a higher-order op of a torch.export
+    graph, ``wrap_with_autocast``, ``wrap_with_set_grad_enabled``, so that the region
+    keeps its autocast or grad mode) or an object (the ``torch.Generator`` a call draws
+    from, which the emitted call must advance as the source's did). The call stays
+    opaque; the emitted module holds the same object."""
 
     target: str
 
