@@ -675,8 +675,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     with torch.no_grad(), beside as pool, _Filled() if blank else nullcontext():
         for given, stress in zip(input_sets, stressed):
             ahead, run_state = None, state.with_inputs(given) if effects else None
+            drawn: list | None = [] if random_ops else None
             if pool is None:
-                xs, out_before = _run_source(original, given, generators)
+                xs, out_before = _run_source(original, given, generators, drawn)
             else:
                 ahead = pool.submit(_run_new, new, given)
                 xs, out_before = pool.submit(_run_source, original, given).result()
@@ -738,13 +739,19 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                         worst_after = max(worst_after, e_after)
                         continue
                     # The working-dtype source may be the one that is off (a float16 sum
-                    # that overflows, which a fused softmax avoids): before refusing, judge
-                    # this output against the source in float64 as below (not where the
-                    # program draws random numbers: float64 draws others).
-                    if b.is_floating_point() and id(xs) not in escalated and not random_ops:
+                    # that overflows, which a fused softmax avoids; a deep network with
+                    # batch statistics of few elements, where one rounding grows to the
+                    # output's scale): before refusing, judge this output against the
+                    # source in float64 as below, which draws the random numbers the
+                    # working-dtype source drew.
+                    if b.is_floating_point() and id(xs) not in escalated:
                         if float64_source is None:
                             float64_source = float64_reference(original, effects)
-                        escalated[id(xs)] = float64_source(xs)
+                        replay = _Draws([] if drawn is None else drawn, replay=True)
+                        with replay:
+                            escalated[id(xs)] = float64_source(xs)
+                        if replay.at != len(replay.drawn):  # (it drew less: no reference)
+                            escalated[id(xs)] = None
                     exact = escalated.get(id(xs)) if b.is_floating_point() else None
                     if exact is None:
                         return Validation(False, 0.0, max(worst_after, e_after),
@@ -862,6 +869,55 @@ class _Filled(TorchDispatchMode):
         return out
 
 
+class _Draws(TorchDispatchMode):
+    """The results of the random ops run under it, in order, recorded into ``drawn``; or
+    with ``replay``, the ones recorded there handed back in turn, in the dtype the run
+    asks for. A float64 run of a program that draws random numbers then
+    sees its working-dtype run's draws, where under one seed float64 draws others. A
+    replay that does not fit (another op, another shape) raises, and so leaves that run
+    without a reference.
+
+    >>> drawn = []
+    >>> with _Draws(drawn):
+    ...     first = torch.rand(3)
+    >>> with _Draws(drawn, replay=True):
+    ...     again = torch.rand(3, dtype=torch.float64)
+    >>> torch.equal(again, first.double())
+    True
+    """
+
+    def __init__(self, drawn: list, replay: bool = False):
+        super().__init__()
+        self.drawn, self.replaying, self.at = drawn, replay, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if torch.Tag.nondeterministic_seeded not in func.tags:
+            return out
+        if not self.replaying:
+            self.drawn.append((func, [t.clone() for t in _tensors(out)]))
+            return out
+        if self.at == len(self.drawn) or self.drawn[self.at][0] is not func:
+            raise RuntimeError(f"the replayed run draws otherwise ({func})")
+        recorded = self.drawn[self.at][1]
+        self.at += 1
+        if func is torch.ops.aten.native_dropout.default and args[2:3] != (False,):
+            # (its output is the input's values through the mask: kept in this dtype)
+            out[1].copy_(recorded[1])
+            out[0].copy_(args[0] * out[1] / (1 - args[1]))
+            return out
+        for made, was in zip(_tensors(out), recorded, strict=True):
+            if made.shape != was.shape:
+                raise RuntimeError(f"the replayed run draws another shape ({func})")
+            made.copy_(was)
+        return out
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
 def sharing_pairs(outs: list) -> set[tuple[int, int]]:
     """The pairs ``(j, k)``, ``j < k``, of outputs that are tensors sharing one storage.
 
@@ -977,16 +1033,20 @@ def _run_new(new: fx.GraphModule, xs: tuple,
         return _flat(_silent(new)(*xs))
 
 
-def _run_source(original: nn.Module, xs: tuple, generators: Sequence[torch.Generator] = ()
-                ) -> tuple[tuple, list | None]:
+def _run_source(original: nn.Module, xs: tuple, generators: Sequence[torch.Generator] = (),
+                drawn: list | None = None) -> tuple[tuple, list | None]:
     """The source's flat outputs on ``xs`` (without grad, in any thread); where it raises
     on them, on ``xs`` with its integer tensors zeroed (index 0 is valid in any dim); None
-    where it raises on both."""
+    where it raises on both. ``drawn``: filled with the random ops' results
+    (:class:`_Draws`)."""
     for attempt in (xs, tuple(torch.zeros_like(x) if isinstance(x, torch.Tensor) and not (
             x.is_floating_point() or x.dtype == torch.bool) else x for x in xs)):
         _seeded(generators)
+        if drawn is not None:
+            drawn.clear()
         try:
-            with torch.no_grad(), state_kept():
+            with torch.no_grad(), state_kept(), (
+                    nullcontext() if drawn is None else _Draws(drawn)):
                 return attempt, _flat(_silent(original)(*attempt))
         except Exception:  # noqa: BLE001 - values the source cannot take: try the next
             continue

@@ -123,3 +123,30 @@ def test_generators_kept_gives_the_states_back():
         first = program(torch.zeros(3))
     assert held == [model.gen]
     torch.testing.assert_close(program(torch.zeros(3)), first)
+
+
+def _noisy_cancellation(x):
+    """Draws a mask, then adds a difference float32 rounds to about 1e-8 of x, amplified
+    a million times: the source in float32 is off by about 1e-2, in float64 by 1e-11."""
+    mask = torch.empty_like(x).bernoulli_(0.5)
+    return x * mask + ((x * 0.1) * 3 - x * 0.3) * 1e6
+
+
+def test_a_random_program_the_working_dtype_source_cannot_judge_is_judged_in_float64():
+    """Where the float32 source is itself off (a deep network with batch statistics of
+    few elements in training, timm's EfficientNet with stochastic depth), the program is
+    judged against the source in float64 that draws the float32 run's numbers: it was
+    refused outright, since float64 draws others."""
+    x = torch.randn(64)
+    src = EGraph.from_fx(torch.fx.symbolic_trace(_noisy_cancellation), (x,)).fx
+    assert src.random
+
+    def exact(x):
+        return x * torch.empty_like(x).bernoulli_(0.5)
+
+    def wrong_mask(x):
+        return x * (1 - torch.empty_like(x).bernoulli_(0.5))
+
+    judged = validate_module(src, _Spelled(lambda x, k: exact(x)))
+    assert judged.ok and "float64" in judged.reference
+    assert not validate_module(src, _Spelled(lambda x, k: wrong_mask(x))).ok
