@@ -872,10 +872,10 @@ class _Filled(TorchDispatchMode):
 class _Draws(TorchDispatchMode):
     """The results of the random ops run under it, in order, recorded into ``drawn``; or
     with ``replay``, the ones recorded there handed back in turn, in the dtype the run
-    asks for. A float64 run of a program that draws random numbers then
-    sees its working-dtype run's draws, where under one seed float64 draws others. A
-    replay that does not fit (another op, another shape) raises, and so leaves that run
-    without a reference.
+    asks for. A float64 run of a program that draws random numbers then sees its
+    working-dtype run's draws, where under one seed float64 draws others. A replay that
+    does not fit (another op, another shape) raises, which leaves that run without a
+    reference.
 
     >>> drawn = []
     >>> with _Draws(drawn):
@@ -915,7 +915,7 @@ class _Draws(TorchDispatchMode):
 
 
 def _tensors(out: Any) -> list[torch.Tensor]:
-    return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return [t for t in _flat(out) if isinstance(t, torch.Tensor)]
 
 
 def sharing_pairs(outs: list) -> set[tuple[int, int]]:
