@@ -8,9 +8,11 @@ the new program must stay within twice the source's error plus a few dozen round
 (:data:`NORMWISE_SLACK`: more where every input is invented from a fake tensor);
 elementwise, each output element judged at its own magnitude, within
 :data:`ELEMENTWISE_SLACK` times the source's worst. A rewrite that removes an overflow is
-therefore not mistaken for a bug. Programs with random ops are compared to the source under
-the same RNG seed instead, normwise within :func:`working_tolerance` as in working mode
-(the same draws in float64 cannot be had).
+therefore not mistaken for a bug. Programs with random ops (any op torch's schemas tag as
+drawing, and the generators a model holds) are compared to the source under the same seeds
+instead, normwise within :func:`working_tolerance` as in working mode; an output outside it
+is judged, as there, against the source in float64, which is handed the draws of the
+source's own run (:class:`_Draws`: under one seed float64 draws other numbers).
 
 float64 has its own limits: ``log(x + 1) - log(x)`` is 0 in float64 for x past 1e16, where
 its stable form gives the true ``1/x``. Before a program is refused, the reference is run
