@@ -91,13 +91,17 @@ class Validation:
                 f"on {self.trials} input sets")
 
 
-def _materialise(x: Any) -> Any:
-    """A real tensor for a fake or meta one (random values of the same kind)."""
-    if not isinstance(x, torch.Tensor):
-        return x
+def _is_fake(x: Any) -> bool:
+    """Whether ``x`` is a tensor without values: a fake one (torch.compile's example
+    inputs) or one on the meta device."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    if isinstance(x, FakeTensor) or x.device.type == "meta":
+    return isinstance(x, torch.Tensor) and (isinstance(x, FakeTensor) or x.device.type == "meta")
+
+
+def _materialise(x: Any) -> Any:
+    """A real tensor for a fake or meta one (random values of the same kind)."""
+    if _is_fake(x):
         device = x.device if x.device.type != "meta" else "cpu"
         # Values of an integer input are unknown: small ones are valid indices anywhere.
         values = (torch.randn(tuple(x.shape)) if x.dtype.is_floating_point
@@ -543,10 +547,11 @@ class _State:
     """The tensors a program with effects may change in place and their values when
     taken, to run each program of a validation from the same state and to compare what
     each leaves. A tensor whose elements share memory (an expanded constant) is left
-    out: torch refuses every in-place write into it, ``copy_`` included."""
+    out: torch refuses every in-place write into it, ``copy_`` included; so is a fake
+    one (torch.compile's example inputs: validation runs on real ones of its own)."""
 
     def __init__(self, tensors: Iterable[Any], values: list[torch.Tensor] | None = None):
-        unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor)
+        unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor) and not _is_fake(t)
                   and torch._debug_has_internal_overlap(t) != 1}
         self.tensors = list(unique.values())
         self.values = list(values or ())

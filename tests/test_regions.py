@@ -115,3 +115,55 @@ def test_torch_functions_and_methods_functional_by_their_aten_schema_are_pure():
     assert code.count(".cumsum(") == 1 and code.count("vector_norm(") == 1, code
     assert "logcumsumexp" not in code, code
     assert code.count(".bernoulli(") == 2, code
+
+
+class _Branches(nn.Module):
+    """``torch.cond``: each branch a subgraph of the graph torch.compile hands over."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: self.proj(x).relu(),
+                          lambda x: self.proj(x).tanh() * 2, (x,))
+
+
+class _Jacobians(nn.Module):
+    """``torch.func`` transforms in the forward (a Jacobian per example): the values
+    dynamo records inside them are functorch's batched wrappers, without a storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 3)
+
+    def forward(self, x):
+        jacobian = torch.func.jacrev(lambda row: torch.tanh(self.proj(row)))
+        return torch.func.vmap(jacobian)(x).sum(1)
+
+
+def _trained_alike(model: nn.Module, x: torch.Tensor) -> None:
+    import copy
+
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="egraph", options={"validate": "raise"})
+    expected, got = model(x), compiled(x)
+    torch.testing.assert_close(got, expected)
+    expected.square().sum().backward()
+    got.square().sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_cond_through_torch_compile_in_training():
+    """The state validation keeps held torch.compile's fake example inputs, whose values
+    cannot be compared: compiling crashed (DataDependentOutputException)."""
+    torch._dynamo.reset()
+    for sign in (1, -1):
+        _trained_alike(_Branches(), sign * torch.rand(4, 8))
+
+
+def test_torch_func_transforms_through_torch_compile():
+    """Compiling crashed: "Cannot access storage of BatchedTensorImpl"."""
+    torch._dynamo.reset()
+    _trained_alike(_Jacobians(), torch.randn(5, 8))

@@ -312,11 +312,18 @@ _TORCH_MODULES = ("torch.nn.functional", "torch.functional", "torch.linalg", "to
 ``torch._C._linalg``'s)."""
 
 
-def _storage(value: torch.Tensor):
-    """A key for the storage of a tensor, real or fake."""
+def _storage(value: Any):
+    """A key for the storage of a tensor, real or fake; None for anything else, and for
+    a tensor without a storage of its own (the values dynamo records inside a
+    ``torch.func`` transform are functorch's batched or gradient-tracking wrappers)."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    return StorageWeakRef(value.untyped_storage())
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(value.untyped_storage())
+    except (NotImplementedError, RuntimeError):
+        return None
 
 
 class _WriteWatch(TorchDispatchMode):
@@ -347,8 +354,8 @@ class _WriteWatch(TorchDispatchMode):
 def _watched(target: Callable, args: tuple, kwargs: dict) -> tuple[Any, bool]:
     """``target(*args, **kwargs)`` and whether the run was pure (:class:`_WriteWatch`)."""
     storages: set = set()
-    fx.node.map_aggregate((args, kwargs), lambda a: storages.add(_storage(a))
-                          if isinstance(a, torch.Tensor) else None)
+    fx.node.map_aggregate((args, kwargs), lambda a: storages.add(_storage(a)))
+    storages.discard(None)
     watch = _WriteWatch(storages)
     with watch, torch.no_grad():
         result = target(*args, **kwargs)
@@ -441,23 +448,19 @@ def updates_an_input(n: fx.Node) -> bool:
     >>> [updates_an_input(n) for n in gm.graph.nodes]  # (a symbolic trace records none)
     [False, False, True, False]
     """
-    from torch.multiprocessing.reductions import StorageWeakRef
-
     if n.op not in ("call_function", "call_method"):
         return False
     if n.kwargs.get("out") is not None:
         return True
     if not is_in_place(n) or not n.args:
         return False
-    value = recorded_value(n.args[0])
-    if not isinstance(value, torch.Tensor):
+    storage = _storage(recorded_value(n.args[0]))
+    if storage is None:
         return True
-    storage = StorageWeakRef(value.untyped_storage())
     for p in n.graph.nodes:
         if p.op != "placeholder":
             break
-        given = recorded_value(p)
-        if isinstance(given, torch.Tensor) and StorageWeakRef(given.untyped_storage()) == storage:
+        if _storage(recorded_value(p)) == storage:
             return True
     return False
 
@@ -491,8 +494,7 @@ def written_attributes(gm: fx.GraphModule) -> list[torch.Tensor]:
     [True]
     """
     def storage(node: Any):
-        value = recorded_value(node)
-        return _storage(value) if isinstance(value, torch.Tensor) else None
+        return _storage(recorded_value(node))
 
     held = {n: value for n in gm.graph.nodes if n.op == "get_attr"
             and isinstance(value := _attribute(gm, n.target), torch.Tensor)}
@@ -620,19 +622,11 @@ def updates_an_alias(graph: fx.Graph) -> bool:
     >>> updates_an_alias(program.run_decompositions({}).graph)
     False
     """
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    def storage(node: fx.Node) -> StorageWeakRef | None:
-        value = recorded_value(node)
-        if not isinstance(value, torch.Tensor):
-            return None
-        try:
-            return StorageWeakRef(value.untyped_storage())
-        except Exception:  # noqa: BLE001 - a value without a storage of its own
-            return None
+    def storage(node: fx.Node):
+        return _storage(recorded_value(node))
 
     order = {n: i for i, n in enumerate(graph.nodes)}
-    sharing: dict[StorageWeakRef, list[fx.Node]] = {}
+    sharing: dict[Any, list[fx.Node]] = {}
     for n in graph.nodes:
         if (key := storage(n)) is not None:
             sharing.setdefault(key, []).append(n)
