@@ -665,13 +665,10 @@ def _aten_to_copy(input, *, dtype=None, layout=None, device=None, pin_memory=Non
     return _converted(input, dtype, memory_format)
 
 
-# Targets whose result is random or that have side effects: always opaque, kept in order.
-IMPURE: set = {
-    torch.rand, torch.randn, torch.randint, torch.rand_like,
-    torch.randn_like, torch.bernoulli, torch.multinomial, torch.normal, print,
-    aten.native_dropout.default, aten.bernoulli.default, aten.rand.default,
-    aten.randn.default, aten.rand_like.default, aten.randn_like.default,
-}
+# Targets with effects torch's op schemas do not tell, always opaque and kept in order
+# (the random ops are known from their schemas: frontends.fx.effects.draws_random):
+# printing, and aot_autograd's dropout, whose mask is drawn unless its ``train`` is False.
+IMPURE: set = {print, aten.native_dropout.default}
 
 
 # Lowerings the op table names: a factory given the op's name, or a fixed lowering.
