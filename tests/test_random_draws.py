@@ -86,19 +86,24 @@ class _Noisy(nn.Module):
 
 
 def _captured(model, route, x):
+    if route == "exported_program":
+        return torch.export.export(model, (x,))
     if route == "export":
         return torch.export.export(model, (x,)).module()
     return torch.fx.symbolic_trace(model)
 
 
-@pytest.mark.parametrize("route", ["export", "symbolic_trace"])
+@pytest.mark.parametrize("route", ["exported_program", "export", "symbolic_trace"])
 def test_a_generator_the_model_holds_is_drawn_from_in_turn(route):
-    """torch.export lifts the generator to a constant, symbolic_trace to an attribute:
-    ingest refused both ("cannot make a literal of Generator")."""
+    """torch.export lifts the generator to an input of its program and to an attribute of
+    the program's module, symbolic_trace to an attribute: ingest refused each ("cannot
+    make a literal of Generator"; the program "takes 2 inputs")."""
     x = torch.randn(5)
     model = _Noisy()
     program = _captured(model, route, x)
-    (held,) = generators_of(program)
+    # (torch.export holds a copy of the model's generator)
+    (held,) = ([v for v in program.constants.values() if isinstance(v, torch.Generator)]
+               if route == "exported_program" else generators_of(program))
     before = held.get_state()
     opt = EGraph.from_fx(program, (x,)).saturate(load_rules("all")).extract(
         Flops(), validate="raise")

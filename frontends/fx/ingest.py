@@ -1327,6 +1327,11 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     given and export can capture it (``follow_views=False``: ingested as traced).
     """
     param_names: dict[str, str] = {}
+    if isinstance(source, torch.export.ExportedProgram) and (
+            source.graph_signature.inputs_to_lifted_custom_objs):
+        # (an object it lifted to an input, a torch.Generator: its unlifted module reads
+        # it as an attribute, which calls take by reference)
+        source = source.module()
     module = source
     if isinstance(source, torch.export.ExportedProgram):
         functional = _functional(source)
