@@ -129,6 +129,23 @@ def test_effects_are_kept_in_order_even_when_unused():
     torch.testing.assert_close(a, f(torch.ones(3)))
 
 
+def test_an_in_place_update_is_found_past_inputs_that_are_not_tensors():
+    """dynamo records a size as an input's value (a SymInt): comparing its missing storage
+    with the updated tensor's crashed the compile backend on every graph that updates an
+    input after a size input (a dynamic-shape program, several transformers models)."""
+    from frontends.fx.effects import updates_an_input
+
+    graph = torch.fx.Graph()
+    size, x, y = graph.placeholder("size"), graph.placeholder("x"), graph.placeholder("y")
+    size.meta["example_value"] = 4
+    x.meta["example_value"], y.meta["example_value"] = torch.randn(4), torch.randn(4)
+    updated = graph.call_method("add_", (y, x))
+    local = graph.call_method("add_", (graph.call_function(torch.mul, (x, 2)), 1))
+    local.args[0].meta["example_value"] = torch.randn(4)
+    graph.output((updated, local))
+    assert [updates_an_input(n) for n in (updated, local)] == [True, False]
+
+
 def _torch_functions(x, w):
     unused = F.interpolate(x, scale_factor=2.0)  # noqa: F841 - dead code on purpose
     up = F.interpolate(x, scale_factor=2.0) + F.interpolate(x, scale_factor=2.0)

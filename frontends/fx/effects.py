@@ -326,6 +326,13 @@ def _storage(value: Any):
         return None
 
 
+def _same_storage(value: Any, key: Any) -> bool:
+    """Whether ``value`` is a tensor whose storage is the one ``key`` names (a storage key
+    compared with None raises, so a value without one is told apart first)."""
+    own = _storage(value)
+    return own is not None and own == key
+
+
 class _WriteWatch(TorchDispatchMode):
     """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
     arguments' storages, as :func:`_storage` keys them), draws random numbers or updates
@@ -345,8 +352,8 @@ class _WriteWatch(TorchDispatchMode):
             bound = list(zip(func._schema.arguments, args))
             bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
             for schema, value in bound:
-                if _writes(schema) and isinstance(value, torch.Tensor) and (
-                        _storage(value) in self.storages):
+                if _writes(schema) and (key := _storage(value)) is not None and (
+                        key in self.storages):
                     self.pure = False
         return func(*args, **kwargs)
 
@@ -460,7 +467,7 @@ def updates_an_input(n: fx.Node) -> bool:
     for p in n.graph.nodes:
         if p.op != "placeholder":
             break
-        if _storage(recorded_value(p)) == storage:
+        if _same_storage(recorded_value(p), storage):
             return True
     return False
 
