@@ -286,6 +286,70 @@ def hinted_inputs(example_inputs: Sequence[Any]) -> tuple:
         return tuple(real(x) for x in example_inputs)
 
 
+_NORM_BACKWARDS = {  # op: positions of its input, its weight and the saved statistics
+    torch.ops.aten.native_batch_norm_backward.default: (1, 2, (5, 6)),
+    torch.ops.aten.native_layer_norm_backward.default: (1, 5, (3, 4)),
+    torch.ops.aten.native_group_norm_backward.default: (1, 4, (2, 3)),
+}
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+def kernel_statistics(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple:
+    """The example inputs of an aot backward graph with a norm's saved statistics in the
+    dtype torch's CPU kernels give them: for a bfloat16 or float16 input with float32
+    parameters (CPU autocast, a half model with float32 norms) the kernels of batch, layer
+    and group norm save their mean and inverse deviation in float32, where torch's fake
+    functions say the input's dtype. Given as recorded, the backward graph raised on every
+    input validation made ("mixed dtype (CPU): expect parameter to have scalar type of
+    Float") and fell back, and ingest typed the statistics wrongly.
+
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> mode, aten = FakeTensorMode(), torch.ops.aten
+    >>> g = torch.fx.Graph()
+    >>> grad, x, w, mean, rstd = (g.placeholder(n) for n in ("grad", "x", "w", "mean", "rstd"))
+    >>> _ = g.output(g.call_function(aten.native_layer_norm_backward.default,
+    ...     (grad, x, [4], mean, rstd, w, None, [True, True, False])))
+    >>> bf16 = mode.from_tensor(torch.ones(2, 4, dtype=torch.bfloat16))
+    >>> stats = mode.from_tensor(torch.ones(2, 1, dtype=torch.bfloat16))
+    >>> given = (bf16, bf16, mode.from_tensor(torch.ones(4)), stats, stats)
+    >>> [x.dtype for x in kernel_statistics(torch.fx.GraphModule({}, g), given)][3:]
+    [torch.float32, torch.float32]
+    """
+    example_inputs = tuple(example_inputs)
+    places = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    found: set[int] = set()
+    for n in gm.graph.nodes:
+        positions = _NORM_BACKWARDS.get(n.target) if n.op == "call_function" else None
+        if positions is None:
+            continue
+        given, weight, statistics = positions
+        args = [_detached(a) for a in n.args]
+        values = [example_inputs[places[a]] if a in places else a.meta.get("val")
+                  if isinstance(a, torch.fx.Node) else a for a in args]
+        x, w = values[given], values[weight]
+        if isinstance(x, FakeTensor) and x.device.type == "cpu" and x.dtype in _REDUCED and (
+                isinstance(w, torch.Tensor) and w.dtype == torch.float32):
+            found.update(places[args[i]] for i in statistics
+                         if args[i] in places and values[i].dtype in _REDUCED)
+    if not found:
+        return example_inputs
+
+    def in_float32(x: FakeTensor) -> FakeTensor:
+        with x.fake_mode:
+            return torch.empty_strided(x.shape, x.stride(), dtype=torch.float32,
+                                       device=x.device)
+
+    return tuple(in_float32(x) if i in found else x for i, x in enumerate(example_inputs))
+
+
+def _detached(arg: Any) -> Any:
+    """The node ``arg`` is a chain of ``detach`` calls of (aot graphs detach saved
+    statistics before their backward op reads them)."""
+    while isinstance(arg, torch.fx.Node) and arg.target is torch.ops.aten.detach.default:
+        arg = arg.args[0]
+    return arg
+
+
 def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
     """The inputs aot_autograd hands the forward compiler (fake tensors), each replaced by
     the real tensor dynamo was called with where the two line up one to one (as many, each
@@ -412,6 +476,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
         the function dynamo or aot_autograd calls, or None where it cannot be used
         (``inductor``: Inductor generates its code)."""
         def compiler(gm: torch.fx.GraphModule, example_inputs):
+            if kind == "backward":
+                example_inputs = kernel_statistics(gm, example_inputs)
             real = kind == "forward" and bool(calls)
             if real:
                 example_inputs = real_values(example_inputs, calls[-1])

@@ -112,6 +112,45 @@ def test_batch_norm_statistics_in_training_go_through_aot_autograd():
     assert names[-2:] == ["forward 0", "backward 0"]
 
 
+class _ChannelsLastNorm(nn.LayerNorm):
+    """ConvNeXt's LayerNorm2d as timm spells it."""
+
+    def forward(self, x):
+        x = nn.functional.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape,
+                                     self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("norm", ["batch", "group", "layer", "all"])
+def test_mixed_precision_norms_train_through_the_backend(norm):
+    """Under CPU autocast a norm gets a bfloat16 input and float32 parameters; its kernel
+    saves the statistics in float32 where torch's fake function says bfloat16. The
+    backward graph, typed as recorded, raised on every input validation made and fell back
+    (with ``validate="raise"``: refused)."""
+    torch.manual_seed(0)
+    norms = {"batch": [nn.BatchNorm2d(8)], "group": [nn.GroupNorm(2, 8)],
+             "layer": [_ChannelsLastNorm(8)]}
+    norms["all"] = [layer for layers in norms.values() for layer in layers]
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), *norms[norm], nn.ReLU(), nn.Conv2d(8, 4, 1))
+    twin = nn.Sequential(nn.Conv2d(3, 8, 3), *[type(n)(*_norm_args(n)) for n in norms[norm]],
+                         nn.ReLU(), nn.Conv2d(8, 4, 1))
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (loss, grads), _ = _compiled_step(model, x)
+        want_loss, want_grads = _step(twin, x)
+    torch.testing.assert_close(loss, want_loss)
+    for key, grad in want_grads.items():
+        assert grads[key].dtype == grad.dtype == torch.float32
+        torch.testing.assert_close(grads[key], grad, rtol=2e-2, atol=2e-3, msg=key)
+
+
+def _norm_args(norm: nn.Module) -> tuple:
+    if isinstance(norm, nn.GroupNorm):
+        return norm.num_groups, norm.num_channels
+    return (norm.normalized_shape if isinstance(norm, nn.LayerNorm) else norm.num_features,)
+
+
 def test_an_input_changed_in_place_goes_through_aot_autograd():
     """An in-place op on the graph's own values is made out of place at ingest; one on an
     input must really change it, which aot_autograd's functionalisation keeps."""
