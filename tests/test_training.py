@@ -145,6 +145,38 @@ def test_mixed_precision_norms_train_through_the_backend(norm):
         torch.testing.assert_close(grads[key], grad, rtol=2e-2, atol=2e-3, msg=key)
 
 
+class _Projections(nn.Module):
+    """Query, key and value projections of one layer norm's output, as BERT spells them,
+    in an autocast region of the model's own (dynamo then hands the backend the mode
+    change, which aot_autograd traces)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.q, self.k, self.v = (nn.LayerNorm(16), nn.Linear(16, 16),
+                                             nn.Linear(16, 16), nn.Linear(16, 16))
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.norm(x)
+            return (self.q(h) * self.k(h)).softmax(-1) * self.v(h)
+
+
+def test_casts_autocast_saves_apart_stay_apart():
+    """Under CPU autocast each linear casts the float32 norm output to bfloat16 with its
+    own ``_to_copy``, and aot_autograd saves each cast for the backward. The casts are one
+    class, and the forward graph returned one tensor for the three the source made: refused
+    ("outputs 42 and 44 share one storage"), and BERT, RoBERTa, T5, BART and a
+    conditioned UNet fell back in autocast training."""
+    torch.manual_seed(0)
+    model, x = _Projections(), torch.randn(2, 8, 16)
+    (loss, grads), names = _compiled_step(model, x)
+    want_loss, want_grads = _step(model, x)
+    torch.testing.assert_close(loss, want_loss)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=2e-2, atol=2e-3, msg=key)
+    assert names == ["forward 0", "backward 0"]
+
+
 def _norm_args(norm: nn.Module) -> tuple:
     if isinstance(norm, nn.GroupNorm):
         return norm.num_groups, norm.num_channels

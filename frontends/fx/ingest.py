@@ -935,8 +935,8 @@ class _Builder:
         it is a view of), and whether that is a tensor the source made, sharing no storage
         with an input, parameter or constant: made by a modelled op that is not a view
         (``to`` and ``contiguous`` may return their input), or a view of such a tensor;
-        an opaque call whose schema returns tensors of their own (``torch.sort``,
-        ``x.new_zeros``: two equal calls may be one class)."""
+        a call whose schema returns tensors of their own, modelled or opaque (aten's
+        ``_to_copy``, ``torch.sort``, ``x.new_zeros``: two equal calls may be one class)."""
         while True:
             if _is_clone(node):
                 return node, True
@@ -944,8 +944,9 @@ class _Builder:
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
                 return node, node.op in ("call_function", "call_method") and (
                     returns_new_tensors(node.target, node.op == "call_method"))
-            if _makes_storage(op):
-                return node, True
+            if _makes_storage(op) or node.op in ("call_function", "call_method") and (
+                    returns_new_tensors(node.target, node.op == "call_method")):
+                return node, True  # (aot's ``_to_copy`` is a cast that always copies)
             base = next((a for a in node.args if isinstance(a, fx.Node)), None)
             if base is None:
                 return node, False
