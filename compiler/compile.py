@@ -643,13 +643,19 @@ def differentiable_as_emitted(gm: torch.fx.GraphModule, example_inputs: Sequence
     an input in place, nor updates a value a view shares (``h[:, 0].mul_(3)``; both left
     to aot_autograd's functionalisation; a change no spelling shows, batch norm's running
     statistics in training, is found on the first call by
-    :func:`compiler.validate.validate_autograd`).
+    :func:`compiler.validate.validate_autograd`), nor is compiled inside an autocast region
+    the caller entered: each op of such a graph takes autocast's dtype when it runs, which
+    neither its rewrites nor validation would see (``x @ w.t() + b`` in float32 where
+    ``linear`` gives bfloat16; T5's float32 softmax of a bfloat16 product becoming a
+    bfloat16 ``scaled_dot_product_attention``), where aot_autograd writes autocast's casts
+    into the graph and runs it with autocast off.
 
     >>> gm = torch.fx.symbolic_trace(lambda x: x.sin())
     >>> differentiable_as_emitted(gm, (torch.randn(2),))
     True
     """
-    if cuda_device(example_inputs) is not None or _updates_shared_storage(gm.graph):
+    if cuda_device(example_inputs) is not None or _updates_shared_storage(gm.graph) or (
+            torch._C._is_any_autocast_enabled()):
         return False
     return not any(n.op == "call_function" and (
         n.target in _STATE_CHANGES or isinstance(n.target, torch._ops.HigherOrderOperator)
