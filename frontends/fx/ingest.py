@@ -941,12 +941,12 @@ class _Builder:
             if _is_clone(node):
                 return node, True
             op = self.lowered_ops.get(node)
+            made = node.op in ("call_function", "call_method") and (
+                returns_new_tensors(node.target, node.op == "call_method"))
             if op is None:  # a leaf, an opaque call, a value passed through (eval dropout)
-                return node, node.op in ("call_function", "call_method") and (
-                    returns_new_tensors(node.target, node.op == "call_method"))
-            if _makes_storage(op) or node.op in ("call_function", "call_method") and (
-                    returns_new_tensors(node.target, node.op == "call_method")):
-                return node, True  # (aot's ``_to_copy`` is a cast that always copies)
+                return node, made
+            if made or _makes_storage(op):  # (aot's ``_to_copy`` is a cast that copies)
+                return node, True
             base = next((a for a in node.args if isinstance(a, fx.Node)), None)
             if base is None:
                 return node, False
