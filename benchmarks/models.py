@@ -3,7 +3,7 @@ through the pipeline, against eager and Inductor in one run.
 
     .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
-                                          [--device cuda]
+                                          [--device cuda] [--autocast bfloat16]
                                           [--inductor-option pattern_matcher=True]
 
 One row per model and entry point:
@@ -682,6 +682,10 @@ def main() -> None:
     parser.add_argument("--inductor-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an Inductor config patch for ours + Inductor, e.g. "
                              "pattern_matcher=True (Inductor's own pattern rewrites on)")
+    parser.add_argument("--autocast", choices=("bfloat16", "float16"),
+                        help="run every entry point, eager and Inductor inside "
+                             "torch.autocast(device, dtype) (mixed-precision inference "
+                             "and training as users write them)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
     args = parser.parse_args()
     for option in args.inductor_option:
@@ -711,9 +715,13 @@ def main() -> None:
         plan += [(name, [e for e in entries if e in ("export", "compile", "inductor")])
                  for name in LARGE]
     plan = [(name, model_entries) for name, model_entries in plan if model_entries]
+    autocast = (torch.autocast(args.device, dtype=getattr(torch, args.autocast))
+                if args.autocast else contextlib.nullcontext())
     for name, model_entries in progress(plan, desc="models", unit="model"):
-        for row in run_model(name, model_entries, args.attn, rules, args.repeat,
-                             not args.no_inductor, args.device, args.cache):
+        with autocast:
+            model_rows = run_model(name, model_entries, args.attn, rules, args.repeat,
+                                   not args.no_inductor, args.device, args.cache)
+        for row in model_rows:
             rows.append(row)
             cells = _cells(row)
             print(f"{cells['model']:<16} {cells['entry']:<8} {cells['status'][:60]:<60} "
@@ -738,6 +746,7 @@ def main() -> None:
         f"{'--cache static ' if args.cache == 'static' else ''}"
         f"--repeat {args.repeat}{' --large' if args.large else ''}"
         f"{' --device cuda' if args.device == 'cuda' else ''}"
+        f"{f' --autocast {args.autocast}' if args.autocast else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
         f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
         "saturation limits "
