@@ -352,6 +352,14 @@ class _Emitter:
             self.in_buffer.add(node)  # computed into the buffer (a view of a parameter is not)
         return node
 
+    def converts(self, base: Any, value: fx.Node) -> bool:
+        """Whether ``value`` is known to hold another dtype than ``base``: a cast that
+        makes a tensor of its own (autocast's bfloat16 copy of a weight), never its
+        operand."""
+        before, after = self.metas.get(base), self.metas.get(value)
+        dtypes = getattr(before, "dtype", None), getattr(after, "dtype", None)
+        return None not in dtypes and dtypes[0] != dtypes[1]
+
     def note_storage(self, op: str, kids: list, value: fx.Node) -> None:
         """Record what ``value``, emitted for ``op`` of ``kids``, may share and whether it
         may be strided (:meth:`output_value` reads both)."""
@@ -359,7 +367,7 @@ class _Emitter:
             self.shared.add(value)
         kind = "opaque" if op == "opaque" else TABLE[op].kind
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
-        if kind == "view" or op == "to":
+        if kind == "view" or op == "to" and not self.converts(base, value):
             # a view (or a cast that may return its operand) shares its operand's storage
             if base is not None:
                 self.view_of[value] = self.view_of.get(base, base)
