@@ -534,9 +534,17 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         chosen = codegen or default_codegen(example_inputs)
         if chosen == "inductor":
-            if _updates_shared_storage(gm.graph):
+            autocast = torch._C._is_any_autocast_enabled()
+            if _updates_shared_storage(gm.graph) or autocast:
+                # (traced inside the caller's autocast: its casts become the graph's own)
                 gm = functional_graph(gm, example_inputs)
-            return through_inductor(gm, example_inputs)
+            if not autocast:
+                return through_inductor(gm, example_inputs)
+            # as aot_autograd does: a graph with autocast's casts in it is compiled and
+            # run with autocast off, which would cast its rewritten ops once more
+            with torch._C._DisableAutocast():
+                compiled = through_inductor(gm, example_inputs)
+            return _Compiled(_autocast_off(compiled), compiled.module)
         if differentiable_as_emitted(gm, example_inputs):
             compiled = direct(gm, example_inputs)
             if compiled is not None:
@@ -667,6 +675,14 @@ def _updates_shared_storage(graph: torch.fx.Graph) -> bool:
     make the update out of place under one name only, so the graph is made functional
     first (aot_autograd's functionalisation, or :func:`functional_graph` for Inductor)."""
     return updates_an_alias(graph) or updates_inputs(graph)
+
+
+def _autocast_off(run: Callable) -> Callable:
+    """``run``, called with autocast off."""
+    def call(*args):
+        with torch._C._DisableAutocast():
+            return run(*args)
+    return call
 
 
 class _Compiled:

@@ -354,19 +354,21 @@ class _BiasedAttention(nn.Module):
         return mixed.transpose(1, 2).reshape(batch, length, 16), x @ self.w.t() + self.b
 
 
-@pytest.mark.parametrize("validate", ["off", "raise"])
-def test_a_graph_compiled_inside_an_autocast_region_keeps_its_dtypes(validate):
+@pytest.mark.parametrize("validate, codegen", [("off", None), ("raise", None),
+                                               ("off", "inductor")])
+def test_a_graph_compiled_inside_an_autocast_region_keeps_its_dtypes(validate, codegen):
     """Inside the caller's ``torch.autocast`` each op takes autocast's dtype when it runs,
     which the e-graph's dtypes did not show: ``x @ w.t() + b`` (a bfloat16 product plus a
     float32 bias: float32) became ``linear`` (bfloat16), a silent change of dtype with
     validation off and a fallback with it on; T5's float32 softmax became a bfloat16
-    ``scaled_dot_product_attention``, 3 to 5 times eager's gradient error."""
+    ``scaled_dot_product_attention``, 3 to 5 times eager's gradient error. Handed to
+    Inductor, the rewritten graph was traced under autocast once more: the same change."""
     from egraph.rules import load_rules
 
     torch.manual_seed(0)
     model, x = _BiasedAttention(), torch.randn(2, 8, 16)
     torch._dynamo.reset()
-    backend = make_backend(rules=load_rules("all"), validate=validate)
+    backend = make_backend(rules=load_rules("all"), validate=validate, codegen=codegen)
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         got, want = compiled(x), model(x)
