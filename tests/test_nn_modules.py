@@ -3,7 +3,10 @@
 Each case is a module of ``torch.nn`` (recurrent layers, convolutions with every padding
 mode, transposed convolutions, pooling with indices and ceil mode, the norms, embedding
 bags, resampling, folding, padding, the activations, the losses) with inputs of its own
-shapes. For each one:
+shapes; the parametrizations of ``torch.nn.utils`` (weight norm, as wav2vec2's positional
+convolution has it, spectral norm, orthogonal); complex arithmetic and FFTs as model code
+writes them (the rotary embedding of Meta's Llama reference code, an FFT long convolution,
+a log spectrogram). For each one:
 
 - torch.export -> ``EGraph.from_fx`` -> ``saturate(load_rules("all"))`` ->
   ``extract(default_cost(inputs), validate="raise")``: outputs equal eager's, no fallback;
@@ -41,6 +44,63 @@ class _Losses(nn.Module):
                 + F.smooth_l1_loss(x, t) + F.kl_div(x.log_softmax(1), p, reduction="batchmean")
                 + F.binary_cross_entropy_with_logits(x, t.sigmoid()) + F.huber_loss(x, t, delta=0.5)
                 + F.nll_loss(x.log_softmax(1), target) + F.l1_loss(x, t))
+
+
+def _rotary_frequencies(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+    """Meta's Llama reference ``precompute_freqs_cis``: unit complex numbers."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    angles = torch.outer(torch.arange(end), freqs).float()
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+class _ComplexRotaryScores(nn.Module):
+    """The attention scores of Meta's Llama reference code: query and key pairs viewed as
+    complex numbers, rotated by a complex product, viewed back as real."""
+
+    def __init__(self, dim: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.register_buffer("freqs_cis", _rotary_frequencies(self.head_dim, 32),
+                             persistent=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        shape = (b, s, self.heads, self.head_dim)
+        xq, xk = self.wq(x).view(shape), self.wk(x).view(shape)
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        freqs = self.freqs_cis[:s].view(1, s, 1, self.head_dim // 2)
+        q = torch.view_as_real(xq_ * freqs).flatten(3).type_as(xq).transpose(1, 2)
+        k = torch.view_as_real(xk_ * freqs).flatten(3).type_as(xk).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(2, 3)) / self.head_dim ** 0.5
+        return F.softmax(scores.float(), dim=-1).type_as(q)
+
+
+class _FFTLongConvolution(nn.Module):
+    """A long convolution by real FFTs, zero-padded to twice the length (Hyena's
+    ``fftconv``), with a skip connection."""
+
+    def __init__(self, channels: int = 4, length: int = 16):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(channels, length) * 0.1)
+
+    def forward(self, u):
+        n = 2 * u.shape[-1]
+        k_f = torch.fft.rfft(self.kernel, n=n) / n
+        u_f = torch.fft.rfft(u.to(dtype=self.kernel.dtype), n=n)
+        return torch.fft.irfft(u_f * k_f, n=n, norm="forward")[..., :u.shape[-1]] + u
+
+
+class _LogSpectrogram(nn.Module):
+    """A log power spectrogram by ``torch.stft`` with a Hann window, as audio front ends
+    compute it."""
+
+    def forward(self, x):
+        spec = torch.stft(x, 32, hop_length=8, window=torch.hann_window(32),
+                          return_complex=True)
+        return spec.abs().pow(2).clamp(min=1e-10).log10()
 
 
 CASES = {
@@ -108,12 +168,25 @@ CASES = {
     "transformer_decoder_layer": lambda: (nn.TransformerDecoderLayer(
         16, 2, 32, dropout=0.0, batch_first=True, norm_first=True), (_r(2, 5, 16), _r(2, 7, 16))),
     "losses": lambda: (_Losses(), (_r(4, 5), torch.randint(0, 5, (4,)), _r(4, 5))),
+    "weight_norm": lambda: (nn.utils.parametrizations.weight_norm(nn.Linear(8, 6)),
+                            (_r(3, 8),)),
+    "weight_norm_grouped_conv": lambda: (nn.utils.parametrizations.weight_norm(
+        nn.Conv1d(4, 4, 3, padding=1, groups=2), dim=2), (_r(2, 4, 10),)),
+    "spectral_norm": lambda: (nn.utils.parametrizations.spectral_norm(nn.Linear(8, 6)),
+                              (_r(3, 8),)),
+    "orthogonal": lambda: (nn.utils.parametrizations.orthogonal(nn.Linear(6, 6)),
+                           (_r(3, 6),)),
+    "complex_rotary": lambda: (_ComplexRotaryScores(), (_r(2, 5, 16),)),
+    "fft_long_convolution": lambda: (_FFTLongConvolution(), (_r(2, 4, 16),)),
+    "log_spectrogram": lambda: (_LogSpectrogram(), (_r(2, 256),)),
 }
 NOT_CAPTURED = ("lstm", "lstm_bidirectional", "gru", "rnn_relu")
 """Recurrent layers dynamo leaves to eager (``torch._dynamo.config.allow_rnn`` is off by
 default): torch.compile hands the backend no graph of them; torch.export captures them."""
 TRAINED = ("lstm", "gru", "conv_transpose2d", "conv_circular", "instance_norm",
-           "embedding_bag", "bilinear", "activations", "transformer_decoder_layer")
+           "embedding_bag", "bilinear", "activations", "transformer_decoder_layer",
+           "weight_norm_grouped_conv", "spectral_norm", "orthogonal", "complex_rotary",
+           "fft_long_convolution")
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +247,5 @@ def test_a_training_step_through_torch_compile(name, rules):
         sum(o.square().mean() for o in _floats(run(*inputs))).backward()
     for (key, a), b in zip(ours.named_parameters(), model.parameters()):
         torch.testing.assert_close(a.grad, b.grad, **TOL, msg=key)
+    for (key, a), b in zip(ours.named_buffers(), model.buffers()):  # spectral norm's u, v
+        torch.testing.assert_close(a, b, **TOL, msg=key)
