@@ -122,7 +122,13 @@ def require_sizes(gm: fx.GraphModule, fixed: dict[str, dict[int, int]], src: FxS
 
 def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> None:
     """Raise :class:`SizeMismatch` when an input's size differs from the one the module
-    was built for in a dim it depends on."""
+    was built for in a dim it depends on. Traced (torch.fx traces a pickled GraphModule's
+    code again when it is loaded), it records itself as a call of the new graph."""
+    proxy = next((x for x in inputs if isinstance(x, fx.Proxy)), None)
+    if proxy is not None:
+        proxy.tracer.create_proxy("call_function", check_built_for,
+                                  (inputs, names, fixed, shapes), {})
+        return
     for name, x in zip(names, inputs):
         for d, n in fixed[name].items():
             if not isinstance(x, torch.Tensor) or x.dim() <= d or x.shape[d] != n:

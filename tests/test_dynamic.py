@@ -2,6 +2,7 @@
 the backend's registration, and example inputs that do not fit the model."""
 
 import copy
+import io
 import logging
 import math
 import os
@@ -388,6 +389,13 @@ def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_size
         opt(torch.randn(5, 4))
     assert "'x'" in str(info.value) and "(5, 4)" in str(info.value)
     assert "(2, 4)" in str(info.value)
+    buffer = io.BytesIO()  # saved and loaded (torch.fx traces the code again), still so
+    torch.save(opt, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x), gm(x))
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\)"):
+        loaded(torch.randn(5, 4))
     # a sum the source computes from the input's size needs no such check
     plain = EGraph.from_fx(gm, (torch.randn(2, 4),)).extract(AstSize())
     assert plain.meta["egraph_report"].built_for == {}
