@@ -92,10 +92,12 @@ class _Folded:
 class FoldedConstants(nn.Module):
     """The subexpressions of parameters, constants and literals alone in an emitted module
     (the concatenated weights of merged projections), held as its non-persistent buffers:
-    computed once, and read by the program after a call of :meth:`refresh`, which
-    recomputes them only when a source was updated in place or moved (its version counter
-    or storage changed), and every time autograd needs them (grad enabled and a source
-    requires grad), so that training through the module stays exact. ``recipes``: name ->
+    computed once, and read by the program after a call of the module (:meth:`refresh`),
+    which recomputes them only when a source was updated in place or moved (its version
+    counter or storage changed), and every time autograd needs them (grad enabled and a
+    source requires grad), so that training through the module stays exact. The program
+    calls it as a submodule, which torch.fx keeps when it traces the code again (loading
+    a saved module); a method call would run once at that trace and be gone. ``recipes``: name ->
     (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
     in dependency order; ``outputs``: the names the program reads (default: every one).
 
@@ -120,6 +122,11 @@ class FoldedConstants(nn.Module):
         self.key: list | None = None
         with torch.no_grad():
             self.refresh()
+
+    _is_impure = True  # torch.fx: a call whose result nothing reads is not dead code
+
+    def forward(self) -> None:
+        self.refresh()
 
     def refresh(self) -> None:
         """Recompute the values whose sources changed, or that autograd needs."""
@@ -500,7 +507,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         # Before anything reads them, the folded values are brought up to date.
         first = next(n for n in graph.nodes if n.op != "placeholder")
         with graph.inserting_before(first):
-            graph.call_method("refresh", (graph.get_attr("folded_constants"),))
+            graph.call_module("folded_constants")
     for name in emitter.attrs:
         if name in emitter.referenced:
             owner, leaf = owner_of(holder, name)

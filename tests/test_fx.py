@@ -585,6 +585,33 @@ def test_an_output_made_of_parameters_alone_is_new_on_every_call():
     torch.testing.assert_close(shifted, torch.full((3, 1), 2.0))
 
 
+def test_a_saved_and_loaded_module_keeps_its_folded_values_up_to_date():
+    """torch.fx traces a loaded module's code again: the folded values' refresh must
+    survive it, or a parameter updated in place (or trained) after loading would be read
+    through stale folded values, silently."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * (self.w * 2)
+
+    x = torch.ones(3)
+    opt = EGraph.from_fx(Scaled(), (x,)).extract(AstSize())
+    assert "folded_constants" in opt.code
+    buffer = io.BytesIO()
+    torch.save(opt, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), torch.full((3,), 2.0))
+        loaded.w.add_(1)
+        torch.testing.assert_close(loaded(x), torch.full((3,), 4.0))
+    loaded(x).sum().backward()
+    torch.testing.assert_close(loaded.w.grad, torch.full((3,), 2.0))
+
+
 def test_an_output_is_contiguous_where_the_source_made_it_contiguous():
     """``x.t().contiguous()`` is ``x.t()`` in value; a caller's ``view`` of the result
     needs the source's layout."""
