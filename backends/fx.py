@@ -197,6 +197,8 @@ class _Emitter:
         # new tensors (allocations, copies) and the copies made for in-place updates
         self.allocated: set[fx.Node] = set()
         self.copies: set[fx.Node] = set()
+        # each class -> the needed classes that read it (made on the first in-place update)
+        self.readers: dict[int, list[int]] | None = None
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -420,6 +422,8 @@ class _Emitter:
 
     def replay(self, token: str) -> fx.Node:
         call = self.src.opaque[token]
+        if call.updates is not None:
+            self.read_before_update(call.updates)
         written: list[fx.Node] = []
 
         def resolve(a):
@@ -444,6 +448,64 @@ class _Emitter:
             # (an in-place update returns the copy it wrote into)
             self.allocated.add(node)
         return node
+
+    def read_before_update(self, leaf: int) -> None:
+        """Emit now every class the program needs that reads the value of ``leaf`` (an
+        input or parameter a call is about to update in place), directly or through views
+        of it: the source read it before the update (``m = x * b; b.copy_(y)``, as Rprop's
+        foreach step reads its previous gradients, then overwrites them), and emitted
+        lazily after it, the read would see the new values."""
+        readers = self._readers()
+        pending, seen = [self.find(leaf)], {self.find(leaf)}
+        while pending:
+            for reader in readers.get(pending.pop(), ()):
+                if reader in seen:
+                    continue
+                seen.add(reader)
+                op = self.choice[reader][0]
+                if op == "to" or getattr(TABLE.get(op), "kind", None) == "view":
+                    pending.append(reader)  # (a view of it, or a cast that may return it)
+                if reader not in self.values and not self._waits_for_an_effect(reader):
+                    self.value(reader)
+
+    def _readers(self) -> dict[int, list[int]]:
+        """Each class -> the classes the program needs whose chosen e-node reads it."""
+        if self.readers is None:
+            self.readers = {}
+            roots: list[int] = [*self.src.effects]
+            fx.node.map_aggregate(self.src.output, lambda a: roots.append(a.cid)
+                                  if isinstance(a, ClassRef) else None)
+            seen: set[int] = set()
+            stack = [self.find(c) for c in roots]
+            while stack:
+                c = stack.pop()
+                if c in seen:
+                    continue
+                seen.add(c)
+                for kid in map(self.find, self.choice[c][1:]):
+                    self.readers.setdefault(kid, []).append(c)
+                    stack.append(kid)
+        return self.readers
+
+    def _waits_for_an_effect(self, cid: int) -> bool:
+        """Whether emitting ``cid`` would emit a call with effects not emitted yet."""
+        stack, seen = [cid], {cid}
+        while stack:
+            c = stack.pop()
+            if c in self.values:
+                continue
+            node = self.choice[c]
+            if node[0] == "opaque" and not self.src.opaque[self._token(node)].pure:
+                return True
+            for kid in map(self.find, node[1:]):
+                if kid not in seen:
+                    seen.add(kid)
+                    stack.append(kid)
+        return False
+
+    def _token(self, node: tuple) -> str:
+        """The token of an opaque e-node (its first child, a literal)."""
+        return literal_value(self.choice[self.find(node[1])][0])
 
 
 def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> None:

@@ -57,12 +57,14 @@ from compiler.ordinals import within
 from egraph.ops.table import TABLE
 from frontends.fx.effects import (
     UNINITIALISED,
+    attributes_kept,
     generators_kept,
     leaves_memory_unwritten,
+    updates_an_input,
     updates_inputs,
     written_attributes,
 )
-from frontends.fx.exported import ExportedModule
+from frontends.fx.exported import ExportedModule, attribute_at
 from frontends.fx.ingest import FxSource, state_kept
 
 
@@ -474,12 +476,16 @@ def reference_spread(graph: fx.GraphModule, xs: tuple, reference: list,
     """
     wide = float64_copy(graph)
     xs = [_to64(x) for x in xs]
+    writes = updates_inputs(graph.graph)
     spread: list = [None] * len(reference)
     for seed in range(samples):
         gen = torch.Generator().manual_seed(seed)
+        # (each run from the same inputs and state: a graph that updates a buffer or an
+        # input in place would otherwise run each sample on what the last one left)
+        given = [x.clone() if writes and isinstance(x, torch.Tensor) else x for x in xs]
         try:
-            with state_kept():
-                runs = _flat(_Float64Interpreter(wide, gen).run(*xs))
+            with state_kept(), attributes_kept(wide):
+                runs = _flat(_Float64Interpreter(wide, gen).run(*given))
         except Exception:  # noqa: BLE001 - no spread where the graph cannot run so
             return [None] * len(reference)
         for i, (run, ref) in enumerate(zip(runs, reference)):
@@ -585,7 +591,8 @@ def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]
     if not src.effects and not written and not updates_inputs(src.graph_module.graph):
         yield None
         return
-    tensors = [*written, *(x for x in src.example_inputs or () if isinstance(x, torch.Tensor))]
+    tensors = [*written, *_written_state(src),
+               *(x for x in src.example_inputs or () if isinstance(x, torch.Tensor))]
     for module in (src.module, src.graph_module, new):
         if isinstance(module, nn.Module):
             tensors.extend(module.buffers())
@@ -596,6 +603,19 @@ def _caller_state_kept(src: FxSource, new: nn.Module) -> Iterator[_State | None]
         # (only what changed: a write bumps a tensor's version, and autograd refuses a
         # backward through a tensor saved before the write: JetMoE's router input)
         state.restore(state.changes())
+
+
+def _written_state(src: FxSource) -> list[torch.Tensor]:
+    """The parameters and buffers an exported source updates in place (its graph takes
+    them as inputs: ``copy_`` into a parameter written under ``no_grad``)."""
+    program = getattr(src.module, "program", None)
+    if program is None:
+        return []
+    signature = program.graph_signature
+    state = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    written = {n.args[0].name for n in src.graph_module.graph.nodes
+               if updates_an_input(n) and isinstance(n.args[0], fx.Node)}
+    return [attribute_at(src.module, state[name]) for name in sorted(written) if name in state]
 
 
 def _effects_differ(state: _State, by_source: dict[int, torch.Tensor],

@@ -2,7 +2,6 @@
 the backend's registration, and example inputs that do not fit the model."""
 
 import copy
-import io
 import logging
 import math
 import os
@@ -371,7 +370,8 @@ def test_a_baked_size_fails_with_a_clear_error_naming_the_input():
     assert gm.code == before  # the user's graph is untouched
 
 
-def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_sizes():
+def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_sizes(
+        saved_and_loaded):
     def count(egraph, subst):  # sum over a broadcast dim = x times its length, baked
         length = float(egraph.data(subst["s"]).value[0])
         return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
@@ -389,10 +389,7 @@ def test_a_number_a_rule_computed_from_a_size_makes_the_module_refuse_other_size
         opt(torch.randn(5, 4))
     assert "'x'" in str(info.value) and "(5, 4)" in str(info.value)
     assert "(2, 4)" in str(info.value)
-    buffer = io.BytesIO()  # saved and loaded (torch.fx traces the code again), still so
-    torch.save(opt, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
+    loaded = saved_and_loaded(opt)  # (torch.fx traces its code again): still so
     torch.testing.assert_close(loaded(x), gm(x))
     with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\)"):
         loaded(torch.randn(5, 4))

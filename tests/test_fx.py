@@ -1,7 +1,6 @@
 """PyTorch in and out: from_fx -> extract gives a working GraphModule on real models."""
 
 import copy
-import io
 import operator
 import warnings
 
@@ -214,6 +213,112 @@ def test_in_place_update_of_an_input_is_kept_as_the_sources_call():
     assert n.tolist() == [1, 1, 1]
 
 
+class _ReadThenOverwrite(nn.Module):
+    """Reads its buffer, overwrites it, reads it again (by a new ``self.b``, as a symbolic
+    trace records it): the shape of Rprop's step, which reads its previous gradients and
+    then copies the new ones over them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.full((3,), 2.0))
+
+    def forward(self, x, y):
+        m = torch.mul(x, self.b)
+        self.b.copy_(y)
+        m.sign_()
+        return m + self.b
+
+
+def test_a_read_of_a_buffer_before_its_update_in_place_sees_the_old_values():
+    """The program computed ``x * b`` lazily, after ``b.copy_(y)``, and read the second
+    ``self.b`` as the old buffer: a wrong result that validation passed (its float64
+    spread ran the graph four times, each from the buffer the last run left)."""
+    x, y = torch.tensor([1.0, -2.0, 3.0]), torch.tensor([-5.0, 6.0, 7.0])
+    for validate in ("off", "raise"):
+        model, eager = _ReadThenOverwrite(), _ReadThenOverwrite()
+        opt = EGraph.from_fx(torch.fx.symbolic_trace(model), (x, y)).extract(
+            AstSize(), validate=validate)
+        torch.testing.assert_close(opt(x, y), eager(x, y))
+        torch.testing.assert_close(opt.b, eager.b)
+        torch.testing.assert_close(opt(y, x), eager(y, x))  # the second call reads y
+
+
+def test_validation_refuses_a_program_that_reads_a_buffer_after_overwriting_it():
+    from compiler.validate import validate_module
+
+    x, y = torch.randn(3), torch.randn(3)
+    src = EGraph.from_fx(torch.fx.symbolic_trace(_ReadThenOverwrite()), (x, y)).fx
+
+    class Late(nn.Module):  # the old emission: the read after the update
+        def __init__(self):
+            super().__init__()
+            self.b = src.graph_module.b
+
+        def forward(self, x, y):
+            self.b.copy_(y)
+            return torch.sign(x * self.b) + self.b
+
+    result = validate_module(src, Late())
+    assert not result.ok and "error" in result.reason
+
+
+class _ViewThenOverwrite(nn.Module):
+    """Sums a view of its parameter before and after overwriting the parameter in place:
+    the view sees the new values (as a BatchNorm-like statistic read through ``.t()``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.arange(9.0).reshape(3, 3), requires_grad=False)
+
+    def forward(self, y):
+        v = self.w.t()
+        before = v.sum(0)
+        self.w.copy_(y)
+        return before + v.sum(0) + self.w.sum()
+
+
+@pytest.mark.parametrize("capture", ["symbolic_trace", "export"])
+def test_a_view_of_a_parameter_read_after_its_update_sees_the_new_values(capture):
+    """Emitting the reads of the old values first must not move a read of a view that
+    comes after the update: such a program is ingested as torch.export's functional
+    program, whose write into the parameter (``parameters_to_mutate``) crashed ingest
+    and which validation judged from a parameter the source had already overwritten."""
+    y = torch.randn(3, 3)
+    model, eager = _ViewThenOverwrite(), _ViewThenOverwrite()
+    source = (torch.fx.symbolic_trace(model) if capture == "symbolic_trace"
+              else torch.export.export(model, (y,)))
+    opt = EGraph.from_fx(source, (y,)).extract(AstSize(), validate="raise")
+    torch.testing.assert_close(opt(y), eager(y))
+    torch.testing.assert_close(opt.w, eager.w)
+
+
+def _foreach_step(a, b, g, h, scalars):
+    torch._foreach_mul_([a, b], 0.5)
+    torch._foreach_addcdiv_([a, b], [g, h], [g + 1, h + 1], scalars)  # a value per tensor
+    torch._foreach_maximum_([a, b], -0.25)
+    roots = torch._foreach_sqrt(torch._foreach_abs([g, h]))
+    norms = torch._foreach_norm([a, b])
+    return roots[0] + norms[1], roots[1] * norms[0]
+
+
+def test_foreach_calls_are_split_per_tensor_and_update_their_inputs():
+    """Optimizers' ``foreach=True`` spelling: updates of lists of inputs in place, and
+    results read by index. Each becomes one call per tensor: the inputs change as in
+    eager code, and the results equal eager's."""
+    def inputs():
+        torch.manual_seed(0)
+        return (torch.randn(3), torch.randn(2, 2), torch.rand(3) + 1, torch.rand(2, 2) + 1,
+                torch.tensor([0.5, -2.0]))
+
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_foreach_step), inputs()).extract(
+        AstSize(), validate="raise")
+    assert "_foreach_" not in opt.code
+    ours, theirs = inputs(), inputs()
+    torch.testing.assert_close(opt(*ours), _foreach_step(*theirs))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
 def test_data_dependent_control_flow_gets_a_clear_error():
     class Branchy(nn.Module):
         def forward(self, x):
@@ -266,15 +371,12 @@ def test_validation_falls_back_or_raises_on_a_wrong_rewrite():
     torch.testing.assert_close(trusted(x), x * 2)
 
 
-def test_report_prints_and_module_saves():
+def test_report_prints_and_module_saves(saved_and_loaded):
     model, inputs = build("mlp")
     opt = EGraph.from_fx(model, inputs).extract(AstSize())
     text = str(opt.meta["egraph_report"])
     assert "cost" in text and "validation passed" in text
-    buf = io.BytesIO()
-    torch.save(opt, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
+    loaded = saved_and_loaded(opt)
     torch.testing.assert_close(loaded(*inputs), model(*inputs))
 
 
@@ -585,7 +687,7 @@ def test_an_output_made_of_parameters_alone_is_new_on_every_call():
     torch.testing.assert_close(shifted, torch.full((3, 1), 2.0))
 
 
-def test_a_saved_and_loaded_module_keeps_its_folded_values_up_to_date():
+def test_a_saved_and_loaded_module_keeps_its_folded_values_up_to_date(saved_and_loaded):
     """torch.fx traces a loaded module's code again: the folded values' refresh must
     survive it, or a parameter updated in place (or trained) after loading would be read
     through stale folded values, silently."""
@@ -600,10 +702,7 @@ def test_a_saved_and_loaded_module_keeps_its_folded_values_up_to_date():
     x = torch.ones(3)
     opt = EGraph.from_fx(Scaled(), (x,)).extract(AstSize())
     assert "folded_constants" in opt.code
-    buffer = io.BytesIO()
-    torch.save(opt, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
+    loaded = saved_and_loaded(opt)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), torch.full((3,), 2.0))
         loaded.w.add_(1)

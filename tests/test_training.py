@@ -299,6 +299,15 @@ def _optimizers():
                                                         foreach=False),
         "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
         "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2),
+        # foreach=True (the default on CUDA): calls over lists of tensors
+        "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
+        "rmsprop_centered_foreach": lambda p: torch.optim.RMSprop(
+            p, lr=1e-2, momentum=0.5, centered=True, foreach=True),
+        "rprop_foreach": lambda p: torch.optim.Rprop(p, lr=1e-2, foreach=True),
+        "asgd_foreach": lambda p: torch.optim.ASGD(p, lr=1e-2, foreach=True),
+        "nadam_foreach": lambda p: torch.optim.NAdam(p, lr=1e-2, foreach=True,
+                                                     decoupled_weight_decay=True,
+                                                     weight_decay=0.1),
     }
 
 
@@ -309,7 +318,11 @@ def test_a_compiled_optimizer_step_updates_the_parameters_once(optimizer, valida
     writes into the parameters and the optimizer's state (``p.add_``, ``exp_avg.lerp_``).
     Compiling runs the graph (recording values, validating): those runs wrote into the
     caller's parameters too: the first step moved SGD's weights two steps' worth, more
-    with validation, and Adagrad's state was off by 17. Three steps equal eager's."""
+    with validation, and Adagrad's state was off by 17. Three steps equal eager's.
+
+    With ``foreach=True`` (``torch._foreach_add_(steps, 1)``, ``_foreach_lerp_``) the
+    writes went unseen: AdamW counted each first step twice (parameters off by 0.1), and
+    Rprop's read of its previous gradients, emitted after it overwrote them, was wrong."""
     import copy
 
     make = _optimizers()[optimizer]

@@ -50,7 +50,8 @@ def recorded_value(arg: Any) -> Any:
 def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
     ``torch.relu_(x)``, ``inplace=True``, ``x += y`` or ``x[i] = y`` on a tensor (ingest
-    makes such a call out of place and rebinds the name).
+    makes such a call out of place and rebinds the name), or each tensor of its first
+    operand (``torch._foreach_add_(xs, 1)``, which ingest splits per tensor first).
 
     >>> gm = fx.symbolic_trace(lambda x: x.mul_(2).exp())
     >>> [is_in_place(n) for n in gm.graph.nodes if n.op == "call_method"]
@@ -68,8 +69,10 @@ def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
         if isinstance(node.target, torch._ops.OpOverload):
             return _aten_out_of_place(node.target) is not None
         name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.startswith("_") and "torch" in str(
-            getattr(node.target, "__module__", ""))
+        if not name.endswith("_") or "torch" not in str(getattr(node.target, "__module__", "")):
+            return False
+        return not name.startswith("_") or (
+            name.startswith("_foreach_") and getattr(torch, name, None) is node.target)
     if node.op == "call_module":
         return bool(getattr(module, "inplace", False))
     return False
@@ -461,13 +464,14 @@ def updates_an_input(n: fx.Node) -> bool:
         return True
     if not is_in_place(n) or not n.args:
         return False
-    storage = _storage(recorded_value(n.args[0]))
-    if storage is None:
+    written = n.args[0] if isinstance(n.args[0], (list, tuple)) else (n.args[0],)
+    storages = [_storage(recorded_value(a)) for a in written]
+    if any(storage is None for storage in storages):
         return True
     for p in n.graph.nodes:
         if p.op != "placeholder":
             break
-        if _same_storage(recorded_value(p), storage):
+        if any(_same_storage(recorded_value(p), storage) for storage in storages):
             return True
     return False
 

@@ -27,7 +27,26 @@ import torch.nn as nn
 from torch.export.graph_signature import InputKind
 from torch.utils._pytree import tree_unflatten
 
-__all__ = ["ExportedModule", "attribute_at", "owner_of"]
+__all__ = ["ExportedModule", "attribute_at", "mutations", "owner_of"]
+
+
+def mutations(signature) -> dict[str, str]:
+    """The outputs of an export program's graph that are new values of its buffers,
+    parameters (updated in place under ``no_grad``) or inputs -> what each updates.
+
+    >>> class Count(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.register_buffer("n", torch.zeros(()))
+    ...     def forward(self, x):
+    ...         self.n.add_(1)
+    ...         return x + self.n
+    >>> program = torch.export.export(Count(), (torch.ones(2),)).run_decompositions({})
+    >>> list(mutations(program.graph_signature).values())
+    ['n']
+    """
+    return {**signature.buffers_to_mutate, **getattr(signature, "parameters_to_mutate", {}),
+            **signature.user_inputs_to_mutate}
 
 
 class ExportedModule(nn.Module):
@@ -78,8 +97,7 @@ class ExportedModule(nn.Module):
         object.__setattr__(self, "program", program)
         self._slots, self._static = slots, static
         self._out_spec = program.call_spec.out_spec
-        self._mutations = (len(program.graph_signature.buffers_to_mutate)
-                           + len(program.graph_signature.user_inputs_to_mutate))
+        self._mutations = len(mutations(program.graph_signature))
 
     def graph_inputs(self, args: tuple) -> list[Any]:
         """The exported graph's inputs: this module's state where the graph reads it, the

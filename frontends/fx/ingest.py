@@ -58,7 +58,8 @@ from frontends.fx.effects import (
     updates_an_input,
     updates_inputs,
 )
-from frontends.fx.exported import ExportedModule, attribute_at
+from frontends.fx.exported import ExportedModule, attribute_at, mutations
+from frontends.fx.foreach import split_foreach
 from frontends.fx.vocabulary import (
     IMPURE,
     SCALAR_FUNCTIONS,
@@ -88,6 +89,7 @@ class OpaqueCall:
     kwargs: Any
     name: str
     pure: bool = False  # functional by torch's op schema: it writes into no argument
+    updates: int | None = None  # the class of the input or parameter it updates in place
 
 
 @dataclass
@@ -496,6 +498,9 @@ class _Builder:
         # traced graph's, which from_fx then captures with torch.export)
         self.follows_views = False
         self._order: dict[fx.Node, int] = {}
+        # a parameter or buffer updated in place -> its value since (a symbolic trace
+        # reads ``self.b`` afresh, by a new get_attr, after ``self.b.copy_(y)``)
+        self.updated: dict[str, int] = {}
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -836,8 +841,11 @@ class _Builder:
             args, kwargs = _weights_unasked(node, args, kwargs)
         if pure:
             token = f"{node.target}{args!r}{sorted(kwargs.items())!r}"
+        updates = self.env[node.args[0]] if not pure and _updates_a_leaf(
+            node, self._module(node)) else None
+        updates = updates if isinstance(updates, int) else None
         self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name,
-                                                 pure))
+                                                 pure, updates))
         meta = self.metas.get(node.name)
         if meta is not None:
             self.analysis.leaves.setdefault(f"opaque:{token}", meta)
@@ -886,12 +894,13 @@ class _Builder:
                 if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
-                    if (target.op not in ("placeholder", "get_attr") and self.follows_views
-                            and self._shared_update(target, node)):
+                    if self.follows_views and self._shared_update(target, node):
                         raise _UpdateThroughView(node)
                     # later reads of the name read the update (of a leaf: the source's
                     # call, kept in order)
                     self.env[target] = self.env[node]
+                    if target.op == "get_attr":
+                        self.updated[target.target] = self.env[node]
         if self.effect is not None:
             self.effects.append(self.effect)
 
@@ -900,7 +909,8 @@ class _Builder:
         storage, which rebinding ``target`` to the out-of-place result would leave stale:
         ``target`` is a view of another value (``to`` and ``contiguous`` may return their
         input, and an unmodelled call may return a view), or a view of ``target`` taken
-        before the update is read after it."""
+        before the update is read after it (also where ``target`` is an input or parameter,
+        whose update stays in place: the e-graph would read that view as the old value)."""
         def shares(n: fx.Node) -> bool:
             op = self.lowered_ops.get(n)
             if op is None:
@@ -913,7 +923,11 @@ class _Builder:
         if not self._order:
             self._order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         order = self._order
-        views, seen = [target], {target}
+        # (a symbolic trace reads an attribute afresh at each ``self.b``: a view of any
+        # read of it before the update shares its storage)
+        views = [n for n in self._order if n.op == "get_attr" and n.target == target.target
+                 and order[n] < order[update]] if target.op == "get_attr" else [target]
+        seen = set(views)
         while views:
             for user in views.pop().users:
                 if user in seen or order[user] >= order[update] or not shares(user):
@@ -969,6 +983,8 @@ class _Builder:
         return self.gm.get_submodule(node.target)
 
     def get_attr(self, node: fx.Node) -> int | AttributeRef:
+        if node.target in self.updated:
+            return self.updated[node.target]
         value = attribute_at(self.gm, node.target)
         if isinstance(value, torch.Tensor):
             name = self.param_names.get(node.target, node.target)
@@ -1341,7 +1357,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             gm = _written_back(functional)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
-        gm = trace(source)
+        gm = split_foreach(trace(source))
         module = source
     else:
         raise TypeError(
@@ -1433,9 +1449,7 @@ def _check_count(gm: fx.GraphModule, example_inputs, param_names: dict[str, str]
 
 def _user_outputs(program, outputs):
     """The user-visible output structure of an export program's flat graph outputs."""
-    sig = program.graph_signature
-    mutated = len(sig.buffers_to_mutate) + len(sig.user_inputs_to_mutate)
-    if mutated:
+    if mutations(program.graph_signature):
         raise UntraceableModel(
             "the exported program mutates buffers or inputs (a module in training mode, such "
             "as BatchNorm updating running statistics?); call model.eval() before "
@@ -1501,11 +1515,12 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
     buffers it updates into them (``aten.copy_``, at the end), where the program returns
     them as outputs: the source updates them, and emission keeps such a write."""
     signature = program.graph_signature
-    written = {**signature.buffers_to_mutate, **signature.user_inputs_to_mutate}
+    written = mutations(signature)
     gm = fx.GraphModule(program.graph_module, copy.deepcopy(program.graph))
     if not written:
         return gm
-    buffers = {buffer: name for name, buffer in signature.inputs_to_buffers.items()}
+    buffers = {state: name for name, state in (
+        *signature.inputs_to_buffers.items(), *signature.inputs_to_parameters.items())}
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     output = gm.graph.output_node()
     kept = []
