@@ -955,6 +955,37 @@ def test_an_exported_update_of_the_input_and_a_buffer_stays_an_effect():
         torch.testing.assert_close(mine, theirs)
 
 
+def test_an_exported_program_that_gives_one_value_to_an_input_and_a_buffer_writes_both():
+    """``n.add_(1); n.mul_(3); self.c.copy_(n)``: the functional program returns one value
+    as the new input and the new buffer. Its outputs were told apart by node name, so both
+    writes went to the input and the buffer kept its old value (validation refused it)."""
+    class Stepping(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.ones(3))
+            self.register_buffer("c", torch.ones(3))
+
+        def forward(self, x, n):
+            self.b.add_(x)
+            m = self.b * 2
+            self.b.mul_(x)
+            k = self.b.sum() + m
+            n.add_(1)
+            r = n * k
+            n.mul_(3)
+            self.c.copy_(n)
+            return r + self.c
+
+    x, n = torch.randn(3), torch.randn(3)
+    opt = EGraph.from_fx(torch.export.export(Stepping(), (x, n.clone())), (x, n.clone())
+                         ).extract(AstSize(), validate="raise")
+    eager, mine, theirs = Stepping(), n.clone(), n.clone()
+    torch.testing.assert_close(opt(x, mine), eager(x, theirs))
+    torch.testing.assert_close(mine, theirs)
+    torch.testing.assert_close(opt.b, eager.b)
+    torch.testing.assert_close(opt.c, eager.c)
+
+
 def test_validation_with_effects_and_an_expanded_constant_does_not_crash():
     """A program with an effect (a counter buffer) whose emitted module holds a constant
     expanded to its use (stride 0, as GPT-OSS's folded attention shapes): validation

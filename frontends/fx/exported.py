@@ -24,15 +24,20 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import tree_unflatten
 
-__all__ = ["ExportedModule", "attribute_at", "mutations", "owner_of"]
+__all__ = ["ExportedModule", "attribute_at", "written_targets", "owner_of"]
 
 
-def mutations(signature) -> dict[str, str]:
-    """The outputs of an export program's graph that are new values of its buffers,
-    parameters (updated in place under ``no_grad``) or inputs -> what each updates.
+_MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,
+              OutputKind.USER_INPUT_MUTATION)
+
+
+def written_targets(signature) -> list[str | None]:
+    """Per output of an export program's graph: the buffer, parameter (updated in place
+    under ``no_grad``) or input whose new value it is, or None for an output the user
+    gets. By position: one value may be the new value of two tensors, or also an output.
 
     >>> class Count(torch.nn.Module):
     ...     def __init__(self):
@@ -42,11 +47,11 @@ def mutations(signature) -> dict[str, str]:
     ...         self.n.add_(1)
     ...         return x + self.n
     >>> program = torch.export.export(Count(), (torch.ones(2),)).run_decompositions({})
-    >>> list(mutations(program.graph_signature).values())
-    ['n']
+    >>> written_targets(program.graph_signature)
+    ['n', None]
     """
-    return {**signature.buffers_to_mutate, **getattr(signature, "parameters_to_mutate", {}),
-            **signature.user_inputs_to_mutate}
+    return [spec.target if spec.kind in _MUTATIONS else None
+            for spec in signature.output_specs]
 
 
 class ExportedModule(nn.Module):
@@ -97,7 +102,7 @@ class ExportedModule(nn.Module):
         object.__setattr__(self, "program", program)
         self._slots, self._static = slots, static
         self._out_spec = program.call_spec.out_spec
-        self._mutations = len(mutations(program.graph_signature))
+        self._mutations = sum(t is not None for t in written_targets(program.graph_signature))
 
     def graph_inputs(self, args: tuple) -> list[Any]:
         """The exported graph's inputs: this module's state where the graph reads it, the

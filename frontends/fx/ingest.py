@@ -58,7 +58,7 @@ from frontends.fx.effects import (
     updates_an_input,
     updates_inputs,
 )
-from frontends.fx.exported import ExportedModule, attribute_at, mutations
+from frontends.fx.exported import ExportedModule, attribute_at, written_targets
 from frontends.fx.foreach import split_foreach
 from frontends.fx.vocabulary import (
     IMPURE,
@@ -1449,7 +1449,7 @@ def _check_count(gm: fx.GraphModule, example_inputs, param_names: dict[str, str]
 
 def _user_outputs(program, outputs):
     """The user-visible output structure of an export program's flat graph outputs."""
-    if mutations(program.graph_signature):
+    if any(written_targets(program.graph_signature)):
         raise UntraceableModel(
             "the exported program mutates buffers or inputs (a module in training mode, such "
             "as BatchNorm updating running statistics?); call model.eval() before "
@@ -1515,9 +1515,9 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
     buffers it updates into them (``aten.copy_``, at the end), where the program returns
     them as outputs: the source updates them, and emission keeps such a write."""
     signature = program.graph_signature
-    written = mutations(signature)
+    written = written_targets(signature)
     gm = fx.GraphModule(program.graph_module, copy.deepcopy(program.graph))
-    if not written:
+    if not any(written):
         return gm
     buffers = {state: name for name, state in (
         *signature.inputs_to_buffers.items(), *signature.inputs_to_parameters.items())}
@@ -1525,8 +1525,7 @@ def _written_back(program: torch.export.ExportedProgram) -> fx.GraphModule:
     output = gm.graph.output_node()
     kept = []
     with gm.graph.inserting_before(output):
-        for value in output.args[0]:
-            target = written.get(getattr(value, "name", None))
+        for value, target in zip(output.args[0], written):
             if target is None:
                 kept.append(value)
                 continue
