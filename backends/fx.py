@@ -197,8 +197,10 @@ class _Emitter:
         # new tensors (allocations, copies) and the copies made for in-place updates
         self.allocated: set[fx.Node] = set()
         self.copies: set[fx.Node] = set()
-        # each class -> the needed classes that read it (made on the first in-place update)
+        # each class -> the needed classes that read it, and the output classes (made on
+        # the first in-place update of an input or parameter)
         self.readers: dict[int, list[int]] | None = None
+        self.outputs: set[int] = set()
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -422,8 +424,7 @@ class _Emitter:
 
     def replay(self, token: str) -> fx.Node:
         call = self.src.opaque[token]
-        if call.updates is not None:
-            self.read_before_update(call.updates)
+        kept = self.read_before_update(call.updates, token) if call.updates is not None else ()
         written: list[fx.Node] = []
 
         def resolve(a):
@@ -443,22 +444,35 @@ class _Emitter:
 
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)
+        for old in kept:  # (the call itself writes into the tensor, later reads the copy)
+            value = self.values[old]
+            self.values[old] = copy = self.copy(value, contiguous=False)
+            self.metas[copy] = self.metas.get(value)
+            if value in self.strided:
+                self.strided.add(copy)
         node = self.graph.create_node(call.op, call.target, args, kwargs)
+        if call.updates is not None:  # (it returns the caller's tensor it updated)
+            self.shared.add(node)
         if written or aten_name(node) in _ALLOCATIONS:
             # (an in-place update returns the copy it wrote into)
             self.allocated.add(node)
         return node
 
-    def read_before_update(self, leaf: int) -> None:
+    def read_before_update(self, leaf: int, token: str) -> list[int]:
         """Emit now every class the program needs that reads the value of ``leaf`` (an
-        input or parameter a call is about to update in place), directly or through views
-        of it: the source read it before the update (``m = x * b; b.copy_(y)``, as Rprop's
-        foreach step reads its previous gradients, then overwrites them), and emitted
-        lazily after it, the read would see the new values."""
-        readers = self._readers()
-        pending, seen = [self.find(leaf)], {self.find(leaf)}
+        input or parameter that the call ``token`` is about to update in place), directly
+        or through views of it: the source read it before the update (``m = x * b;
+        b.copy_(y)``, as Rprop's foreach step reads its previous gradients, then
+        overwrites them), and emitted lazily after it, the read would see the new values.
+        Returns ``leaf`` and those views where something still reads them afterwards (an
+        output: ``a = b.clone(); b.add_(1); return a`` once the clone is dropped; a later
+        call with effects): their values must be copied before the update."""
+        readers, outputs = self._readers()
+        pending, seen, kept = [self.find(leaf)], {self.find(leaf)}, []
         while pending:
-            for reader in readers.get(pending.pop(), ()):
+            old = pending.pop()
+            later = [r for r in readers.get(old, ()) if not self._is_call(r, token)]
+            for reader in later:
                 if reader in seen:
                     continue
                 seen.add(reader)
@@ -467,16 +481,26 @@ class _Emitter:
                     pending.append(reader)  # (a view of it, or a cast that may return it)
                 if reader not in self.values and not self._waits_for_an_effect(reader):
                     self.value(reader)
+            if old in self.values and (old in outputs or any(
+                    r not in self.values for r in later)):
+                kept.append(old)
+        return kept
 
-    def _readers(self) -> dict[int, list[int]]:
-        """Each class -> the classes the program needs whose chosen e-node reads it."""
+    def _is_call(self, cid: int, token: str) -> bool:
+        node = self.choice[cid]
+        return node[0] == "opaque" and self._token(node) == token
+
+    def _readers(self) -> tuple[dict[int, list[int]], set[int]]:
+        """Each class -> the classes the program needs whose chosen e-node reads it; and
+        the classes of the outputs."""
         if self.readers is None:
             self.readers = {}
-            roots: list[int] = [*self.src.effects]
-            fx.node.map_aggregate(self.src.output, lambda a: roots.append(a.cid)
+            outputs: list[int] = []
+            fx.node.map_aggregate(self.src.output, lambda a: outputs.append(self.find(a.cid))
                                   if isinstance(a, ClassRef) else None)
+            self.outputs = set(outputs)
             seen: set[int] = set()
-            stack = [self.find(c) for c in roots]
+            stack = [*map(self.find, self.src.effects), *outputs]
             while stack:
                 c = stack.pop()
                 if c in seen:
@@ -485,7 +509,7 @@ class _Emitter:
                 for kid in map(self.find, self.choice[c][1:]):
                     self.readers.setdefault(kid, []).append(c)
                     stack.append(kid)
-        return self.readers
+        return self.readers, self.outputs
 
     def _waits_for_an_effect(self, cid: int) -> bool:
         """Whether emitting ``cid`` would emit a call with effects not emitted yet."""
