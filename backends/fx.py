@@ -453,6 +453,8 @@ class _Emitter:
         node = self.graph.create_node(call.op, call.target, args, kwargs)
         if call.updates is not None:  # (it returns the caller's tensor it updated)
             self.shared.add(node)
+            if call.target in (operator.setitem, "__setitem__"):
+                return args[0]  # (``x[i] = v`` returns nothing: the update is ``x`` now)
         if written or aten_name(node) in _ALLOCATIONS:
             # (an in-place update returns the copy it wrote into)
             self.allocated.add(node)
