@@ -454,7 +454,10 @@ class _Emitter:
         if call.updates is not None:  # (it returns the caller's tensor it updated)
             self.shared.add(node)
             if call.target in (operator.setitem, "__setitem__"):
-                return args[0]  # (``x[i] = v`` returns nothing: the update is ``x`` now)
+                # ``x[i] = v`` returns nothing: later reads read ``x[...]``, the whole of
+                # ``x`` after the call (not ``x`` itself, whose values may be folded)
+                node = self.graph.call_function(operator.getitem, (args[0], Ellipsis))
+                self.shared.add(node)
         if written or aten_name(node) in _ALLOCATIONS:
             # (an in-place update returns the copy it wrote into)
             self.allocated.add(node)

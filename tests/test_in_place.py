@@ -30,6 +30,9 @@ WRITES = {
     "addcmul_": lambda t, x: t.addcmul_(t, t, value=0.25),
     "setitem": lambda t, x: t.__setitem__(0, x.mean() * 3),
     "masked_fill_": lambda t, x: t.masked_fill_(t > 0.2, -2.0),
+    # Adam's spelling: an update of what an update returned (the same tensor)
+    "chained": lambda t, x: t.mul_(0.9).addcmul_(t, torch.ones_like(t) * x.mean(), value=0.1),
+    "chained_copy": lambda t, x: t.mul_(0.5).copy_(t * x.mean() + 1),
 }
 VIEWS = {"whole": lambda t: t, "t": lambda t: t.t(), "row": lambda t: t[0]}
 

@@ -646,8 +646,26 @@ def updates_an_alias(graph: fx.Graph) -> bool:
                 not n.args or not isinstance(n.args[0], fx.Node)) or (
                 key := storage(n.args[0])) is None:
             continue
+        tensor = tensor_of(n.args[0])
         for other in sharing.get(key, ()):
-            if other not in (n, n.args[0]) and order[other] < order[n] and any(
-                    order[user] > order[n] for user in other.users):
+            if other not in (n, n.args[0]) and tensor_of(other) is not tensor and (
+                    order[other] < order[n]) and any(order[user] > order[n]
+                                                     for user in other.users):
                 return True
     return False
+
+
+def tensor_of(node: Any) -> Any:
+    """The node whose tensor ``node`` is: an in-place call returns its operand
+    (``b.mul_(0.9).addcmul_(g, g)``, Adam's spelling, updates ``b`` twice), so the chain
+    is followed down to the first operand that no in-place call made.
+
+    >>> gm = fx.symbolic_trace(lambda b: b.mul_(0.9).add_(1) * 2)
+    >>> [tensor_of(n).name for n in gm.graph.nodes if n.op != "output"]
+    ['b', 'b', 'b', 'mul']
+    """
+    while isinstance(node, fx.Node) and node.op in ("call_function", "call_method") and (
+            node.args and isinstance(node.args[0], fx.Node) and is_in_place(node)
+            and not _is_setitem(node)):
+        node = node.args[0]
+    return node

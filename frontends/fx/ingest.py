@@ -53,6 +53,7 @@ from frontends.fx.effects import (
     recorded_value,
     returns_new_tensors,
     run_pure,
+    tensor_of,
     torch_owned,
     updates_an_alias,
     updates_an_input,
@@ -501,6 +502,9 @@ class _Builder:
         # a parameter or buffer updated in place -> its value since (a symbolic trace
         # reads ``self.b`` afresh, by a new get_attr, after ``self.b.copy_(y)``)
         self.updated: dict[str, int] = {}
+        # an input, parameter or buffer updated in place -> the nodes that are its tensor
+        # (what in-place calls of it returned)
+        self.aliases: dict[fx.Node, list[fx.Node]] = {}
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -847,6 +851,8 @@ class _Builder:
         self.opaque.setdefault(token, OpaqueCall(node.op, node.target, args, kwargs, node.name,
                                                  pure, updates))
         meta = self.metas.get(node.name)
+        if meta is None and updates is not None:  # (``x[i] = v`` returns nothing: it is x)
+            meta = self.eg.data(updates)
         if meta is not None:
             self.analysis.leaves.setdefault(f"opaque:{token}", meta)
         eg = self.eg
@@ -894,13 +900,18 @@ class _Builder:
                 if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]
-                    if self.follows_views and self._shared_update(target, node):
+                    leaf = _leaf_of(target)
+                    if self.follows_views and self._shared_update(leaf or target, node):
                         raise _UpdateThroughView(node)
                     # later reads of the name read the update (of a leaf: the source's
-                    # call, kept in order)
+                    # call, kept in order; and of every name of its tensor)
                     self.env[target] = self.env[node]
-                    if target.op == "get_attr":
-                        self.updated[target.target] = self.env[node]
+                    if leaf is not None:
+                        for alias in self.aliases.setdefault(leaf, [leaf]):
+                            self.env[alias] = self.env[node]
+                        self.aliases[leaf].append(node)
+                        if leaf.op == "get_attr":
+                            self.updated[leaf.target] = self.env[node]
         if self.effect is not None:
             self.effects.append(self.effect)
 
@@ -930,8 +941,9 @@ class _Builder:
         seen = set(views)
         while views:
             for user in views.pop().users:
-                if user in seen or order[user] >= order[update] or not shares(user):
-                    continue
+                if user in seen or order[user] >= order[update] or not shares(user) or (
+                        _same_leaf(_leaf_of(user), target)):
+                    continue  # (an in-place call's result is the tensor itself: rebound)
                 if any(order[reader] > order[update] for reader in user.users):
                     return True
                 seen.add(user)
@@ -1163,9 +1175,21 @@ def _makes_storage(op: str) -> bool:
 
 def _updates_a_leaf(node: fx.Node, module: nn.Module | None = None) -> bool:
     """Whether the call ``node`` (of ``module``, for a module's call) updates a graph
-    input, parameter or buffer in place."""
-    return bool(is_in_place(node, module) and node.args and isinstance(node.args[0], fx.Node)
-                and node.args[0].op in ("placeholder", "get_attr"))
+    input, parameter or buffer in place (itself, or what an in-place call of it returned:
+    ``b.mul_(0.9).addcmul_(g, g)``)."""
+    return bool(is_in_place(node, module) and node.args and _leaf_of(node.args[0]) is not None)
+
+
+def _same_leaf(a: fx.Node | None, b: fx.Node) -> bool:
+    """Whether ``a`` reads the input or attribute ``b`` reads (a symbolic trace reads an
+    attribute by a new get_attr each time)."""
+    return a is not None and (a is b or a.op == b.op == "get_attr" and a.target == b.target)
+
+
+def _leaf_of(value: Any) -> fx.Node | None:
+    """The input, parameter or buffer whose tensor ``value`` is (:func:`tensor_of`)."""
+    leaf = tensor_of(value)
+    return leaf if isinstance(leaf, fx.Node) and leaf.op in ("placeholder", "get_attr") else None
 
 
 _DROPOUTS = (F.dropout, torch.dropout, torch.ops.aten.dropout.default)
