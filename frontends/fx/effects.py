@@ -47,6 +47,25 @@ def recorded_value(arg: Any) -> Any:
     return arg.meta.get("val", arg.meta.get("example_value"))
 
 
+def recorded_key(gm: fx.GraphModule) -> str | None:
+    """The meta key under which the graph's tracer recorded every node's value
+    (``"val"``: torch.export, aot_autograd; ``"example_value"``: dynamo), or None (a
+    symbolic trace). A node nothing reads needs none (torch.export's module() adds an
+    unused call of its input guards, ``_guards_fn``, without one).
+
+    >>> recorded_key(fx.symbolic_trace(lambda x: x + 1)) is None
+    True
+    >>> linear = torch.nn.Linear(2, 2)
+    >>> recorded_key(torch.export.export(linear, (torch.randn(1, 2),)).graph_module)
+    'val'
+    """
+    for key in ("val", "example_value"):
+        if all(key in n.meta for n in gm.graph.nodes
+               if n.op not in ("output", "get_attr") and n.users):
+            return key
+    return None
+
+
 def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
     """Whether a call updates its first operand in place, by its spelling: ``x.add_(y)``,
     ``torch.relu_(x)``, ``inplace=True``, ``x += y`` or ``x[i] = y`` on a tensor (ingest

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from frontends.fx.effects import recorded_value
+from frontends.fx.effects import recorded_key, recorded_value
 
 PREFIX = "_foreach_"
 
@@ -68,8 +68,7 @@ def split_foreach(gm: fx.GraphModule) -> fx.GraphModule:
         return gm
     graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
     graph._codegen = gm.graph._codegen
-    key = next((k for k in ("val", "example_value") if any(
-        k in n.meta for n in gm.graph.nodes)), None)
+    key = recorded_key(gm)
     env: dict[fx.Node, Any] = {}
     split: set[fx.Node] = set()
     for node in gm.graph.nodes:

@@ -50,6 +50,7 @@ from frontends.fx.effects import (
     is_functional,
     is_in_place,
     out_of_place,
+    recorded_key,
     recorded_value,
     returns_new_tensors,
     run_pure,
@@ -150,7 +151,7 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
     propagation: a run on the example inputs where they are real tensors (cheaper than
     importing torch._dynamo, which fake tensors need), fake tensors otherwise."""
     out: dict[str, Meta] = {}
-    key = _recorded_key(gm)
+    key = recorded_key(gm)
     if key is not None:
         for n in gm.graph.nodes:
             if key in n.meta:
@@ -178,18 +179,6 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
             _check_inputs_fit(gm, example_inputs, run.node, err)
         return out  # shapes stay unknown where fake propagation cannot run
     return run.metas
-
-
-def _recorded_key(gm: fx.GraphModule) -> str | None:
-    """The meta key under which the graph's tracer recorded every node's value
-    (``"val"``: torch.export, aot_autograd; ``"example_value"``: dynamo), or None (a
-    symbolic trace). A node nothing reads needs none (torch.export's module() adds an
-    unused call of its input guards, ``_guards_fn``, without one)."""
-    for key in ("val", "example_value"):
-        if all(key in n.meta for n in gm.graph.nodes
-               if n.op not in ("output", "get_attr") and n.users):
-            return key
-    return None
 
 
 def _real(example_inputs) -> bool:
@@ -1420,7 +1409,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         builder.observed = observe_ranges(gm, example_inputs)
     # (a traced graph's updates only: where the tracer recorded values, their storages
     # tell, torch.export's are made functional above and torch.compile's by aot_autograd)
-    builder.follows_views = follow_views and _recorded_key(gm) is None
+    builder.follows_views = follow_views and recorded_key(gm) is None
     try:
         builder.run()
     except _UpdateThroughView as update:
