@@ -243,6 +243,27 @@ def test_a_read_of_a_buffer_before_its_update_in_place_sees_the_old_values():
         torch.testing.assert_close(opt(y, x), eager(y, x))  # the second call reads y
 
 
+def test_what_an_update_of_a_buffer_returned_sees_a_later_update_by_another_read():
+    """``a = self.b.mul_(m)`` is the buffer's tensor: a later ``self.b.add_(x)`` (a
+    second get_attr in a symbolic trace) changes ``a`` too. ``a`` kept the first update's
+    value, a wrong result that validation passed."""
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.ones(3))
+
+        def forward(self, x):
+            a = self.b.mul_(x.mean())
+            self.b.add_(x)
+            return a * 1
+
+    x = torch.tensor([0.5, -1.0, 2.0])
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(Twice()), (x,)).extract(AstSize())
+    eager = Twice()
+    torch.testing.assert_close(opt(x), eager(x))
+    torch.testing.assert_close(opt.b, eager.b)
+
+
 def test_validation_refuses_a_program_that_reads_a_buffer_after_overwriting_it():
     from compiler.validate import validate_module
 

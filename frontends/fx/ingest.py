@@ -488,12 +488,10 @@ class _Builder:
         # traced graph's, which from_fx then captures with torch.export)
         self.follows_views = False
         self._order: dict[fx.Node, int] = {}
-        # a parameter or buffer updated in place -> its value since (a symbolic trace
-        # reads ``self.b`` afresh, by a new get_attr, after ``self.b.copy_(y)``)
-        self.updated: dict[str, int] = {}
-        # an input, parameter or buffer updated in place -> the nodes that are its tensor
-        # (what in-place calls of it returned)
-        self.aliases: dict[fx.Node, list[fx.Node]] = {}
+        # an input (its node) or attribute (its name) updated in place -> the nodes that
+        # are its tensor: its reads (a symbolic trace reads ``self.b`` afresh, by a new
+        # get_attr, each time) and what in-place calls of it returned
+        self.aliases: dict[fx.Node | str, list[fx.Node]] = {}
 
     # -- leaves ---------------------------------------------------------------------------
 
@@ -896,11 +894,13 @@ class _Builder:
                     # call, kept in order; and of every name of its tensor)
                     self.env[target] = self.env[node]
                     if leaf is not None:
-                        for alias in self.aliases.setdefault(leaf, [leaf]):
+                        names = self.aliases.setdefault(
+                            leaf.target if leaf.op == "get_attr" else leaf, [])
+                        if leaf not in names:
+                            names.append(leaf)
+                        names.append(node)
+                        for alias in names:
                             self.env[alias] = self.env[node]
-                        self.aliases[leaf].append(node)
-                        if leaf.op == "get_attr":
-                            self.updated[leaf.target] = self.env[node]
         if self.effect is not None:
             self.effects.append(self.effect)
 
@@ -984,8 +984,11 @@ class _Builder:
         return self.gm.get_submodule(node.target)
 
     def get_attr(self, node: fx.Node) -> int | AttributeRef:
-        if node.target in self.updated:
-            return self.updated[node.target]
+        names = self.aliases.get(node.target)
+        if names:  # (read after an update in place: the updated value)
+            latest = self.env[names[-1]]
+            names.append(node)
+            return latest
         value = attribute_at(self.gm, node.target)
         if isinstance(value, torch.Tensor):
             name = self.param_names.get(node.target, node.target)
