@@ -408,12 +408,26 @@ class _Float64Interpreter(fx.Interpreter):
             # log(x) where float64 cannot tell x + 1 from x) almost never move alike
             k = torch.randint(1, 17, out.shape, generator=self.rounding, dtype=torch.float64)
             k.mul_(torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1)
-            out = out * (1 + k * torch.finfo(torch.float64).eps).to(out.device)
+            moved = (1 + k * torch.finfo(torch.float64).eps).to(out.device)
+            operands = [a for a in self.fetch_args_kwargs_from_env(n)[0]
+                        if isinstance(a, torch.Tensor)]
+            if any(out is a for a in operands):
+                # an update in place (``a = b.mul_(m)``): every name of that tensor sees
+                # its rounding, and a later update through one of them; a copy would
+                # keep ``a`` at this value and the spread would cover the whole update
+                out.mul_(moved)
+            elif not _shares_memory(out, operands):  # (a view selects values, exactly)
+                out = out * moved
         return out
 
     def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[tuple, dict]:
         args, kwargs = super().fetch_args_kwargs_from_env(n)
         return fx.node.map_aggregate((args, kwargs), _promote)
+
+
+def _shares_memory(tensor: torch.Tensor, others: Iterable[torch.Tensor]) -> bool:
+    storage = tensor.untyped_storage().data_ptr()
+    return any(o.untyped_storage().data_ptr() == storage for o in others)
 
 
 def _promote(x: Any) -> Any:

@@ -243,25 +243,53 @@ def test_a_read_of_a_buffer_before_its_update_in_place_sees_the_old_values():
         torch.testing.assert_close(opt(y, x), eager(y, x))  # the second call reads y
 
 
+class _UpdatedTwice(nn.Module):
+    """Returns what its first update of a buffer returned, after a second update through
+    another read of the buffer: the returned tensor is the buffer, so it sees both."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.ones(3))
+
+    def forward(self, x):
+        a = self.b.mul_(x.mean())
+        self.b.add_(x)
+        return a * 1
+
+
 def test_what_an_update_of_a_buffer_returned_sees_a_later_update_by_another_read():
     """``a = self.b.mul_(m)`` is the buffer's tensor: a later ``self.b.add_(x)`` (a
     second get_attr in a symbolic trace) changes ``a`` too. ``a`` kept the first update's
     value, a wrong result that validation passed."""
-    class Twice(nn.Module):
+    x = torch.tensor([0.5, -1.0, 2.0])
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_UpdatedTwice()), (x,)).extract(AstSize())
+    eager = _UpdatedTwice()
+    torch.testing.assert_close(opt(x), eager(x))
+    torch.testing.assert_close(opt.b, eager.b)
+
+
+def test_validation_refuses_a_program_that_reads_an_updated_buffer_too_early():
+    """The wrong program above passed validation: the Monte Carlo runs of the float64
+    reference rounded ``b.mul_(m)``'s result into a copy, so ``a`` missed the second
+    update in every run, and that "spread" of float64 covered the whole error."""
+    from compiler.validate import validate_module
+
+    x = torch.tensor([0.5, -1.0, 2.0])
+    src = EGraph.from_fx(torch.fx.symbolic_trace(_UpdatedTwice()), (x,)).fx
+
+    class Early(nn.Module):  # the old emission: ``a * 1`` before the second update
         def __init__(self):
             super().__init__()
-            self.register_buffer("b", torch.ones(3))
+            self.b = src.graph_module.b
 
         def forward(self, x):
             a = self.b.mul_(x.mean())
+            out = a * 1
             self.b.add_(x)
-            return a * 1
+            return out
 
-    x = torch.tensor([0.5, -1.0, 2.0])
-    opt = EGraph.from_fx(torch.fx.symbolic_trace(Twice()), (x,)).extract(AstSize())
-    eager = Twice()
-    torch.testing.assert_close(opt(x), eager(x))
-    torch.testing.assert_close(opt.b, eager.b)
+    result = validate_module(src, Early())
+    assert not result.ok and "error" in result.reason
 
 
 def test_validation_refuses_a_program_that_reads_a_buffer_after_overwriting_it():
