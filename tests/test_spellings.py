@@ -494,3 +494,53 @@ def test_addmm_and_baddbmm_read_their_input_only_where_beta_is_not_zero(spelling
         AstSize(), validate="off")
     assert "baddbmm" not in opt.code and "addmm" not in opt.code  # (lowered: matmul, add)
     torch.testing.assert_close(opt(acc, a, b), expected, equal_nan=True)
+
+
+class _ScaledUpdates(nn.Module):
+    """Adam's spellings: ``addcmul_`` and ``addcdiv_`` with a ``value`` (dynamo writes each
+    as ``prims.fma`` and a ``copy_``) and their out-of-place forms."""
+
+    def forward(self, s, g, d):
+        s.mul_(0.9).addcmul_(g, g, value=0.1)
+        t = torch.addcmul(d, g, s, value=-2.0) + g.addcdiv(s, d.abs() + 1)
+        return s.addcdiv_(g, d.abs() + 1, value=0.5) * t
+
+
+_SCALED_TARGETS = ("fma", "addcmul", "addcdiv")
+
+
+@pytest.mark.parametrize("entry", ["symbolic_trace", "export", "compile"])
+def test_addcmul_addcdiv_and_dynamos_fma_are_the_tables_arithmetic(entry):
+    """``prims.fma`` (dynamo's spelling of ``addcmul_`` with a value) ran as a Python call
+    ten times slower than its two ops; ``addcmul`` and ``addcdiv`` were opaque to the
+    rules. Each is now ``add`` of a product (or quotient); only the in-place calls on the
+    input stay calls (a symbolic trace's), and the input is updated as eager updates it."""
+    def inputs():
+        gen = torch.Generator().manual_seed(0)
+        return tuple(torch.randn(4, 5, generator=gen) for _ in range(3))
+
+    xs_eager = inputs()
+    expected = _ScaledUpdates()(*xs_eager)
+    xs, graphs = inputs(), []
+    if entry == "compile":
+        torch._dynamo.reset()
+        backend = make_backend(validate="raise")
+
+        def spy(gm, example_inputs):
+            graphs.append(gm)
+            return backend(gm, example_inputs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = torch.compile(_ScaledUpdates(), backend=spy)(*xs)
+        assert not backend.reports[0].fell_back
+    else:
+        graphs.append(torch.fx.symbolic_trace(_ScaledUpdates()) if entry == "symbolic_trace"
+                      else torch.export.export(_ScaledUpdates(), inputs()))
+        got = EGraph.from_fx(graphs[0], inputs()).extract(default_cost(xs),
+                                                          validate="raise")(*xs)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(xs[0], xs_eager[0])
+    targets = [str(getattr(o.target, "__name__", o.target))
+               for o in EGraph.from_fx(graphs[0], inputs()).fx.opaque.values()]
+    # (an overload prints as "prims.fma.default", a function or method as its name)
+    assert not {t.split(".")[-2] if "." in t else t for t in targets} & set(_SCALED_TARGETS)

@@ -372,7 +372,10 @@ _UNTRACKED = "no range rule yet: observed ranges inform the curvature cost only"
 
 op("add", "x y", "pointwise", impl="torch.add", flops=1, commutative=True,
    sign=signs.total, interval=iv.total, triton="{x} + {y}",
-   spell=_XY_SPELL.format("add") + " " + _OPERATOR.format("add", "add"))
+   spell=_XY_SPELL.format("add") + " " + _OPERATOR.format("add", "add")
+   + " ops.prims.fma.default:fma torch.addcmul:addcmul Tensor.addcmul:addcmul"
+   " aten.addcmul.default:addcmul torch.addcdiv:addcdiv Tensor.addcdiv:addcdiv"
+   " aten.addcdiv.default:addcdiv")
 op("sub", "x y", "pointwise", impl="torch.sub", flops=1, sign=signs.difference,
    interval=iv.difference, triton="{x} - {y}",
    spell=_XY_SPELL.format("sub") + " " + _OPERATOR.format("sub", "sub")
