@@ -585,6 +585,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         explain_sizes(graph, egraph, emitter.baked)
     _bias_into_matmul(graph, emitter.metas)
     _update_in_place(graph, emitter.copies, emitter.allocated)
+    _arithmetic_into_update(graph, emitter.metas, emitter.view_of)
     holder = nn.Module()
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
@@ -710,3 +711,81 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 graph.erase_node(node)
                 graph.erase_node(product)
                 break
+
+
+_IN_PLACE_TWINS = {torch.add: "add_", torch.mul: "mul_", torch.sub: "sub_", torch.div: "div_"}
+"""Arithmetic with an in-place method of the same computation (same rounding: one op)."""
+
+
+def _is_copy_into(node: fx.Node) -> bool:
+    """``dst.copy_(src)`` as a method or an aten call, with no other argument."""
+    return len(node.args) == 2 and not node.kwargs and (
+        (node.op == "call_method" and node.target == "copy_")
+        or (node.op == "call_function" and node.target is torch.ops.aten.copy_.default))
+
+
+def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
+                            view_of: dict[fx.Node, fx.Node]) -> None:
+    """``dst.copy_(op(dst, other))`` where nothing else reads ``op``'s result, as
+    ``dst.op_(other)``: how an update in place comes out of a functional graph (dynamo's
+    ``fma`` and ``copy_`` for Adam's ``exp_avg_sq.addcmul_``, torch.export's copies into
+    mutated buffers). One pass over ``dst`` instead of two, and no new tensor. Only where
+    the result has ``dst``'s shape and dtype (no broadcast or promotion for the copy to
+    undo) and ``other`` is not another view of ``dst``'s storage (an in-place op refuses
+    an operand that partly overlaps what it writes)."""
+    for copy in [n for n in graph.nodes if _is_copy_into(n)]:
+        dst, value = copy.args
+        if not (isinstance(value, fx.Node) and value.op == "call_function"
+                and value.target in _IN_PLACE_TWINS and len(value.args) == 2
+                and not value.kwargs and len(value.users) == 1):
+            continue
+        a, other = value.args
+        if a is not dst and value.target in (torch.add, torch.mul):
+            a, other = other, a
+        written, made = metas.get(dst), metas.get(value)
+        if a is not dst or getattr(written, "kind", None) != "tensor" or getattr(
+                made, "kind", None) != "tensor" or (written.shape, written.dtype) != (
+                made.shape, made.dtype):
+            continue
+        if isinstance(other, fx.Node) and other is not dst and (
+                view_of.get(other, other) is view_of.get(dst, dst)):
+            continue
+        with graph.inserting_before(copy):
+            update = graph.call_method(_IN_PLACE_TWINS[value.target], (dst, other))
+        copy.replace_all_uses_with(update)
+        graph.erase_node(copy)
+        graph.erase_node(value)
+        if update.target == "add_":
+            _scaled_into_update(graph, metas, update)
+
+
+def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.Node) -> None:
+    """``dst.add_(a * b * v)`` or ``dst.add_(a / b * v)`` (``v`` a number, ``* v``
+    optional) as ``dst.addcmul_(a, b, value=v)`` or ``addcdiv_``, Adam's spelling: one
+    pass where the products made two new tensors. Only where every product has ``dst``'s
+    dtype (``addcmul_`` computes in it, where ``a * b`` of float16 operands rounds to
+    float16 first)."""
+    dst, term = update.args
+    dtype = metas[dst].dtype
+
+    def single(node: Any, targets: tuple) -> bool:
+        return (isinstance(node, fx.Node) and node.op == "call_function"
+                and node.target in targets and len(node.users) == 1 and not node.kwargs
+                and getattr(metas.get(node), "dtype", None) == dtype)
+
+    value, product = 1, term
+    if single(term, (torch.mul,)) and isinstance(term.args[1], (int, float)) and not (
+            isinstance(term.args[1], bool)):
+        product, value = term.args
+    if not single(product, (torch.mul, torch.div)) or not all(
+            isinstance(a, fx.Node) for a in product.args):
+        return
+    method = "addcmul_" if product.target is torch.mul else "addcdiv_"
+    with graph.inserting_before(update):
+        fused = graph.call_method(method, (dst, *product.args),
+                                  {"value": value} if value != 1 else {})
+    update.replace_all_uses_with(fused)
+    graph.erase_node(update)
+    if term is not product:
+        graph.erase_node(term)
+    graph.erase_node(product)

@@ -215,3 +215,68 @@ def test_validation_refuses_every_program_with_a_read_moved_across_an_update(ste
         if _differs(graph, steps):
             result = validate_module(src, torch.fx.GraphModule(traced, graph))
             assert not result.ok, graph.python_code("self").src
+
+
+def test_an_update_in_place_is_emitted_in_place():
+    """A compiled ``Adam.step`` (``foreach=False``): dynamo writes the state's update
+    ``v.mul_(b2).addcmul_(g, g, value=1 - b2)`` as ``v.copy_(fma(g * g, 1 - b2, v))``;
+    it is emitted as ``addcmul_`` again: one pass over ``v`` where the copy made three and
+    two new tensors. Parameters and states end as eager's."""
+    import compiler.compile as compile_module
+
+    def model_and_step():
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, foreach=False)
+        return model, optimizer
+
+    emitted, original = [], compile_module._compile
+
+    def keep(*args, **kwargs):
+        emitted.append(original(*args, **kwargs))
+        return emitted[-1]
+
+    (eager, eager_opt), (mine, my_opt) = model_and_step(), model_and_step()
+    torch._dynamo.reset()
+    compile_module._compile = keep
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = torch.compile(my_opt.step, backend=make_backend(validate="raise"))
+            for _ in range(3):
+                step()
+                eager_opt.step()
+    finally:
+        compile_module._compile = original
+    for a, b in zip(mine.parameters(), eager.parameters()):
+        torch.testing.assert_close(a, b)
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(my_opt.state[a][key], eager_opt.state[b][key])
+    code = emitted[0].code
+    assert code.count(".addcmul_(") == 2 and "copy_" not in code and "fma" not in code
+
+
+@pytest.mark.parametrize("case", ["overlapping view", "promoted"])
+def test_an_update_that_cannot_be_in_place_stays_a_copy(case):
+    """``x.copy_(x + x.t())`` reads ``x`` through another view as it writes it (an in-place
+    add refuses that); ``n.copy_(n * 0.5)`` of an integer ``n`` computes in floating point
+    and truncates in the copy (``n.mul_(0.5)`` refuses to): neither is the in-place op."""
+    class Updates(nn.Module):
+        def forward(self, x, n):
+            if case == "overlapping view":
+                x.copy_(x + x.t())
+            else:
+                n.copy_(n * 0.5)
+            return x * 1, n * 1
+
+    def inputs():
+        return torch.randn(3, 3, generator=torch.Generator().manual_seed(0)), torch.arange(5)
+
+    want, given = inputs(), inputs()
+    expected = Updates()(*want)
+    program = torch.export.export(Updates(), inputs())
+    got = EGraph.from_fx(program, inputs()).extract(AstSize(), validate="raise")(*given)
+    for a, b in zip((*got, *given), (*expected, *want)):
+        torch.testing.assert_close(a, b)
