@@ -38,9 +38,10 @@ VIEWS = {"whole": lambda t: t, "t": lambda t: t.t(), "row": lambda t: t[0]}
 
 
 
-def programs(tensors=("p", "x", "b")):
+def programs(tensors=("p", "x", "b", "h")):
     """Lists of steps over ``tensors``: the input ``x``, the parameter ``p``, the buffer
-    ``b`` (a symbolic trace runs what reads a buffer alone once, when it traces)."""
+    ``b`` (a symbolic trace runs what reads a buffer alone once, when it traces), and
+    ``h``, a tensor the program makes (``x * 2 + 0.5``)."""
     return st.lists(st.one_of(
         st.tuples(st.just("read"), st.sampled_from([*tensors, "view", "written"]),
                   st.sampled_from(list(VIEWS)), st.sampled_from(list(READS))),
@@ -52,11 +53,11 @@ def programs(tensors=("p", "x", "b")):
 
 
 class Steps(nn.Module):
-    """Runs ``steps`` on its input ``x``, its parameter ``p`` (updated without grad) and
-    its buffer ``b`` (all 2 x 3): reads append an output, writes update in place,
-    ``view`` keeps a view for later reads; a read of ``"written"`` reads what the first
-    write returned (``a = p.mul_(m)``: ``p`` itself, or a view of it, which later writes
-    change too)."""
+    """Runs ``steps`` on its input ``x``, its parameter ``p`` (updated without grad), its
+    buffer ``b`` and ``h = x * 2 + 0.5`` (all 2 x 3): reads append an output, writes
+    update in place, ``view`` keeps a view for later reads; a read of ``"written"`` reads
+    what the first write returned (``a = p.mul_(m)``: ``p`` itself, or a view of it,
+    which later writes change too)."""
 
     def __init__(self, steps):
         super().__init__()
@@ -66,13 +67,14 @@ class Steps(nn.Module):
 
     def forward(self, x):
         outs, views, written = [], [], None
+        h = x * 2.0 + 0.5
         for kind, what, view, op in self.steps:
             if kind == "read" and what in ("view", "written"):
                 kept = views[-1] if what == "view" and views else written
                 if kept is not None:
                     outs.append(READS[op](kept))
                 continue
-            target = VIEWS[view]({"p": self.p, "b": self.b, "x": x}[what])
+            target = VIEWS[view]({"p": self.p, "b": self.b, "x": x, "h": h}[what])
             if kind == "read":
                 outs.append(READS[op](target))
             elif kind == "write":
@@ -129,7 +131,12 @@ def test_compiled_programs_that_update_in_place_keep_the_sources_reads_and_write
 
 
 @settings(**_SETTINGS)
-@given(programs(("p", "x")))
+@given(programs(("p", "x", "h")))
+# (an update of what an update of a value the program made returned: every name of that
+# tensor sees it, as Adadelta's ``delta.div_(std).mul_(grad)`` changes ``delta``)
+@example([("write", "h", "whole", "chained"), ("read", "h", "whole", "scale")])
+@example([("write", "h", "whole", "mul_"), ("write", "h", "whole", "add_"),
+          ("read", "written", "whole", "scale")])
 def test_traced_programs_that_update_in_place_keep_the_sources_reads_and_writes(steps):
     def run(model, x):
         opt = EGraph.from_fx(torch.fx.symbolic_trace(model), (_inputs(),)).extract(
@@ -199,7 +206,7 @@ def _differs(graph: torch.fx.Graph, steps) -> bool:
 
 
 @settings(**_SETTINGS)
-@given(programs(("p", "x")))
+@given(programs(("p", "x", "h")))
 @example([("write", "p", "whole", "mul_"), ("write", "p", "whole", "add_"),
           ("read", "written", "whole", "scale")])
 def test_validation_refuses_every_program_with_a_read_moved_across_an_update(steps):

@@ -299,6 +299,9 @@ def _optimizers():
                                                         foreach=False),
         "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
         "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2),
+        # delta = acc_delta.add(eps).sqrt_(); delta.div_(std).mul_(grad): an update of
+        # what an update of a value the step made returned
+        "adadelta_loop": lambda p: torch.optim.Adadelta(p, lr=0.5, foreach=False),
         # foreach=True (the default on CUDA): calls over lists of tensors
         "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
         "rmsprop_centered_foreach": lambda p: torch.optim.RMSprop(
@@ -322,7 +325,9 @@ def test_a_compiled_optimizer_step_updates_the_parameters_once(optimizer, valida
 
     With ``foreach=True`` (``torch._foreach_add_(steps, 1)``, ``_foreach_lerp_``) the
     writes went unseen: AdamW counted each first step twice (parameters off by 0.1), and
-    Rprop's read of its previous gradients, emitted after it overwrote them, was wrong."""
+    Rprop's read of its previous gradients, emitted after it overwrote them, was wrong.
+    Adadelta's ``delta.div_(std).mul_(grad)`` left ``delta`` without the product (a
+    fallback; with validation off, a wrong step)."""
     import copy
 
     make = _optimizers()[optimizer]

@@ -890,17 +890,17 @@ class _Builder:
                     leaf = _leaf_of(target)
                     if self.follows_views and self._shared_update(leaf or target, node):
                         raise _UpdateThroughView(node)
-                    # later reads of the name read the update (of a leaf: the source's
-                    # call, kept in order; and of every name of its tensor)
-                    self.env[target] = self.env[node]
-                    if leaf is not None:
-                        names = self.aliases.setdefault(
-                            leaf.target if leaf.op == "get_attr" else leaf, [])
-                        if leaf not in names:
-                            names.append(leaf)
-                        names.append(node)
-                        for alias in names:
-                            self.env[alias] = self.env[node]
+                    # later reads of every name of the tensor read the update (of a
+                    # leaf: the source's call, kept in order): ``d = h.sqrt_(); q =
+                    # d.div_(s); q.mul_(g)`` leaves ``h``, ``d`` and ``q`` one tensor
+                    base = leaf if leaf is not None else tensor_of(target)
+                    names = self.aliases.setdefault(
+                        base.target if base.op == "get_attr" else base, [])
+                    if base not in names:
+                        names.append(base)
+                    names += [n for n in (target, node) if n not in names]
+                    for alias in names:
+                        self.env[alias] = self.env[node]
         if self.effect is not None:
             self.effects.append(self.effect)
 
