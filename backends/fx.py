@@ -16,6 +16,7 @@ add = torch.add(exp, exp);  exp = None
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -683,7 +684,10 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
     Conv1D) as a product and a sum, but one GEMM with the bias in its accumulator is faster
-    in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum."""
+    in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum.
+    Scaled terms, ``matmul(a, b) * alpha + c * beta`` (Muon's Newton-Schulz step, in
+    bfloat16), become ``addmm``'s ``alpha`` and ``beta``: one rounding of the sum where
+    the terms rounded three times more."""
     def fits(product: fx.Node, bias: Any, total: fx.Node) -> bool:
         if not (isinstance(bias, fx.Node) and isinstance(product, fx.Node)
                 and bias is not product  # p + p reads the product twice
@@ -703,14 +707,34 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
         if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
                 node.args) != 2:
             continue
-        for product, bias in (node.args, node.args[::-1]):
+        for product_term, bias_term in (node.args, node.args[::-1]):
+            (product, alpha), (bias, beta) = _scaled(product_term), _scaled(bias_term)
             if fits(product, bias, node):
+                scales = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
                 with graph.inserting_before(node):
-                    fused = graph.call_function(torch.addmm, (bias, *product.args))
+                    fused = graph.call_function(torch.addmm, (bias, *product.args), scales)
+                metas[fused] = metas[node]  # (a later sum may read it: Muon's next step)
                 node.replace_all_uses_with(fused)
                 graph.erase_node(node)
-                graph.erase_node(product)
+                for term in dict.fromkeys((product_term, product, bias_term)):
+                    if term is not bias:
+                        graph.erase_node(term)
                 break
+
+
+def _scaled(term: Any) -> tuple[Any, float]:
+    """``(x, s)`` for ``term = x * s`` with ``s`` a number and nothing else reading the
+    product, else ``(term, 1)``."""
+    if (isinstance(term, fx.Node) and term.op == "call_function" and term.target is torch.mul
+            and len(term.args) == 2 and not term.kwargs and len(term.users) == 1):
+        x, s = term.args
+        if not isinstance(x, fx.Node):
+            x, s = s, x
+        # (not 0: addmm ignores its input where beta is 0, where x * 0 is NaN at inf)
+        if isinstance(x, fx.Node) and isinstance(s, (int, float)) and not isinstance(
+                s, bool) and s != 0 and math.isfinite(s):
+            return x, s
+    return term, 1
 
 
 _IN_PLACE_TWINS = {torch.add: "add_", torch.mul: "mul_", torch.sub: "sub_", torch.div: "div_"}
