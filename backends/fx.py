@@ -587,6 +587,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     _bias_into_matmul(graph, emitter.metas)
     _update_in_place(graph, emitter.copies, emitter.allocated)
     _arithmetic_into_update(graph, emitter.metas, emitter.view_of)
+    _scale_into_add(graph, emitter.metas)
     holder = nn.Module()
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
@@ -785,31 +786,64 @@ def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
 
 def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.Node) -> None:
     """``dst.add_(a * b * v)`` or ``dst.add_(a / b * v)`` (``v`` a number, ``* v``
-    optional) as ``dst.addcmul_(a, b, value=v)`` or ``addcdiv_``, Adam's spelling: one
-    pass where the products made two new tensors. Only where every product has ``dst``'s
-    dtype (``addcmul_`` computes in it, where ``a * b`` of float16 operands rounds to
-    float16 first)."""
+    optional) as ``dst.addcmul_(a, b, value=v)`` or ``addcdiv_``, Adam's spelling, and
+    ``dst.add_(y * v)`` as ``dst.add_(y, alpha=v)``: one pass where the products made new
+    tensors. Only where every product has ``dst``'s dtype (``addcmul_`` computes in it,
+    where ``a * b`` of float16 operands rounds to float16 first)."""
     dst, term = update.args
     dtype = metas[dst].dtype
-
-    def single(node: Any, targets: tuple) -> bool:
-        return (isinstance(node, fx.Node) and node.op == "call_function"
-                and node.target in targets and len(node.users) == 1 and not node.kwargs
-                and getattr(metas.get(node), "dtype", None) == dtype)
-
-    value, product = 1, term
-    if single(term, (torch.mul,)) and isinstance(term.args[1], (int, float)) and not (
-            isinstance(term.args[1], bool)):
-        product, value = term.args
-    if not single(product, (torch.mul, torch.div)) or not all(
-            isinstance(a, fx.Node) for a in product.args):
+    product, value = _scaled(term)
+    if not isinstance(term, fx.Node) or getattr(metas.get(term), "dtype", None) != dtype:
         return
-    method = "addcmul_" if product.target is torch.mul else "addcdiv_"
+    if isinstance(product, fx.Node) and (
+            product.op == "call_function" and product.target in (torch.mul, torch.div)
+            and len(product.users) == 1 and not product.kwargs
+            and all(isinstance(a, fx.Node) for a in product.args)
+            and getattr(metas.get(product), "dtype", None) == dtype):
+        method = "addcmul_" if product.target is torch.mul else "addcdiv_"
+        args, kwargs, made = (dst, *product.args), {"value": value}, [term, product]
+    elif product is not term and _fits_alpha(product, value, term, metas):
+        method, args, kwargs, made = "add_", (dst, product), {"alpha": value}, [term]
+    else:
+        return
     with graph.inserting_before(update):
-        fused = graph.call_method(method, (dst, *product.args),
-                                  {"value": value} if value != 1 else {})
+        fused = graph.call_method(method, args, {k: v for k, v in kwargs.items() if v != 1})
     update.replace_all_uses_with(fused)
     graph.erase_node(update)
-    if term is not product:
-        graph.erase_node(term)
-    graph.erase_node(product)
+    for node in dict.fromkeys(made):
+        graph.erase_node(node)
+
+
+def _fits_alpha(y: Any, scale: float, scaled: fx.Node, metas: dict[fx.Node, Any]) -> bool:
+    """Whether ``y * scale`` (the node ``scaled``) may be ``add``'s ``alpha`` on ``y``:
+    a tensor of the product's dtype (no promotion by the scale), and an integer scale for
+    an integer tensor (torch refuses a floating alpha there)."""
+    meta = metas.get(y) if isinstance(y, fx.Node) else None
+    if getattr(meta, "kind", None) != "tensor" or meta.dtype != getattr(
+            metas.get(scaled), "dtype", None):
+        return False
+    return meta.dtype.is_floating_point or meta.dtype.is_complex or type(scale) is int
+
+
+def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
+    """``x + y * s`` (``s`` a number, nothing else reading the product) as
+    ``torch.add(x, y, alpha=s)``: one pass and no new tensor for the product, one rounding
+    where there were two (GPT-2's ``x + 0.044715 * x ** 3``; scores scaled by
+    ``1 / sqrt(d)`` plus a mask)."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
+                node.args) != 2:
+            continue
+        for term, other in (node.args, node.args[::-1]):
+            y, scale = _scaled(term)
+            if y is term or not isinstance(other, fx.Node) or getattr(
+                    metas.get(other), "kind", None) != "tensor" or not _fits_alpha(
+                    y, scale, term, metas):
+                continue
+            with graph.inserting_before(node):
+                fused = graph.call_function(torch.add, (other, y), {"alpha": scale})
+            metas[fused] = metas.get(node)
+            node.replace_all_uses_with(fused)
+            graph.erase_node(node)
+            graph.erase_node(term)
+            break

@@ -5,6 +5,7 @@ trace, torch.export, torch.compile)."""
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 
 import pytest
@@ -564,3 +565,21 @@ def test_scaled_matrix_products_and_sums_are_emitted_as_addmm_with_alpha_and_bet
     opt = EGraph.from_fx(gm, (x,)).saturate(RULES).extract(AstSize(), validate="raise")
     assert opt.code.count("torch.addmm(") == 2 and "alpha = 2.0315" in opt.code
     assert torch.equal(opt(x), _newton_schulz(x))
+
+
+@pytest.mark.parametrize("fn, fused", [
+    # transformers' NewGELUActivation (GPT-2)
+    (lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                           * (x + 0.044715 * torch.pow(x, 3.0)))), True),
+    (lambda x: x.long() + x.long() * 3, True),
+    (lambda x: x.long() + x.long() * 0.5, False),  # promoted: no integer alpha of 0.5
+])
+def test_a_sum_with_a_scaled_term_is_one_add_with_alpha(fn, fused):
+    """``x + y * s`` runs as ``torch.add(x, y, alpha=s)``: one pass, no tensor for the
+    product; not where the scale promotes an integer ``y`` (torch refuses a floating
+    alpha for integer tensors)."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)) * 3
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(fn), (x,)).extract(AstSize(),
+                                                                     validate="raise")
+    assert ("alpha = " in opt.code) == fused
+    torch.testing.assert_close(opt(x), fn(x))
