@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,7 +29,7 @@ from backends.sizes import explain_sizes
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.effects import aten_name
+from frontends.fx.effects import aten_name, is_in_place
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import (
     SHAPE_PARAMS,
@@ -681,6 +682,31 @@ def _update_in_place(graph: fx.Graph, copies: set[fx.Node],
             graph.erase_node(copy)
 
 
+def _writes_before(graph: fx.Graph) -> dict[fx.Node, int]:
+    """Each node -> how many calls before it may write into a tensor they are given (an
+    in-place update, a call with ``out=``, a mutating aten op, a submodule's call)."""
+    def writes(n: fx.Node) -> bool:
+        if n.op == "call_module":
+            return True
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            return n.target._schema.is_mutable
+        return n.op in ("call_function", "call_method") and (
+            is_in_place(n) or "out" in n.kwargs)
+
+    counts, seen = {}, 0
+    for n in graph.nodes:
+        counts[n] = seen
+        seen += writes(n)
+    return counts
+
+
+def _unwritten(writes: dict[fx.Node, int], moved: Sequence[Any], to: fx.Node) -> bool:
+    """Whether the reads of the calls ``moved`` may move to ``to``'s place: no call
+    between the first of them and ``to`` writes into a tensor (``m = x @ w; w.add_(1);
+    m + b`` is not ``addmm(b, x, w)`` after the update)."""
+    return all(writes[to] == writes[n] for n in moved if isinstance(n, fx.Node))
+
+
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
@@ -704,17 +730,20 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 and _broadcasts_to(c.shape, out.shape)
                 and a.dtype == b.dtype == c.dtype == out.dtype and out.dtype.is_floating_point)
 
+    writes = _writes_before(graph)
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
                 node.args) != 2:
             continue
         for product_term, bias_term in (node.args, node.args[::-1]):
             (product, alpha), (bias, beta) = _scaled(product_term), _scaled(bias_term)
-            if fits(product, bias, node):
+            moved = [product_term, product] + ([bias_term] if bias_term is not bias else [])
+            if fits(product, bias, node) and _unwritten(writes, moved, node):
                 scales = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
                 with graph.inserting_before(node):
                     fused = graph.call_function(torch.addmm, (bias, *product.args), scales)
                 metas[fused] = metas[node]  # (a later sum may read it: Muon's next step)
+                writes[fused] = writes[node]
                 node.replace_all_uses_with(fused)
                 graph.erase_node(node)
                 for term in dict.fromkeys((product_term, product, bias_term)):
@@ -758,6 +787,7 @@ def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
     the result has ``dst``'s shape and dtype (no broadcast or promotion for the copy to
     undo) and ``other`` is not another view of ``dst``'s storage (an in-place op refuses
     an operand that partly overlaps what it writes)."""
+    writes = _writes_before(graph)
     for copy in [n for n in graph.nodes if _is_copy_into(n)]:
         dst, value = copy.args
         if not (isinstance(value, fx.Node) and value.op == "call_function"
@@ -775,16 +805,20 @@ def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
         if isinstance(other, fx.Node) and other is not dst and (
                 view_of.get(other, other) is view_of.get(dst, dst)):
             continue
+        if not _unwritten(writes, [value], copy):
+            continue
         with graph.inserting_before(copy):
             update = graph.call_method(_IN_PLACE_TWINS[value.target], (dst, other))
+        writes[update] = writes[copy]
         copy.replace_all_uses_with(update)
         graph.erase_node(copy)
         graph.erase_node(value)
         if update.target == "add_":
-            _scaled_into_update(graph, metas, update)
+            _scaled_into_update(graph, metas, update, writes)
 
 
-def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.Node) -> None:
+def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.Node,
+                        writes: dict[fx.Node, int]) -> None:
     """``dst.add_(a * b * v)`` or ``dst.add_(a / b * v)`` (``v`` a number, ``* v``
     optional) as ``dst.addcmul_(a, b, value=v)`` or ``addcdiv_``, Adam's spelling, and
     ``dst.add_(y * v)`` as ``dst.add_(y, alpha=v)``: one pass where the products made new
@@ -805,6 +839,8 @@ def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.N
     elif product is not term and _fits_alpha(product, value, term, metas):
         method, args, kwargs, made = "add_", (dst, product), {"alpha": value}, [term]
     else:
+        return
+    if not _unwritten(writes, made, update):
         return
     with graph.inserting_before(update):
         fused = graph.call_method(method, args, {k: v for k, v in kwargs.items() if v != 1})
@@ -830,6 +866,7 @@ def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     ``torch.add(x, y, alpha=s)``: one pass and no new tensor for the product, one rounding
     where there were two (GPT-2's ``x + 0.044715 * x ** 3``; scores scaled by
     ``1 / sqrt(d)`` plus a mask)."""
+    writes = _writes_before(graph)
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
                 node.args) != 2:
@@ -838,11 +875,11 @@ def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
             y, scale = _scaled(term)
             if y is term or not isinstance(other, fx.Node) or getattr(
                     metas.get(other), "kind", None) != "tensor" or not _fits_alpha(
-                    y, scale, term, metas):
+                    y, scale, term, metas) or not _unwritten(writes, [term], node):
                 continue
             with graph.inserting_before(node):
                 fused = graph.call_function(torch.add, (other, y), {"alpha": scale})
-            metas[fused] = metas.get(node)
+            metas[fused], writes[fused] = metas.get(node), writes[node]
             node.replace_all_uses_with(fused)
             graph.erase_node(node)
             graph.erase_node(term)
