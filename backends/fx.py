@@ -707,6 +707,12 @@ def _unwritten(writes: dict[fx.Node, int], moved: Sequence[Any], to: fx.Node) ->
     return all(writes[to] == writes[n] for n in moved if isinstance(n, fx.Node))
 
 
+def _plain_sums(graph: fx.Graph) -> list[fx.Node]:
+    """The ``torch.add(x, y)`` calls of ``graph`` (no ``alpha``), in order."""
+    return [n for n in graph.nodes if n.op == "call_function" and n.target is torch.add
+            and not n.kwargs and len(n.args) == 2]
+
+
 def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
@@ -731,10 +737,7 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 and a.dtype == b.dtype == c.dtype == out.dtype and out.dtype.is_floating_point)
 
     writes = _writes_before(graph)
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
-                node.args) != 2:
-            continue
+    for node in _plain_sums(graph):
         for product_term, bias_term in (node.args, node.args[::-1]):
             (product, alpha), (bias, beta) = _scaled(product_term), _scaled(bias_term)
             moved = [product_term, product] + ([bias_term] if bias_term is not bias else [])
@@ -867,10 +870,7 @@ def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     where there were two (GPT-2's ``x + 0.044715 * x ** 3``; scores scaled by
     ``1 / sqrt(d)`` plus a mask)."""
     writes = _writes_before(graph)
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not torch.add or node.kwargs or len(
-                node.args) != 2:
-            continue
+    for node in _plain_sums(graph):
         for term, other in (node.args, node.args[::-1]):
             y, scale = _scaled(term)
             if y is term or not isinstance(other, fx.Node) or getattr(
