@@ -615,7 +615,7 @@ def _fma(a, b, c):
     return ("add", [("mul", [a, b]), c])
 
 
-def _scaled(product: str):
+def _scaled_sum(product: str):
     """``addcmul`` and ``addcdiv``: ``input + value * (t1 op t2)``."""
     def lower(input, tensor1, tensor2, *, value=1):
         term = (product, [tensor1, tensor2])
@@ -695,8 +695,8 @@ _FACTORIES: dict[str, Callable[[str], Callable[..., Lowered]]] = {
     "aten_softmax_half": lambda name: _aten_softmax(name, True),
 }
 _FIXED: dict[str, Callable[..., Lowered]] = {
-    "rsub": _rsub, "square": _square, "fma": _fma, "addcmul": _scaled("mul"),
-    "addcdiv": _scaled("div"), "var": _var, "var_mean": _var_mean, "gelu": _gelu,
+    "rsub": _rsub, "square": _square, "fma": _fma, "addcmul": _scaled_sum("mul"),
+    "addcdiv": _scaled_sum("div"), "var": _var, "var_mean": _var_mean, "gelu": _gelu,
     "softplus": _softplus,
     "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
