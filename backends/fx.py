@@ -589,6 +589,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     _update_in_place(graph, emitter.copies, emitter.allocated)
     _arithmetic_into_update(graph, emitter.metas, emitter.view_of)
     _scale_into_add(graph, emitter.metas)
+    _lerp_into_update(graph, emitter.metas)
     holder = nn.Module()
     # The parameters a folded value was made from, and the folded values inside a larger
     # one, were emitted before the op that folded them: drop the ones nothing uses.
@@ -884,3 +885,40 @@ def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
             graph.erase_node(node)
             graph.erase_node(term)
             break
+
+
+def _lerp_into_update(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
+    """``dst.addcmul_(full_like(d, w), d)`` with ``d = end - dst`` (``w`` a number) as
+    ``dst.lerp_(end, w)``: dynamo's spelling of ``torch._foreach_lerp_`` (Adam's first
+    moment with ``foreach=True``), which made a tensor of ``w`` and the difference, and
+    ran three passes where ``lerp_`` runs one. Only where ``end`` has ``dst``'s dtype and
+    shape and no call between the difference and the update writes into a tensor."""
+    writes = _writes_before(graph)
+    for update in [n for n in graph.nodes if n.op == "call_method" and n.target == "addcmul_"
+                   and len(n.args) == 3 and not n.kwargs]:
+        dst, filled, difference = update.args
+
+        def call(node: Any, target: Any, users: int) -> bool:
+            return (isinstance(node, fx.Node) and node.op == "call_function"
+                    and node.target is target and not node.kwargs
+                    and len(node.users) == users and len(node.args) == 2)
+
+        if not (call(filled, torch.full_like, 1) and call(difference, torch.sub, 2)
+                and filled.args[0] is difference and difference.args[1] is dst
+                and isinstance(filled.args[1], (int, float))
+                and not isinstance(filled.args[1], bool)):
+            continue
+        end = difference.args[0]
+        written, given = metas.get(dst), metas.get(end) if isinstance(end, fx.Node) else None
+        if getattr(written, "kind", None) != "tensor" or getattr(given, "kind", None) != (
+                "tensor") or (written.shape, written.dtype) != (given.shape, given.dtype):
+            continue
+        if not _unwritten(writes, [difference, filled], update):
+            continue
+        with graph.inserting_before(update):
+            fused = graph.call_method("lerp_", (dst, end, filled.args[1]))
+        writes[fused] = writes[update]
+        update.replace_all_uses_with(fused)
+        graph.erase_node(update)
+        graph.erase_node(filled)
+        graph.erase_node(difference)

@@ -226,11 +226,14 @@ def test_validation_refuses_every_program_with_a_read_moved_across_an_update(ste
             assert not result.ok, graph.python_code("self").src
 
 
-def test_an_update_in_place_is_emitted_in_place():
-    """A compiled ``Adam.step`` (``foreach=False``): dynamo writes the state's update
-    ``v.mul_(b2).addcmul_(g, g, value=1 - b2)`` as ``v.copy_(fma(g * g, 1 - b2, v))``;
-    it is emitted as ``addcmul_`` again: one pass over ``v`` where the copy made three and
-    two new tensors. Parameters and states end as eager's."""
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_update_in_place_is_emitted_in_place(foreach):
+    """A compiled ``Adam.step``: dynamo writes the state's update
+    ``v.mul_(b2).addcmul_(g, g, value=1 - b2)`` as ``v.copy_(fma(g * g, 1 - b2, v))``
+    (``foreach=False``); it is emitted as ``addcmul_`` again: one pass over ``v`` where
+    the copy made three and two new tensors. With ``foreach=True`` dynamo writes
+    ``_foreach_lerp_(m, g, w)`` as ``m.addcmul_(full_like(g - m, w), g - m)``, emitted as
+    ``m.lerp_(g, w)`` again. Parameters and states end as eager's."""
     import compiler.compile as compile_module
 
     def model_and_step():
@@ -238,7 +241,7 @@ def test_an_update_in_place_is_emitted_in_place():
         model = nn.Linear(4, 3)
         for p in model.parameters():
             p.grad = torch.randn_like(p)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, foreach=False)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, foreach=foreach)
         return model, optimizer
 
     emitted, original = [], compile_module._compile
@@ -265,6 +268,7 @@ def test_an_update_in_place_is_emitted_in_place():
             torch.testing.assert_close(my_opt.state[a][key], eager_opt.state[b][key])
     code = emitted[0].code
     assert code.count(".addcmul_(") == 2 and "copy_" not in code and "fma" not in code
+    assert code.count(".lerp_(") == 2 and "full_like" not in code
 
 
 @pytest.mark.parametrize("case", ["overlapping view", "promoted"])
