@@ -756,11 +756,20 @@ def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 break
 
 
+def _binary_call(node: Any, targets: Any, users: int = 1) -> bool:
+    """Whether ``node`` calls one of ``targets`` (a function or a collection of them) on
+    two arguments, without keywords, and ``users`` calls read it: a call an emission
+    fusion may replace."""
+    return (isinstance(node, fx.Node) and node.op == "call_function"
+            and (node.target in targets if isinstance(targets, (tuple, dict))
+                 else node.target is targets)
+            and len(node.args) == 2 and not node.kwargs and len(node.users) == users)
+
+
 def _scaled(term: Any) -> tuple[Any, float]:
     """``(x, s)`` for ``term = x * s`` with ``s`` a number and nothing else reading the
     product, else ``(term, 1)``."""
-    if (isinstance(term, fx.Node) and term.op == "call_function" and term.target is torch.mul
-            and len(term.args) == 2 and not term.kwargs and len(term.users) == 1):
+    if _binary_call(term, torch.mul):
         x, s = term.args
         if not isinstance(x, fx.Node):
             x, s = s, x
@@ -794,9 +803,7 @@ def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
     writes = _writes_before(graph)
     for copy in [n for n in graph.nodes if _is_copy_into(n)]:
         dst, value = copy.args
-        if not (isinstance(value, fx.Node) and value.op == "call_function"
-                and value.target in _IN_PLACE_TWINS and len(value.args) == 2
-                and not value.kwargs and len(value.users) == 1):
+        if not _binary_call(value, _IN_PLACE_TWINS):
             continue
         a, other = value.args
         if a is not dst and value.target in (torch.add, torch.mul):
@@ -833,11 +840,9 @@ def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.N
     product, value = _scaled(term)
     if not isinstance(term, fx.Node) or getattr(metas.get(term), "dtype", None) != dtype:
         return
-    if isinstance(product, fx.Node) and (
-            product.op == "call_function" and product.target in (torch.mul, torch.div)
-            and len(product.users) == 1 and not product.kwargs
-            and all(isinstance(a, fx.Node) for a in product.args)
-            and getattr(metas.get(product), "dtype", None) == dtype):
+    if _binary_call(product, (torch.mul, torch.div)) and all(
+            isinstance(a, fx.Node) for a in product.args) and getattr(
+            metas.get(product), "dtype", None) == dtype:
         method = "addcmul_" if product.target is torch.mul else "addcdiv_"
         args, kwargs, made = (dst, *product.args), {"value": value}, [term, product]
     elif product is not term and _fits_alpha(product, value, term, metas):
@@ -897,13 +902,8 @@ def _lerp_into_update(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     for update in [n for n in graph.nodes if n.op == "call_method" and n.target == "addcmul_"
                    and len(n.args) == 3 and not n.kwargs]:
         dst, filled, difference = update.args
-
-        def call(node: Any, target: Any, users: int) -> bool:
-            return (isinstance(node, fx.Node) and node.op == "call_function"
-                    and node.target is target and not node.kwargs
-                    and len(node.users) == users and len(node.args) == 2)
-
-        if not (call(filled, torch.full_like, 1) and call(difference, torch.sub, 2)
+        if not (_binary_call(filled, torch.full_like)
+                and _binary_call(difference, torch.sub, users=2)
                 and filled.args[0] is difference and difference.args[1] is dst
                 and isinstance(filled.args[1], (int, float))
                 and not isinstance(filled.args[1], bool)):

@@ -409,8 +409,8 @@ class _Float64Interpreter(fx.Interpreter):
             k = torch.randint(1, 17, out.shape, generator=self.rounding, dtype=torch.float64)
             k.mul_(torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1)
             moved = (1 + k * torch.finfo(torch.float64).eps).to(out.device)
-            operands = [a for a in self.fetch_args_kwargs_from_env(n)[0]
-                        if isinstance(a, torch.Tensor)]
+            operands = [v for v in map(self.env.get, n.all_input_nodes)
+                        if isinstance(v, torch.Tensor)]
             if any(out is a for a in operands):
                 # an update in place (``a = b.mul_(m)``): every name of that tensor sees
                 # its rounding, and a later update through one of them; a copy would

@@ -893,7 +893,7 @@ class _Builder:
                     # later reads of every name of the tensor read the update (of a
                     # leaf: the source's call, kept in order): ``d = h.sqrt_(); q =
                     # d.div_(s); q.mul_(g)`` leaves ``h``, ``d`` and ``q`` one tensor
-                    base = leaf if leaf is not None else tensor_of(target)
+                    base = tensor_of(target)
                     names = self.aliases.setdefault(
                         base.target if base.op == "get_attr" else base, [])
                     if base not in names:
