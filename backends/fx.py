@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.sizes import explain_sizes
+from backends.sizes import explain_sizes, require_guards
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
@@ -585,6 +585,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     src = egraph.fx
     if emitter.baked:
         explain_sizes(graph, egraph, emitter.baked)
+    if src.guards is not None:
+        require_guards(graph, src.guards)
     _bias_into_matmul(graph, emitter.metas)
     _update_in_place(graph, emitter.copies, emitter.allocated)
     _arithmetic_into_update(graph, emitter.metas, emitter.view_of)

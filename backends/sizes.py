@@ -22,6 +22,8 @@ torch.Size([5, 12])
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -139,3 +141,59 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
                     f"in dim {d} (or the source was captured for that size alone), so it "
                     "runs only on inputs of that size there (others would fail or give "
                     "wrong results). Build it again from an example of this shape.")
+
+
+# -- the contract of an exported source: refuse what torch.export's module refuses ------------
+
+
+def require_guards(graph: fx.Graph, guards: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+    """Make ``graph`` check, first thing, the conditions its exported source holds its
+    inputs to (``guards``: the inputs' names, in order, and the conditions over them;
+    :func:`frontends.fx.exported.input_guards`), raising :class:`SizeMismatch` where one
+    fails. Where a condition fails the source's program does not apply (a branch on a
+    size was taken at export): torch's unlifted module refuses such inputs, and so does
+    the emitted one, which can be saved (torch's check cannot be pickled)."""
+    names, conditions = guards
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not conditions or len(placeholders) != len(names):
+        return
+    with graph.inserting_after(placeholders[-1]):
+        graph.call_function(check_guards, (tuple(placeholders), tuple(names),
+                                           tuple(conditions)))
+
+
+def check_guards(inputs: tuple, names: tuple, conditions: tuple) -> None:
+    """Raise :class:`SizeMismatch` when ``inputs`` (bound to ``names``) break one of the
+    ``conditions`` of the exported program the module was built from. Traced, it records
+    itself as a call of the new graph (as :func:`check_built_for`).
+
+    >>> check_guards((torch.ones(3),), ("x",), ("x.size()[0] == 3",))
+    >>> check_guards((torch.ones(2),), ("x",), ("x.size()[0] == 3",))
+    Traceback (most recent call last):
+    ...
+    backends.sizes.SizeMismatch: input 'x' has shape (2,), but the exported program ...
+    """
+    proxy = next((x for x in inputs if isinstance(x, fx.Proxy)), None)
+    if proxy is not None:
+        proxy.tracer.create_proxy("call_function", check_guards, (inputs, names, conditions),
+                                  {})
+        return
+    if _condition(names, " and ".join(f"({c})" for c in conditions))(*inputs):
+        return
+    failed = next(c for c in conditions if not _condition(names, c)(*inputs))
+    shapes = ", ".join(f"input {name!r} has shape {tuple(x.shape)}" if isinstance(
+        x, torch.Tensor) else f"input {name!r} is {x!r}" for name, x in zip(names, inputs))
+    raise SizeMismatch(
+        f"{shapes}, but the exported program the module was built from holds its inputs to "
+        f"{failed} (torch.export made static the sizes it was not told vary, bounded the "
+        "dynamic ones and took branches on them): export it again with dynamic_shapes "
+        "naming the dims that vary (torch.export.Dim), or from an example of these sizes.")
+
+
+@functools.lru_cache(maxsize=256)
+def _condition(names: tuple, condition: str):
+    """``condition`` over ``names`` as a function of the inputs, compiled once."""
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    namespace = {**SYMPY_INTERP, "math": math, "inf": math.inf}
+    return eval(f"lambda {', '.join(names)}: {condition}", namespace)  # noqa: S307

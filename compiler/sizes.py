@@ -45,7 +45,9 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
     """The input dims whose example size the emitted program ``gm`` depends on where the
     source does not: ``{input: {dim: size}}``.
 
-    Only programs that rewrites changed (``rewritten``: a rule's condition may have held
+    A program exported by torch.export is not probed: its module checks the sizes the
+    export made static or bounded (:func:`backends.sizes.require_guards`). Only programs
+    that rewrites changed (``rewritten``: a rule's condition may have held
     for the example's sizes only, as ``expand`` to a batch of 1 is no expand) or that hold
     literals the source did not are probed, on real example inputs of known sizes (graphs
     from torch.compile have fake ones or symbolic sizes: dynamo guards the sizes, or the
@@ -55,6 +57,8 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
     float64 judgement).
     """
     src = egraph.fx
+    if src.guards is not None:
+        return {}  # an exported source: the module checks the sizes its export holds
     inputs = src.example_inputs or ()
     tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     if not tensors or not all(type(x) is torch.Tensor and x.device.type != "meta"
@@ -113,9 +117,9 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
             size: int) -> bool | None:
     """Whether ``gm`` agrees with the source on inputs whose ``dims`` are resized; None
     when the source itself does not run on them and the program does (nothing to judge).
-    Where both fail (an ExportedProgram guards the size it was specialised to, and the
-    program holds constants of that size), the program's failure would be the less
-    clear: it does not agree, so it refuses those sizes by name."""
+    Where both fail (the source holds a literal size, ``view(2, 12)``, and the program
+    constants of that size), the program's failure would be the less clear: it does not
+    agree, so it refuses those sizes by name."""
     inputs = _resized(src, dims, size + max(1, size // 2))
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()):

@@ -2,6 +2,7 @@
 the backend's registration, and example inputs that do not fit the model."""
 
 import copy
+import io
 import logging
 import math
 import os
@@ -337,6 +338,76 @@ def test_an_export_program_with_dynamic_dims_reads_its_sizes():
     assert "sym_size" not in opt.code and ".size(0)" in opt.code
     x = torch.randn(3, 7, 16)
     torch.testing.assert_close(opt(x), model(x))
+
+
+class _BranchOnSizes(nn.Module):
+    """A branch on sizes, taken once at export (as models that pick a path by sequence
+    length do): other sizes would take the other branch in eager."""
+
+    def forward(self, x, y):
+        if x.shape[0] > y.shape[0]:
+            return x.sum(0) * 2 + y.sum()
+        return x.sum(0) * 3 - y.sum()
+
+
+_EXPORTS = {
+    "static": None,
+    "bounded": {"x": {0: torch.export.Dim("n", min=3, max=16)}, "y": None},
+    "related": {"x": {0: torch.export.Dim.AUTO}, "y": {0: torch.export.Dim.AUTO}},
+}
+
+
+@pytest.mark.parametrize("shapes", list(_EXPORTS))
+@pytest.mark.parametrize("unlifted", [False, True], ids=["program", "module"])
+def test_a_module_emitted_from_an_export_refuses_inputs_the_export_does_not_cover(
+        shapes, unlifted):
+    model = _BranchOnSizes()
+    program = torch.export.export(model, (torch.randn(5, 4), torch.randn(2)),
+                                  dynamic_shapes=_EXPORTS[shapes])
+    source = program.module() if unlifted else program
+    opt = EGraph.from_fx(source).saturate(load_rules("all")).extract(AstSize())
+    covered = (torch.randn(5, 4), torch.randn(2))
+    if shapes != "static":
+        covered = (torch.randn(7, 4), torch.randn(2))
+    torch.testing.assert_close(opt(*covered), model(*covered))
+    # the other branch in eager: the exported program does not apply, so neither may ours
+    other = (torch.randn(1, 4), torch.randn(2))
+    with pytest.raises(SizeMismatch) as info:
+        opt(*other)
+    assert "x.size()[0]" in str(info.value) and "(1, 4)" in str(info.value)
+    with pytest.raises(AssertionError):
+        program.module()(*other)  # as torch's own module refuses them
+    if shapes == "related":  # a relation export's tracer assumed, not a size of its own
+        with pytest.raises(SizeMismatch, match=r"x.size\(\)\[0\] > y.size\(\)\[0\]"):
+            opt(torch.randn(3, 4), torch.randn(4))
+
+
+def test_a_module_emitted_from_an_unlifted_export_can_be_saved():
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    unlifted = torch.export.export(model, (x,)).module()
+    with pytest.raises(Exception, match="pickle"):
+        torch.save(unlifted, io.BytesIO())  # torch's check of the inputs cannot be pickled
+    opt = EGraph.from_fx(unlifted).saturate(load_rules("all")).extract(AstSize())
+    buffer = io.BytesIO()
+    torch.save(opt, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x), model(x))
+    with pytest.raises(SizeMismatch):
+        loaded(torch.randn(2, 4))  # the loaded module still checks its inputs
+
+
+def test_an_export_of_structured_inputs_takes_their_leaves_as_examples():
+    class Pair(nn.Module):
+        def forward(self, d):
+            return d["a"].relu() + d["b"]
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    program = torch.export.export(Pair(), ({"a": a, "b": b},))
+    opt = EGraph.from_fx(program).extract(AstSize())
+    assert opt.meta["egraph_report"].validation.ok  # validated on the program's examples
+    torch.testing.assert_close(opt(a, b), a.relu() + b)
 
 
 def _baking_rule():

@@ -19,15 +19,20 @@ True
 
 from __future__ import annotations
 
+import ast
+import contextlib
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
+import sympy
 import torch
 import torch.nn as nn
+from torch.export._unlift import GuardsFn
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import tree_unflatten
 
-__all__ = ["ExportedModule", "attribute_at", "written_targets", "owner_of"]
+__all__ = ["ExportedModule", "InputGuards", "attribute_at", "input_guards", "is_input_guards",
+           "owner_of", "written_targets"]
 
 
 _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,
@@ -157,3 +162,157 @@ def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
             module.add_module(part, child)
         module = child
     return module, leaf
+
+
+# -- the input contract of an exported program ------------------------------------------------
+
+
+class InputGuards(NamedTuple):
+    """What an exported program holds its user inputs to: ``conditions``, Python
+    expressions over ``names`` (one per user input, in order)."""
+
+    names: tuple[str, ...]
+    conditions: tuple[str, ...]
+
+
+def input_guards(source: torch.export.ExportedProgram | torch.fx.GraphModule
+                 ) -> InputGuards | None:
+    """The conditions a torch.export program holds its user inputs to, as Python
+    expressions over the inputs' names: a size export made static (``x.size()[0] == 3``),
+    the range of a dynamic one (``x.size()[0] <= 64``), dims that share a symbol or derive
+    from one (``y.size()[0] == 4*x.size()[0]``) and the relations its tracer assumed
+    (``x.size()[0] > y.size()[0]``, a branch taken). ``source`` is the ExportedProgram or
+    its unlifted ``module()``; any other graph holds no such contract: None.
+
+    A program runs correctly only where these hold (a branch on a size was taken once, at
+    export): torch's ``module()`` asserts them, and so must a program emitted from it.
+
+    >>> program = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
+    >>> input_guards(program).conditions
+    ('input.size()[0] == 4', 'input.size()[1] == 3')
+    """
+    if isinstance(source, torch.export.ExportedProgram):
+        placeholders = [n for n, spec in zip(source.graph.find_nodes(op="placeholder"),
+                                            source.graph_signature.input_specs)
+                        if spec.kind == InputKind.USER_INPUT]
+        names = [n.name for n in placeholders]
+        ranges, traced = source.range_constraints, _guards_over_names(source._guards_code,
+                                                                      names)
+    elif isinstance(getattr(source, "_guards_fn", None), GuardsFn):
+        placeholders = list(source.graph.find_nodes(op="placeholder"))
+        names = [str(n.target) for n in placeholders]  # (the messages' names: forward's)
+        ranges, traced = source.range_constraints, _asserted(source._guards_fn)
+    else:
+        return None
+    guards = _size_guards([(name, n.meta.get("val")) for name, n in zip(names, placeholders)],
+                          ranges)
+    readable = (_readable(g, names) for g in guards + traced)
+    return InputGuards(tuple(names), tuple(dict.fromkeys(g for g in readable if g)))
+
+
+def is_input_guards(module: nn.Module | None) -> bool:
+    """Whether ``module`` is the check of the inputs that ``ExportedProgram.module()``
+    calls first (its conditions are :func:`input_guards`).
+
+    >>> gm = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),)).module()
+    >>> is_input_guards(gm.get_submodule("_guards_fn"))
+    True
+    """
+    return isinstance(module, GuardsFn)
+
+
+def _size_guards(inputs: list[tuple[str, Any]], ranges: dict) -> list[str]:
+    """The guards of the recorded values of the inputs (``[(name, value)]``): static sizes
+    and integers equal, a symbol's first size its range, later sizes of one symbol equal
+    to the first, derived sizes their expression (as torch's own unlifted module checks)."""
+    sources: dict[sympy.Expr, str] = {}
+    guards: list[str] = []
+    derived: list[tuple[str, sympy.Expr]] = []
+
+    def size(source: str, value: Any) -> None:
+        if isinstance(value, int):
+            guards.append(f"{source} == {value}")
+            return
+        expr = value.node.expr
+        if expr in sources:
+            guards.append(f"{source} == {sources[expr]}")
+        elif isinstance(expr, sympy.Symbol):
+            sources[expr] = source
+            guards.extend(_range_guards(source, ranges.get(expr)))
+        else:
+            derived.append((source, expr))
+
+    for name, value in inputs:
+        if isinstance(value, torch.Tensor):
+            for dim, n in enumerate(value.shape):
+                size(f"{name}.size()[{dim}]", n)
+        elif isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+            size(name, value)
+    for source, expr in derived:
+        if expr.free_symbols <= sources.keys():
+            named = expr.xreplace({s: sympy.Symbol(sources[s]) for s in expr.free_symbols})
+            guards.append(f"{source} == {named}")
+            guards.extend(_range_guards(source, ranges.get(expr)))
+    return guards
+
+
+def _range_guards(source: str, bounds: Any) -> list[str]:
+    """The bounds of a dynamic size that torch's module checks (a lower bound of 2 is
+    export's default, which it does not check: sizes 0 and 1 run as traced)."""
+    if bounds is None:
+        return []
+    out = []
+    if isinstance(bounds.lower, sympy.Integer) and int(bounds.lower) > 2:
+        out.append(f"{source} >= {int(bounds.lower)}")
+    if isinstance(bounds.upper, sympy.Integer):  # (not torch's int_oo)
+        out.append(f"{source} <= {int(bounds.upper)}")
+    return out
+
+
+def _guards_over_names(code: list[str], names: list[str]) -> list[str]:
+    """torch.export's traced guards (``L['x'].size()[0] > L['y'].size()[0]``) over the
+    input names."""
+    out = []
+    for guard in code:
+        for name in names:
+            guard = guard.replace(f"L[{name!r}]", name)
+        out.append(guard)
+    return out
+
+
+def _asserted(guards: nn.Module) -> list[str]:
+    """The conditions an unlifted module's ``_guards_fn`` asserts, read from its messages
+    (``Guard failed: x.size()[0] == 3``: torch writes them over the inputs' names)."""
+    pending, seen, out = [guards.forward], set(), []
+    while pending:  # (torch wraps the generated function for dynamo: look inside)
+        fn = pending.pop()
+        if id(fn) in seen or not callable(fn):
+            continue
+        seen.add(id(fn))
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            out += [c.removeprefix(_FAILED) for c in code.co_consts
+                    if isinstance(c, str) and c.startswith(_FAILED)]
+        for cell in getattr(fn, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # (an empty cell)
+                pending.append(cell.cell_contents)
+    return out
+
+
+def _readable(guard: str, names: list[str]) -> str | None:
+    """``guard`` written plainly, where it reads no name but the inputs' and those of
+    torch's guard code; else None (a guard over a nested input, ``L['z']['k']``, cannot
+    be checked by name)."""
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    try:
+        tree = ast.parse(guard, mode="eval")
+    except SyntaxError:
+        return None
+    known = {*names, *SYMPY_INTERP, "math", "inf"}
+    if any(n.id not in known for n in ast.walk(tree) if isinstance(n, ast.Name)):
+        return None
+    return ast.unparse(tree)
+
+
+_FAILED = "Guard failed: "

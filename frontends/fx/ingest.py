@@ -60,7 +60,14 @@ from frontends.fx.effects import (
     updates_an_input,
     updates_inputs,
 )
-from frontends.fx.exported import ExportedModule, attribute_at, written_targets
+from frontends.fx.exported import (
+    ExportedModule,
+    InputGuards,
+    attribute_at,
+    input_guards,
+    is_input_guards,
+    written_targets,
+)
 from frontends.fx.foreach import split_foreach
 from frontends.fx.vocabulary import (
     IMPURE,
@@ -113,6 +120,7 @@ class FxSource:
     origins: dict[int, str] = field(default_factory=dict)
     domains: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    guards: InputGuards | None = None  # (an exported source's: its module checks them)
 
     def location(self, cid: int, find) -> str | None:
         """Where in the source a class came from: the FX node, with its module path when
@@ -871,6 +879,8 @@ class _Builder:
                 self.env[node] = cid
             elif node.op == "get_attr":
                 self.env[node] = self.get_attr(node)
+            elif not node.users and is_input_guards(self._module(node)):
+                continue  # (torch's check of the inputs: emission checks them itself)
             elif node.op == "output":
                 self.output = fx.node.map_aggregate(node.args[0], self._out)
             else:
@@ -1420,7 +1430,9 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         if program is None:  # validation judges the program as ingested before
             return from_fx(source, example_inputs, domains, ranges, observe, make_egraph,
                            follow_views=False)
-        return from_fx(program, example_inputs, domains, ranges, observe, make_egraph)
+        egraph = from_fx(program, example_inputs, domains, ranges, observe, make_egraph)
+        egraph.fx.guards = None  # (exported here, for the view: the source is shape-generic)
+        return egraph
     if isinstance(source, torch.export.ExportedProgram):
         builder.output = _user_outputs(source, builder.output)
     else:
@@ -1440,6 +1452,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         origins=builder.origins,
         domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
         ranges={name: (float(lo), float(hi)) for name, (lo, hi) in (ranges or {}).items()},
+        guards=input_guards(source),
     )
     return eg
 
@@ -1607,6 +1620,10 @@ def _from_export(program, example_inputs):
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
              **sig.inputs_to_lifted_tensor_constants}
     if example_inputs is None and program.example_inputs is not None:
-        args, kwargs = program.example_inputs
-        example_inputs = tuple(args) + tuple(kwargs.values())
+        example_inputs = program.example_inputs
+    elif example_inputs is not None:
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
+            else (example_inputs,)
+    if example_inputs is not None:  # (the graph's inputs are the leaves: {"a": x} is x)
+        example_inputs = tuple(torch.utils._pytree.tree_leaves(example_inputs))
     return gm, names, example_inputs
