@@ -636,6 +636,23 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     return gm
 
 
+def take_structured_inputs(gm: fx.GraphModule, structure: tuple[list[str], Any]) -> None:
+    """Make the emitted ``gm`` take its source's arguments (``structure``: their names and
+    the spec whose leaves are the graph's inputs, :func:`frontends.fx.exported.
+    input_structure`) in place of their leaves, as torch's unlifted module does: a
+    ``forward(self, d)`` for ``d = {"a": x, "b": y}``, not ``forward(self, d_a, d_b)``."""
+    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+
+    codegen = gm.graph._codegen
+    if type(codegen) is fx.graph.CodeGen:
+        gm.graph.set_codegen(_PyTreeCodeGen(_PyTreeInfo(*structure, None)))
+    else:  # (fused kernels named by their own code generation)
+        both = type(f"{type(codegen).__name__}OfStructures", (type(codegen), _PyTreeCodeGen), {})
+        gm.graph.set_codegen(both(_PyTreeInfo(*structure, None)))
+    gm._in_spec = structure[1]
+    gm.recompile()
+
+
 def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:
     """Make the outputs at ``indices`` (of the flattened output structure) contiguous, in
     place: validation's repair for an output the source returned contiguous where ours is

@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.fx import TARGETS, build_module, make_outputs_contiguous
+from backends.fx import TARGETS, build_module, make_outputs_contiguous, take_structured_inputs
 from backends.sizes import require_sizes
 from compiler.sizes import probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
@@ -317,6 +317,8 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         gm, accuracy = improve_validated(egraph.fx, gm, reference=reference)
         report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
+    if egraph.fx.structure is not None and not report.fell_back:
+        take_structured_inputs(gm, egraph.fx.structure)
     gm.meta["egraph_report"] = report
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,

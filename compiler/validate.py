@@ -529,9 +529,10 @@ def float64_copy(module: nn.Module) -> nn.Module:
     (torch.float64, True)
     """
     memo: dict[int, Any] = {}
-    if isinstance(module, ExportedModule):  # its graph and program hold no state to widen
-        memo[id(module.graph_module)] = module.graph_module
-        memo[id(module.program)] = module.program
+    if isinstance(module, ExportedModule):  # its graph, program and output spec hold no
+        # state to widen (and a copy of the spec warns that torch's LeafSpec is deprecated)
+        for shared in (module.graph_module, module.program, module._out_spec):
+            memo[id(shared)] = shared
     for tensor in [*module.parameters(), *module.buffers()]:
         if id(tensor) not in memo and tensor.is_floating_point():
             wide = tensor.detach().to(torch.float64)

@@ -398,16 +398,29 @@ def test_a_module_emitted_from_an_unlifted_export_can_be_saved():
         loaded(torch.randn(2, 4))  # the loaded module still checks its inputs
 
 
-def test_an_export_of_structured_inputs_takes_their_leaves_as_examples():
-    class Pair(nn.Module):
-        def forward(self, d):
-            return d["a"].relu() + d["b"]
+class _Structured(nn.Module):
+    def forward(self, d, scale: float = 2.0):
+        return d["a"].relu() * scale + d["b"][0] * d["b"][1]
 
-    a, b = torch.randn(3, 4), torch.randn(3, 4)
-    program = torch.export.export(Pair(), ({"a": a, "b": b},))
-    opt = EGraph.from_fx(program).extract(AstSize())
-    assert opt.meta["egraph_report"].validation.ok  # validated on the program's examples
-    torch.testing.assert_close(opt(a, b), a.relu() + b)
+
+@pytest.mark.parametrize("unlifted", [False, True], ids=["program", "module"])
+def test_a_module_emitted_from_an_export_of_structured_inputs_takes_them_as_the_source_does(
+        unlifted):
+    a, b, c = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    model = _Structured()
+    program = torch.export.export(model, ({"a": a, "b": [b, c]},))
+    source = program.module() if unlifted else program
+    opt = EGraph.from_fx(source).saturate(load_rules("all")).extract(AstSize())
+    if not unlifted:  # validated on the program's examples, whose leaves are its inputs
+        assert opt.meta["egraph_report"].validation.ok
+    x = {"a": torch.randn(3, 4), "b": [torch.randn(3, 4), torch.randn(3, 4)]}
+    torch.testing.assert_close(opt(x), model(x))
+    buffer = io.BytesIO()
+    torch.save(opt, buffer)
+    buffer.seek(0)
+    torch.testing.assert_close(torch.load(buffer, weights_only=False)(x), model(x))
+    with pytest.raises(SizeMismatch, match="d_a"):
+        opt({"a": torch.randn(2, 4), "b": [torch.randn(2, 4), torch.randn(2, 4)]})
 
 
 def _baking_rule():

@@ -29,10 +29,10 @@ import torch
 import torch.nn as nn
 from torch.export._unlift import GuardsFn
 from torch.export.graph_signature import InputKind, OutputKind
-from torch.utils._pytree import tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_unflatten
 
-__all__ = ["ExportedModule", "InputGuards", "attribute_at", "input_guards", "is_input_guards",
-           "owner_of", "written_targets"]
+__all__ = ["ExportedModule", "InputGuards", "attribute_at", "input_guards", "input_structure",
+           "is_input_guards", "owner_of", "written_targets"]
 
 
 _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,
@@ -208,6 +208,46 @@ def input_guards(source: torch.export.ExportedProgram | torch.fx.GraphModule
                           ranges)
     readable = (_readable(g, names) for g in guards + traced)
     return InputGuards(tuple(names), tuple(dict.fromkeys(g for g in readable if g)))
+
+
+def input_structure(source: torch.export.ExportedProgram | torch.fx.GraphModule
+                    ) -> tuple[list[str], TreeSpec] | None:
+    """The names of the arguments of ``source``'s forward and how its graph's flat
+    inputs are their leaves, where an argument is a structure (``forward(self, d)`` with
+    ``d = {"a": x, "b": [y, z]}``, its graph taking ``d_a, d_b_0, d_b_1``), else None:
+    what a module emitted from it takes, as torch's unlifted module does.
+
+    >>> class Pair(torch.nn.Module):
+    ...     def forward(self, d):
+    ...         return d["a"] + d["b"]
+    >>> program = torch.export.export(Pair(), ({"a": torch.ones(2), "b": torch.ones(2)},))
+    >>> input_structure(program)[0]
+    ['d']
+    >>> input_structure(torch.export.export(torch.nn.ReLU(), (torch.ones(2),))) is None
+    True
+    """
+    if isinstance(source, torch.export.ExportedProgram):
+        spec = source.call_spec.in_spec
+        signature = source.module_call_graph[0].signature
+        names = list(signature.forward_arg_names or ()) if signature else []
+    else:
+        info = getattr(source.graph._codegen, "pytree_info", None)
+        if info is None or info.in_spec is None:
+            return None
+        spec, names = info.in_spec, list(info.orig_args)
+    if spec is None or not _nested(spec):
+        return None
+    if not names:  # (as torch names them where the program does not record them)
+        args, kwargs = spec.children()
+        names = [f"arg_{i}" for i in range(args.num_children)] + list(kwargs.context)
+    return names, spec
+
+
+def _nested(spec: TreeSpec) -> bool:
+    """Whether an ``(args, kwargs)`` spec holds an argument that is not a leaf."""
+    if spec.type is not tuple or spec.num_children != 2:
+        return True
+    return any(not leaf.is_leaf() for part in spec.children() for leaf in part.children())
 
 
 def is_input_guards(module: nn.Module | None) -> bool:

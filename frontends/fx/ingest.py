@@ -65,6 +65,7 @@ from frontends.fx.exported import (
     InputGuards,
     attribute_at,
     input_guards,
+    input_structure,
     is_input_guards,
     written_targets,
 )
@@ -121,6 +122,7 @@ class FxSource:
     domains: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     guards: InputGuards | None = None  # (an exported source's: its module checks them)
+    structure: tuple[list[str], Any] | None = None  # (see exported.input_structure)
 
     def location(self, cid: int, find) -> str | None:
         """Where in the source a class came from: the FX node, with its module path when
@@ -1453,6 +1455,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
         ranges={name: (float(lo), float(hi)) for name, (lo, hi) in (ranges or {}).items()},
         guards=input_guards(source),
+        structure=input_structure(source) if isinstance(
+            source, (torch.export.ExportedProgram, fx.GraphModule)) else None,
     )
     return eg
 
