@@ -22,12 +22,12 @@ torch.Size([5, 12])
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
+
+from frontends.fx.exported import InputGuards
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -146,7 +146,7 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
 # -- the contract of an exported source: refuse what torch.export's module refuses ------------
 
 
-def require_guards(graph: fx.Graph, guards: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+def require_guards(graph: fx.Graph, guards: InputGuards) -> None:
     """Make ``graph`` check, first thing, the conditions its exported source holds its
     inputs to (``guards``: the inputs' names, in order, and the conditions over them;
     :func:`frontends.fx.exported.input_guards`), raising :class:`SizeMismatch` where one
@@ -178,22 +178,13 @@ def check_guards(inputs: tuple, names: tuple, conditions: tuple) -> None:
         proxy.tracer.create_proxy("call_function", check_guards, (inputs, names, conditions),
                                   {})
         return
-    if _condition(names, " and ".join(f"({c})" for c in conditions))(*inputs):
+    guards = InputGuards(names, conditions)
+    broken = guards.broken(inputs)
+    if broken is None:
         return
-    failed = next(c for c in conditions if not _condition(names, c)(*inputs))
-    shapes = ", ".join(f"input {name!r} has shape {tuple(x.shape)}" if isinstance(
-        x, torch.Tensor) else f"input {name!r} is {x!r}" for name, x in zip(names, inputs))
     raise SizeMismatch(
-        f"{shapes}, but the exported program the module was built from holds its inputs to "
-        f"{failed} (torch.export made static the sizes it was not told vary, bounded the "
-        "dynamic ones and took branches on them): export it again with dynamic_shapes "
-        "naming the dims that vary (torch.export.Dim), or from an example of these sizes.")
-
-
-@functools.lru_cache(maxsize=256)
-def _condition(names: tuple, condition: str):
-    """``condition`` over ``names`` as a function of the inputs, compiled once."""
-    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
-
-    namespace = {**SYMPY_INTERP, "math": math, "inf": math.inf}
-    return eval(f"lambda {', '.join(names)}: {condition}", namespace)  # noqa: S307
+        f"{guards.describe(inputs)}, but the exported program the module was built from "
+        f"holds its inputs to {broken} (torch.export made static the sizes it was not "
+        "told vary, bounded the dynamic ones and took branches on them): export it again "
+        "with dynamic_shapes naming the dims that vary (torch.export.Dim), or from an "
+        "example of these sizes.")

@@ -636,13 +636,18 @@ def test_an_exported_module_checks_input_sizes_as_export_does():
     model, x = _State(), torch.randn(5, 4)
     module = ExportedModule(torch.export.export(model, (x,)))
     torch.testing.assert_close(module(x), model(x))
-    with pytest.raises(ValueError, match=r"input 0 has shape \(6, 4\).*exported for \(5, 4\)"):
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(6, 4\).*exported for inputs "
+                       r"where x.size\(\)\[0\] == 5"):
         module(torch.randn(6, 4))
     with pytest.raises(TypeError, match="takes 1 inputs, got 2"):
         module(x, x)
     dim = torch.export.Dim("rows")
     dynamic = ExportedModule(torch.export.export(model, (x,), dynamic_shapes=({0: dim},)))
     torch.testing.assert_close(dynamic(torch.randn(7, 4))["y"].shape, torch.Size([7, 3]))
+    bounded = torch.export.Dim("rows", min=3, max=8)
+    bounded = ExportedModule(torch.export.export(model, (x,), dynamic_shapes=({0: bounded},)))
+    with pytest.raises(ValueError, match=r"where x.size\(\)\[0\] <= 8"):
+        bounded(torch.randn(9, 4))  # the range export was told, as torch's module checks
 
 
 def test_a_failed_export_program_falls_back_to_the_unlifted_source():

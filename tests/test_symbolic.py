@@ -150,7 +150,8 @@ class _Positions(nn.Module):
 def test_a_program_of_an_export_specialised_to_a_size_refuses_others_by_name():
     """An ExportedProgram captured for one size refuses others (its guards); the program
     made from it holds constants of that size (``arange(8)`` folded), and refuses them
-    too, naming the input and the size, not with a broadcasting error."""
+    too, naming the input and the size the export holds it to, not with a broadcasting
+    error."""
     x = torch.randn(2, 8)
     program = torch.export.export(_Positions(), (x,))
     with pytest.raises(Exception, match="Guard failed"):
@@ -158,7 +159,7 @@ def test_a_program_of_an_export_specialised_to_a_size_refuses_others_by_name():
     eg = EGraph.from_fx(program, (x,)).saturate(load_rules("all"), iter_limit=5)
     out = eg.extract(Flops())
     torch.testing.assert_close(out(x), _Positions()(x))
-    with pytest.raises(SizeMismatch, match=r"'x' has shape \(2, 12\).*built for \(2, 8\)"):
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(2, 12\).*x.size\(\)\[1\] == 8"):
         out(torch.randn(2, 12))
 
 

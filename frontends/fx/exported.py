@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
+import math
+from collections.abc import Callable
 from functools import reduce
 from typing import Any, NamedTuple
 
@@ -77,14 +80,9 @@ class ExportedModule(nn.Module):
         super().__init__()
         state, constants = program.state_dict, program.constants
         slots: list[str | None] = []  # per graph input: the attribute it reads, or None
-        static: list[tuple[int | None, ...] | None] = []
-        placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
-        for spec, node in zip(program.graph_signature.input_specs, placeholders):
+        for spec in program.graph_signature.input_specs:
             if spec.kind == InputKind.USER_INPUT:
                 slots.append(None)
-                value = node.meta.get("val")
-                static.append(tuple(d if isinstance(d, int) else None for d in value.shape)
-                              if isinstance(value, torch.Tensor) else None)
                 continue
             if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER,
                                  InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
@@ -105,31 +103,24 @@ class ExportedModule(nn.Module):
         # Kept out of the module tree: neither holds state of its own.
         object.__setattr__(self, "graph_module", program.graph_module)
         object.__setattr__(self, "program", program)
-        self._slots, self._static = slots, static
+        self._slots, self._guards = slots, input_guards(program)
         self._out_spec = program.call_spec.out_spec
         self._mutations = sum(t is not None for t in written_targets(program.graph_signature))
 
     def graph_inputs(self, args: tuple) -> list[Any]:
         """The exported graph's inputs: this module's state where the graph reads it, the
-        user's ``args`` (checked against the exported static sizes) elsewhere."""
+        user's ``args`` (checked against the conditions the export holds them to:
+        :func:`input_guards`) elsewhere."""
         wanted = self._slots.count(None)
         if len(args) != wanted:
             raise TypeError(f"the exported program takes {wanted} inputs, got {len(args)}")
-        users = iter(enumerate(zip(args, self._static)))
-        out: list[Any] = []
-        for slot in self._slots:
-            if slot is not None:
-                out.append(attribute_at(self, slot))
-                continue
-            index, (x, sizes) = next(users)
-            if sizes is not None and isinstance(x, torch.Tensor) and (
-                    x.dim() != len(sizes)
-                    or any(s is not None and s != d for s, d in zip(sizes, x.shape))):
-                raise ValueError(f"input {index} has shape "
-                                 f"{tuple(x.shape)}; the program was exported for "
-                                 f"{tuple('*' if s is None else s for s in sizes)}")
-            out.append(x)
-        return out
+        broken = self._guards.broken(args)
+        if broken is not None:
+            raise ValueError(f"{self._guards.describe(args)}; the program was exported for "
+                             f"inputs where {broken}")
+        users = iter(args)
+        return [next(users) if slot is None else attribute_at(self, slot)
+                for slot in self._slots]
 
     def forward(self, *args: Any) -> Any:
         flat = self.graph_module(*self.graph_inputs(args))
@@ -173,6 +164,34 @@ class InputGuards(NamedTuple):
 
     names: tuple[str, ...]
     conditions: tuple[str, ...]
+
+    def broken(self, inputs: tuple) -> str | None:
+        """The first condition ``inputs`` (one per name) break, or None.
+
+        >>> guards = InputGuards(("x",), ("x.size()[0] == 3", "x.dim() == 1"))
+        >>> guards.broken((torch.ones(3),)), guards.broken((torch.ones(2),))
+        (None, 'x.size()[0] == 3')
+        """
+        if not self.conditions or _condition(
+                self.names, " and ".join(f"({c})" for c in self.conditions))(*inputs):
+            return None
+        return next(c for c in self.conditions if not _condition(self.names, c)(*inputs))
+
+    def describe(self, inputs: tuple) -> str:
+        """The inputs as a message names them: ``input 'x' has shape (2, 3)``."""
+        return ", ".join(f"input {name!r} has shape {tuple(x.shape)}" if isinstance(
+            x, torch.Tensor) else f"input {name!r} is {x!r}"
+            for name, x in zip(self.names, inputs))
+
+
+@functools.lru_cache(maxsize=256)
+def _condition(names: tuple[str, ...], condition: str) -> Callable[..., bool]:
+    """``condition`` over ``names`` as a function of the inputs, compiled once (in the
+    namespace of torch's own guard code: ``FloorDiv``, ``math``)."""
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    namespace = {**SYMPY_INTERP, "math": math, "inf": math.inf}
+    return eval(f"lambda {', '.join(names)}: {condition}", namespace)  # noqa: S307
 
 
 def input_guards(source: torch.export.ExportedProgram | torch.fx.GraphModule
