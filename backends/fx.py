@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.sizes import explain_sizes, require_guards
+from backends.sizes import explain_sizes, explain_sizes_of, require_guards
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
@@ -583,8 +583,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
 
         graph.set_codegen(KernelNames())
     src = egraph.fx
-    if emitter.baked:
-        explain_sizes(graph, egraph, emitter.baked)
+    explanation = explain_sizes(graph, egraph, emitter.baked) if emitter.baked else None
     if src.guards is not None:
         require_guards(graph, src.guards)
     _bias_into_matmul(graph, emitter.metas)
@@ -633,6 +632,38 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         gm.register_buffer(name, value, persistent=False)
     if fusions:
         gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
+    if explanation is not None:
+        gm.meta["egraph_sizes_explained"] = explanation
+    keep_meta_when_saved(gm)
+    return gm
+
+
+_SAVED_META = ("egraph_report", "egraph_sizes_explained")
+"""What a saved emitted module keeps of its ``meta`` (torch.fx keeps none of it): the
+extraction's report, and how its code explains sizes it was not built for."""
+
+
+def keep_meta_when_saved(gm: fx.GraphModule) -> None:
+    """Make a pickled ``gm`` (``torch.save``) load with the entries of its ``meta`` in
+    :data:`_SAVED_META`, and with its code explaining sizes as before. torch.fx saves
+    a GraphModule as its code and traces that again on load, so ``meta`` and the code's
+    transforms would be lost. (Each GraphModule has a class of its own: this changes
+    ``gm``'s alone.)"""
+    def reduce(self):
+        rebuild, args = fx.GraphModule.__reduce__(self)
+        kept = {key: self.meta[key] for key in _SAVED_META if key in self.meta}
+        return _loaded_with_meta, (rebuild, args, kept)
+
+    type(gm).__reduce__ = reduce
+
+
+def _loaded_with_meta(rebuild, args: tuple, meta: dict) -> fx.GraphModule:
+    gm = rebuild(*args)
+    gm.meta.update(meta)
+    if "egraph_sizes_explained" in meta:
+        explain_sizes_of(gm.graph, *meta["egraph_sizes_explained"])
+        gm.recompile()
+    keep_meta_when_saved(gm)
     return gm
 
 
@@ -645,10 +676,12 @@ def take_structured_inputs(gm: fx.GraphModule, structure: tuple[list[str], Any])
 
     codegen = gm.graph._codegen
     if type(codegen) is fx.graph.CodeGen:
-        gm.graph.set_codegen(_PyTreeCodeGen(_PyTreeInfo(*structure, None)))
+        structured = _PyTreeCodeGen(_PyTreeInfo(*structure, None))
     else:  # (fused kernels named by their own code generation)
         both = type(f"{type(codegen).__name__}OfStructures", (type(codegen), _PyTreeCodeGen), {})
-        gm.graph.set_codegen(both(_PyTreeInfo(*structure, None)))
+        structured = both(_PyTreeInfo(*structure, None))
+    structured._body_transformer = codegen._body_transformer  # (explain_sizes's)
+    gm.graph.set_codegen(structured)
     gm._in_spec = structure[1]
     gm.recompile()
 

@@ -43,12 +43,14 @@ class SizeMismatch(RuntimeError):
 # -- literal target shapes: explain torch's error ---------------------------------------------
 
 
-def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]) -> None:
+def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]
+                  ) -> tuple[list[str], dict, list[str]] | None:
     """Make the generated ``forward`` explain a failure on inputs of other sizes than the
     example's when the program holds literal target shapes (``baked``: ``reshape to (2,
     12)``): the body runs in a ``try``, and a RuntimeError on inputs whose shapes differ
     from the example's becomes a :class:`SizeMismatch` that names them. Free on the
-    normal path."""
+    normal path. Returns what :func:`explain_sizes_of` takes to do it again (on a graph
+    traced anew from the code, as a loaded module's is), or None where it did nothing."""
     # forward's parameter names: a placeholder's node name can differ from its target
     # (fx renames a parameter called ``input`` to ``input_1`` inside the body, which runs
     # after this wrapper's first line)
@@ -59,9 +61,16 @@ def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]) -> None:
         if shape is not None:
             shapes[name] = tuple(shape)
     if not shapes:
-        return
-    held = sorted(set(baked))[:3]
+        return None
+    explanation = (names, shapes, sorted(set(baked))[:3])
+    explain_sizes_of(graph, *explanation)
+    return explanation
 
+
+def explain_sizes_of(graph: fx.Graph, names: list[str], shapes: dict, held: list[str]) -> None:
+    """Wrap the generated ``forward``'s body as :func:`explain_sizes` does: ``names``
+    are forward's parameters, ``shapes`` the sizes it was built for, ``held`` the literal
+    shapes it holds."""
     def make(previous):
         def transform(body: list[str]) -> list[str]:
             if previous is not None:

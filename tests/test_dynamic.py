@@ -382,17 +382,14 @@ def test_a_module_emitted_from_an_export_refuses_inputs_the_export_does_not_cove
             opt(torch.randn(3, 4), torch.randn(4))
 
 
-def test_a_module_emitted_from_an_unlifted_export_can_be_saved():
+def test_a_module_emitted_from_an_unlifted_export_can_be_saved(saved_and_loaded):
     model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
     unlifted = torch.export.export(model, (x,)).module()
     with pytest.raises(Exception, match="pickle"):
         torch.save(unlifted, io.BytesIO())  # torch's check of the inputs cannot be pickled
     opt = EGraph.from_fx(unlifted).saturate(load_rules("all")).extract(AstSize())
-    buffer = io.BytesIO()
-    torch.save(opt, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
+    loaded = saved_and_loaded(opt)
     torch.testing.assert_close(loaded(x), model(x))
     with pytest.raises(SizeMismatch):
         loaded(torch.randn(2, 4))  # the loaded module still checks its inputs
@@ -405,7 +402,7 @@ class _Structured(nn.Module):
 
 @pytest.mark.parametrize("unlifted", [False, True], ids=["program", "module"])
 def test_a_module_emitted_from_an_export_of_structured_inputs_takes_them_as_the_source_does(
-        unlifted):
+        unlifted, saved_and_loaded):
     a, b, c = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
     model = _Structured()
     program = torch.export.export(model, ({"a": a, "b": [b, c]},))
@@ -415,10 +412,7 @@ def test_a_module_emitted_from_an_export_of_structured_inputs_takes_them_as_the_
         assert opt.meta["egraph_report"].validation.ok
     x = {"a": torch.randn(3, 4), "b": [torch.randn(3, 4), torch.randn(3, 4)]}
     torch.testing.assert_close(opt(x), model(x))
-    buffer = io.BytesIO()
-    torch.save(opt, buffer)
-    buffer.seek(0)
-    torch.testing.assert_close(torch.load(buffer, weights_only=False)(x), model(x))
+    torch.testing.assert_close(saved_and_loaded(opt)(x), model(x))
     with pytest.raises(SizeMismatch, match="d_a"):
         opt({"a": torch.randn(2, 4), "b": [torch.randn(2, 4), torch.randn(2, 4)]})
 
@@ -433,7 +427,7 @@ def _baking_rule():
     return rewrite("bake-shape", "(reshape ?x ?s)", bake)
 
 
-def test_a_baked_size_fails_with_a_clear_error_naming_the_input():
+def test_a_baked_size_fails_with_a_clear_error_naming_the_input(saved_and_loaded):
     gm = torch.fx.symbolic_trace(lambda x: torch.relu(x.reshape(x.size(0), -1)))
     before = gm.code
     for validate in ("strict", "off"):  # probed on other sizes, or not
@@ -449,6 +443,12 @@ def test_a_baked_size_fails_with_a_clear_error_naming_the_input():
         assert isinstance(info.value, RuntimeError)  # what callers catching torch's see
         with pytest.raises(SizeMismatch):
             copy.deepcopy(opt)(torch.randn(4, 3, 4))
+        other = torch.randn(4, 3, 4)
+        with pytest.raises(SizeMismatch) as original:
+            opt(other)
+        with pytest.raises(SizeMismatch) as loaded:  # saved, the module explains the same
+            saved_and_loaded(opt)(other)
+        assert str(loaded.value) == str(original.value)
     # unprobed, the module explains torch's own error when it meets it
     assert "reshape to (2, 12)" in message and "invalid for input of size 36" in message
     assert gm.code == before  # the user's graph is untouched

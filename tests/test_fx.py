@@ -429,6 +429,8 @@ def test_report_prints_and_module_saves(saved_and_loaded):
     assert "cost" in text and "validation passed" in text
     loaded = saved_and_loaded(opt)
     torch.testing.assert_close(loaded(*inputs), model(*inputs))
+    assert str(loaded.meta["egraph_report"]) == text  # what torch.fx's pickling drops
+    assert str(saved_and_loaded(loaded).meta["egraph_report"]) == text  # saved again
 
 
 def test_export_program_is_ingested_with_parameter_names():
