@@ -422,12 +422,28 @@ class _Float64Interpreter(fx.Interpreter):
 
     def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[tuple, dict]:
         args, kwargs = super().fetch_args_kwargs_from_env(n)
-        return fx.node.map_aggregate((args, kwargs), _promote)
+        return _promote_all(args), _promote_all(kwargs)
 
 
 def _shares_memory(tensor: torch.Tensor, others: Iterable[torch.Tensor]) -> bool:
     storage = tensor.untyped_storage().data_ptr()
     return any(o.untyped_storage().data_ptr() == storage for o in others)
+
+
+def _promote_all(x: Any) -> Any:
+    """:func:`_promote` on every value in a call's arguments. torch's named results are
+    kept as they are (``x.max(dim=1)``, whose ``.values`` the next call reads: fx's
+    ``map_aggregate`` would make a plain tuple of it); the run made them in float64."""
+    if type(x).__module__ == "torch.return_types":
+        return x
+    if isinstance(x, (tuple, list)):
+        items = [_promote_all(v) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if isinstance(x, dict):
+        return type(x)({k: _promote_all(v) for k, v in x.items()})
+    if isinstance(x, slice):
+        return slice(_promote_all(x.start), _promote_all(x.stop), _promote_all(x.step))
+    return _promote(x)
 
 
 def _promote(x: Any) -> Any:
