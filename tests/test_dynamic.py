@@ -377,6 +377,8 @@ def test_a_module_emitted_from_an_export_refuses_inputs_the_export_does_not_cove
     assert "x.size()[0]" in str(info.value) and "(1, 4)" in str(info.value)
     with pytest.raises(AssertionError):
         program.module()(*other)  # as torch's own module refuses them
+    with pytest.raises(SizeMismatch, match=r"x.dim\(\) == 2"):  # before reading its sizes
+        opt(torch.randn(5, 4, 1), torch.randn(2))
     if shapes == "related":  # a relation export's tracer assumed, not a size of its own
         with pytest.raises(SizeMismatch, match=r"x.size\(\)\[0\] > y.size\(\)\[0\]"):
             opt(torch.randn(3, 4), torch.randn(4))

@@ -172,16 +172,25 @@ class InputGuards(NamedTuple):
         >>> guards.broken((torch.ones(3),)), guards.broken((torch.ones(2),))
         (None, 'x.size()[0] == 3')
         """
-        if not self.conditions or _condition(
-                self.names, " and ".join(f"({c})" for c in self.conditions))(*inputs):
+        if not self.conditions or _holds(
+                self.names, " and ".join(f"({c})" for c in self.conditions), inputs):
             return None
-        return next(c for c in self.conditions if not _condition(self.names, c)(*inputs))
+        return next(c for c in self.conditions if not _holds(self.names, c, inputs))
 
     def describe(self, inputs: tuple) -> str:
         """The inputs as a message names them: ``input 'x' has shape (2, 3)``."""
         return ", ".join(f"input {name!r} has shape {tuple(x.shape)}" if isinstance(
             x, torch.Tensor) else f"input {name!r} is {x!r}"
             for name, x in zip(self.names, inputs))
+
+
+def _holds(names: tuple[str, ...], condition: str, inputs: tuple) -> bool:
+    """Whether ``condition`` holds of ``inputs`` (not where it cannot be evaluated on
+    them: a number where a tensor was exported)."""
+    try:
+        return bool(_condition(names, condition)(*inputs))
+    except Exception:  # noqa: BLE001 - e.g. ``n.size()`` of an int: broken
+        return False
 
 
 @functools.lru_cache(maxsize=256)
@@ -208,7 +217,7 @@ def input_guards(source: torch.export.ExportedProgram | torch.fx.GraphModule
 
     >>> program = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
     >>> input_guards(program).conditions
-    ('input.size()[0] == 4', 'input.size()[1] == 3')
+    ('input.dim() == 2', 'input.size()[0] == 4', 'input.size()[1] == 3')
     """
     if isinstance(source, torch.export.ExportedProgram):
         placeholders = [n for n, spec in zip(source.graph.find_nodes(op="placeholder"),
@@ -303,6 +312,7 @@ def _size_guards(inputs: list[tuple[str, Any]], ranges: dict) -> list[str]:
 
     for name, value in inputs:
         if isinstance(value, torch.Tensor):
+            guards.append(f"{name}.dim() == {value.dim()}")  # (first: then its sizes)
             for dim, n in enumerate(value.shape):
                 size(f"{name}.size()[{dim}]", n)
         elif isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
