@@ -39,7 +39,6 @@ True
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -64,7 +63,7 @@ from frontends.fx.effects import (
     updates_inputs,
     written_attributes,
 )
-from frontends.fx.exported import ExportedModule, attribute_at
+from frontends.fx.exported import ExportedModule, attribute_at, deep_copy
 from frontends.fx.ingest import FxSource, state_kept
 
 
@@ -545,16 +544,15 @@ def float64_copy(module: nn.Module) -> nn.Module:
     (torch.float64, True)
     """
     memo: dict[int, Any] = {}
-    if isinstance(module, ExportedModule):  # its graph, program and output spec hold no
-        # state to widen (and a copy of the spec warns that torch's LeafSpec is deprecated)
-        for shared in (module.graph_module, module.program, module._out_spec):
-            memo[id(shared)] = shared
+    if isinstance(module, ExportedModule):  # its graph and program hold no state to widen
+        memo[id(module.graph_module)] = module.graph_module
+        memo[id(module.program)] = module.program
     for tensor in [*module.parameters(), *module.buffers()]:
         if id(tensor) not in memo and tensor.is_floating_point():
             wide = tensor.detach().to(torch.float64)
             memo[id(tensor)] = (nn.Parameter(wide, tensor.requires_grad)
                                 if isinstance(tensor, nn.Parameter) else wide)
-    return copy.deepcopy(module, memo).to(torch.float64)
+    return deep_copy(module, memo).to(torch.float64)
 
 
 def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,

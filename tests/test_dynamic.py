@@ -408,10 +408,10 @@ def test_a_module_emitted_from_an_export_of_structured_inputs_takes_them_as_the_
     a, b, c = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
     model = _Structured()
     program = torch.export.export(model, ({"a": a, "b": [b, c]},))
-    source = program.module() if unlifted else program
-    opt = EGraph.from_fx(source).saturate(load_rules("all")).extract(AstSize())
-    if not unlifted:  # validated on the program's examples, whose leaves are its inputs
-        assert opt.meta["egraph_report"].validation.ok
+    source, examples = (program.module(), ({"a": a, "b": [b, c]},)) if unlifted else (
+        program, None)  # (the program's own examples, or the user's, as the module takes them)
+    opt = EGraph.from_fx(source, examples).saturate(load_rules("all")).extract(AstSize())
+    assert opt.meta["egraph_report"].validation.ok  # validated on the examples' leaves
     x = {"a": torch.randn(3, 4), "b": [torch.randn(3, 4), torch.randn(3, 4)]}
     torch.testing.assert_close(opt(x), model(x))
     torch.testing.assert_close(saved_and_loaded(opt)(x), model(x))

@@ -36,7 +36,6 @@ removes. Per node, the bits accumulated there say where precision is lost.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 
@@ -45,6 +44,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from egraph.ops.table import TABLE
+from frontends.fx.exported import deep_copy
 from frontends.fx.vocabulary import lower, module_op
 
 # How each op is treated (the op table's ``error`` rule), and the torch calls the vocabulary
@@ -103,7 +103,7 @@ def rounding_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None
         raise ValueError("rounding_error measures a working precision below float64 "
                          "(the reference it computes in); pass dtype=torch.float32, "
                          "float16 or bfloat16")
-    wide = copy.deepcopy(gm).to(torch.float64)
+    wide = deep_copy(gm).to(torch.float64)
     tracer = _ErrorTracer(wide, dtype)
     with torch.random.fork_rng(), torch.no_grad():
         out = tracer.run(*[x.detach().to(torch.float64) if isinstance(x, torch.Tensor)
@@ -152,7 +152,7 @@ def local_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None = 
     if dtype is None:
         dtype = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                       and x.is_floating_point()), torch.float32)
-    wide = copy.deepcopy(gm).to(torch.float64)
+    wide = deep_copy(gm).to(torch.float64)
     tracer = _LocalTracer(wide, dtype)
     with torch.random.fork_rng(), torch.no_grad():
         tracer.run(*[x.detach().to(torch.float64) if _floating(x) else x for x in inputs])

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from functools import reduce
 from typing import Any, NamedTuple
@@ -35,7 +37,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
 __all__ = ["ExportedModule", "InputGuards", "attribute_at", "input_guards", "input_structure",
-           "is_input_guards", "owner_of", "written_targets"]
+           "is_input_guards", "owner_of", "deep_copy", "written_targets"]
 
 
 _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,
@@ -125,6 +127,20 @@ class ExportedModule(nn.Module):
     def forward(self, *args: Any) -> Any:
         flat = self.graph_module(*self.graph_inputs(args))
         return tree_unflatten(list(flat)[self._mutations:], self._out_spec)
+
+
+def deep_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> nn.Module:
+    """``copy.deepcopy(module, memo)``, without the FutureWarning torch gives on each copy
+    of a pytree spec (its own copy checks ``isinstance(spec, LeafSpec)``, which it has
+    deprecated): exported modules and their code generation hold specs.
+
+    >>> gm = torch.export.export(torch.nn.ReLU(), (torch.ones(2),)).module()
+    >>> deep_copy(gm)(-torch.ones(2))
+    tensor([0., 0.])
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*LeafSpec", category=FutureWarning)
+        return copy.deepcopy(module, memo)
 
 
 def attribute_at(root: nn.Module, path: str) -> Any:

@@ -64,6 +64,7 @@ from frontends.fx.exported import (
     ExportedModule,
     InputGuards,
     attribute_at,
+    deep_copy,
     input_guards,
     input_structure,
     is_input_guards,
@@ -417,9 +418,7 @@ def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
 
 
 def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
-    import copy
-
-    wide = copy.deepcopy(gm).to(torch.float64)
+    wide = deep_copy(gm).to(torch.float64)
     recorder = _RangeRecorder(wide)
     inputs = [x.detach().to(torch.float64).requires_grad_(True)
               if isinstance(x, torch.Tensor) and x.is_floating_point() else x
@@ -1387,6 +1386,14 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     elif isinstance(source, nn.Module):
         gm = split_foreach(trace(source))
         module = source
+        if isinstance(source, fx.GraphModule) and input_structure(source) is not None:
+            # (torch's unlifted module of structured inputs: its graph takes their leaves,
+            # its forward the structures; ingest and validation run the graph)
+            module = _on_leaves(gm)
+            if example_inputs is not None:
+                example_inputs = tuple(torch.utils._pytree.tree_leaves(
+                    tuple(example_inputs) if isinstance(example_inputs, (tuple, list))
+                    else (example_inputs,)))
     else:
         raise TypeError(
             f"EGraph.from_fx takes a torch.fx.GraphModule, an nn.Module or a "
@@ -1459,6 +1466,14 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             source, (torch.export.ExportedProgram, fx.GraphModule)) else None,
     )
     return eg
+
+
+def _on_leaves(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` (its state, not copies) with a forward that takes its graph's inputs, the
+    leaves of the structures its own forward takes, and returns the graph's flat outputs."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
 
 
 def _check_count(gm: fx.GraphModule, example_inputs, param_names: dict[str, str]) -> None:
