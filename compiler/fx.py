@@ -349,9 +349,15 @@ def _original_module(src: FxSource) -> fx.GraphModule:
     """The source program with the emitted module's signature (the user's inputs)."""
     gm = src.graph_module
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    if placeholders != list(src.inputs) and isinstance(src.module, ExportedModule):
-        return src.module.program.module()  # the exported graph takes parameters as inputs
-    return fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm, gm.graph)
+    if isinstance(src.module, ExportedModule) and (
+            placeholders != list(src.inputs) or src.structure is not None):
+        # the exported graph takes parameters as inputs, or the leaves of structures
+        return src.module.program.module()
+    original = fx.GraphModule(src.module if isinstance(src.module, nn.Module) else gm,
+                              gm.graph)
+    if hasattr(gm, "_in_spec"):  # (its code flattens structures: torch's unlifted module)
+        original._in_spec, original._out_spec = gm._in_spec, getattr(gm, "_out_spec", None)
+    return original
 
 
 def _count(gm: fx.GraphModule) -> int:

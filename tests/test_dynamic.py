@@ -417,6 +417,29 @@ def test_a_module_emitted_from_an_export_of_structured_inputs_takes_them_as_the_
     torch.testing.assert_close(saved_and_loaded(opt)(x), model(x))
     with pytest.raises(SizeMismatch, match="d_a"):
         opt({"a": torch.randn(2, 4), "b": [torch.randn(2, 4), torch.randn(2, 4)]})
+    # a program validation refuses falls back to one that takes them too
+    eg = EGraph.from_fx(source, examples).saturate([rewrite("wrong", "(relu ?x)", "?x")])
+    with pytest.warns(UserWarning, match="returning the original"):
+        fallback = eg.extract(AstSize())
+    torch.testing.assert_close(fallback(x), model(x))
+
+
+def test_an_unlifted_export_by_keywords_is_validated_on_examples_given_in_order():
+    """torch's module of a program exported with keywords refuses positional calls
+    (``model(input_ids=..., attention_mask=None)``, as transformers models are called):
+    validation runs its graph on the examples, so it is validated, not refused."""
+
+    class Masked(nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            scores = input_ids.softmax(-1)
+            return scores if attention_mask is None else scores * attention_mask
+
+    x = torch.randn(2, 5)
+    unlifted = torch.export.export(Masked(), (), {"input_ids": x, "attention_mask": None}
+                                   ).module()
+    opt = EGraph.from_fx(unlifted, (x, None)).saturate(load_rules("all")).extract(AstSize())
+    assert opt.meta["egraph_report"].validation.ok
+    torch.testing.assert_close(opt(input_ids=x, attention_mask=None), x.softmax(-1))
 
 
 def _baking_rule():

@@ -1386,9 +1386,10 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     elif isinstance(source, nn.Module):
         gm = split_foreach(trace(source))
         module = source
-        if isinstance(source, fx.GraphModule) and input_structure(source) is not None:
-            # (torch's unlifted module of structured inputs: its graph takes their leaves,
-            # its forward the structures; ingest and validation run the graph)
+        if _takes_structures(source):
+            # (torch's unlifted module: its graph takes the leaves of its forward's
+            # arguments, and its forward checks them against its export's, keywords
+            # included; ingest and validation run the graph)
             module = _on_leaves(gm)
             if example_inputs is not None:
                 example_inputs = tuple(torch.utils._pytree.tree_leaves(
@@ -1466,6 +1467,14 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             source, (torch.export.ExportedProgram, fx.GraphModule)) else None,
     )
     return eg
+
+
+def _takes_structures(module: nn.Module) -> bool:
+    """Whether ``module`` is a GraphModule whose forward takes structures (or keywords)
+    that its code flattens into its graph's inputs, as torch's unlifted module does."""
+    info = getattr(getattr(getattr(module, "graph", None), "_codegen", None), "pytree_info",
+                   None)
+    return isinstance(module, fx.GraphModule) and getattr(info, "in_spec", None) is not None
 
 
 def _on_leaves(gm: fx.GraphModule) -> fx.GraphModule:
