@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
@@ -382,6 +384,50 @@ def test_a_module_emitted_from_an_export_refuses_inputs_the_export_does_not_cove
     if shapes == "related":  # a relation export's tracer assumed, not a size of its own
         with pytest.raises(SizeMismatch, match=r"x.size\(\)\[0\] > y.size\(\)\[0\]"):
             opt(torch.randn(3, 4), torch.randn(4))
+
+
+@st.composite
+def _exports(draw):
+    """A program branching on its sizes, exported with each size static, a bounded or
+    an automatic ``Dim``, or one ``Dim`` for both inputs, and the sizes of a later call."""
+    n, m = draw(st.integers(2, 6)), draw(st.integers(2, 6))
+    kinds = ("static", "bounded", "auto")
+    kind_x = draw(st.sampled_from(kinds))
+    kind_y = draw(st.sampled_from(kinds + (("shared",) if kind_x == "bounded" else ())))
+    if kind_y == "shared":
+        m = n
+    low, high = draw(st.integers(2, n)), draw(st.integers(n + 1, 9))
+    bounded = torch.export.Dim("n", min=low, max=high)
+    spec = {"static": None, "bounded": bounded, "auto": torch.export.Dim.AUTO,
+            "shared": bounded}
+    shapes = {"x": None if kind_x == "static" else {0: spec[kind_x]},
+              "y": None if kind_y == "static" else {0: spec[kind_y]}}
+    call = (draw(st.integers(1, 10)), 4), (draw(st.integers(1, 10)),)
+    return (n, m), shapes, call
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_exports(), st.booleans())
+def test_a_module_emitted_from_an_export_refuses_exactly_what_torchs_module_refuses(
+        export, unlifted):
+    (n, m), shapes, (x_shape, y_shape) = export
+    model = _BranchOnSizes()
+    try:
+        program = torch.export.export(model, (torch.randn(n, 4), torch.randn(m)),
+                                      dynamic_shapes=shapes)
+    except Exception:  # noqa: BLE001 - a Dim the branch contradicts: torch refuses it
+        reject()
+    source = program.module() if unlifted else program
+    opt = EGraph.from_fx(source).saturate(load_rules("all")).extract(AstSize())
+    x, y = torch.randn(x_shape), torch.randn(y_shape)
+    try:
+        want = program.module()(x, y)
+    except AssertionError:  # torch's guard
+        with pytest.raises(SizeMismatch):
+            opt(x, y)
+        return
+    torch.testing.assert_close(opt(x, y), want)
 
 
 def test_a_module_emitted_from_an_unlifted_export_can_be_saved(saved_and_loaded):
