@@ -197,3 +197,14 @@ def check_guards(inputs: tuple, names: tuple, conditions: tuple) -> None:
         "told vary, bounded the dynamic ones and took branches on them): export it again "
         "with dynamic_shapes naming the dims that vary (torch.export.Dim), or from an "
         "example of these sizes.")
+
+
+def is_input_check(node: fx.Node) -> bool:
+    """Whether ``node`` checks the module's inputs (:func:`check_guards`,
+    :func:`check_built_for`) rather than computing: not counted as the program's work.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    >>> any(is_input_check(n) for n in gm.graph.nodes)
+    False
+    """
+    return node.op == "call_function" and node.target in (check_guards, check_built_for)

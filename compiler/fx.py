@@ -32,7 +32,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from backends.fx import TARGETS, build_module, make_outputs_contiguous, take_structured_inputs
-from backends.sizes import require_sizes
+from backends.sizes import is_input_check, require_sizes
 from compiler.sizes import probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
@@ -44,7 +44,7 @@ from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
 from extractors.costs import Roofline
-from frontends.fx.exported import ExportedModule
+from frontends.fx.exported import ExportedModule, is_input_guards
 from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
 
@@ -361,4 +361,9 @@ def _original_module(src: FxSource) -> fx.GraphModule:
 
 
 def _count(gm: fx.GraphModule) -> int:
-    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr"))
+    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr")
+               and not is_input_check(n) and not is_input_guards(_called_module(gm, n)))
+
+
+def _called_module(gm: fx.GraphModule, node: fx.Node) -> nn.Module | None:
+    return gm.get_submodule(node.target) if node.op == "call_module" else None

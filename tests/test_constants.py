@@ -260,6 +260,24 @@ def test_mixed_dtypes_are_not_regrouped():
     assert opt(x, i).dtype == program(x, i).dtype
 
 
+def test_a_half_product_is_not_regrouped_into_an_overflow():
+    """A float16 layer norm divided by 1e-6: regrouped as d * (rsqrt(v + 1e-12) * 1e6),
+    the new product overflows (rsqrt is up to 1e6 there) where the source's small d kept
+    it finite, and validation fell back (found by the fuzzer, seed 31337). The regrouping
+    is refused by the ranges of its factors (in float32 it stays allowed)."""
+    def program(x1):
+        v0 = x1.mean(-1, keepdim=True)
+        v1 = ((x1 - v0) ** 2).mean(-1, keepdim=True)
+        return ((x1 - v0) / torch.sqrt(v1 + 1e-12)).div(1e-6)
+
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(1)).half()
+    gm = torch.fx.symbolic_trace(program)
+    opt = EGraph.from_fx(gm, (x,)).saturate(RULES, iter_limit=4, node_limit=3000).extract(
+        Flops(), validate="raise")
+    y = torch.randn(5, 6).half() * 1e-2
+    assert torch.equal(opt(y).isinf(), program(y).isinf())
+
+
 def test_validation_refuses_an_overflow_turned_into_nan():
     """a * (b - c) overflowing to inf is not a * b - a * c = inf - inf = NaN."""
     from compiler.validate import _overflow_changed

@@ -18,6 +18,7 @@ False
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -245,10 +246,13 @@ _LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
 
 
 def product_in_range(x: Variable, y: Variable, *tensors: Variable) -> Guard:
-    """Where ``?x`` and ``?y`` are both scalar literals, their product is finite in the
-    dtype of the tensors among ``?tensors``: a regrouping that folds ``1e12 * 1e27`` into
-    one constant multiplies by ``inf`` in float32, where the source's chain overflowed
-    only for large inputs.
+    """Where the magnitudes of ``?x`` and ``?y`` are known (a number's; a tensor's from
+    its proven or observed range), their product is finite in the dtype of the tensors
+    among ``?tensors``. A regrouping that folds ``1e12 * 1e27`` into one constant
+    multiplies by ``inf`` in float32, where the source's chain overflowed only for large
+    inputs; in float16, ``(d * rsqrt(v + 1e-12)) * 1e6`` regrouped as
+    ``d * (rsqrt(v + 1e-12) * 1e6)`` overflows where the source's small ``d`` kept it
+    finite. An unknown magnitude leaves the regrouping allowed.
 
     >>> from egraph import EGraph
     >>> guard = product_in_range("x", "y", "t")
@@ -260,16 +264,30 @@ def product_in_range(x: Variable, y: Variable, *tensors: Variable) -> Guard:
     names = tuple(map(_name, tensors))
 
     def guard(egraph, subst) -> bool:
-        a, b = value_of(egraph, subst[x]), value_of(egraph, subst[y])
-        if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        a, b = _magnitude(egraph, subst[x]), _magnitude(egraph, subst[y])
+        if a is None or b is None:
             return True
         for n in names:
             meta = _meta(egraph, subst[n])
             if getattr(meta, "kind", None) == "tensor":
                 largest = _LARGEST.get(str(getattr(meta, "dtype", "")).removeprefix("torch."))
-                return largest is None or abs(a * b) <= largest
+                return largest is None or a * b <= largest
         return True
     return _named(guard, f"{x} * {y} is finite in the dtype of {', '.join(names)}")
+
+
+def _magnitude(egraph, cid: int) -> float | None:
+    """The largest absolute value of a class: a number's own, a tensor's or scalar's
+    from the finite bounds of its range, None where unknown."""
+    v = value_of(egraph, cid)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return abs(float(v))
+    meta = _meta(egraph, cid)
+    lo, hi = getattr(meta, "lo", None), getattr(meta, "hi", None)
+    if getattr(meta, "kind", None) not in ("tensor", "scalar") or lo is None or hi is None:
+        return None
+    bound = max(abs(lo), abs(hi))
+    return bound if math.isfinite(bound) else None
 
 
 def short_chain(op: str, limit: int, *names: Variable) -> Guard:
