@@ -634,7 +634,6 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         gm.meta["triton_kernels"] = {f.kernel.__name__: f.kernel for f in fusions}
     if explanation is not None:
         gm.meta["egraph_sizes_explained"] = explanation
-    keep_meta_when_saved(gm)
     return gm
 
 

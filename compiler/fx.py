@@ -31,7 +31,13 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.fx import TARGETS, build_module, make_outputs_contiguous, take_structured_inputs
+from backends.fx import (
+    TARGETS,
+    build_module,
+    keep_meta_when_saved,
+    make_outputs_contiguous,
+    take_structured_inputs,
+)
 from backends.sizes import is_input_check, require_sizes
 from compiler.sizes import probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
@@ -314,12 +320,16 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         from compiler.herbie import improve_validated
 
         t4 = time.perf_counter()
+        explained = gm.meta.get("egraph_sizes_explained")
         gm, accuracy = improve_validated(egraph.fx, gm, reference=reference)
+        if explained is not None:  # (a new module where formulas were replaced)
+            gm.meta["egraph_sizes_explained"] = explained
         report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
     if egraph.fx.structure is not None and not report.fell_back:
         take_structured_inputs(gm, egraph.fx.structure)
     gm.meta["egraph_report"] = report
+    keep_meta_when_saved(gm)
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,
                                     "optimal": optimal, "time": round(times["extract"], 6)}

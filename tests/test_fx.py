@@ -459,6 +459,19 @@ def test_report_prints_and_module_saves(saved_and_loaded):
     assert str(saved_and_loaded(loaded).meta["egraph_report"]) == text  # saved again
 
 
+def test_a_module_the_accuracy_search_rewrote_saves_with_its_report(saved_and_loaded):
+    """Under Curvature, the Herbie-style search returns a new module with formulas
+    replaced (sqrt(x + 1) - sqrt(x) at x up to 1e30); it too keeps its report when saved."""
+    from extractors import Curvature
+
+    naive = torch.fx.symbolic_trace(lambda x: torch.sqrt(x + 1) - torch.sqrt(x))
+    x = 10 ** torch.linspace(0, 30, 200)
+    opt = EGraph.from_fx(naive, (x,)).saturate(load_rules("all")).extract(Curvature())
+    loaded = saved_and_loaded(opt)
+    assert str(loaded.meta["egraph_report"]) == str(opt.meta["egraph_report"])
+    torch.testing.assert_close(loaded(x), opt(x))
+
+
 def test_export_program_is_ingested_with_parameter_names():
     model, inputs = build("gpt_block")
     program = torch.export.export(model, inputs)
