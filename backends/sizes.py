@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx as fx
 
-from frontends.fx.exported import InputGuards
+from frontends.fx.exported import InputGuards, named_shape
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -96,12 +96,12 @@ def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
     the shape the module was built for; return otherwise (the caller re-raises)."""
     if isinstance(error, SizeMismatch):
         return
-    wrong = [(name, tuple(x.shape), built[name]) for name, x in zip(names, inputs)
+    wrong = [(name, x, built[name]) for name, x in zip(names, inputs)
              if name in built and isinstance(x, torch.Tensor) and tuple(x.shape) != built[name]]
     if not wrong:
         return
-    got = "; ".join(f"input {name!r} has shape {shape}, the module was built for {want}"
-                    for name, shape, want in wrong)
+    got = "; ".join(f"{named_shape(name, x)}, the module was built for {want}"
+                    for name, x, want in wrong)
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     raise SizeMismatch(
         f"{got}. The optimised program holds sizes of its example inputs "
@@ -143,9 +143,8 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
     for name, x in zip(names, inputs):
         for d, n in fixed[name].items():
             if not isinstance(x, torch.Tensor) or x.dim() <= d or x.shape[d] != n:
-                got = tuple(x.shape) if isinstance(x, torch.Tensor) else repr(x)
                 raise SizeMismatch(
-                    f"input {name!r} has shape {got}, the module was built for "
+                    f"{named_shape(name, x)}, the module was built for "
                     f"{shapes[name]}: a rewrite made part of the program from its size {n} "
                     f"in dim {d} (or the source was captured for that size alone), so it "
                     "runs only on inputs of that size there (others would fail or give "

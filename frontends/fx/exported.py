@@ -195,9 +195,18 @@ class InputGuards(NamedTuple):
 
     def describe(self, inputs: tuple) -> str:
         """The inputs as a message names them: ``input 'x' has shape (2, 3)``."""
-        return ", ".join(f"input {name!r} has shape {tuple(x.shape)}" if isinstance(
-            x, torch.Tensor) else f"input {name!r} is {x!r}"
-            for name, x in zip(self.names, inputs))
+        return ", ".join(named_shape(name, x) for name, x in zip(self.names, inputs))
+
+
+def named_shape(name: str, value: Any) -> str:
+    """An input as an error message names it.
+
+    >>> named_shape("x", torch.ones(2, 3)), named_shape("n", 4)
+    ("input 'x' has shape (2, 3)", "input 'n' is 4")
+    """
+    if isinstance(value, torch.Tensor):
+        return f"input {name!r} has shape {tuple(value.shape)}"
+    return f"input {name!r} is {value!r}"
 
 
 def _holds(names: tuple[str, ...], condition: str, inputs: tuple) -> bool:
@@ -275,7 +284,7 @@ def input_structure(source: torch.export.ExportedProgram | torch.fx.GraphModule
         signature = source.module_call_graph[0].signature
         names = list(signature.forward_arg_names or ()) if signature else []
     else:
-        info = getattr(source.graph._codegen, "pytree_info", None)
+        info = pytree_info(source)
         if info is None or info.in_spec is None:
             return None
         spec, names = info.in_spec, list(info.orig_args)
@@ -285,6 +294,23 @@ def input_structure(source: torch.export.ExportedProgram | torch.fx.GraphModule
         args, kwargs = spec.children()
         names = [f"arg_{i}" for i in range(args.num_children)] + list(kwargs.context)
     return names, spec
+
+
+def pytree_info(module: nn.Module | None):
+    """How ``module``'s code flattens its arguments into its graph's inputs and rebuilds
+    its results from the graph's outputs (fx's ``PyTreeInfo``: ``orig_args``, ``in_spec``,
+    ``out_spec``), where it is a GraphModule that does so, as torch's unlifted module
+    does; else None.
+
+    >>> program = torch.export.export(torch.nn.ReLU(), (torch.ones(2),))
+    >>> pytree_info(program.module()).orig_args
+    ['input']
+    >>> pytree_info(program.graph_module) is None
+    True
+    """
+    if not isinstance(module, torch.fx.GraphModule):
+        return None
+    return getattr(module.graph._codegen, "pytree_info", None)
 
 
 def _nested(spec: TreeSpec) -> bool:

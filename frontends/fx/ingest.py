@@ -68,6 +68,7 @@ from frontends.fx.exported import (
     input_guards,
     input_structure,
     is_input_guards,
+    pytree_info,
     written_targets,
 )
 from frontends.fx.foreach import split_foreach
@@ -1472,9 +1473,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
 def _takes_structures(module: nn.Module) -> bool:
     """Whether ``module`` is a GraphModule whose forward takes structures (or keywords)
     that its code flattens into its graph's inputs, as torch's unlifted module does."""
-    info = getattr(getattr(getattr(module, "graph", None), "_codegen", None), "pytree_info",
-                   None)
-    return isinstance(module, fx.GraphModule) and getattr(info, "in_spec", None) is not None
+    return getattr(pytree_info(module), "in_spec", None) is not None
 
 
 def _on_leaves(gm: fx.GraphModule) -> fx.GraphModule:
@@ -1521,7 +1520,7 @@ def _unflattened_outputs(gm: fx.GraphModule, outputs):
     """What ``gm`` returns where its code rebuilds a structure from the graph's flat
     outputs (``ExportedProgram.module()`` returns a tensor, not a 1-tuple): the same
     structure, so the emitted program returns what the source does."""
-    info = getattr(gm.graph._codegen, "pytree_info", None)
+    info = pytree_info(gm)
     if info is None or info.out_spec is None or not isinstance(outputs, (tuple, list)):
         return outputs
     from torch.utils._pytree import tree_unflatten
