@@ -54,7 +54,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from compiler.validate import ELEMENTWISE_SLACK, NORMWISE_SLACK, reference_spread, sharing_pairs
+from compiler.validate import (
+    ELEMENTWISE_SLACK,
+    NORMWISE_SLACK,
+    reference_spread,
+    rounding_samples,
+    sharing_pairs,
+)
 
 __all__ = [
     "CATEGORIES", "Chooser", "DrawChooser", "InputSpec", "Outcome", "Program", "RandomChooser",
@@ -1412,41 +1418,6 @@ def _to64(xs: tuple) -> tuple:
                  for x in xs)
 
 
-# Ops whose result is exactly one of their operands' values (or a selection of them):
-# a Monte Carlo run leaves them alone.
-_EXACT = {"getitem", "view", "reshape", "transpose", "permute", "t", "flatten", "unsqueeze",
-          "squeeze", "contiguous", "expand", "expand_as", "size", "neg", "abs", "relu",
-          "amax", "amin", "max", "min", "clamp", "where", "masked_fill", "gather", "embedding",
-          "Embedding", "cat", "floor", "to", "float", "type_as", "long", "maximum", "minimum",
-          "clone", "getattr", "Identity", "ReLU"}
-
-
-class _MonteCarlo(torch.fx.Interpreter):
-    """Runs a traced source with each inexact op's result moved by a random fraction (up
-    to one) of an ulp, elementwise: a sample of the source's own rounding errors
-    (Monte Carlo arithmetic), cancellations included."""
-
-    def __init__(self, gm: torch.fx.GraphModule, gen: torch.Generator):
-        super().__init__(gm)
-        self.gen = gen
-
-    def run_node(self, n):
-        out = super().run_node(n)
-        if n.op not in ("call_function", "call_method", "call_module"):
-            return out
-        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
-            return out
-        if n.op == "call_module":
-            name = type(self.module.get_submodule(n.target)).__name__
-        else:
-            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if name in _EXACT:
-            return out
-        eps = torch.finfo(out.dtype).eps
-        u = torch.rand(out.shape, generator=self.gen, dtype=torch.float64) * 2 - 1
-        return (out.double() * (1 + eps * u)).to(out.dtype)
-
-
 def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> list[_Case]:
     """Fresh inputs (not the example inputs): two sets at the batch size the program was
     built for (the second with both signs for inputs only observed positive), one at a
@@ -1464,8 +1435,7 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
                 given = _clone(xs)
                 src = _flat(fn(*given))
                 ref = _flat(ref_fn(*_to64(xs)))
-                spread = [_flat(_MonteCarlo(gm, gen).run(*_clone(xs)))
-                          for _ in range(samples)]
+                spread = rounding_samples(gm, _clone(xs), samples, gen)
                 unresolved = reference_spread(gm, xs, ref)
         except Exception:
             if batch != prog.batch:

@@ -308,6 +308,48 @@ def test_an_output_the_source_cancels_to_noise_is_judged_with_the_wider_slack():
     assert not wrong.ok and "error" in wrong.reason
 
 
+def _log_sum_exp_of_log_probabilities(x):
+    p = torch.sigmoid(x)
+    log_p = p - torch.logsumexp(p, -1, keepdim=True)
+    top = log_p.amax(-1, keepdim=True)
+    return top + torch.log(torch.exp(log_p - top).sum(-1, keepdim=True))
+
+
+def _mean_of_a_layer_norm(x):
+    return torch.nn.functional.layer_norm(torch.log(torch.exp(x).sum(-2)), (4,)).mean(-1)
+
+
+@pytest.mark.parametrize("program, x, wrong_by", [
+    (_log_sum_exp_of_log_probabilities,
+     torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 0.5, 1e-4),
+    (_mean_of_a_layer_norm,
+     torch.rand(3, 5, 4, generator=torch.Generator().manual_seed(0)).mul(9e-4).add(1e-4).half(),
+     1e-2),
+])
+def test_an_output_zero_in_truth_is_judged_at_the_rounding_the_source_could_make(
+        program, x, wrong_by):
+    """Both outputs are 0 in truth: a log-sum-exp of log-probabilities, and the mean of a
+    float16 layer norm of rows alike to 1e-4. Where the source happened to round to
+    exactly 0, the fused ``logsumexp``/``log_softmax`` program's 2.4e-7 (and float16's
+    1e-5) were infinite relative errors, and the rewrites fell back (found by the fuzzer,
+    seed 777001, programs 94 and 150). The source's error is the worst of the runs its own
+    ops could as well have rounded otherwise (``rounding_samples``): within those the
+    program passes; off by a real error it is still refused."""
+    from compiler.validate import validate_module
+    from egraph import AstSize, EGraph
+
+    gm = torch.fx.symbolic_trace(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback warns)
+        opt = EGraph.from_fx(gm, (x,)).saturate(load_rules("all")).extract(AstSize())
+    report = opt.meta["egraph_report"]
+    assert report.validation.ok and not report.fell_back
+    assert "logsumexp" in report.used
+    src = EGraph.from_fx(gm, (x,)).fx
+    wrong = validate_module(src, _Recorded(lambda x: program(x) + wrong_by))
+    assert not wrong.ok and "error" in wrong.reason
+
+
 def test_the_float64_reference_keeps_writes_into_values_the_graph_made():
     """``y = torch.zeros(3); y[1] = x[0]``: the float64 reference promoted ``y`` on every
     read, so the write went into a copy and the reference held zeros, and a program
