@@ -1,9 +1,9 @@
 """The pipeline fuzzer's soak: many seeded random programs through the whole pipeline.
 
     .venv/bin/python benchmarks/fuzz.py --n 10000 --seed 0 [--compile-every 10]
-                                        [--export-every 10]
+                                        [--export-every 10] [--half bfloat16]
 
-Program ``i`` of seed ``s`` is ``tests/fuzzer.program(s, i)`` (reproducible); each goes
+Program ``i`` of seed ``s`` is ``tests/fuzzer.program(s, i, half)`` (reproducible); each goes
 through ``EGraph.from_fx -> saturate(load_rules("all")) -> extract`` under every cost model
 (strict validation), every ``--compile-every``-th also through ``torch.compile`` with the
 ``egraph`` backend, every ``--export-every``-th also through ``torch.export`` with the batch
@@ -104,6 +104,9 @@ def main(argv=None) -> int:
     ap.add_argument("--export-every", type=int, default=10,
                     help="every k-th program also through torch.export with a dynamic batch "
                          "(0: never)")
+    ap.add_argument("--half", choices=("float16", "bfloat16"), default="float16",
+                    help="the low-precision dtype of a fifth of the programs "
+                         "(fuzzer.program(seed, i, half))")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1)")
     ap.add_argument("--iter-limit", type=int, default=fuzzer.LIMITS["iter_limit"],
                     help="saturation iterations per program")
@@ -125,7 +128,7 @@ def main(argv=None) -> int:
     results: list[fuzzer.Result] = []
     t0 = time.perf_counter()
     for i in progress(range(args.start, args.start + args.n), desc="soak", unit="program"):
-        prog = fuzzer.program(args.seed, i)
+        prog = fuzzer.program(args.seed, i, args.half)
         compile_it = args.compile_every > 0 and i % args.compile_every == 0
         export_it = args.export_every > 0 and i % args.export_every == 0
         result = fuzzer.check(prog, torch_compile=compile_it, limits=limits,

@@ -8,9 +8,10 @@ constants of every magnitude (1e-12 ... 1e12, values not exact in binary such as
 broadcasting, matmul and ``nn.Linear``, views and reshapes (``x.view(x.size(0), -1)``,
 ``B, T, C = x.shape``), indexing, gather, embeddings, integer arithmetic, comparisons and
 casts, in float32 and float16 (some float16 programs on purpose past the overflow
-threshold). Every choice goes through a :class:`Chooser`, so the same generator runs from
-a seeded ``random.Random`` (:func:`program`: program ``i`` of seed ``s`` is reproducible)
-or from a hypothesis draw (:func:`programs`: failures shrink to small programs).
+threshold) or bfloat16. Every choice goes through a :class:`Chooser`, so the same generator
+runs from a seeded ``random.Random`` (:func:`program`: program ``i`` of seed ``s`` is
+reproducible) or from a hypothesis draw (:func:`programs`: failures shrink to small
+programs).
 
 :func:`check` sends one program through the pipeline (``EGraph.from_fx`` -> ``saturate``
 -> ``extract`` under every cost model, strict validation; optionally ``torch.compile`` with
@@ -356,13 +357,14 @@ def _symbolic(shape: tuple) -> int:
 class _Gen:
     """The generator's state: the statements so far and the pool of values."""
 
-    def __init__(self, ch: Chooser, seed: Any, index: int):
+    def __init__(self, ch: Chooser, seed: Any, index: int, half: str = "float16"):
         self.ch = ch
         self.seed, self.index = seed, index
-        self.dtype = "float16" if ch.chance(0.2) else "float32"
+        self.dtype = half if ch.chance(0.2) else "float32"
         self.overflow = self.dtype == "float16" and ch.chance(0.25)
-        # Magnitudes a value may reach, and what exp may be given, without overflowing.
-        if self.dtype == "float32":
+        # Magnitudes a value may reach, and what exp may be given, without overflowing
+        # (bfloat16 has float32's range).
+        if self.dtype != "float16":
             self.budget, self.explim = 1e25, 30.0
         elif self.overflow:
             self.budget, self.explim = 1e9, 20.0
@@ -431,7 +433,7 @@ class _Gen:
         scale = 1.0
         domain = "any"
         if kind == "f":
-            scales = [1.0, 3.0, 0.5, 1e-3, 100.0] if self.dtype == "float32" or self.overflow \
+            scales = [1.0, 3.0, 0.5, 1e-3, 100.0] if self.dtype != "float16" or self.overflow \
                 else [1.0, 3.0, 0.5, 1e-2, 10.0]
             scale = self.ch.pick(scales)
             if positive:
@@ -1195,7 +1197,7 @@ class _Gen:
                 shape, mag = a.shape, max(a.mag, abs(eval(c, {"math": math})))
         else:
             fill = ["0.0", "-1e4", "1.0"] + (["-1e9", "float('-inf')"]
-                                             if self.dtype == "float32" else [])
+                                             if self.dtype != "float16" else [])
             c = self.ch.pick(fill)
             if "(" in cond:
                 cond = f"({cond})"
@@ -1275,14 +1277,17 @@ def judge_callable(prog: Program, fn: Callable) -> list[Outcome]:
     return outcomes
 
 
-def generate(chooser: Chooser, seed: Any = "h", index: int = 0) -> Program:
-    """A random program from ``chooser``'s choices."""
-    return _Gen(chooser, seed, index).run()
+def generate(chooser: Chooser, seed: Any = "h", index: int = 0, half: str = "float16"
+             ) -> Program:
+    """A random program from ``chooser``'s choices; a fifth of them in ``half``
+    ("float16" or "bfloat16"), the others in float32."""
+    return _Gen(chooser, seed, index, half).run()
 
 
-def program(seed: int, index: int) -> Program:
-    """Program ``index`` of seed ``seed`` (reproducible)."""
-    return generate(RandomChooser(random.Random(f"fuzz:{seed}:{index}")), seed, index)
+def program(seed: int, index: int, half: str = "float16") -> Program:
+    """Program ``index`` of seed ``seed`` (reproducible; with ``half="bfloat16"`` the
+    same choices, bfloat16 where they pick float16)."""
+    return generate(RandomChooser(random.Random(f"fuzz:{seed}:{index}")), seed, index, half)
 
 
 def programs():
