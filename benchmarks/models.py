@@ -308,6 +308,9 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
                                            inductor_options=INDUCTOR_OPTIONS, **LIMITS)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend)
+    # Each step starts from the same buffers: a step that updates them (a vector
+    # quantiser's codebook, moved by an average of its inputs) is then judged on them too.
+    first = {k: b.clone() for k, b in model.named_buffers()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
@@ -318,22 +321,35 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
         _breaks(seen, row)
         _reports([r.extraction for r in backend.reports], row)
         grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-        expected = _train_step(model, inputs)()
+        updated = {k: b.clone() for k, b in model.named_buffers()}
+        _restore_buffers(model, first)
         wide = {}
 
         def exact(key=None):
             if not wide:  # the step in float64, once, for any loss or gradient that differs
                 wide_model = float64_copy(model)
+                _restore_buffers(wide_model, first)
                 wide["loss"] = _train_step(wide_model, _wide(inputs))().detach()
                 wide.update((k, p.grad) for k, p in wide_model.named_parameters())
+                wide.update(wide_model.named_buffers())
             return wide[key or "loss"]
 
+        expected = _train_step(model, inputs)()
         _check(loss, expected, exact, "loss")
         for key, p in model.named_parameters():
             if p.grad is not None:
                 _check(grads[key], p.grad, lambda k=key: exact(k), f"gradient of {key}")
+        for key, b in model.named_buffers():
+            _check(updated[key], b, lambda k=key: exact(k), f"buffer {key}")
+        _restore_buffers(model, first)
         row[TIMED] = _train_step(compiled, inputs)
     return row
+
+
+def _restore_buffers(model: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for key, b in model.named_buffers():
+            b.copy_(values[key])
 
 
 def run_generate(generation: Generation, rules, codegen: str = "eager") -> dict:

@@ -380,6 +380,29 @@ MODELS.update({
     "normflows_maf": lambda: _normflows(lambda nf: [
         f for _ in range(2) for f in (nf.flows.MaskedAffineAutoregressive(2, 16, num_blocks=2),
                                       nf.flows.Permute(2))]),
+    "performer_lm": lambda: (_library("performer_pytorch:PerformerLM")(
+        num_tokens=TOKENS, max_seq_len=SEQ, dim=DIM, depth=DEPTH, heads=HEADS, dim_head=16,
+        causal=False, nb_features=32, auto_check_redraw=False), _tokens()),
+    "performer_generalized": lambda: (_library("performer_pytorch:PerformerLM")(
+        num_tokens=TOKENS, max_seq_len=SEQ, dim=DIM, depth=DEPTH, heads=HEADS, dim_head=16,
+        nb_features=32, generalized_attention=True, use_scalenorm=True,
+        auto_check_redraw=False), _tokens()),
+    "nystromformer": lambda: (_library("nystrom_attention:Nystromformer")(
+        dim=DIM, depth=DEPTH, dim_head=16, heads=HEADS, num_landmarks=8,
+        attn_values_residual_conv_kernel=5), (_random(2, SEQ, DIM),)),
+    "gmlp_lm": lambda: (_library("g_mlp_pytorch:gMLP")(
+        num_tokens=TOKENS, dim=DIM, depth=DEPTH, seq_len=SEQ, attn_dim=16, causal=True),
+        _tokens()),
+    "lambda_layer": lambda: (_library("lambda_networks:LambdaLayer")(
+        32, dim_out=32, r=7, dim_k=16, heads=4, dim_u=1), (_random(2, 32, 16, 16),)),
+    "linear_attention_lm": lambda: (_library(
+        "linear_attention_transformer:LinearAttentionTransformerLM")(
+        num_tokens=TOKENS, dim=DIM, depth=DEPTH, max_seq_len=SEQ, heads=HEADS, dim_head=16,
+        causal=True, n_local_attn_heads=2, local_attn_window_size=8), _tokens()),
+    # (in eval mode: in training each call moves its codebook, so two calls differ)
+    "vector_quantize": lambda: (_library("vector_quantize_pytorch:VectorQuantize")(
+        dim=DIM, codebook_size=128, codebook_dim=16, heads=2, use_cosine_sim=True).eval(),
+        (_random(2, SEQ, DIM),)),
     "mamba": lambda: _mamba(d_state=8),
     "mamba_sequential": lambda: _mamba(d_state=8, pscan=False),
 })
