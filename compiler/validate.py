@@ -469,16 +469,16 @@ def rounding_samples(graph: fx.GraphModule, xs: tuple, samples: int = 4,
     (8, True)
     """
     rounding = rounding if rounding is not None else torch.Generator().manual_seed(0)
-    copied = deep_copy(graph)
     writes = updates_inputs(graph.graph)
     runs = []
-    for _ in range(samples):
-        given = [x.clone() if writes and isinstance(x, torch.Tensor) else x for x in xs]
-        try:
+    try:
+        copied = deep_copy(graph)
+        for _ in range(samples):
+            given = [x.clone() if writes and isinstance(x, torch.Tensor) else x for x in xs]
             with torch.no_grad(), state_kept(), attributes_kept(copied):
                 runs.append(_flat(_RoundingInterpreter(copied, rounding).run(*given)))
-        except Exception:  # noqa: BLE001 - no samples where the graph cannot run so
-            return []
+    except Exception:  # noqa: BLE001 - no samples where the graph cannot be run so
+        return []
     return runs
 
 
