@@ -59,6 +59,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from compiler.ordinals import within
 from egraph.ops.table import TABLE
+from egraph.signs import POS
 from frontends.fx.effects import (
     UNINITIALISED,
     attributes_kept,
@@ -364,6 +365,13 @@ _EXACT_OPS = frozenset(name for name, entry in TABLE.items()
 """Ops whose result is one of their operands' values, or a selection of them, with no
 rounding: a Monte Carlo run of the reference leaves them alone."""
 
+_POSITIVE_OPS = frozenset(
+    part for name, entry in TABLE.items() if entry.sign == POS
+    for part in (name, *(target.split(".")[1] if target.startswith("aten.")
+                         else target.rsplit(".", 1)[-1] for target, _ in entry.spellings)))
+"""Ops (by every name a graph calls them) whose result is positive on finite operands in
+exact arithmetic (``exp``, ``sigmoid``, ``softmax``): a 0 they give is an underflow."""
+
 
 def _op_name(n: fx.Node) -> str:
     if isinstance(n.target, str):
@@ -411,9 +419,20 @@ class _Float64Interpreter(fx.Interpreter):
             # k roundings, 1 <= |k| <= 16 at random: two equal values (log(x + 1) and
             # log(x) where float64 cannot tell x + 1 from x) almost never move alike
             k = torch.randint(1, 17, out.shape, generator=self.rounding, dtype=torch.float64)
-            k.mul_(torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1)
-            out = _moved(out, self.env, n, k)
+            sign = torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1
+            if _op_name(n) in _POSITIVE_OPS and self._underflowed(n, out):
+                # A 0 of an op that is positive in truth on finite operands (exp(-800),
+                # a softmax of a row 1e9 apart) is an underflow: its rounding error is
+                # up to the smallest subnormal, as much as the value (the log of it is
+                # -inf in float64 and finite in truth: float64 cannot tell it)
+                out = torch.where(out == 0, k.to(out.device) * math.ulp(0.0), out)
+            out = _moved(out, self.env, n, k.mul_(sign))
         return out
+
+    def _underflowed(self, n: fx.Node, out: torch.Tensor) -> bool:
+        operands = [v for v in map(self.env.get, n.all_input_nodes)
+                    if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        return bool((out == 0).any()) and all(_all_finite(v) for v in operands)
 
     def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[tuple, dict]:
         args, kwargs = super().fetch_args_kwargs_from_env(n)

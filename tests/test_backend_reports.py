@@ -1,6 +1,7 @@
 """The compile backend's reports: every graph, dynamo's graph breaks, validation modes and
 measured memory."""
 
+import math
 import warnings
 
 import pytest
@@ -189,11 +190,11 @@ class _Recorded(torch.nn.Module):
         super().__init__()
         self.fn, self.seen = fn, []
 
-    def forward(self, x):
+    def forward(self, *inputs):
         import threading
 
         self.seen.append((threading.current_thread().name, torch.is_grad_enabled()))
-        return self.fn(x)
+        return self.fn(*inputs)
 
 
 @pytest.fixture
@@ -348,6 +349,37 @@ def test_an_output_zero_in_truth_is_judged_at_the_rounding_the_source_could_make
     src = EGraph.from_fx(gm, (x,)).fx
     wrong = validate_module(src, _Recorded(lambda x: program(x) + wrong_by))
     assert not wrong.ok and "error" in wrong.reason
+
+
+def _log_of_masked_softmax(x, mask, fill=-1e9):
+    return torch.log(torch.softmax(x.masked_fill(mask, fill), -1))
+
+
+def test_a_log_softmax_finite_where_float64_underflows_to_minus_inf_is_kept():
+    """``log(softmax(x.masked_fill(mask, -1e9)))``: the masked probabilities underflow
+    to 0 in float64 too, so the reference's logs are -inf where ``log_softmax`` gives the
+    true, finite -1e9; the rewrite fell back. A 0 of an op positive in truth (exp,
+    sigmoid, softmax) is an underflow that the reference's Monte Carlo runs now move off
+    0, and float64 is found unable to tell those elements. A mask filled with -inf is a
+    true 0, so a program finite there is still refused."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+    from extractors import Flops
+
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(4, 8, generator=g), torch.zeros(4, 8, dtype=torch.bool)
+    mask[:, 6:] = True
+    gm = torch.fx.symbolic_trace(_log_of_masked_softmax)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback warns)
+        opt = EGraph.from_fx(gm, (x, mask)).saturate(load_rules("all")).extract(Flops())
+    assert opt.meta["egraph_report"].used == {"log-softmax": 1}
+    assert torch.isfinite(opt(x, mask)).all()
+    src = EGraph.from_fx(torch.fx.symbolic_trace(
+        lambda x, mask: _log_of_masked_softmax(x, mask, -math.inf)), (x, mask)).fx
+    finite = validate_module(src, _Recorded(
+        lambda x, mask: torch.log_softmax(x.masked_fill(mask, -1e9), -1)))
+    assert not finite.ok and "error" in finite.reason
 
 
 def test_the_float64_reference_keeps_writes_into_values_the_graph_made():
