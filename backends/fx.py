@@ -16,6 +16,7 @@ add = torch.add(exp, exp);  exp = None
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 from collections.abc import Sequence
@@ -206,8 +207,12 @@ class _Emitter:
 
     def run(self) -> fx.Graph:
         src = self.src
+        # (an input with a default, ``def f(x, scale=2.0)``, keeps it: callers leave it out)
+        defaults = {n.name: n.args[0] for n in src.graph_module.graph.nodes
+                    if n.op == "placeholder" and n.args}
         for name, cid in zip(src.inputs, src.input_classes):
-            self.values[self.find(cid)] = node = self.graph.placeholder(name)
+            self.values[self.find(cid)] = node = self.graph.placeholder(
+                name, default_value=defaults.get(name, inspect.Signature.empty))
             self.metas[node] = self.eg.data(cid)
             self.shared.add(node)
         for effect in src.effects:

@@ -1631,3 +1631,85 @@ def test_an_exported_update_of_an_inputs_view_is_written_back(program):
         torch.testing.assert_close(opt(given), expected)
         torch.testing.assert_close(given, expected_input)
         torch.testing.assert_close(example, x)  # the example inputs are left as they were
+
+
+def _scaled(x, scale=2.0):
+    return (x * scale) * 3.0
+
+
+def test_an_input_with_a_default_keeps_it():
+    """``def f(x, scale=2.0)``, traced and given ``(x,)``: the emitted forward dropped the
+    default, so validation's call without ``scale`` raised and every rewrite fell back."""
+    x = torch.randn(4)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_scaled), (x,)).saturate(
+        load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x), _scaled(x))
+    torch.testing.assert_close(opt(x, 0.5), _scaled(x, 0.5))
+
+
+def _positive_scale(x, p):
+    torch._assert(p > 0, "p must be positive")
+    return x * p + 1.0
+
+
+def test_a_number_passed_as_an_input_is_computed_on_as_a_python_number():
+    """A float input compared in Python (``p > 0``) was emitted as ``torch.gt(p, 0)``,
+    which takes no two floats: the optimised program raised and fell back."""
+    x = torch.randn(4)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_positive_scale), (x, 0.5)).saturate(
+        load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x, 0.25), _positive_scale(x, 0.25))
+    with pytest.raises(AssertionError, match="p must be positive"):
+        opt(x, -1.0)
+
+
+class _OptionalMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, mask=None, scale: float = 0.5):
+        scores = self.proj(x) * scale
+        if mask is not None:
+            scores = scores.masked_fill(mask, -1e9)
+        return torch.softmax(scores, -1)
+
+
+def test_a_module_given_fewer_inputs_than_it_takes_runs_with_their_defaults():
+    """``EGraph.from_fx(model, (x,))`` for ``forward(self, x, mask=None, scale=0.5)``
+    means ``model(x)``: torch.fx traced the ``mask is not None`` branch with a proxy and
+    ingest refused the examples ("masked_fill() received ... NoneType"). The left-out
+    arguments are traced as their defaults (torch.fx's ``concrete_args``); passing
+    another value is refused by torch.fx's own check. Given, the mask is an input."""
+    model = _OptionalMask().eval()
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(2, 8, generator=g), torch.rand(2, 8, generator=g) > 0.5
+    rules = load_rules("all")
+    opt = EGraph.from_fx(model, (x,)).saturate(rules).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x), model(x))
+    with pytest.raises(AssertionError, match="mask has been specialized"):
+        opt(x, mask)
+    masked = EGraph.from_fx(model, (x, mask)).saturate(rules).extract(AstSize())
+    assert not masked.meta["egraph_report"].fell_back
+    torch.testing.assert_close(masked(x, mask), model(x, mask))
+
+
+class _KeywordOnly(nn.Module):
+    def forward(self, x, *, causal=False, temperature=1.0):
+        scores = x @ x.transpose(-1, -2) / temperature
+        if causal:
+            scores = scores.masked_fill(
+                torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        return scores.softmax(-1)
+
+
+def test_keyword_only_arguments_run_with_their_defaults():
+    """Keyword-only flags (``causal=False``) are traced as their defaults too, and their
+    specialisation checks compare Python bools in Python."""
+    x = torch.randn(2, 4, 8)
+    opt = EGraph.from_fx(_KeywordOnly(), (x,)).saturate(load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x), _KeywordOnly()(x))

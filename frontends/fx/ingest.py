@@ -140,12 +140,23 @@ _CLONES = (torch.clone, torch.ops.aten.clone.default, torch.ops.aten.lift_fresh_
 """Call targets that copy their input (``Tensor.clone`` is the method): the op table models
 them as the identity, but the source's result is a new tensor."""
 
-def trace(model: nn.Module) -> fx.GraphModule:
-    """``torch.fx.symbolic_trace`` with a clear error for models it cannot capture."""
+def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with a clear error for models it cannot capture. The
+    arguments of ``forward`` that ``example_inputs`` leave out take their defaults and are
+    traced as those values (``forward(self, x, mask=None)`` given ``(x,)``: the branch on
+    ``mask is not None`` is not taken), as ``model(*example_inputs)`` runs; the module
+    traced asserts them (torch.fx's ``concrete_args``).
+
+    >>> class Scaled(nn.Module):
+    ...     def forward(self, x, mask=None, scale=2.0):
+    ...         return x * scale if mask is None else x.masked_fill(mask, 0.0)
+    >>> print(trace(Scaled(), (torch.ones(2),))(torch.ones(2)))
+    tensor([2., 2.])
+    """
     if isinstance(model, fx.GraphModule):
         return model
     try:
-        return fx.symbolic_trace(model)
+        return fx.symbolic_trace(model, concrete_args=_left_out(model, example_inputs))
     except Exception as err:
         raise UntraceableModel(
             f"torch.fx cannot trace {type(model).__name__}: {err}. Symbolic tracing cannot "
@@ -155,6 +166,26 @@ def trace(model: nn.Module) -> fx.GraphModule:
             "use torch.compile(model, backend='egraph'), which splits the graph at such "
             "points."
         ) from err
+
+
+def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
+    """The arguments of ``model.forward`` after the ``example_inputs`` (and its keyword-only
+    ones) that have defaults, with their defaults (None without example inputs: every
+    argument is traced)."""
+    if example_inputs is None:
+        return None
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # (a forward without a signature: traced as it is)
+        return None
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        return None
+    keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
+    left = {p.name: p.default for p in positional[len(example_inputs):] + keywords
+            if p.default is not p.empty}
+    return left or None
 
 
 def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
@@ -255,6 +286,9 @@ class _Propagation(fx.Interpreter):
             with self.mode:
                 result = super().run_node(n)
         meta = _meta_of_value(result)
+        if meta is None and n.op == "placeholder" and type(result) in (bool, int, float):
+            # a number the caller passes (or its default): Python arithmetic, not torch's
+            meta = Meta("scalar")
         if meta is not None:
             self.metas[n.name] = meta
         return result
@@ -1385,7 +1419,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             gm = _written_back(functional)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
-        gm = split_foreach(trace(source))
+        gm = split_foreach(trace(source, example_inputs if isinstance(
+            example_inputs, (tuple, list)) or example_inputs is None else (example_inputs,)))
         module = source
         if _takes_structures(source):
             # (torch's unlifted module: its graph takes the leaves of its forward's
