@@ -1681,8 +1681,9 @@ def test_a_module_given_fewer_inputs_than_it_takes_runs_with_their_defaults():
     """``EGraph.from_fx(model, (x,))`` for ``forward(self, x, mask=None, scale=0.5)``
     means ``model(x)``: torch.fx traced the ``mask is not None`` branch with a proxy and
     ingest refused the examples ("masked_fill() received ... NoneType"). The left-out
-    arguments are traced as their defaults (torch.fx's ``concrete_args``); passing
-    another value is refused by torch.fx's own check. Given, the mask is an input."""
+    arguments are traced as their defaults (torch.fx's ``concrete_args``), and one given as
+    None as None; passing another value is refused by torch.fx's own check. Given, the
+    mask is an input."""
     model = _OptionalMask().eval()
     g = torch.Generator().manual_seed(0)
     x, mask = torch.randn(2, 8, generator=g), torch.rand(2, 8, generator=g) > 0.5
@@ -1692,6 +1693,9 @@ def test_a_module_given_fewer_inputs_than_it_takes_runs_with_their_defaults():
     torch.testing.assert_close(opt(x), model(x))
     with pytest.raises(AssertionError, match="mask has been specialized"):
         opt(x, mask)
+    given_none = EGraph.from_fx(model, (x, None)).saturate(rules).extract(AstSize())
+    assert not given_none.meta["egraph_report"].fell_back
+    torch.testing.assert_close(given_none(x, None), model(x))
     masked = EGraph.from_fx(model, (x, mask)).saturate(rules).extract(AstSize())
     assert not masked.meta["egraph_report"].fell_back
     torch.testing.assert_close(masked(x, mask), model(x, mask))

@@ -170,8 +170,8 @@ def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.Gr
 
 def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
     """The arguments of ``model.forward`` after the ``example_inputs`` (and its keyword-only
-    ones) that have defaults, with their defaults (None without example inputs: every
-    argument is traced)."""
+    ones) that have defaults, with their defaults, and those given as None, as None (None
+    without example inputs: every argument is traced)."""
     if example_inputs is None:
         return None
     try:
@@ -185,6 +185,8 @@ def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | N
     keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
     left = {p.name: p.default for p in positional[len(example_inputs):] + keywords
             if p.default is not p.empty}
+    # (None given is None traced: ``if mask is not None`` cannot branch on a proxy)
+    left.update((p.name, None) for p, x in zip(positional, example_inputs) if x is None)
     return left or None
 
 
