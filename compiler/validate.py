@@ -925,7 +925,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                         for run in samples:
                             e_before, n_before = (max(pair) for pair in zip(
                                 (e_before, n_before),
-                                _sample_errors(run[index], b, r, unresolved, failed)))
+                                _sample_errors(run[index] if index < len(run) else None,
+                                               b, r, unresolved, failed)))
                 worst_before = max(worst_before, e_before)
                 worst_after = max(worst_after, e_after)
                 if defined_only:
