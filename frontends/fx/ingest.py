@@ -1408,6 +1408,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     given and export can capture it (``follow_views=False``: ingested as traced).
     """
     param_names: dict[str, str] = {}
+    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
     if isinstance(source, torch.export.ExportedProgram) and (
             source.graph_signature.inputs_to_lifted_custom_objs):
         # (an object it lifted to an input, a torch.Generator: its unlifted module reads
@@ -1421,8 +1423,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             gm = _written_back(functional)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
-        gm = split_foreach(trace(source, example_inputs if isinstance(
-            example_inputs, (tuple, list)) or example_inputs is None else (example_inputs,)))
+        gm = split_foreach(trace(source, example_inputs))
         module = source
         if _takes_structures(source):
             # (torch's unlifted module: its graph takes the leaves of its forward's
@@ -1430,16 +1431,12 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             # included; ingest and validation run the graph)
             module = _on_leaves(gm)
             if example_inputs is not None:
-                example_inputs = tuple(torch.utils._pytree.tree_leaves(
-                    tuple(example_inputs) if isinstance(example_inputs, (tuple, list))
-                    else (example_inputs,)))
+                example_inputs = tuple(torch.utils._pytree.tree_leaves(tuple(example_inputs)))
     else:
         raise TypeError(
             f"EGraph.from_fx takes a torch.fx.GraphModule, an nn.Module or a "
             f"torch.export.ExportedProgram, not {type(source).__name__}"
         )
-    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
     if example_inputs is not None:
         _check_count(gm, example_inputs, param_names)
     if observe is None and example_inputs is not None:
@@ -1685,9 +1682,6 @@ def _from_export(program, example_inputs):
              **sig.inputs_to_lifted_tensor_constants}
     if example_inputs is None and program.example_inputs is not None:
         example_inputs = program.example_inputs
-    elif example_inputs is not None:
-        example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
-            else (example_inputs,)
     if example_inputs is not None:  # (the graph's inputs are the leaves: {"a": x} is x)
         example_inputs = tuple(torch.utils._pytree.tree_leaves(example_inputs))
     return gm, names, example_inputs
