@@ -935,7 +935,8 @@ def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     for node in _plain_sums(graph):
         for term, other in (node.args, node.args[::-1]):
             y, scale = _scaled(term)
-            if y is term or not isinstance(other, fx.Node) or getattr(
+            # (``v + v`` with ``v = y * s``: the sum reads the product twice, it must stay)
+            if y is term or other is term or not isinstance(other, fx.Node) or getattr(
                     metas.get(other), "kind", None) != "tensor" or not _fits_alpha(
                     y, scale, term, metas) or not _unwritten(writes, [term], node):
                 continue

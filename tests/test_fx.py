@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.validate import ValidationError
-from egraph import AstSize, EGraph, UnsoundMerge, rewrite
+from egraph import AstDepth, AstSize, EGraph, UnsoundMerge, rewrite
 from egraph.examples.zoo import MODELS, build
 from egraph.rules import load_rules
 from frontends.fx import UntraceableModel
@@ -1717,3 +1717,21 @@ def test_keyword_only_arguments_run_with_their_defaults():
     opt = EGraph.from_fx(_KeywordOnly(), (x,)).saturate(load_rules("all")).extract(AstSize())
     assert not opt.meta["egraph_report"].fell_back
     torch.testing.assert_close(opt(x), _KeywordOnly()(x))
+
+
+def _doubled_scaled_mean(x):
+    v = torch.log_softmax(x, -2).mean() * 0.1 * 3
+    doubled = v + v
+    return torch.sqrt(doubled * doubled + 1.0)
+
+
+@pytest.mark.parametrize("cost", [AstSize(), AstDepth()])
+def test_a_sum_of_a_scaled_product_with_itself_is_emitted(cost):
+    """``v + v`` with ``v = y * s``: emission's ``add(x, y, alpha=s)`` fusion took the
+    product as the scaled term and as the other, then erased it while the fused sum still
+    read it, and extraction crashed (fuzzer, seed 99, program 168)."""
+    x = torch.randn(3, 4, 6, generator=torch.Generator().manual_seed(0)) * 3
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(_doubled_scaled_mean), (x,)).saturate(
+        load_rules("all")).extract(cost)
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x), _doubled_scaled_mean(x))
