@@ -278,6 +278,22 @@ def test_a_half_product_is_not_regrouped_into_an_overflow():
     assert torch.equal(opt(y).isinf(), program(y).isinf())
 
 
+def test_a_half_product_is_not_regrouped_into_subnormals_nor_factored_into_an_overflow():
+    """``(x / 1e-8) * x`` doubled, in float16 with x near 1e-3 (fuzzer, seed 99, program
+    298): ``assoc-mul`` made ``(x * x) * 2e8``, whose ``x * x`` is a subnormal of a few
+    bits (error 0.31 where the source's was 0.003), and ``factor`` made
+    ``x * ((x + x) * 1e8)``, whose sum times 1e8 overflows where the source's products
+    did not. Both fell back; the ranges of the factors now refuse both regroupings."""
+    def program(x0):
+        v1 = torch.mul(x0.div(1e-8), x0)
+        return torch.add(v1, v1)
+
+    x = (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)) * 1e-3).half()
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(program), (x,)).saturate(RULES).extract(
+        AstSize(), validate="raise")
+    assert opt.meta["egraph_report"].validation.ok
+
+
 def test_validation_refuses_an_overflow_turned_into_nan():
     """a * (b - c) overflowing to inf is not a * b - a * c = inf - inf = NaN."""
     from compiler.validate import _overflow_changed

@@ -244,15 +244,24 @@ _LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
             "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 """The largest finite value of each floating dtype, by name."""
 
+_SMALLEST = {"float16": 6.103515625e-05, "bfloat16": 1.1754943508222875e-38,
+             "float32": 1.1754943508222875e-38, "float64": 2.2250738585072014e-308}
+"""The smallest normal value of each floating dtype, by name: below it digits are lost."""
 
-def product_in_range(x: Variable, y: Variable, *tensors: Variable) -> Guard:
+
+def product_in_range(x: Variable, y: Variable | tuple[Variable, ...], *tensors: Variable
+                     ) -> Guard:
     """Where the magnitudes of ``?x`` and ``?y`` are known (a number's; a tensor's from
     its proven or observed range), their product is finite in the dtype of the tensors
-    among ``?tensors``. A regrouping that folds ``1e12 * 1e27`` into one constant
-    multiplies by ``inf`` in float32, where the source's chain overflowed only for large
-    inputs; in float16, ``(d * rsqrt(v + 1e-12)) * 1e6`` regrouped as
-    ``d * (rsqrt(v + 1e-12) * 1e6)`` overflows where the source's small ``d`` kept it
-    finite. An unknown magnitude leaves the regrouping allowed.
+    among ``?tensors``, and not all below its normal range. A regrouping that folds
+    ``1e12 * 1e27`` into one constant multiplies by ``inf`` in float32, where the source's
+    chain overflowed only for large inputs; in float16, ``(d * rsqrt(v + 1e-12)) * 1e6``
+    regrouped as ``d * (rsqrt(v + 1e-12) * 1e6)`` overflows where the source's small
+    ``d`` kept it finite, and ``(x * 1e8) * x`` regrouped as ``(x * x) * 1e8`` with ``x``
+    near 1e-3 rounds ``x * x`` to a subnormal of a few bits, where the source's product
+    was normal. An unknown magnitude leaves the regrouping allowed. ``?y`` may be a
+    tuple of variables: the product with their sum (``factor``'s ``a * (b + c)``, whose
+    sum may be larger than either term).
 
     >>> from egraph import EGraph
     >>> guard = product_in_range("x", "y", "t")
@@ -260,20 +269,25 @@ def product_in_range(x: Variable, y: Variable, *tensors: Variable) -> Guard:
     >>> guard(eg, {"x": eg.add("2"), "y": eg.add("3"), "t": eg.add("t")})  # nothing known
     True
     """
-    x, y = _name(x), _name(y)
+    x, summed = _name(x), tuple(map(_name, y if isinstance(y, tuple) else (y,)))
     names = tuple(map(_name, tensors))
 
     def guard(egraph, subst) -> bool:
-        a, b = _magnitude(egraph, subst[x]), _magnitude(egraph, subst[y])
-        if a is None or b is None:
+        a = _magnitude(egraph, subst[x])
+        terms = [_magnitude(egraph, subst[t]) for t in summed]
+        if a is None or None in terms:
             return True
+        b = sum(terms)
         for n in names:
             meta = _meta(egraph, subst[n])
             if getattr(meta, "kind", None) == "tensor":
-                largest = _LARGEST.get(str(getattr(meta, "dtype", "")).removeprefix("torch."))
-                return largest is None or a * b <= largest
+                dtype = str(getattr(meta, "dtype", "")).removeprefix("torch.")
+                largest, smallest = _LARGEST.get(dtype), _SMALLEST.get(dtype)
+                return largest is None or (a * b <= largest and (
+                    a * b == 0 or a * b >= smallest))
         return True
-    return _named(guard, f"{x} * {y} is finite in the dtype of {', '.join(names)}")
+    return _named(guard, f"{x} * ({' + '.join(summed)}) is finite and normal in the dtype "
+                  f"of {', '.join(names)}")
 
 
 def _magnitude(egraph, cid: int) -> float | None:
