@@ -1,5 +1,8 @@
 """Research code outside ``transformers``: lucidrains' x-transformers, vit-pytorch,
-rotary-embedding-torch, perceiver-pytorch, conformer, mlp-mixer-pytorch and local-attention,
+rotary-embedding-torch, perceiver-pytorch, conformer, mlp-mixer-pytorch, local-attention,
+performer-pytorch (FAVOR+ random features), nystrom-attention (a Moore-Penrose iteration),
+g-mlp-pytorch, lambda-networks, linear-attention-transformer and vector-quantize-pytorch
+(a codebook moved by an average of its inputs in training),
 whose attention is written with ``einsum``, an ellipsis, masks filled with ``-finfo.max``
 and rotary tables made under ``autocast(enabled=False)`` (so torch.compile hands the graph
 over through aot_autograd, which decomposes each einsum); labml's annotated implementations
@@ -20,7 +23,9 @@ are updated in place, a float64 Gaussian mixture, RealNVP, MAF); mambapy's Mamba
     .venv/bin/pip install --no-deps x-transformers vit-pytorch rotary-embedding-torch \
         einops einx frozendict loguru torch-einops-utils perceiver-pytorch conformer \
         mlp-mixer-pytorch local-attention hyper-connections labml==0.4.168 labml-nn \
-        torch_geometric xxhash kornia kornia_rs normflows mambapy
+        torch_geometric xxhash kornia kornia_rs normflows mambapy performer-pytorch \
+        nystrom-attention g-mlp-pytorch lambda-networks linear-attention-transformer \
+        linformer axial-positional-embedding product-key-memory vector-quantize-pytorch
     .venv/bin/python benchmarks/research.py [--models xt_decoder,vit] [--repeat 20] [--train]
 
 (``--no-deps``: their requirements would replace the pinned CPU torch with a CUDA build and
