@@ -539,12 +539,14 @@ LARGE: dict[str, tuple[Callable, int, int]] = {"gpt2_small": (_gpt2_small, 1, 12
 batch, sequence length)."""
 
 
-def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
+def build(name: str, attn: str = "eager", device: str = "cpu",
+          dtype: torch.dtype | None = None) -> Case:
     """Build corpus entry ``name`` (one of :data:`MODELS`, or of :data:`LARGE`) with
     attention implementation ``attn`` ("eager" or "sdpa"): the wrapped model in eval mode,
     seeded weights, example inputs of batch 2 and sequence length 8 (a large model's own
     batch and sequence length), model and inputs on ``device`` (the same weights and
-    inputs on every device: they are drawn on the CPU)."""
+    inputs on every device: they are drawn on the CPU); with ``dtype``, the model and its
+    floating inputs in that dtype (``model.to(torch.bfloat16)``, as users run on CPUs)."""
     if name in LARGE:
         spec, batch, seq = LARGE[name]
     elif name in _SPECS:
@@ -559,13 +561,14 @@ def build(name: str, attn: str = "eager", device: str = "cpu") -> Case:
     model_cls, config, names, outputs, drawn, varies = spec(transformers)
 
     def make_inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
-        return tuple(x.to(device) for x in drawn(batch, seq))
+        return tuple(x.to(device, dtype) if dtype is not None and x.is_floating_point()
+                     else x.to(device) for x in drawn(batch, seq))
     if name not in FIXED_ATTENTION:
         config._attn_implementation = attn
     torch.manual_seed(SEED)
     model = model_cls(config)
     model.eval()
-    wrapped = TensorModel(model, names, outputs).to(device).eval()
+    wrapped = TensorModel(model, names, outputs).to(device, dtype).eval()
     label = name if attn == "eager" else f"{name}@{attn}"
     return Case(label, wrapped, make_inputs(batch, seq), make_inputs, varies)
 

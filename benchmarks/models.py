@@ -3,7 +3,7 @@ through the pipeline, against eager and Inductor in one run.
 
     .venv/bin/python benchmarks/models.py [--models gpt2,llama] [--entries export,compile,inductor]
                                           [--attn eager] [--repeat 20] [--no-inductor]
-                                          [--device cuda] [--autocast bfloat16]
+                                          [--device cuda] [--autocast bfloat16] [--dtype bfloat16]
                                           [--inductor-option pattern_matcher=True]
 
 One row per model and entry point:
@@ -468,7 +468,8 @@ def mode_of(entry: str) -> str:
 
 
 def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
-              inductor: bool, device: str = "cpu", cache: str = "dynamic") -> list[dict]:
+              inductor: bool, device: str = "cpu", cache: str = "dynamic",
+              dtype: torch.dtype | None = None) -> list[dict]:
     """One row per entry point. Eager, each entry point's program and Inductor are timed
     at the end, in interleaved rounds (each round calls every one once), so that drift in
     the machine's load falls on all of them alike. Inductor compiles last: dynamo's caches
@@ -482,7 +483,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     def subject(mode: str) -> Case | Generation:
         if mode == "generate":
             return build_generation(name, attn, device, cache)
-        return build(name, attn, device)
+        return build(name, attn, device, dtype)
     for entry in entries:
         mode = mode_of(entry)
         row: dict = {"model": label, "entry": entry, "status": "ok"}
@@ -702,6 +703,9 @@ def main() -> None:
                         help="run every entry point, eager and Inductor inside "
                              "torch.autocast(device, dtype) (mixed-precision inference "
                              "and training as users write them)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16"),
+                        help="models and their floating inputs in this dtype (model.to(dtype)"
+                             "; the generate entries keep float32)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
     args = parser.parse_args()
     for option in args.inductor_option:
@@ -736,7 +740,8 @@ def main() -> None:
     for name, model_entries in progress(plan, desc="models", unit="model"):
         with autocast:
             model_rows = run_model(name, model_entries, args.attn, rules, args.repeat,
-                                   not args.no_inductor, args.device, args.cache)
+                                   not args.no_inductor, args.device, args.cache,
+                                   getattr(torch, args.dtype) if args.dtype else None)
         for row in model_rows:
             rows.append(row)
             cells = _cells(row)
@@ -763,6 +768,7 @@ def main() -> None:
         f"--repeat {args.repeat}{' --large' if args.large else ''}"
         f"{' --device cuda' if args.device == 'cuda' else ''}"
         f"{f' --autocast {args.autocast}' if args.autocast else ''}"
+        f"{f' --dtype {args.dtype}' if args.dtype else ''}"
         f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
         f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
         "saturation limits "
