@@ -1735,3 +1735,17 @@ def test_a_sum_of_a_scaled_product_with_itself_is_emitted(cost):
         load_rules("all")).extract(cost)
     assert not opt.meta["egraph_report"].fell_back
     torch.testing.assert_close(opt(x), _doubled_scaled_mean(x))
+
+
+class _PlainDefaults(nn.Module):
+    def forward(self, x, n: int = 2, flag=True, name="a"):
+        return x * n + (1.0 if flag and name == "a" else 2.0)
+
+
+def test_number_flag_and_name_defaults_are_traced_as_their_values():
+    """An int, a bool and a str left out: each specialised, and torch.fx's check of each
+    (``name_1 == 'a'``) compared in Python, not with ``torch.eq``."""
+    x = torch.randn(2, 3)
+    opt = EGraph.from_fx(_PlainDefaults(), (x,)).saturate(load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(x), _PlainDefaults()(x))

@@ -183,8 +183,10 @@ def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | N
     if any(p.kind == p.VAR_POSITIONAL for p in parameters):
         return None
     keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
+    # (plain values only: torch.fx writes a specialised value into the code it generates,
+    # where a tensor default cannot be spelled)
     left = {p.name: p.default for p in positional[len(example_inputs):] + keywords
-            if p.default is not p.empty}
+            if p.default is None or type(p.default) in (bool, int, float, str)}
     # (None given is None traced: ``if mask is not None`` cannot branch on a proxy)
     left.update((p.name, None) for p, x in zip(positional, example_inputs) if x is None)
     return left or None
@@ -288,8 +290,8 @@ class _Propagation(fx.Interpreter):
             with self.mode:
                 result = super().run_node(n)
         meta = _meta_of_value(result)
-        if meta is None and n.op == "placeholder" and type(result) in (bool, int, float):
-            # a number the caller passes (or its default): Python arithmetic, not torch's
+        if meta is None and n.op == "placeholder" and type(result) in (bool, int, float, str):
+            # a number (or name) the caller passes, or its default: Python, not torch
             meta = Meta("scalar")
         if meta is not None:
             self.metas[n.name] = meta
