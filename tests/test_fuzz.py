@@ -13,6 +13,7 @@ import math
 import fuzzer
 import pytest
 import torch
+import torch.nn.functional as F
 from fuzzer import InputSpec, program_from
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -139,6 +140,18 @@ def test_judge_flags_a_lost_cancellation_but_not_the_sources_own():
     prog = program_from(["v0 = torch.log1p(x0.abs() * 1e-6)"], X)
     outcomes = fuzzer.judge_callable(prog, lambda x0: torch.log(1 + x0.abs() * 1e-6))
     assert outcomes and outcomes[0].category == "wrong"
+
+
+def test_judge_holds_an_output_of_rounding_noise_to_validations_wider_slack():
+    """The sum of a layer norm's output is 0 in truth and rounding noise in float32: a
+    program whose noise is three times the source's is what validation accepts (16 times
+    there), not wrong (fuzzer seed 2468, program 103); off by a real error it is."""
+    prog = program_from(["v0 = F.layer_norm(x0 * 100.0, (8,)).sum(-1)"], X)
+    noisier = fuzzer.judge_callable(
+        prog, lambda x0: F.layer_norm(x0 * 100.0, (8,)).sum(-1) * 3)
+    assert noisier == []
+    wrong = fuzzer.judge_callable(prog, lambda x0: F.layer_norm(x0 * 100.0, (8,)).sum(-1) + 1e-3)
+    assert wrong and wrong[0].category == "wrong"
 
 
 def _refusing(error: type, built_for: str):
