@@ -450,9 +450,12 @@ class _RoundingInterpreter(fx.Interpreter):
 
     def run_node(self, n: fx.Node) -> Any:
         out = super().run_node(n)
+        # (a module by its type: ``nn.Embedding`` selects rows, exactly)
+        name = (type(self.module.get_submodule(n.target)).__name__.lower()
+                if n.op == "call_module" else _op_name(n))
         if (n.op in ("call_function", "call_method", "call_module")
                 and isinstance(out, torch.Tensor) and out.is_floating_point()
-                and _op_name(n) not in _EXACT_OPS):
+                and name not in _EXACT_OPS):
             fraction = torch.rand(out.shape, generator=self.rounding, dtype=torch.float64)
             out = _moved(out, self.env, n, fraction.mul_(2).sub_(1))
         return out

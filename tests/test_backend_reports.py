@@ -351,6 +351,17 @@ def test_an_output_zero_in_truth_is_judged_at_the_rounding_the_source_could_make
     assert not wrong.ok and "error" in wrong.reason
 
 
+def test_rounding_samples_leave_exact_modules_exact():
+    """An embedding lookup (``nn.Embedding`` as a module call) selects rows: no sample of
+    the source's rounding moves them, as none moves ``F.embedding``'s."""
+    from compiler.validate import rounding_samples
+
+    table = torch.nn.Embedding(5, 3)
+    ids = torch.tensor([[0, 4, 2]])
+    runs = rounding_samples(torch.fx.symbolic_trace(torch.nn.Sequential(table)), (ids,), 4)
+    assert len(runs) == 4 and all(torch.equal(run[0], table(ids)) for run in runs)
+
+
 def _log_of_masked_softmax(x, mask, fill=-1e9):
     return torch.log(torch.softmax(x.masked_fill(mask, fill), -1))
 
