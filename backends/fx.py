@@ -207,12 +207,15 @@ class _Emitter:
 
     def run(self) -> fx.Graph:
         src = self.src
-        # (an input with a default, ``def f(x, scale=2.0)``, keeps it: callers leave it out)
-        defaults = {n.name: n.args[0] for n in src.graph_module.graph.nodes
-                    if n.op == "placeholder" and n.args}
+        # (an input keeps its default, ``def f(x, scale=2.0)``, and its star, ``*xs``: the
+        # signature is the source's)
+        given = {n.name: n for n in src.graph_module.graph.nodes if n.op == "placeholder"}
         for name, cid in zip(src.inputs, src.input_classes):
+            source = given.get(name)
+            star = source is not None and str(source.target).startswith("*")
             self.values[self.find(cid)] = node = self.graph.placeholder(
-                name, default_value=defaults.get(name, inspect.Signature.empty))
+                source.target if star else name, default_value=source.args[0]
+                if source is not None and source.args else inspect.Signature.empty)
             self.metas[node] = self.eg.data(cid)
             self.shared.add(node)
         for effect in src.effects:

@@ -1749,3 +1749,34 @@ def test_number_flag_and_name_defaults_are_traced_as_their_values():
     opt = EGraph.from_fx(_PlainDefaults(), (x,)).saturate(load_rules("all")).extract(AstSize())
     assert not opt.meta["egraph_report"].fell_back
     torch.testing.assert_close(opt(x), _PlainDefaults()(x))
+
+
+class _Stars(nn.Module):
+    def forward(self, *xs):
+        return xs[0] * 2 + xs[-1]
+
+
+class _ScaledCat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, scale, *xs, flag=False):
+        return self.proj(torch.cat(xs, 0)) * (scale if not flag else 1.0)
+
+
+@pytest.mark.parametrize("model, count, traced", [
+    (_Stars(), 2, False), (_Stars(), 2, True), (_Stars(), 3, False), (_Stars(), 3, True),
+    (_ScaledCat(), 3, False)])
+def test_a_forward_taking_star_inputs_takes_one_input_per_example(model, count, traced):
+    """``forward(self, *xs)``: ingest bound the star input to the first example and the
+    emitted forward took one argument, so every rewrite fell back. The examples' count is
+    specialised, as torch.export does (read by index or whole, ``torch.cat(xs)``), with a
+    keyword-only flag after them traced as its default."""
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(2, 3, generator=g) for _ in range(count)]
+    inputs = ((torch.tensor(2.0), *xs) if isinstance(model, _ScaledCat) else tuple(xs))
+    source = torch.fx.symbolic_trace(model) if traced else model
+    opt = EGraph.from_fx(source, inputs).saturate(load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    torch.testing.assert_close(opt(*inputs), source(*inputs))

@@ -168,6 +168,50 @@ def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.Gr
         ) from err
 
 
+def spread_star_inputs(gm: fx.GraphModule, example_inputs: tuple | list | None,
+                       forward: Callable | None = None) -> fx.GraphModule:
+    """``gm`` taking one input per example where its forward takes ``*xs``
+    (``xs[0] * 2 + xs[1]``, ``torch.cat(xs)``): the count specialised to the examples', as
+    torch.export specialises it; otherwise ``gm`` itself. A new module: ``gm`` is left
+    as it is. ``forward`` (default ``gm.forward``) is the function whose signature names
+    the inputs before the star: a traced module's own, since torch.fx's code moves its
+    keyword-only inputs before the star, where a call's examples would bind to them.
+
+    >>> class Pair(nn.Module):
+    ...     def forward(self, *xs):
+    ...         return xs[0] * 2 + xs[1]
+    >>> spread = spread_star_inputs(fx.symbolic_trace(Pair()), (torch.ones(2), torch.ones(2)))
+    >>> [n.name for n in spread.graph.nodes if n.op == "placeholder"]
+    ['xs_0', 'xs_1']
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    star = next((n for n in placeholders if str(n.target).startswith("*")
+                 and not str(n.target).startswith("**")), None)
+    if star is None or example_inputs is None:
+        return gm
+    leading = [p.name for p in inspect.signature(forward or gm.forward).parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    first = [n for n in placeholders if n.target in leading]
+    if any(n.args for n in first):  # (an input with a default before them: left as is)
+        return gm
+    count = len(example_inputs) - len(first)
+    graph, env = fx.Graph(), {}
+    for node in first:
+        env[node] = graph.node_copy(node, env.__getitem__)
+    # (read whole, ``torch.cat(xs)``, it is the tuple of them)
+    env[star] = tuple(graph.placeholder(f"{str(star.target)[1:]}_{i}") for i in range(count))
+    for node in gm.graph.nodes:
+        at = node.args[1] if node.target is operator.getitem and len(node.args) == 2 and (
+            node.args[0] is star) else None
+        if node in env:
+            continue
+        if isinstance(at, int) and -count <= at < count:
+            env[node] = env[star][at]
+        else:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    return fx.GraphModule(gm, graph)
+
+
 def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
     """The arguments of ``model.forward`` after the ``example_inputs`` (and its keyword-only
     ones) that have defaults, with their defaults, and those given as None, as None (None
@@ -180,12 +224,12 @@ def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | N
         return None
     positional = [p for p in parameters
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
-        return None
     keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
+    if not any(p.kind == p.VAR_POSITIONAL for p in parameters):  # (else *xs takes the rest)
+        keywords = positional[len(example_inputs):] + keywords
     # (plain values only: torch.fx writes a specialised value into the code it generates,
     # where a tensor default cannot be spelled)
-    left = {p.name: p.default for p in positional[len(example_inputs):] + keywords
+    left = {p.name: p.default for p in keywords
             if p.default is None or type(p.default) in (bool, int, float, str)}
     # (None given is None traced: ``if mask is not None`` cannot branch on a proxy)
     left.update((p.name, None) for p, x in zip(positional, example_inputs) if x is None)
@@ -1425,7 +1469,8 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             gm = _written_back(functional)
         module = ExportedModule(source)
     elif isinstance(source, nn.Module):
-        gm = split_foreach(trace(source, example_inputs))
+        gm = split_foreach(spread_star_inputs(trace(source, example_inputs), example_inputs,
+                                              source.forward))
         module = source
         if _takes_structures(source):
             # (torch's unlifted module: its graph takes the leaves of its forward's
