@@ -373,7 +373,11 @@ _POSITIVE_OPS = frozenset(
 exact arithmetic (``exp``, ``sigmoid``, ``softmax``): a 0 they give is an underflow."""
 
 
-def _op_name(n: fx.Node) -> str:
+def _op_name(n: fx.Node, root: nn.Module) -> str:
+    """What ``n`` calls, by name: a module call by its module's type (``nn.Embedding``
+    selects rows, exactly, as ``F.embedding`` does)."""
+    if n.op == "call_module":
+        return type(root.get_submodule(n.target)).__name__.lower()
     if isinstance(n.target, str):
         return n.target
     if isinstance(n.target, torch._ops.OpOverload):
@@ -415,12 +419,12 @@ class _Float64Interpreter(fx.Interpreter):
             out = _to64(out)
         if (self.rounding is not None and n.op in ("call_function", "call_method")
                 and isinstance(out, torch.Tensor) and out.dtype == torch.float64
-                and _op_name(n) not in _EXACT_OPS):
+                and _op_name(n, self.module) not in _EXACT_OPS):
             # k roundings, 1 <= |k| <= 16 at random: two equal values (log(x + 1) and
             # log(x) where float64 cannot tell x + 1 from x) almost never move alike
             k = torch.randint(1, 17, out.shape, generator=self.rounding, dtype=torch.float64)
             sign = torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1
-            if _op_name(n) in _POSITIVE_OPS and self._underflowed(n, out):
+            if _op_name(n, self.module) in _POSITIVE_OPS and self._underflowed(n, out):
                 # A 0 of an op that is positive in truth on finite operands (exp(-800),
                 # a softmax of a row 1e9 apart) is an underflow: its rounding error is
                 # up to the smallest subnormal, as much as the value (the log of it is
@@ -450,12 +454,9 @@ class _RoundingInterpreter(fx.Interpreter):
 
     def run_node(self, n: fx.Node) -> Any:
         out = super().run_node(n)
-        # (a module by its type: ``nn.Embedding`` selects rows, exactly)
-        name = (type(self.module.get_submodule(n.target)).__name__.lower()
-                if n.op == "call_module" else _op_name(n))
         if (n.op in ("call_function", "call_method", "call_module")
                 and isinstance(out, torch.Tensor) and out.is_floating_point()
-                and name not in _EXACT_OPS):
+                and _op_name(n, self.module) not in _EXACT_OPS):
             fraction = torch.rand(out.shape, generator=self.rounding, dtype=torch.float64)
             out = _moved(out, self.env, n, fraction.mul_(2).sub_(1))
         return out

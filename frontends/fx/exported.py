@@ -36,8 +36,9 @@ from torch.export._unlift import GuardsFn
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
-__all__ = ["ExportedModule", "InputGuards", "attribute_at", "input_guards", "input_structure",
-           "is_input_guards", "owner_of", "deep_copy", "written_targets"]
+__all__ = ["ExportedModule", "InputGuards", "attribute_at", "deep_copy", "input_guards",
+           "input_structure", "is_input_guards", "named_shape", "owner_of", "pytree_info",
+           "written_targets"]
 
 
 _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION,

@@ -201,10 +201,10 @@ def spread_star_inputs(gm: fx.GraphModule, example_inputs: tuple | list | None,
     # (read whole, ``torch.cat(xs)``, it is the tuple of them)
     env[star] = tuple(graph.placeholder(f"{str(star.target)[1:]}_{i}") for i in range(count))
     for node in gm.graph.nodes:
-        at = node.args[1] if node.target is operator.getitem and len(node.args) == 2 and (
-            node.args[0] is star) else None
         if node in env:
             continue
+        at = node.args[1] if node.target is operator.getitem and len(node.args) == 2 and (
+            node.args[0] is star) else None
         if isinstance(at, int) and -count <= at < count:
             env[node] = env[star][at]
         else:
