@@ -392,6 +392,27 @@ def test_unsupported_op_round_trips_as_opaque():
     assert "bessel_j0" in opt.code and "cumprod" in opt.code
 
 
+def test_binary_max_min_and_one_sided_clamps_are_the_table_ops_in_every_graph():
+    """``torch.max(a, b)`` is ``aten.max.other`` in an exported graph, ``torch.max(a)``
+    ``aten.max.default``, ``clamp_min`` its own aten op: each is the op the table has
+    (maximum, amax, clamp), which the rules read, never an opaque call."""
+    class Bounds(nn.Module):
+        def forward(self, a, b):
+            return f(a, b)
+
+    def f(a, b):
+        return (torch.max(a, b) + torch.min(a, b) + torch.max(a) + torch.min(b)
+                + a.clamp_min(0.25) + torch.clamp_max(b, 0.5)
+                + torch.clamp(a, min=torch.zeros(()), max=b))
+
+    inputs = (torch.randn(4, 6), torch.randn(4, 6))
+    for graph in (torch.fx.symbolic_trace(f), torch.export.export(Bounds(), inputs)):
+        eg = EGraph.from_fx(graph, inputs)
+        ops = {n.op for c in eg.classes() for n in eg.nodes(c)}
+        assert "opaque" not in ops and {"maximum", "minimum", "amax", "amin", "clamp"} <= ops
+        torch.testing.assert_close(eg.extract(AstSize())(*inputs), f(*inputs))
+
+
 def test_unsound_rule_merging_different_shapes_raises_naming_the_rule():
     def f(x):
         return x.sum(-1)

@@ -239,6 +239,36 @@ def fairseq_bmm_attention(q, k, v):
     return torch.bmm(weights.type_as(q), v).view(b, h, t, d)
 
 
+def xglm_bmm_floored_attention(q, k, v, attention_mask):
+    """XGLM's attention (older BART's and OPT's too): heads flattened into the batch for
+    ``bmm``, the scores viewed per head to add the mask, floored at finfo.min with
+    ``torch.max``, viewed back, softmax, ``bmm``."""
+    b, h, t, d = q.shape
+    q, k, v = (x.reshape(b * h, t, d) for x in (q * d ** -0.5, k, v))
+    weights = torch.bmm(q, k.transpose(1, 2)).view(b, h, t, t) + attention_mask
+    weights = torch.max(weights, torch.full((), torch.finfo(torch.float32).min,
+                                            dtype=weights.dtype))
+    weights = F.softmax(weights.view(b * h, t, t), dim=-1)
+    return torch.bmm(weights, v).view(b, h, t, d)
+
+
+class GPTNeoAttention(nn.Module):
+    """GPT-Neo's ``_attn``: no scale, the causal buffer applied with ``torch.where`` and a
+    finfo.min tensor, then the additive attention mask, softmax, back to v's dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", _causal_keep().view(1, 1, T, T), persistent=False)
+
+    def forward(self, q, k, v, attention_mask):
+        weights = torch.matmul(q.to(torch.float32), k.to(torch.float32).transpose(-1, -2))
+        q_len, k_len = q.size(-2), k.size(-2)
+        causal = self.bias[:, :, k_len - q_len: k_len, :k_len]
+        fill = torch.tensor(torch.finfo(torch.float32).min, dtype=weights.dtype)
+        weights = torch.where(causal, weights, fill) + attention_mask
+        return torch.matmul(F.softmax(weights, dim=-1).to(v.dtype), v)
+
+
 def meta_llama_attention(q, k, v, mask):
     """Meta's reference Llama: an additive causal mask of -inf above the diagonal, softmax
     of the scores in float and back to the query's type."""
@@ -387,6 +417,10 @@ def _padding():
     return keep
 
 
+def _additive_padding():
+    return torch.zeros(2, 1, 1, T).masked_fill(_padding() == 0, torch.finfo(torch.float32).min)
+
+
 def _additive_causal():
     return torch.zeros(2, 1, T, T).masked_fill(~_causal_keep(), torch.finfo(torch.float32).min)
 
@@ -410,6 +444,8 @@ CASES = {
         (padding_filled_big_negative, lambda: (*_qkv(), _padding())),
         (bloom_baddbmm_attention, lambda: (*_qkv(), _padding())),
         (fairseq_bmm_attention, _qkv),
+        (xglm_bmm_floored_attention, lambda: (*_qkv(), _additive_padding())),
+        (GPTNeoAttention, lambda: (*_qkv(), _additive_padding())),
         (meta_llama_attention, lambda: (*_qkv(), torch.full((T, T), float("-inf")).triu(1))),
         (triu_in_graph, _qkv), (einsum_attention, _qkv), (ellipsis_einsum_attention, _qkv),
         (permuted_key_attention, _qkv),
@@ -529,6 +565,28 @@ def test_a_bias_before_the_fill_is_sdpa_and_keeps_a_row_with_every_key_dropped(f
                         **LIMITS)
     assert "scaled_dot_product_attention" in opt.code
     torch.testing.assert_close(opt(*inputs), biased(*inputs), equal_nan=True)
+
+
+@pytest.mark.parametrize("spelling", [xglm_bmm_floored_attention, GPTNeoAttention],
+                         ids=_id)
+@pytest.mark.parametrize("fill", [torch.finfo(torch.float32).min, float("-inf")])
+def test_a_floored_or_filled_then_masked_attention_keeps_a_row_with_every_key_dropped(
+        spelling, fill):
+    """XGLM's floor at finfo.min and GPT-Neo's causal fill before the additive mask: each
+    is sdpa with one additive mask that keeps the source's meaning where a sequence has
+    every key padded (a uniform average, or NaN where the source's row is all -inf), with
+    the padding mask given as finfo.min or as -inf."""
+    model = _module(spelling)
+    q, k, v = _qkv()
+    dropped = _padding() == 0
+    dropped[1] = True
+    mask = torch.zeros(2, 1, 1, T).masked_fill(dropped, fill)
+    inputs = (q, k, v, mask)
+    opt = compile_graph(_trace(model), inputs, RULES, validate="raise", **LIMITS)
+    assert "scaled_dot_product_attention" in opt.code
+    expected = model(*inputs)
+    torch.testing.assert_close(opt(*inputs), expected, equal_nan=True)
+    assert expected[0].isfinite().all()
 
 
 class _CausalFill(nn.Module):

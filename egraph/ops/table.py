@@ -397,11 +397,11 @@ op("pow", "x y", "pointwise", impl="torch.pow", flops=1, sign=signs.power,
 op("maximum", "x y", "pointwise", impl="torch.maximum", flops=1, exact=True, error="exact",
    finite=True, commutative=True, sign=signs.larger, interval=iv.larger,
    triton="tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
-   spell="torch.maximum Tensor.maximum aten.maximum.default")
+   spell="torch.maximum Tensor.maximum aten.maximum.default aten.max.other")
 op("minimum", "x y", "pointwise", impl="torch.minimum", flops=1, exact=True, error="exact",
    finite=True, commutative=True, interval=iv.smaller,
    triton="tl.minimum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
-   spell="torch.minimum Tensor.minimum aten.minimum.default")
+   spell="torch.minimum Tensor.minimum aten.minimum.default aten.min.other")
 for _name, _symbol, _py in [("eq", "==", "eq"), ("ne", "!=", "ne"), ("lt", "<", "lt"),
                             ("le", "<=", "le"), ("gt", ">", "gt"), ("ge", ">=", "ge")]:
     op(_name, "x y", "pointwise", impl=f"torch.{_name}", flops=1, exact=True, error="exact",
@@ -533,7 +533,10 @@ op("softplus", "x beta threshold", "pointwise", attributes="beta threshold",
    spell="torch.nn.functional.softplus aten.softplus.default")
 op("clamp", "x min max", "pointwise", finite=True, impl="torch.clamp", flops=1, exact=True,
    error="exact", sign=signs.clamped, interval=iv.clamped, triton="@clamp",
-   spell="torch.clamp torch.clip Tensor.clamp Tensor.clip aten.clamp.default")
+   spell="torch.clamp torch.clip Tensor.clamp Tensor.clip aten.clamp.default aten.clamp.Tensor"
+   " torch.clamp_min:clamp_min Tensor.clamp_min:clamp_min aten.clamp_min.default:clamp_min"
+   " aten.clamp_min.Tensor:clamp_min torch.clamp_max:clamp_max Tensor.clamp_max:clamp_max"
+   " aten.clamp_max.default:clamp_max aten.clamp_max.Tensor:clamp_max")
 op("where", "cond x y", "pointwise", impl="torch.where", flops=1, exact=True, error="exact",
    finite=True, sign=signs.either, interval=iv.either, triton="tl.where({cond}, {x}, {y})",
    triton_cast=("x", "y"),
@@ -615,12 +618,12 @@ op("rms_norm", "x shape weight eps", "reduction", attributes="shape eps",
    modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),))
 op("max_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim", impl="torch.max",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
-   spell="torch.max:max Tensor.max:max aten.max.dim:max",
+   spell="torch.max:max Tensor.max:max aten.max.dim:max aten.max.default:max",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
 op("min_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim", impl="torch.min",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
-   spell="torch.min:min Tensor.min:min aten.min.dim:min",
+   spell="torch.min:min Tensor.min:min aten.min.dim:min aten.min.default:min",
    why={"triton": "returns values and indices (a tuple)",
         "interval": "its value is a tuple; the items' ranges are not tracked"})
 

@@ -3,7 +3,8 @@
 Softmax, log_softmax, layer_norm and rms_norm from their arithmetic; linear from matmul and
 bias; GELU and SiLU from their formulas; attention from matmul, scale, a mask (causal, bool
 or additive; filled with -inf or with a value low enough to drop its entries, finfo.min or
--1e9; after a bias such as ALiBi), softmax and matmul; convolution with an eval-mode batch
+-1e9; after a bias such as ALiBi; a fill before an additive mask, or a sum floored at
+finfo.min), softmax and matmul; convolution with an eval-mode batch
 norm folded into its weights. Each fused form is matched in one canonical spelling: the
 algebra rules bring the others to it (a division by sqrt to a multiplication by rsqrt and
 back, x**2 to x*x, a scale on q or after the mask to one on the scores, ``where`` to
@@ -20,6 +21,7 @@ import math
 from egraph.ops import (
     amax,
     batch_norm,
+    clamp,
     conv2d,
     erf,
     exp,
@@ -41,6 +43,7 @@ from egraph.ops import (
     tanh,
     transpose,
     var,
+    where,
 )
 from egraph.rules.define import F, LibraryRule, rule, torch
 from egraph.rules.guards import (
@@ -348,6 +351,32 @@ _HALF_LOWEST = {"float16": -65504.0 / 2}
 _drops.__name__ = "the fill c is -inf, or low enough that its softmax weight is 0"
 
 
+LOWEST = {"float32": -3.4028234663852886e38, "bfloat16": -3.3895313892515355e38,
+          "float64": -1.7976931348623157e308}
+"""The lowest finite value of the float dtypes where it absorbs any score: ``s + lowest``
+rounds to ``lowest`` for ``|s|`` below half its spacing (2**103 in float32). float16's
+(-65504, spacing 32) absorbs only scores below 16 and is left out."""
+
+
+def _floors_at_lowest(egraph, subst) -> bool:
+    """``?c`` is the lowest finite value of the scores' dtype (:data:`LOWEST`)."""
+    dtype = str(getattr(egraph.data(subst["x"]), "dtype", None)).removeprefix("torch.")
+    return dtype in LOWEST and value_of(egraph, subst["c"]) == LOWEST[dtype]
+
+
+_floors_at_lowest.__name__ = "c is the lowest finite value of x's dtype"
+
+
+def _absorbing_fill(egraph, subst) -> bool:
+    """The fill ``?c`` is -inf or the lowest finite value of the scores' dtype
+    (:data:`LOWEST`): adding a finite mask value to it, or it to a score, leaves it."""
+    fill = value_of(egraph, subst["c"])
+    return fill == -math.inf or _floors_at_lowest(egraph, subst)
+
+
+_absorbing_fill.__name__ = "the fill c is -inf or the lowest finite value of x's dtype"
+
+
 def _causal_mask(egraph, subst) -> bool:
     q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
     return (_square(egraph, subst) and m is not None and len(m) >= 2
@@ -485,6 +514,31 @@ RULES: list[LibraryRule] = [
                lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
                when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits),
                inputs={"m": (2, 1, 6, 6)}),
+    _attention("sdpa-additive-unscaled", QK + m, _sdpa("additive", False, scaled=False),
+               "scores without a scale (it went on the query before the heads were split) "
+               "plus an additive mask: sdpa with scale 1",
+               lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) + m, -1) @ v,
+               when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits),
+               inputs={"m": (2, 1, 6, 6)}),
+    rule("softmax-floored-mask", softmax(clamp(x + m, c, None), d),
+         softmax(x + clamp(m, c, None), d),
+         when=all_of(_floors_at_lowest, tensor(m), floating(m), same_dtype(x, m)),
+         example=lambda x, m: torch.softmax(torch.clamp(x + m, min=-3.4028234663852886e38), -1),
+         inputs={"x": (2, 3, 4, 6), "m": (2, 1, 4, 6)},
+         description="scores plus a mask floored at the lowest float are, under softmax, the "
+                     "scores plus the floored mask: both are the sum wherever it is finite, "
+                     "and the lowest float where the mask is -inf (the scores, far below "
+                     "its spacing, vanish beside it), so the additive sdpa rule reads it"),
+    rule("softmax-fill-then-mask", softmax(masked_fill(x, m, c) + p, d),
+         softmax(x + where(m, p + c, p), d),
+         when=all_of(_absorbing_fill, boolean(m), tensor(p), floating(p), same_dtype(x, p)),
+         example=(lambda x, m, p: torch.softmax(x.masked_fill(m, -3.4028234663852886e38) + p,
+                                                -1),
+                  lambda x, m, p: torch.softmax(x.masked_fill(m, float("-inf")) + p, -1)),
+         inputs={"x": (2, 3, 4, 6), "m": ((1, 1, 4, 6), "bool"), "p": (2, 1, 4, 6)},
+         description="scores filled where a bool mask drops them, then an additive mask "
+                     "added: the scores plus one mask, the fill added to the additive "
+                     "mask where dropped (GPT-Neo's causal fill, then its attention mask)"),
     rule("sdpa-grouped-query", sdpa(q, k, v, m, c, s, False), _grouped_query,
          example=(lambda q, k, v: F.scaled_dot_product_attention(q, _repeat_kv(k), _repeat_kv(v)),
                   lambda q, k, v: F.scaled_dot_product_attention(

@@ -10,11 +10,14 @@ Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)
 
 from __future__ import annotations
 
+import math
+
 from egraph.ops import (
     add,
     einsum,
     expand,
     getitem,
+    log_softmax,
     masked_fill,
     matmul,
     mul,
@@ -253,6 +256,38 @@ def _before_permute(op: str, biased: bool = False):
     return rhs
 
 
+def _keeps_last_dim(egraph, subst) -> bool:
+    """``op(reshape(x, s), d)`` normalises the last dim of the reshape, which keeps
+    ``x``'s last dim (it only merges or splits the dims before it: heads flattened into
+    the batch, as fairseq-style attention writes ``bmm`` on ``(b * h, t, s)`` scores)."""
+    shape, target = _shape(egraph, subst["x"]), value_of(egraph, subst["s"])
+    dims = value_of(egraph, subst["d"])
+    if shape is None or not shape or not isinstance(target, tuple) or not target:
+        return False
+    if not isinstance(dims, tuple) or len(dims) != 1 or dims[0] not in (-1, len(target) - 1):
+        return False
+    last = target[-1]
+    if last == -1:  # (inferred: the elements over the other sizes given)
+        if not all(type(n) is int for n in (*shape, *target[:-1])) or -1 in target[:-1]:
+            return False
+        last = math.prod(shape) // max(1, math.prod(target[:-1]))
+    return last == shape[-1]
+
+
+_keeps_last_dim.__name__ = "the reshape keeps x's last dim, the one normalised"
+
+
+def _before_reshape(op: str):
+    """``op(reshape(x, s), d)`` (softmax or log_softmax over the last dim) as ``op`` of
+    ``x`` over its own last dim, then reshaped: each row is the same row."""
+    def rhs(egraph, subst):
+        rank = len(_shape(egraph, subst["x"]))
+        inner = egraph.add_node(op, [subst["x"], egraph.add_node(literal((rank - 1,)))])
+        return egraph.add_node("reshape", [inner, subst["s"]])
+    rhs.__name__ = f"{op} over x's last dim, reshaped"
+    return rhs
+
+
 def _last_two_swapped(egraph, subst):
     """``a @ permute(x, p)`` is ``a @ permute(x, p').transpose(-2, -1)`` where ``p'`` is
     ``p`` with its last two dims exchanged: the attention rules read ``k`` so (einsum's
@@ -412,6 +447,18 @@ RULES: list[LibraryRule] = [
          example=lambda x: torch.softmax(x.permute(2, 3, 0, 1), 1), inputs={"x": (2, 3, 4, 5)},
          description="softmax over a permuted dim is softmax over that dim before the permute, "
                      "permuted"),
+    rule("softmax-reshape", softmax(reshape(x, s), d), _before_reshape("softmax"),
+         when=_keeps_last_dim,
+         example=(lambda x: torch.softmax(x.reshape(6, 4, 5), -1),
+                  lambda x: torch.softmax(x.view(-1, 4, 5), 2)),
+         inputs={"x": (2, 3, 4, 5)},
+         description="softmax over the last dim of a reshape that keeps it is the reshape "
+                     "of the softmax"),
+    rule("log-softmax-reshape", log_softmax(reshape(x, s), d), _before_reshape("log_softmax"),
+         when=_keeps_last_dim, example=lambda x: torch.log_softmax(x.reshape(6, 4, 5), -1),
+         inputs={"x": (2, 3, 4, 5)},
+         description="log_softmax over the last dim of a reshape that keeps it is the "
+                     "reshape of the log_softmax"),
     rule("masked-fill-permute", masked_fill(permute(x, p), m, c), _before_permute("masked_fill"),
          example=(lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m, float("-inf")),
                   lambda x, m: x.permute(2, 3, 0, 1).masked_fill(m[0], -1e9)),

@@ -237,6 +237,14 @@ def _clamp(input, min=None, max=None):
     return ("clamp", [input, min, max])
 
 
+def _clamp_min(input, min):
+    return ("clamp", [input, min, None])
+
+
+def _clamp_max(input, max):
+    return ("clamp", [input, None, max])
+
+
 def _where(condition, input, other):
     return ("where", [condition, input, other])
 
@@ -698,7 +706,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "rsub": _rsub, "square": _square, "fma": _fma, "addcmul": _scaled_sum("mul"),
     "addcdiv": _scaled_sum("div"), "var": _var, "var_mean": _var_mean, "gelu": _gelu,
     "softplus": _softplus,
-    "clamp": _clamp, "where": _where, "masked_fill": _masked_fill, "gather": _gather,
+    "clamp": _clamp, "clamp_min": _clamp_min, "clamp_max": _clamp_max,
+    "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
     "baddbmm": _baddbmm,
     "layer_norm": _layer_norm,
