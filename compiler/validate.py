@@ -64,6 +64,7 @@ from frontends.fx.effects import (
     UNINITIALISED,
     attributes_kept,
     generators_kept,
+    is_in_place,
     leaves_memory_unwritten,
     updates_an_input,
     updates_inputs,
@@ -417,7 +418,8 @@ class _Float64Interpreter(fx.Interpreter):
             # once, where it is made (``torch.zeros(3)`` in the default dtype): promoted on
             # each read instead, ``y[1] = v`` would write into a copy and be lost
             out = _to64(out)
-        if (self.rounding is not None and n.op in ("call_function", "call_method")
+        if (self.rounding is not None
+                and n.op in ("call_function", "call_method", "call_module")
                 and isinstance(out, torch.Tensor) and out.dtype == torch.float64
                 and _op_name(n, self.module) not in _EXACT_OPS):
             # k roundings, 1 <= |k| <= 16 at random: two equal values (log(x + 1) and
@@ -430,7 +432,7 @@ class _Float64Interpreter(fx.Interpreter):
                 # up to the smallest subnormal, as much as the value (the log of it is
                 # -inf in float64 and finite in truth: float64 cannot tell it)
                 out = torch.where(out == 0, k.to(out.device) * math.ulp(0.0), out)
-            out = _moved(out, self.env, n, k.mul_(sign))
+            out = _moved(out, self, n, k.mul_(sign))
         return out
 
     def _underflowed(self, n: fx.Node, out: torch.Tensor) -> bool:
@@ -458,15 +460,23 @@ class _RoundingInterpreter(fx.Interpreter):
                 and isinstance(out, torch.Tensor) and out.is_floating_point()
                 and _op_name(n, self.module) not in _EXACT_OPS):
             fraction = torch.rand(out.shape, generator=self.rounding, dtype=torch.float64)
-            out = _moved(out, self.env, n, fraction.mul_(2).sub_(1))
+            out = _moved(out, self, n, fraction.mul_(2).sub_(1))
         return out
 
 
-def _moved(out: torch.Tensor, env: dict, n: fx.Node, roundings: torch.Tensor) -> torch.Tensor:
+def _moved(out: torch.Tensor, interpreter: fx.Interpreter, n: fx.Node,
+           roundings: torch.Tensor) -> torch.Tensor:
     """``out``, the result of ``n``, moved by ``roundings`` (per element) of its dtype."""
     factor = (1 + roundings * torch.finfo(out.dtype).eps).to(out.device)
-    operands = [v for v in map(env.get, n.all_input_nodes) if isinstance(v, torch.Tensor)]
+    operands = [v for v in map(interpreter.env.get, n.all_input_nodes)
+                if isinstance(v, torch.Tensor)]
     if any(out is a for a in operands):
+        called = (interpreter.module.get_submodule(n.target) if n.op == "call_module"
+                  else None)
+        if not is_in_place(n, called):
+            # the operand itself, unrounded (dropout in eval, ``x.to`` its own dtype):
+            # moving it would write into the caller's tensor
+            return out
         # an update in place (``a = b.mul_(m)``): every name of that tensor sees its
         # rounding, and a later update through one of them; a copy would keep ``a`` at this
         # value and the spread would cover the whole update

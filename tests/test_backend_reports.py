@@ -6,6 +6,8 @@ import warnings
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from compiler.compile import capture, compile_graph, make_backend
 from compiler.memory import peak_bytes
@@ -391,6 +393,59 @@ def test_a_log_softmax_finite_where_float64_underflows_to_minus_inf_is_kept():
     finite = validate_module(src, _Recorded(
         lambda x, mask: torch.log_softmax(x.masked_fill(mask, -1e9), -1)))
     assert not finite.ok and "error" in finite.reason
+
+
+class _ModuleSoftmaxLog(nn.Module):
+    """The same, with the softmax an ``nn.Softmax`` module (a module call in the graph)."""
+
+    def __init__(self):
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x, mask):
+        return torch.log(self.softmax(x.masked_fill(mask, -1e9)))
+
+
+def test_a_module_call_is_moved_in_the_reference_monte_carlo_as_its_function_is():
+    """``nn.Softmax`` called as a module: the float64 reference's Monte Carlo runs moved
+    only function and method calls, so the module's underflowed 0 stayed 0 and the
+    finite ``log_softmax`` fell back where the function spelling is kept."""
+    from egraph import EGraph
+    from extractors import Flops
+
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(4, 8, generator=g), torch.zeros(4, 8, dtype=torch.bool)
+    mask[:, 6:] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback warns)
+        opt = EGraph.from_fx(_ModuleSoftmaxLog(), (x, mask)).saturate(
+            load_rules("all")).extract(Flops())
+    assert "log_softmax" in opt.code and torch.isfinite(opt(x, mask)).all()
+
+
+class _EvalDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1).eval()
+
+    def forward(self, x):
+        return self.drop(x) * 2 + F.dropout(x, 0.1, training=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_monte_carlo_runs_never_write_into_the_callers_inputs(dtype):
+    """Dropout in eval returns its operand itself, which the Monte Carlo runs took for an
+    update in place and moved by a rounding, in the caller's tensor: validation changed
+    the user's inputs (a float64 input is its own float64 copy)."""
+    from compiler.validate import reference_spread, rounding_samples
+
+    gm = torch.fx.symbolic_trace(_EvalDropout())
+    x = torch.randn(256, dtype=dtype)
+    before = x.clone()
+    runs = rounding_samples(gm, (x,), samples=4)
+    spread = reference_spread(gm, (x,), [gm(x).double()])
+    assert torch.equal(x, before)
+    assert len(runs) == 4 and spread[0] is not None
 
 
 def test_the_float64_reference_keeps_writes_into_values_the_graph_made():
