@@ -83,7 +83,12 @@ SMALL = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention
              mamba_num_heads=4, mamba_head_dim=16, n_mamba_heads=4, mamba_headdim=16,
              n_groups=1, mamba_d_state=16, state_size=16, ssm_state_size=16,
              mamba_chunk_size=8, chunk_size=8, linear_key_head_dim=16,
-             linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4)
+             linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+             # multi-head latent attention (DeepSeek-V2/V3 and kin): the rotary part of a
+             # head as head_dim, low-rank queries and keys, a few routed experts
+             qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, kv_lora_rank=32,
+             q_lora_rank=32, n_routed_experts=4, num_experts_per_tok=2,
+             moe_intermediate_size=32, first_k_dense_replace=1, n_group=1, topk_group=1)
 DROPOUTS = ("dropout", "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
             "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
             "activation_dropout", "classifier_dropout", "feat_proj_dropout",
@@ -124,6 +129,9 @@ def small_config(model_type: str):
     for key, small in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 2)):
         if isinstance(getattr(default, key, None), int) and getattr(default, key) >= 1000:
             chosen[key] = small
+    if "kv_lora_rank" in chosen and "num_attention_heads" in chosen:
+        # (latent attention makes every head's keys from the latent: as many as queries)
+        chosen["num_key_value_heads"] = chosen["num_attention_heads"]
     if "conv_dim" in chosen:
         chosen["num_feat_extract_layers"] = len(chosen["conv_dim"])
     try:
