@@ -1400,6 +1400,7 @@ class _Case:
     shared: list[bool]       # per output, whether the source's shares an input's storage
     contiguous: list[bool]   # per output, whether the source's is contiguous
     together: set            # pairs of outputs whose tensors share storage in the source's
+    kept: list[bool]         # per input, whether the source's run leaves it as it was
 
 
 def _flat(out: Any) -> list:
@@ -1449,8 +1450,28 @@ def _cases(prog: Program, fn, gm: torch.fx.GraphModule, samples: int = 4) -> lis
         cases.append(_Case(label, batch, xs, src, ref, spread, unresolved,
                            [_shares_input(o, given) for o in src],
                            [isinstance(o, torch.Tensor) and o.is_contiguous() for o in src],
-                           sharing_pairs(src)))
+                           sharing_pairs(src), [_unchanged(a, b) for a, b in zip(given, xs)]))
     return cases
+
+
+def _unchanged(after: Any, before: Any) -> bool:
+    """``after`` holds what ``before`` held, NaN for NaN (a non-tensor always does)."""
+    if not isinstance(after, torch.Tensor) or not isinstance(before, torch.Tensor):
+        return True
+    if after.shape != before.shape or after.dtype != before.dtype:
+        return False
+    same = after == before
+    if after.is_floating_point():
+        same |= after.isnan() & before.isnan()
+    return bool(same.all())
+
+
+def _changed_inputs(after: tuple, before: tuple, kept: list[bool] | None = None) -> list[int]:
+    """The positions of the inputs that ``after`` holds changed from ``before``, of those
+    ``kept`` (by default all) says the source leaves as they were."""
+    kept = kept if kept is not None else [True] * len(before)
+    return [i for i, (a, b, k) in enumerate(zip(after, before, kept))
+            if k and not _unchanged(a, b)]
 
 
 def _shares_input(out: Any, inputs: tuple) -> bool:
@@ -1618,7 +1639,10 @@ def _run_and_judge(fn, cases: list[_Case], prog: Program, where: str, path: str,
                                     rewrites, code))
             ok = False
             continue
-        verdict = judge(got, case) or _layout_verdict(got, given, case)
+        changed = _changed_inputs(given, case.inputs, case.kept)
+        verdict = judge(got, case) or _layout_verdict(got, given, case) or (
+            ("input-written", f"inputs {changed} changed, which the source leaves as "
+                              "they were") if changed else None)
         if verdict is not None:
             outcomes.append(Outcome("wrong", f"{where}({case.label})", path, verdict[1],
                                     verdict[0], rewrites, code))
@@ -1680,6 +1704,7 @@ def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
         res.seconds = time.perf_counter() - t0
         return res
     stage = "ingest"
+    examples = _clone(xs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -1703,6 +1728,10 @@ def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
                                         _exc(e) + "\n" + _short_tb(e), type(e).__name__))
             continue
         _judge_extracted(out, caught, cases, prog, ("extract", "run"), name, res.outcomes)
+    changed = _changed_inputs(xs, examples)
+    if changed:  # (ingest, saturation, extraction and validation only read them)
+        res.outcomes.append(Outcome("wrong", "pipeline", "", f"the example inputs {changed} "
+                                    "changed", "input-written"))
     if torch_compile:
         _check_compile(prog, cases, res, limits, compile_cost)
     if torch_export:

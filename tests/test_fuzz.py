@@ -154,6 +154,21 @@ def test_judge_holds_an_output_of_rounding_noise_to_validations_wider_slack():
     assert wrong and wrong[0].category == "wrong"
 
 
+def test_judge_flags_a_program_that_writes_an_input_the_source_leaves():
+    """A program that returns the right values but leaves the caller's tensor changed (as
+    validation once moved an eval-mode dropout's operand, which is the input itself, by a
+    rounding) is wrong."""
+    def moves_its_input(x0):
+        out = x0.exp()
+        x0.mul_(1 + 2 ** -23)  # (the source's values returned, the caller's moved)
+        return out
+
+    prog = program_from(["v0 = x0.exp()"], X)
+    writes = fuzzer.judge_callable(prog, moves_its_input)
+    assert writes and writes[0].category == "wrong" and writes[0].kind == "input-written"
+    assert fuzzer.judge_callable(prog, lambda x0: x0.exp()) == []
+
+
 def _refusing(error: type, built_for: str):
     """A program built for batch 3 that refuses other sizes with ``error``."""
     def refuses(x0):
