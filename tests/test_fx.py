@@ -1722,6 +1722,34 @@ def test_a_module_given_fewer_inputs_than_it_takes_runs_with_their_defaults():
     torch.testing.assert_close(masked(x, mask), model(x, mask))
 
 
+_HALF, _NO_SHIFT = torch.tensor(0.5), torch.zeros(8)
+
+
+class _TensorDefault(nn.Module):
+    def forward(self, x, scale=_HALF, *, shift=_NO_SHIFT):
+        return torch.softmax(x * scale + shift, -1)
+
+
+def test_arguments_defaulting_to_tensors_are_inputs_when_given_and_constants_when_not():
+    """``forward(self, x, scale=torch.tensor(0.5))``: the code torch.fx writes cannot
+    spell a tensor default, so tracing failed whatever the examples gave ("name
+    '_tensor_constant0' is not defined"), reported as untraceable control flow. Given, the
+    argument is an input; left out, its default is a constant of the module, and passing
+    another value is refused by name."""
+    model = _TensorDefault()
+    x, scale = torch.randn(2, 8), torch.tensor(3.0)
+    rules = load_rules("all")
+    left = EGraph.from_fx(model, (x,)).saturate(rules).extract(AstSize())
+    assert not left.meta["egraph_report"].fell_back
+    torch.testing.assert_close(left(x), model(x))
+    with pytest.raises(AssertionError, match="scale was traced as its default tensor"):
+        left(x, scale)
+    given = EGraph.from_fx(model, (x, scale)).saturate(rules).extract(AstSize())
+    assert not given.meta["egraph_report"].fell_back
+    torch.testing.assert_close(given(x, scale), model(x, scale))
+    torch.testing.assert_close(given(x, scale * 2), model(x, scale * 2))
+
+
 class _KeywordOnly(nn.Module):
     def forward(self, x, *, causal=False, temperature=1.0):
         scores = x @ x.transpose(-1, -2) / temperature

@@ -36,6 +36,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.fx._symbolic_trace import _assert_is_none
 
 from egraph.dims import is_symbolic
 from egraph.egraph import EGraph
@@ -156,7 +157,13 @@ def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.Gr
     if isinstance(model, fx.GraphModule):
         return model
     try:
-        return fx.symbolic_trace(model, concrete_args=_left_out(model, example_inputs))
+        concrete = _left_out(model, example_inputs)
+        tracer = _TensorDefaultsTracer(_tensor_defaults(model))
+        with warnings.catch_warnings():
+            # (torch.fx cannot assert a tensor specialised; the tracer asserts it is None)
+            warnings.filterwarnings("ignore", "Was not able to add assertion")
+            graph = tracer.trace(model, concrete_args=concrete)
+        return fx.GraphModule(tracer.root, graph, type(model).__name__)
     except Exception as err:
         raise UntraceableModel(
             f"torch.fx cannot trace {type(model).__name__}: {err}. Symbolic tracing cannot "
@@ -212,6 +219,40 @@ def spread_star_inputs(gm: fx.GraphModule, example_inputs: tuple | list | None,
     return fx.GraphModule(gm, graph)
 
 
+class _TensorDefaultsTracer(fx.Tracer):
+    """torch.fx's tracer for a ``forward`` whose arguments default to tensors
+    (``scale=torch.tensor(2.0)``), which the code torch.fx writes cannot spell: an argument
+    the examples give becomes an input without a default, one they leave out is traced as
+    its default tensor (a constant of the module), with an input in its place that must be
+    None (:func:`_left_out` passes the tensor as a concrete argument)."""
+
+    def __init__(self, defaults: dict[str, torch.Tensor]):
+        super().__init__()
+        self.defaults = defaults
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **more):
+        if kind != "placeholder" or not (args and isinstance(args[0], torch.Tensor)):
+            return super().create_proxy(kind, target, args, kwargs, *rest, **more)
+        name = str(target)
+        if name in self.defaults:  # (given by the examples: an input like any other)
+            return super().create_proxy(kind, target, (), kwargs, *rest, **more)
+        proxy = super().create_proxy(kind, target, (None,), kwargs, *rest, **more)
+        base = name.rsplit("_", 1)[0]
+        super().create_proxy("call_function", _assert_is_none, (proxy, (
+            f"{base} was traced as its default tensor; give it in the example inputs to "
+            "make it an input")), {})
+        return proxy
+
+
+def _tensor_defaults(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The arguments of ``model.forward`` that default to a tensor, with their defaults."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if isinstance(p.default, torch.Tensor)}
+
+
 def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
     """The arguments of ``model.forward`` after the ``example_inputs`` (and its keyword-only
     ones) that have defaults, with their defaults, and those given as None, as None (None
@@ -227,10 +268,11 @@ def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | N
     keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
     if not any(p.kind == p.VAR_POSITIONAL for p in parameters):  # (else *xs takes the rest)
         keywords = positional[len(example_inputs):] + keywords
-    # (plain values only: torch.fx writes a specialised value into the code it generates,
-    # where a tensor default cannot be spelled)
+    # (plain values, which torch.fx writes into the code it generates, and tensors, which
+    # _TensorDefaultsTracer holds as constants)
     left = {p.name: p.default for p in keywords
-            if p.default is None or type(p.default) in (bool, int, float, str)}
+            if p.default is None or type(p.default) in (bool, int, float, str)
+            or isinstance(p.default, torch.Tensor)}
     # (None given is None traced: ``if mask is not None`` cannot branch on a proxy)
     left.update((p.name, None) for p, x in zip(positional, example_inputs) if x is None)
     return left or None
