@@ -851,6 +851,29 @@ def test_grouped_heads_of_any_size_reach_enable_gqa(batch, kv, groups, length, d
     torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-4, atol=1e-5)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([xglm_bmm_floored_attention, GPTNeoAttention, hf_eager_attention]),
+       st.sampled_from([torch.finfo(torch.float32).min, float("-inf")]),
+       st.integers(1, 3), st.integers(33, 64), st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+       st.integers(0, 2 ** 16))
+def test_masked_attention_spellings_keep_the_sources_values_under_any_padding(
+        spelling, fill, batch, length, dropped, seed):
+    """The spellings whose masks the sdpa rules rewrite (XGLM's floor, GPT-Neo's fill
+    before the additive mask, transformers' additive mask), at any batch and length,
+    with keys padded at random (a share of 1.0: every key of every row): the program calls
+    sdpa and keeps the source's values, NaN for NaN (validated, and compared here). From
+    33 keys on, where the CPU's cost model prefers sdpa to the few ops it saves."""
+    model = _module(spelling)
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, 4, length, HS, generator=g) for _ in range(3))
+    padded = torch.rand(batch, 1, 1, length, generator=g) < dropped
+    inputs = (q, k, v, torch.zeros(batch, 1, 1, length).masked_fill(padded, fill))
+    compiled = compile_graph(_trace(model), inputs, RULES, validate="raise", **LIMITS)
+    assert "scaled_dot_product_attention" in compiled.code, compiled.code
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-5,
+                               equal_nan=True)
+
+
 def test_a_users_grouped_query_sdpa_keeps_its_groups():
     """Cached decoding in transformers calls sdpa with enable_gqa=True (four query heads,
     two key heads): the call keeps it through ingest and emission."""
