@@ -1708,18 +1708,19 @@ def test_a_module_given_fewer_inputs_than_it_takes_runs_with_their_defaults():
     model = _OptionalMask().eval()
     g = torch.Generator().manual_seed(0)
     x, mask = torch.randn(2, 8, generator=g), torch.rand(2, 8, generator=g) > 0.5
-    rules = load_rules("all")
-    opt = EGraph.from_fx(model, (x,)).saturate(rules).extract(AstSize())
-    assert not opt.meta["egraph_report"].fell_back
+    opt = _kept(model, (x,))
     torch.testing.assert_close(opt(x), model(x))
     with pytest.raises(AssertionError, match="mask has been specialized"):
         opt(x, mask)
-    given_none = EGraph.from_fx(model, (x, None)).saturate(rules).extract(AstSize())
-    assert not given_none.meta["egraph_report"].fell_back
-    torch.testing.assert_close(given_none(x, None), model(x))
-    masked = EGraph.from_fx(model, (x, mask)).saturate(rules).extract(AstSize())
-    assert not masked.meta["egraph_report"].fell_back
-    torch.testing.assert_close(masked(x, mask), model(x, mask))
+    torch.testing.assert_close(_kept(model, (x, None))(x, None), model(x))
+    torch.testing.assert_close(_kept(model, (x, mask))(x, mask), model(x, mask))
+
+
+def _kept(model: nn.Module, examples: tuple) -> torch.fx.GraphModule:
+    """``model`` through the pipeline on ``examples`` under AstSize, with no fallback."""
+    opt = EGraph.from_fx(model, examples).saturate(load_rules("all")).extract(AstSize())
+    assert not opt.meta["egraph_report"].fell_back
+    return opt
 
 
 _HALF, _NO_SHIFT = torch.tensor(0.5), torch.zeros(8)
@@ -1738,14 +1739,11 @@ def test_arguments_defaulting_to_tensors_are_inputs_when_given_and_constants_whe
     another value is refused by name."""
     model = _TensorDefault()
     x, scale = torch.randn(2, 8), torch.tensor(3.0)
-    rules = load_rules("all")
-    left = EGraph.from_fx(model, (x,)).saturate(rules).extract(AstSize())
-    assert not left.meta["egraph_report"].fell_back
+    left = _kept(model, (x,))
     torch.testing.assert_close(left(x), model(x))
     with pytest.raises(AssertionError, match="scale was traced as its default tensor"):
         left(x, scale)
-    given = EGraph.from_fx(model, (x, scale)).saturate(rules).extract(AstSize())
-    assert not given.meta["egraph_report"].fell_back
+    given = _kept(model, (x, scale))
     torch.testing.assert_close(given(x, scale), model(x, scale))
     torch.testing.assert_close(given(x, scale * 2), model(x, scale * 2))
 
