@@ -421,12 +421,12 @@ class _Float64Interpreter(fx.Interpreter):
         if (self.rounding is not None
                 and n.op in ("call_function", "call_method", "call_module")
                 and isinstance(out, torch.Tensor) and out.dtype == torch.float64
-                and _op_name(n, self.module) not in _EXACT_OPS):
+                and (name := _op_name(n, self.module)) not in _EXACT_OPS):
             # k roundings, 1 <= |k| <= 16 at random: two equal values (log(x + 1) and
             # log(x) where float64 cannot tell x + 1 from x) almost never move alike
             k = torch.randint(1, 17, out.shape, generator=self.rounding, dtype=torch.float64)
             sign = torch.randint(0, 2, out.shape, generator=self.rounding) * 2 - 1
-            if _op_name(n, self.module) in _POSITIVE_OPS and self._underflowed(n, out):
+            if name in _POSITIVE_OPS and self._underflowed(n, out):
                 # A 0 of an op that is positive in truth on finite operands (exp(-800),
                 # a softmax of a row 1e9 apart) is an underflow: its rounding error is
                 # up to the smallest subnormal, as much as the value (the log of it is
