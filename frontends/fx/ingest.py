@@ -158,7 +158,7 @@ def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.Gr
         return model
     try:
         concrete = _left_out(model, example_inputs)
-        tracer = _TensorDefaultsTracer(_tensor_defaults(model))
+        tracer = _TensorDefaultsTracer(_tensor_defaulted(model))
         with warnings.catch_warnings():
             # (torch.fx cannot assert a tensor specialised; the tracer asserts it is None)
             warnings.filterwarnings("ignore", "Was not able to add assertion")
@@ -226,15 +226,15 @@ class _TensorDefaultsTracer(fx.Tracer):
     its default tensor (a constant of the module), with an input in its place that must be
     None (:func:`_left_out` passes the tensor as a concrete argument)."""
 
-    def __init__(self, defaults: dict[str, torch.Tensor]):
+    def __init__(self, defaulted: frozenset[str]):
         super().__init__()
-        self.defaults = defaults
+        self.defaulted = defaulted
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **more):
         if kind != "placeholder" or not (args and isinstance(args[0], torch.Tensor)):
             return super().create_proxy(kind, target, args, kwargs, *rest, **more)
         name = str(target)
-        if name in self.defaults:  # (given by the examples: an input like any other)
+        if name in self.defaulted:  # (given by the examples: an input like any other)
             return super().create_proxy(kind, target, (), kwargs, *rest, **more)
         proxy = super().create_proxy(kind, target, (None,), kwargs, *rest, **more)
         base = name.rsplit("_", 1)[0]
@@ -244,13 +244,13 @@ class _TensorDefaultsTracer(fx.Tracer):
         return proxy
 
 
-def _tensor_defaults(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The arguments of ``model.forward`` that default to a tensor, with their defaults."""
+def _tensor_defaulted(model: nn.Module) -> frozenset[str]:
+    """The names of the arguments of ``model.forward`` that default to a tensor."""
     try:
         parameters = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):
-        return {}
-    return {p.name: p.default for p in parameters if isinstance(p.default, torch.Tensor)}
+        return frozenset()
+    return frozenset(p.name for p in parameters if isinstance(p.default, torch.Tensor))
 
 
 def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
