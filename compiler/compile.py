@@ -43,7 +43,13 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import attributes_kept, updates_an_alias, updates_inputs
+from frontends.fx.effects import (
+    attributes_kept,
+    generator_state,
+    generator_state_inputs,
+    updates_an_alias,
+    updates_inputs,
+)
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -191,7 +197,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
     clock = time.perf_counter
     t0 = clock()
     if any(_is_symbolic(x) for x in example_inputs):
-        eg = EGraph.from_fx(gm, hinted_inputs(example_inputs), observe=False)
+        eg = EGraph.from_fx(gm, hinted_inputs(example_inputs, gm), observe=False)
     else:
         eg = EGraph.from_fx(gm, example_inputs)
     times = {"ingest": clock() - t0}
@@ -215,7 +221,7 @@ def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
     of the caller's tensors where a graph writes into its inputs: each runs once more)."""
 
     with unset_fake_temporarily():
-        inputs = hinted_inputs(example_inputs)
+        inputs = hinted_inputs(example_inputs, source)
         writes = updates_inputs(source.graph)
 
         def given() -> list:
@@ -264,16 +270,21 @@ def _hint(s: Any) -> Any:
     return s
 
 
-def hinted_inputs(example_inputs: Sequence[Any]) -> tuple:
+def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None = None
+                  ) -> tuple:
     """Real values standing for the example inputs dynamo hands a backend: SymInts by
     their hinted value, fake tensors (symbolic sizes too) as random tensors of the hinted
-    shape, dtype and device (small integers for integer tensors: valid indices)."""
+    shape, dtype and device (small integers for integer tensors: valid indices), and those
+    ``gm`` reads as a generator's state as a valid state."""
+    states = generator_state_inputs(gm) if gm is not None else frozenset()
 
-    def real(x):
+    def real(i, x):
         if not isinstance(x, torch.Tensor):
             return _hint(x)
         if not isinstance(x, FakeTensor) and x.device.type != "meta":
             return x
+        if i in states:
+            return generator_state(x)
         shape = tuple(_hint(s) for s in x.shape)
         device = x.device if x.device.type != "meta" else "cpu"
         if x.dtype.is_floating_point or x.dtype.is_complex:
@@ -283,7 +294,7 @@ def hinted_inputs(example_inputs: Sequence[Any]) -> tuple:
         return value.requires_grad_(x.requires_grad and value.is_floating_point())
 
     with unset_fake_temporarily():
-        return tuple(real(x) for x in example_inputs)
+        return tuple(real(i, x) for i, x in enumerate(example_inputs))
 
 
 _NORM_BACKWARDS = {  # op: positions of its input, its weight and the saved statistics
@@ -625,7 +636,7 @@ def _autograd_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
     if torch.is_grad_enabled() and not module.meta["egraph_graph"].fell_back and any(
             isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         start = time.perf_counter()
-        reason = validate_autograd(gm, module, hinted_inputs(example_inputs))
+        reason = validate_autograd(gm, module, hinted_inputs(example_inputs, gm))
         module.meta["egraph_graph"].times["gradients"] = time.perf_counter() - start
         if reason is not None:
             log.info("%s: through aot_autograd: %s", module.meta["egraph_graph"].name, reason)

@@ -23,9 +23,12 @@ import torch
 import torch.fx as fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from frontends.fx.effects import sees_rng_replays
+
 __all__ = ["peak_bytes"]
 
 
+@sees_rng_replays
 class _LiveStorages(TorchDispatchMode):
     """Counts the bytes of the storages the ops create, while a tensor holds them."""
 

@@ -63,9 +63,12 @@ from egraph.signs import POS
 from frontends.fx.effects import (
     UNINITIALISED,
     attributes_kept,
+    generator_state,
+    generator_state_inputs,
     generators_kept,
     is_in_place,
     leaves_memory_unwritten,
+    sees_rng_replays,
     updates_an_input,
     updates_inputs,
     written_attributes,
@@ -779,7 +782,9 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     program runs on each input set; ``generators``: those the source draws from besides
     torch's own, seeded like it for each run.)"""
     original = src.graph_module if src.module is None else src.module
-    inputs = tuple(_materialise(x) for x in src.example_inputs)
+    states = generator_state_inputs(src.graph_module)
+    inputs = tuple(generator_state(x) if i in states and _is_fake(x) else _materialise(x)
+                   for i, x in enumerate(src.example_inputs))
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
                    if isinstance(y, torch.Tensor))
     normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]
@@ -798,7 +803,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 strided_like(_in_range(in_domain(random_like(x, gen, scale),
                                                   src.domains.get(name)),
                                        src.ranges.get(name), gen), x)
-                if isinstance(x, torch.Tensor) else x for name, x in zip(src.inputs, inputs)))
+                if isinstance(x, torch.Tensor) and i not in states else x
+                for i, (name, x) in enumerate(zip(src.inputs, inputs))))
     random_ops = src.random
     effects = state is not None
     reference = None if random_ops or working else float64_reference(original, effects)
@@ -1024,6 +1030,7 @@ def _kind_changed(new: Any, source: Any) -> str | None:
     return None
 
 
+@sees_rng_replays
 class _Filled(TorchDispatchMode):
     """Allocations of whatever the memory held (``empty_like``) filled with NaN (zero
     for integers and booleans), so that runs agree on the elements a program leaves
@@ -1036,6 +1043,7 @@ class _Filled(TorchDispatchMode):
         return out
 
 
+@sees_rng_replays
 class _Draws(TorchDispatchMode):
     """The results of the random ops run under it, in order, recorded into ``drawn``; or
     with ``replay``, the ones recorded there handed back in turn, in the dtype the run

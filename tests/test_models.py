@@ -257,6 +257,51 @@ def test_a_training_step_with_dropout_draws_eagers_masks(rules):
     _assert_no_fallback(backend)
 
 
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_a_training_step_with_activation_checkpointing_replays_eagers_masks(name, rules):
+    """A training step with transformers' gradient checkpointing on, dropouts on: the aot
+    graphs replay each checkpointed random op from a saved generator state
+    (``run_and_save_rng_state``, ``run_with_rng_state``). Ingest read the backward graph's
+    state input as data ("Invalid mt19937 state": the model crashed), and validation's
+    runs of the forward raised on the higher-order call (every step fell back). Under one
+    seed the loss and gradients are eager's, with no fallback."""
+    import transformers
+
+    if name == "bert":
+        config = transformers.BertConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4)
+        model_class = transformers.BertModel
+    else:
+        config = transformers.LlamaConfig(vocab_size=1000, hidden_size=64,
+                                          intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2,
+                                          attention_dropout=0.1, use_cache=False)
+        model_class = transformers.LlamaModel
+    torch.manual_seed(0)
+    model = model_class(config).train()
+    model.gradient_checkpointing_enable()
+    ids = torch.randint(3, 1000, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def step(forward):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        loss = sum(out.square().mean() for out in forward(input_ids=ids).values())
+        loss.backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()
+                               if p.grad is not None}
+
+    backend = make_backend(rules=rules, validate="strict", **LIMITS)
+    loss, grads = step(torch.compile(model, backend=backend))
+    eager_loss, eager_grads = step(model)
+    torch.testing.assert_close(loss, eager_loss, **TOL)
+    assert grads.keys() == eager_grads.keys()
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(grads[key], grad, **TOL, msg=lambda m, k=key: f"{k}: {m}")
+    _assert_no_fallback(backend)
+    assert any(n.target is torch.ops.higher_order.run_with_rng_state
+               for entry in backend.cache.values() for n in entry.module.graph.nodes)
+
+
 def test_a_training_step_with_random_ops_is_not_refused_for_rounding(rules):
     """Swin's stochastic depth draws random numbers in training, so validation compares
     with the source under the same seed, in float32: its fused linears differ from the

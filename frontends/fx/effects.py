@@ -51,7 +51,10 @@ def recorded_key(gm: fx.GraphModule) -> str | None:
     """The meta key under which the graph's tracer recorded every node's value
     (``"val"``: torch.export, aot_autograd; ``"example_value"``: dynamo), or None (a
     symbolic trace). A node nothing reads needs none (torch.export's module() adds an
-    unused call of its input guards, ``_guards_fn``, without one).
+    unused call of its input guards, ``_guards_fn``, without one), nor one read only by
+    index where each part is recorded (aot_autograd records the parts of a
+    ``run_with_rng_state`` call, activation checkpointing's replay of a random op, not
+    the call: :func:`recorded_parts`).
 
     >>> recorded_key(fx.symbolic_trace(lambda x: x + 1)) is None
     True
@@ -60,10 +63,65 @@ def recorded_key(gm: fx.GraphModule) -> str | None:
     'val'
     """
     for key in ("val", "example_value"):
-        if all(key in n.meta for n in gm.graph.nodes
+        if all(key in n.meta or recorded_parts(n, key) is not None for n in gm.graph.nodes
                if n.op not in ("output", "get_attr") and n.users):
             return key
     return None
+
+
+def recorded_parts(node: fx.Node, key: str) -> tuple | None:
+    """The recorded values of a node read only by index, by position (None at a position
+    nothing reads), or None where a user reads it whole or a part is not recorded.
+
+    >>> g = fx.Graph()
+    >>> pair = g.call_function(torch.ops.aten.max.dim, (g.placeholder("x"), 0))
+    >>> second = g.call_function(operator.getitem, (pair, 1))
+    >>> second.meta["val"] = torch.zeros(3, dtype=torch.long)
+    >>> recorded_parts(pair, "val")
+    (None, tensor([0, 0, 0]))
+    """
+    if not node.users:
+        return None
+    parts: dict[int, Any] = {}
+    for user in node.users:
+        if not (user.op == "call_function" and user.target is operator.getitem
+                and isinstance(user.args[1], int) and key in user.meta):
+            return None
+        parts[user.args[1]] = user.meta[key]
+    return tuple(parts.get(i) for i in range(max(parts) + 1))
+
+
+def generator_state_inputs(gm: fx.GraphModule) -> frozenset[int]:
+    """The positions of the inputs that a graph reads as a random generator's state: the
+    state an aot backward graph replays a random op from (``run_with_rng_state``, in
+    activation checkpointing). Such an input holds a state, not data: random bytes are
+    no state at all ("Invalid mt19937 state"), so it is given a real one
+    (:func:`generator_state`) and never drawn.
+
+    >>> g = fx.Graph()
+    >>> state, x = g.placeholder("state"), g.placeholder("x")
+    >>> _ = g.output(g.call_function(torch.ops.higher_order.run_with_rng_state,
+    ...                              (state, torch.ops.aten.rand_like.default, x)))
+    >>> generator_state_inputs(fx.GraphModule({}, g))
+    frozenset({0})
+    """
+    replay = torch.ops.higher_order.run_with_rng_state
+    read = {n.args[0] for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is replay and n.args}
+    return frozenset(i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
+                     if n in read)
+
+
+def generator_state(like: torch.Tensor) -> torch.Tensor:
+    """The state of the default generator of ``like``'s device, a valid value for an
+    input :func:`generator_state_inputs` names.
+
+    >>> generator_state(torch.empty(5056, dtype=torch.uint8)).equal(torch.get_rng_state())
+    True
+    """
+    if like.device.type == "cuda":
+        return torch.cuda.get_rng_state(like.device)
+    return torch.get_rng_state()
 
 
 def is_in_place(node: fx.Node, module: nn.Module | None = None) -> bool:
@@ -355,6 +413,35 @@ def _same_storage(value: Any, key: Any) -> bool:
     return own is not None and own == key
 
 
+def sees_rng_replays(mode: type[TorchDispatchMode]) -> type[TorchDispatchMode]:
+    """Class decorator: under a ``mode`` of this class, the calls of activation
+    checkpointing's ``run_and_save_rng_state`` and ``run_with_rng_state`` (in aot graphs)
+    run their random op through the mode as any other op, where a higher-order op under a
+    dispatch mode without an implementation of its own raises NotImplementedError.
+
+    >>> @sees_rng_replays
+    ... class Seen(TorchDispatchMode):
+    ...     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    ...         print(func)
+    ...         return func(*args, **(kwargs or {}))
+    >>> x = torch.zeros(2)
+    >>> with Seen():
+    ...     _ = torch.ops.higher_order.run_and_save_rng_state(torch.ops.aten.rand_like.default, x)
+    aten.rand_like.default
+    """
+    for name in ("run_and_save_rng_state", "run_with_rng_state"):
+        replay = getattr(torch.ops.higher_order, name)
+        replay.py_impl(mode)(functools.partial(_replayed_under, replay))
+    return mode
+
+
+def _replayed_under(replay, mode: TorchDispatchMode, *args, **kwargs) -> Any:
+    """``replay``'s call on its device, its op seen by ``mode`` (which torch has popped)."""
+    with mode:
+        return replay.py_kernels[torch._C.DispatchKey.BackendSelect](*args, **kwargs)
+
+
+@sees_rng_replays
 class _WriteWatch(TorchDispatchMode):
     """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
     arguments' storages, as :func:`_storage` keys them), draws random numbers or updates

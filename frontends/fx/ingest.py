@@ -52,6 +52,7 @@ from frontends.fx.effects import (
     is_in_place,
     out_of_place,
     recorded_key,
+    recorded_parts,
     recorded_value,
     returns_new_tensors,
     run_pure,
@@ -289,6 +290,9 @@ def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
         for n in gm.graph.nodes:
             if key in n.meta:
                 out[n.name] = Meta.of(n.meta[key])
+            elif (parts := recorded_parts(n, key)) is not None:
+                out[n.name] = Meta("tuple", value=tuple(
+                    Meta("unknown") if v is None else Meta.of(v) for v in parts))
         return out
     if example_inputs is None:
         return out
