@@ -67,7 +67,8 @@ class GraphReport:
     rewrites, validation), ``saturation``: the saturation run's (None without rules),
     ``times``: seconds per phase (``gradients``: the check of a graph run as emitted under
     autograd), ``memory``: measured peak bytes of the ``source`` and the
-    ``optimised`` module on the example inputs (with ``memory=True``).
+    ``optimised`` module on the example inputs (with ``memory=True``), ``regions``: the
+    reports of the region bodies optimised on their own (:func:`optimise_regions`).
     """
 
     name: str
@@ -75,6 +76,7 @@ class GraphReport:
     saturation: Report | None = None
     times: dict[str, float] = field(default_factory=dict)
     memory: dict[str, int] | None = None
+    regions: list[GraphReport] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
@@ -105,6 +107,8 @@ class GraphReport:
                          f"{self.memory['optimised']} bytes")
         if self.fell_back:
             parts.append(f"fell back to the source: {self.fallback_reason}")
+        if self.regions:
+            parts.append(f"{len(self.regions)} region bodies optimised on their own")
         return "; ".join(parts)
 
 
@@ -196,6 +200,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
         cost = default_cost(example_inputs)
     clock = time.perf_counter
     t0 = clock()
+    gm, regions = optimise_regions(gm, lambda body, inputs, at: _compile(
+        body, inputs, rules, cost, validate, iter_limit, node_limit, time_limit, target,
+        reference, name=f"{name} region {at}"))
     if any(_is_symbolic(x) for x in example_inputs):
         eg = EGraph.from_fx(gm, hinted_inputs(example_inputs, gm), observe=False)
     else:
@@ -207,12 +214,102 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
         times["saturate"] = clock() - t1
     module = eg.extract(cost, validate=validate, target=target, reference=reference)
     extraction = module.meta["egraph_report"]
-    report = GraphReport(name, extraction, eg.report, {**times, **extraction.times})
+    report = GraphReport(name, extraction, eg.report, {**times, **extraction.times},
+                         regions=regions)
     if memory:
         report.memory = _measure_memory(gm, module, example_inputs)
     module.meta["egraph_graph"] = report
     log.info("%s", report)
     return module
+
+
+def _region_bodies() -> dict[Any, int]:
+    """The higher-order ops that call a region body as a plain function of their operands
+    (the body's position among their arguments): activation checkpointing's (the body is
+    run again in the backward) and ``nested_compile_region``'s (one body, many calls)."""
+    higher_order = torch.ops.higher_order
+    return {getattr(higher_order, name): 0 for name in
+            ("tag_activation_checkpoint", "invoke_subgraph") if hasattr(higher_order, name)}
+
+
+def optimise_regions(gm: torch.fx.GraphModule,
+                     compile_region: Callable[[torch.fx.GraphModule, tuple, str],
+                                              torch.fx.GraphModule]
+                     ) -> tuple[torch.fx.GraphModule, list[GraphReport]]:
+    """``gm`` with the body of each region its higher-order calls run as a function
+    (:func:`_region_bodies`) replaced by ``compile_region(body, inputs, name)``, where the
+    inputs are the values dynamo recorded for the body's own inputs; a copy, ``gm`` is left
+    as it is. The call stays (an opaque one to the e-graph of ``gm``), so a checkpointed
+    layer is still recomputed in the backward, now from its optimised body; before, the
+    region was not optimised at all where dynamo's graph is compiled whole (Inductor's
+    code generation). A body shared by several calls is compiled once, and so is a body
+    of the same structure and input kinds as one compiled before that reads no attribute
+    (the layers of a model, each checkpointed: their parameters are the body's inputs).
+    Also the reports of the bodies compiled, in order.
+
+    >>> import torch.utils.checkpoint as checkpoint
+    >>> seen = []
+    >>> def backend(gm, example_inputs):
+    ...     gm, _ = optimise_regions(gm, lambda body, inputs, at: seen.append(at) or body)
+    ...     return gm
+    >>> f = torch.compile(lambda x: checkpoint.checkpoint(torch.sin, x, use_reentrant=False),
+    ...                   backend=backend)
+    >>> _ = f(torch.ones(2, requires_grad=True))
+    >>> seen
+    ['wrap_body_0']
+    """
+    from frontends.fx.effects import recorded_value
+
+    bodies = _region_bodies()
+    compiled: dict[str, torch.fx.GraphModule] = {}
+    alike: dict[tuple, torch.fx.GraphModule] = {}
+    reports = []
+    for node in gm.graph.nodes:
+        at = bodies.get(node.target) if node.op == "call_function" else None
+        body_node = node.args[at] if at is not None and len(node.args) > at else None
+        if not (isinstance(body_node, torch.fx.Node) and body_node.op == "get_attr") or (
+                body_node.target in compiled):
+            continue
+        body = getattr(gm, body_node.target)
+        inputs = [recorded_value(p) for p in body.graph.nodes if p.op == "placeholder"]
+        if not isinstance(body, torch.fx.GraphModule) or None in inputs:
+            continue
+        key = _structure(body, inputs)
+        if key is None or key not in alike:
+            optimised = compile_region(body, tuple(inputs), body_node.target)
+            reports.extend([optimised.meta["egraph_graph"]] if "egraph_graph" in optimised.meta
+                           else [])
+            if key is not None:
+                alike[key] = optimised
+        compiled[body_node.target] = alike.get(key, optimised)
+    if not compiled:
+        return gm, []
+    graph = torch.fx.Graph(tracer_cls=gm.graph._tracer_cls)
+    graph._codegen = gm.graph._codegen
+    copied: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        copied[node] = graph.node_copy(node, copied.__getitem__)
+    module = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    module.meta.update(gm.meta)
+    for target, body in compiled.items():
+        setattr(module, target, body)
+    return module, reports
+
+
+def _structure(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> tuple | None:
+    """What makes two region bodies compile the same whatever their names: each node's
+    kind, target and arguments (earlier nodes by position), and the inputs' kinds (as
+    :func:`_signature`); None for a body that reads an attribute (a constant of its own)."""
+    position: dict[torch.fx.Node, int] = {}
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            return None
+        position[node] = len(position)
+        arguments = torch.fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
+        nodes.append((node.op, None if node.op == "placeholder" else str(node.target),
+                      repr(arguments)))
+    return tuple(nodes), _signature(gm, inputs)[1]
 
 
 def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
@@ -518,6 +615,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
                                            gm, args, finish, rules, cost, validate, reference,
                                            memory, f"{name} at {at}", limits)))
                 cache[key] = compiled
+                reports.extend(module.meta["egraph_graph"].regions)
                 reports.append(module.meta["egraph_graph"])
             for seen in _captures:
                 seen.reports.append(cache[key].module.meta["egraph_graph"])

@@ -1,0 +1,131 @@
+"""Region bodies of higher-order calls (activation checkpointing's, ``nested_compile_region``'s)
+are optimised on their own, and the calls are kept: a checkpointed layer is still recomputed
+in the backward, now from its optimised body."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as checkpoint
+
+from compiler.compile import make_backend, optimise_regions
+
+
+class Block(nn.Module):
+    """A linear layer and a residual layer norm written out, as older model code does."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = self.linear(x)
+        mean = h.mean(-1, keepdim=True)
+        var = ((h - mean) ** 2).mean(-1, keepdim=True)
+        return x + (h - mean) / torch.sqrt(var + 1e-5)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, layers: int = 3):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(layers))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = checkpoint.checkpoint(block, x, use_reentrant=False)
+        return x
+
+
+class Nested(Checkpointed):
+    def forward(self, x):
+        for block in self.blocks:
+            x = _nested_block(block, x)
+        return x
+
+
+@torch.compiler.nested_compile_region
+def _nested_block(block, x):
+    return block(x)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _step(model, forward, x):
+    model.zero_grad(set_to_none=True)
+    out = forward(x)
+    out.square().sum().backward()
+    return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def _bodies(module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
+    return [getattr(module, n.target) for n in module.graph.nodes
+            if n.op == "get_attr" and isinstance(getattr(module, n.target), torch.fx.GraphModule)]
+
+
+def test_checkpointed_layers_are_optimised_inside_their_regions_for_inductor(monkeypatch):
+    """With Inductor's code generation (the default on CUDA) dynamo's graph is compiled
+    whole, its checkpointed layers as ``tag_activation_checkpoint`` calls: their bodies
+    went unoptimised. Now each body is the optimised program (the written-out norm is
+    ``layer_norm``), the three alike layers compile once, and the step equals eager's."""
+    from torch._inductor import compile_fx as inductor
+
+    handed = []
+    monkeypatch.setattr(inductor, "compile_fx",
+                        lambda gm, inputs, **patches: handed.append(gm) or gm.forward)
+    torch.manual_seed(0)
+    model, x = Checkpointed(), torch.randn(4, 16, requires_grad=True)
+    backend = make_backend(codegen="inductor", validate="raise")
+    out, grads = _step(model, torch.compile(model, backend=backend), x)
+    want, want_grads = _step(model, model, x)
+    torch.testing.assert_close(out, want)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
+    (graph,) = handed
+    calls = [n for n in graph.graph.nodes
+             if n.target is torch.ops.higher_order.tag_activation_checkpoint]
+    bodies = _bodies(graph)
+    assert len(calls) == len(bodies) == 3
+    assert all("layer_norm" in body.code and "sqrt" not in body.code for body in bodies)
+    regions = [r for r in backend.reports if " region " in r.name]
+    assert len(regions) == 1 and not regions[0].fell_back, [str(r) for r in regions]
+
+
+def test_a_nested_compile_regions_body_is_optimised_through_aot_autograd():
+    """aot_autograd keeps ``invoke_subgraph`` calls with a forward and a backward body of
+    their own: both are optimised (they were opaque), once for the three calls, and the
+    step equals eager's."""
+    torch.manual_seed(0)
+    model, x = Nested(), torch.randn(4, 16, requires_grad=True)
+    backend = make_backend(codegen="eager", validate="raise")
+    out, grads = _step(model, torch.compile(model, backend=backend), x)
+    want, want_grads = _step(model, model, x)
+    torch.testing.assert_close(out, want)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
+    regions = [r for r in backend.reports if " region " in r.name]
+    assert [r.name.split()[0] for r in regions] == ["forward", "backward"]
+    assert all(r.extraction.used and not r.fell_back for r in regions), list(map(str, regions))
+
+
+def test_optimising_regions_leaves_the_given_graph_as_it_is():
+    grabbed = []
+
+    def backend(gm, example_inputs):
+        grabbed.append(gm)
+        return gm
+
+    model = Checkpointed(layers=1)
+    torch.compile(model, backend=backend)(torch.randn(2, 16, requires_grad=True))
+    (gm,) = grabbed
+    (body,) = _bodies(gm)
+    code = gm.code
+    optimised, reports = optimise_regions(gm, lambda body, inputs, at: torch.fx.symbolic_trace(
+        torch.nn.Identity()))
+    assert optimised is not gm and gm.code == code and _bodies(gm) == [body]
+    assert _bodies(optimised) != [body] and reports == []
