@@ -5,7 +5,8 @@ who picks any architecture gets.
 
     .venv/bin/python benchmarks/architectures.py [--types opt,bloom] [--no-compile]
                                                  [--no-generate] [--train]
-                                                 [--codegen inductor] [--attn eager]
+                                                 [--checkpointing] [--codegen inductor]
+                                                 [--attn eager]
 
 One row per architecture: whether torch.export captures it (a failure there is torch's,
 not ours), then ours through export (``ok``, a fallback with validation's reason, a wrong
@@ -15,8 +16,8 @@ eager`` are the attentions the rules found), then, for the types with a causal o
 text-to-text language-model head, greedy
 ``generate`` with the key/value cache and the forward compiled with the backend (its
 tokens must be eager's), with ``--train`` a training step through the backend (loss and
-gradients equal eager's, float64-judged), nodes before -> after and the pipeline's
-seconds.
+gradients equal eager's, float64-judged; with ``--checkpointing``, with transformers'
+gradient checkpointing on), nodes before -> after and the pipeline's seconds.
 Outputs are compared with eager's (float64-judged where the float32 outputs differ).
 The table is printed and written to benchmarks/results/architectures.md (``--out``)."""
 
@@ -258,13 +259,20 @@ def _summary(fell: list[str], breaks: int) -> str:
     return status + (f" ({breaks} graph breaks)" if breaks else "")
 
 
-def _through_training(model_type: str, model, inputs, rules,
-                       codegen: str | None = None) -> dict:
+def _through_training(model_type: str, model, inputs, rules, codegen: str | None = None,
+                       checkpointing: bool = False) -> dict:
     """A training step through the backend (forward, a loss, backward): the loss and
     every gradient equal eager's, float64-judged (benchmarks/models.py's ``train``); a
-    model without parameters (labml's FNet mixing) has nothing to train."""
+    model without parameters (labml's FNet mixing) has nothing to train. With
+    ``checkpointing``, transformers' gradient checkpointing is on (non-reentrant), where
+    the model supports it."""
     if not any(p.requires_grad for p in model.parameters()):
         return {"train": "no parameters"}
+    inner = getattr(model, "model", model)
+    if checkpointing:
+        if not getattr(inner, "supports_gradient_checkpointing", False):
+            return {"train": "no gradient checkpointing"}
+        inner.gradient_checkpointing_enable({"use_reentrant": False})
     case = Case(model_type, model, inputs, lambda batch, seq: inputs, "seq")
     try:
         row = run_train(case, rules, codegen)
@@ -272,6 +280,8 @@ def _through_training(model_type: str, model, inputs, rules,
         return {"train": _error(exc, 90)}
     finally:
         model.eval()
+        if checkpointing:
+            inner.gradient_checkpointing_disable()
     return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))}
 
 
@@ -324,11 +334,12 @@ def _through_generate(model_type: str, rules, codegen: str | None = None) -> dic
 
 
 def sweep_row(name: str, make: Callable[[], tuple[nn.Module, tuple]], rules,
-              columns: Collection[str] = ("compile",), codegen: str | None = None) -> dict:
+              columns: Collection[str] = ("compile",), codegen: str | None = None,
+              checkpointing: bool = False) -> dict:
     """One row of a sweep: ``make()`` builds the model and its inputs (where that or an
     eager call raises: a ``not built`` row), then export and each entry point of
-    ``columns`` (``compile``, ``generate``, ``train``). ``class``: the wrapped model's
-    class name."""
+    ``columns`` (``compile``, ``generate``, ``train``; ``checkpointing``: trained with
+    gradient checkpointing on). ``class``: the wrapped model's class name."""
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         try:
@@ -346,7 +357,7 @@ def sweep_row(name: str, make: Callable[[], tuple[nn.Module, tuple]], rules,
     if "train" in columns:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            row.update(_through_training(name, model, inputs, rules, codegen))
+            row.update(_through_training(name, model, inputs, rules, codegen, checkpointing))
     return row
 
 
@@ -392,6 +403,8 @@ def main() -> None:
     parser.add_argument("--no-generate", action="store_true")
     parser.add_argument("--train", action="store_true",
                         help="add a training step through the backend (gradients judged)")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="train with transformers' gradient checkpointing on")
     parser.add_argument("--codegen", choices=compile_backend.CODEGENS,
                         help="the backend's code generator for the compile, generate and "
                              "train columns (default: the device's)")
@@ -409,7 +422,7 @@ def main() -> None:
                                       ("generate", not args.no_generate),
                                       ("train", args.train)) if asked]
         row = sweep_row(model_type, lambda t=model_type: build(t, args.attn), rules, columns,
-                        args.codegen)
+                        args.codegen, args.checkpointing)
         table.add(model_type, row)
         generates += not row.get("generate", "eager").startswith("eager")
     table.write(args.out, table.summary(len(args.types.split(",")), args.train)
