@@ -282,7 +282,9 @@ def _through_training(model_type: str, model, inputs, rules, codegen: str | None
         model.eval()
         if checkpointing:
             inner.gradient_checkpointing_disable()
-    return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))}
+    regions = row.get("regions", 0)
+    return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))
+            + (f" ({regions} region bodies optimised)" if regions else "")}
 
 
 def _through_generate(model_type: str, rules, codegen: str | None = None) -> dict:

@@ -159,6 +159,11 @@ def _reports(reports: list, row: dict) -> None:
                                  if r.fell_back and r.validation is not None])
 
 
+def _regions(reports: list, row: dict) -> None:
+    """How many region bodies (checkpointed layers) were optimised on their own."""
+    row["regions"] = sum(len(r.regions) for r in reports)
+
+
 PHASES = ("ingest", "saturate", "extract", "emit", "validate", "gradients")
 
 
@@ -325,6 +330,7 @@ def run_train(case: Case, rules, codegen: str | None = None) -> dict:
         _phases(backend.reports, row)
         _breaks(seen, row)
         _reports([r.extraction for r in backend.reports], row)
+        _regions(backend.reports, row)
         grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
         updated = {k: b.clone() for k, b in model.named_buffers()}
         _restore_buffers(model, first)

@@ -25,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -41,6 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
+from compiler.validate import is_fake
 from egraph import EGraph
 from egraph.run import Report
 from frontends.fx.effects import (
@@ -198,11 +200,12 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
     example_inputs = tuple(example_inputs)
     if cost is None:
         cost = default_cost(example_inputs)
-    clock = time.perf_counter
-    t0 = clock()
+    # (each region body's phases are timed in its own report)
     gm, regions = optimise_regions(gm, lambda body, inputs, at: _compile(
         body, inputs, rules, cost, validate, iter_limit, node_limit, time_limit, target,
         reference, name=f"{name} region {at}"))
+    clock = time.perf_counter
+    t0 = clock()
     if any(_is_symbolic(x) for x in example_inputs):
         eg = EGraph.from_fx(gm, hinted_inputs(example_inputs, gm), observe=False)
     else:
@@ -487,10 +490,11 @@ def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
 
 
 def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
-    """What makes two graphs compile the same: their code and their inputs' shapes, dtypes
-    and devices (aot_autograd passes parameters as inputs, so the result does not hold
-    them). Symbolic sizes and numbers count by their expression (``s0``, ``2*s1``): the
-    program reads them from its inputs, whatever their value."""
+    """What makes two graphs compile the same: their code, what they read by attribute
+    (:func:`_held`) and their inputs' shapes, dtypes and devices (aot_autograd passes
+    parameters as inputs, so the result does not hold them). Symbolic sizes and numbers
+    count by their expression (``s0``, ``2*s1``): the program reads them from its inputs,
+    whatever their value."""
     def spec(x):
         if isinstance(x, torch.Tensor):
             return (tuple(_expression(s) for s in x.shape), x.dtype, x.device.type)
@@ -498,7 +502,49 @@ def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
             return (type(x).__name__, _expression(x))
         return repr(x)
 
-    return gm.code, tuple(spec(x) for x in example_inputs)
+    return gm.code, tuple(spec(x) for x in example_inputs), _held(gm)
+
+
+def _held(gm: torch.fx.GraphModule) -> tuple:
+    """What a graph reads by attribute, as far as it decides the program: a region body's
+    code (and what it reads), a tensor's values, any other object itself (its id: the
+    compiled program holds it, so the id is not reused while the cache holds the program).
+    Two flex_attention calls with different ``score_mod`` functions, or two
+    checkpointed functions, have the same code and differ only in their bodies: the second
+    was handed the first's program (a silent wrong result).
+
+    >>> import torch.fx as fx
+    >>> g = fx.Graph()
+    >>> _ = g.output(g.get_attr("c"))
+    >>> one = fx.GraphModule({"c": torch.ones(2)}, g)
+    >>> two = fx.GraphModule({"c": torch.zeros(2)}, g)
+    >>> _held(one) == _held(one), _held(one) == _held(two)
+    (True, False)
+    """
+    held = []
+    for node in gm.graph.nodes:
+        if node.op not in ("get_attr", "call_module"):
+            continue
+        value = gm
+        for name in node.target.split("."):
+            value = getattr(value, name)
+        if isinstance(value, torch.fx.GraphModule):
+            held.append((node.target, value.code, _held(value)))
+        elif isinstance(value, torch.Tensor) and not is_fake(value):
+            held.append((node.target, tuple(value.shape), value.dtype, _digest(value)))
+        else:
+            held.append((node.target, id(value)))
+    return tuple(held)
+
+
+def _digest(tensor: torch.Tensor) -> str | int:
+    """A digest of a tensor's values, or its id where its bytes cannot be read (a sparse or
+    quantised tensor)."""
+    try:
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        return hashlib.blake2b(data.numpy().tobytes()).hexdigest()
+    except (RuntimeError, TypeError):
+        return id(tensor)
 
 
 def _expression(s: Any) -> Any:

@@ -102,7 +102,7 @@ class Validation:
                 f"on {self.trials} input sets")
 
 
-def _is_fake(x: Any) -> bool:
+def is_fake(x: Any) -> bool:
     """Whether ``x`` is a tensor without values: a fake one (torch.compile's example
     inputs) or one on the meta device."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -112,7 +112,7 @@ def _is_fake(x: Any) -> bool:
 
 def _materialise(x: Any) -> Any:
     """A real tensor for a fake or meta one (random values of the same kind)."""
-    if _is_fake(x):
+    if is_fake(x):
         device = x.device if x.device.type != "meta" else "cpu"
         # Values of an integer input are unknown: small ones are valid indices anywhere.
         values = (torch.randn(tuple(x.shape)) if x.dtype.is_floating_point
@@ -680,7 +680,7 @@ class _State:
     one (torch.compile's example inputs: validation runs on real ones of its own)."""
 
     def __init__(self, tensors: Iterable[Any], values: list[torch.Tensor] | None = None):
-        unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor) and not _is_fake(t)
+        unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor) and not is_fake(t)
                   and torch._debug_has_internal_overlap(t) != 1}
         self.tensors = list(unique.values())
         self.values = list(values or ())
@@ -783,7 +783,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     torch's own, seeded like it for each run.)"""
     original = src.graph_module if src.module is None else src.module
     states = generator_state_inputs(src.graph_module)
-    inputs = tuple(generator_state(x) if i in states and _is_fake(x) else _materialise(x)
+    inputs = tuple(generator_state(x) if i in states and is_fake(x) else _materialise(x)
                    for i, x in enumerate(src.example_inputs))
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
                    if isinstance(y, torch.Tensor))

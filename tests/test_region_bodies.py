@@ -129,3 +129,36 @@ def test_optimising_regions_leaves_the_given_graph_as_it_is():
         torch.nn.Identity()))
     assert optimised is not gm and gm.code == code and _bodies(gm) == [body]
     assert _bodies(optimised) != [body] and reports == []
+
+
+def test_graphs_that_differ_only_in_a_region_body_get_programs_of_their_own(monkeypatch):
+    """Two functions whose dynamo graphs have the same code and differ only in the bodies
+    their higher-order calls run (``score_mod`` of flex_attention, the function a
+    checkpoint calls, compiled whole for Inductor): the backend's cache gave the second
+    the first's program, a silent wrong result."""
+    from torch._inductor import compile_fx as inductor
+    from torch.nn.attention.flex_attention import flex_attention
+
+    monkeypatch.setattr(inductor, "compile_fx", lambda gm, inputs, **patches: gm.forward)
+
+    def capped(score, b, h, q, kv):
+        return 20 * torch.tanh(score / 20)
+
+    def biased(score, b, h, q, kv):
+        return score + (q - kv)
+
+    backend = make_backend(validate="raise")
+    q, k, v = (torch.randn(1, 2, 128, 16, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    with torch.no_grad():
+        for score_mod in (capped, biased):
+            def attend(q, k, v, score_mod=score_mod):
+                return flex_attention(q, k, v, score_mod=score_mod)
+            torch.testing.assert_close(torch.compile(attend, backend=backend)(q, k, v),
+                                       attend(q, k, v))
+    backend = make_backend(codegen="inductor", validate="raise")
+    x = torch.randn(8, requires_grad=True)
+    for f in (torch.sin, torch.cos):
+        def checkpointed(x, f=f):
+            return checkpoint.checkpoint(f, x, use_reentrant=False)
+        torch.testing.assert_close(torch.compile(checkpointed, backend=backend)(x), f(x))
