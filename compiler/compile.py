@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -42,7 +41,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
-from compiler.validate import is_fake
+from compiler.regions import optimise_regions
+from compiler.signature import SYMBOLIC, expression, signature
 from egraph import EGraph
 from egraph.run import Report
 from frontends.fx.effects import (
@@ -52,8 +52,6 @@ from frontends.fx.effects import (
     updates_an_alias,
     updates_inputs,
 )
-
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 log = logging.getLogger("egraph.compiler")
 
@@ -70,7 +68,7 @@ class GraphReport:
     ``times``: seconds per phase (``gradients``: the check of a graph run as emitted under
     autograd), ``memory``: measured peak bytes of the ``source`` and the
     ``optimised`` module on the example inputs (with ``memory=True``), ``regions``: the
-    reports of the region bodies optimised on their own (:func:`optimise_regions`).
+    reports of the region bodies optimised on their own (:func:`compiler.regions.optimise_regions`).
     """
 
     name: str
@@ -226,95 +224,6 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
     return module
 
 
-def _region_bodies() -> dict[Any, int]:
-    """The higher-order ops that call a region body as a plain function of their operands
-    (the body's position among their arguments): activation checkpointing's (the body is
-    run again in the backward) and ``nested_compile_region``'s (one body, many calls)."""
-    higher_order = torch.ops.higher_order
-    return {getattr(higher_order, name): 0 for name in
-            ("tag_activation_checkpoint", "invoke_subgraph") if hasattr(higher_order, name)}
-
-
-def optimise_regions(gm: torch.fx.GraphModule,
-                     compile_region: Callable[[torch.fx.GraphModule, tuple, str],
-                                              torch.fx.GraphModule]
-                     ) -> tuple[torch.fx.GraphModule, list[GraphReport]]:
-    """``gm`` with the body of each region its higher-order calls run as a function
-    (:func:`_region_bodies`) replaced by ``compile_region(body, inputs, name)``, where the
-    inputs are the values dynamo recorded for the body's own inputs; a copy, ``gm`` is left
-    as it is. The call stays (an opaque one to the e-graph of ``gm``), so a checkpointed
-    layer is still recomputed in the backward, now from its optimised body; before, the
-    region was not optimised at all where dynamo's graph is compiled whole (Inductor's
-    code generation). A body shared by several calls is compiled once, and so is a body
-    of the same structure and input kinds as one compiled before that reads no attribute
-    (the layers of a model, each checkpointed: their parameters are the body's inputs).
-    Also the reports of the bodies compiled, in order.
-
-    >>> import torch.utils.checkpoint as checkpoint
-    >>> seen = []
-    >>> def backend(gm, example_inputs):
-    ...     gm, _ = optimise_regions(gm, lambda body, inputs, at: seen.append(at) or body)
-    ...     return gm
-    >>> f = torch.compile(lambda x: checkpoint.checkpoint(torch.sin, x, use_reentrant=False),
-    ...                   backend=backend)
-    >>> _ = f(torch.ones(2, requires_grad=True))
-    >>> seen
-    ['wrap_body_0']
-    """
-    from frontends.fx.effects import recorded_value
-
-    bodies = _region_bodies()
-    compiled: dict[str, torch.fx.GraphModule] = {}
-    alike: dict[tuple, torch.fx.GraphModule] = {}
-    reports = []
-    for node in gm.graph.nodes:
-        at = bodies.get(node.target) if node.op == "call_function" else None
-        body_node = node.args[at] if at is not None and len(node.args) > at else None
-        if not (isinstance(body_node, torch.fx.Node) and body_node.op == "get_attr") or (
-                body_node.target in compiled):
-            continue
-        body = getattr(gm, body_node.target)
-        inputs = [recorded_value(p) for p in body.graph.nodes if p.op == "placeholder"]
-        if not isinstance(body, torch.fx.GraphModule) or None in inputs:
-            continue
-        key = _structure(body, inputs)
-        if key is None or key not in alike:
-            optimised = compile_region(body, tuple(inputs), body_node.target)
-            reports.extend([optimised.meta["egraph_graph"]] if "egraph_graph" in optimised.meta
-                           else [])
-            if key is not None:
-                alike[key] = optimised
-        compiled[body_node.target] = alike.get(key, optimised)
-    if not compiled:
-        return gm, []
-    graph = torch.fx.Graph(tracer_cls=gm.graph._tracer_cls)
-    graph._codegen = gm.graph._codegen
-    copied: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in gm.graph.nodes:
-        copied[node] = graph.node_copy(node, copied.__getitem__)
-    module = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
-    module.meta.update(gm.meta)
-    for target, body in compiled.items():
-        setattr(module, target, body)
-    return module, reports
-
-
-def _structure(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> tuple | None:
-    """What makes two region bodies compile the same whatever their names: each node's
-    kind, target and arguments (earlier nodes by position), and the inputs' kinds (as
-    :func:`_signature`); None for a body that reads an attribute (a constant of its own)."""
-    position: dict[torch.fx.Node, int] = {}
-    nodes = []
-    for node in gm.graph.nodes:
-        if node.op in ("get_attr", "call_module"):
-            return None
-        position[node] = len(position)
-        arguments = torch.fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
-        nodes.append((node.op, None if node.op == "placeholder" else str(node.target),
-                      repr(arguments)))
-    return tuple(nodes), _signature(gm, inputs)[1]
-
-
 def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
                     example_inputs: tuple) -> dict[str, int]:
     """Peak bytes of the source and the optimised module on real example inputs (copies
@@ -351,7 +260,7 @@ def default_cost(example_inputs: Sequence[Any], fused: bool = False):
 
 
 def _is_symbolic(x: Any) -> bool:
-    if isinstance(x, _SYMBOLIC):
+    if isinstance(x, SYMBOLIC):
         return True
     return isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
 
@@ -489,68 +398,6 @@ def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
     return tuple(out)
 
 
-def _signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
-    """What makes two graphs compile the same: their code, what they read by attribute
-    (:func:`_held`) and their inputs' shapes, dtypes and devices (aot_autograd passes
-    parameters as inputs, so the result does not hold them). Symbolic sizes and numbers
-    count by their expression (``s0``, ``2*s1``): the program reads them from its inputs,
-    whatever their value."""
-    def spec(x):
-        if isinstance(x, torch.Tensor):
-            return (tuple(_expression(s) for s in x.shape), x.dtype, x.device.type)
-        if isinstance(x, _SYMBOLIC):
-            return (type(x).__name__, _expression(x))
-        return repr(x)
-
-    return gm.code, tuple(spec(x) for x in example_inputs), _held(gm)
-
-
-def _held(gm: torch.fx.GraphModule) -> tuple:
-    """What a graph reads by attribute, as far as it decides the program: a region body's
-    code (and what it reads), a tensor's values, any other object itself (its id: the
-    compiled program holds it, so the id is not reused while the cache holds the program).
-    Two flex_attention calls with different ``score_mod`` functions, or two
-    checkpointed functions, have the same code and differ only in their bodies: the second
-    was handed the first's program (a silent wrong result).
-
-    >>> import torch.fx as fx
-    >>> g = fx.Graph()
-    >>> _ = g.output(g.get_attr("c"))
-    >>> one = fx.GraphModule({"c": torch.ones(2)}, g)
-    >>> two = fx.GraphModule({"c": torch.zeros(2)}, g)
-    >>> _held(one) == _held(one), _held(one) == _held(two)
-    (True, False)
-    """
-    held = []
-    for node in gm.graph.nodes:
-        if node.op not in ("get_attr", "call_module"):
-            continue
-        value = gm
-        for name in node.target.split("."):
-            value = getattr(value, name)
-        if isinstance(value, torch.fx.GraphModule):
-            held.append((node.target, value.code, _held(value)))
-        elif isinstance(value, torch.Tensor) and not is_fake(value):
-            held.append((node.target, tuple(value.shape), value.dtype, _digest(value)))
-        else:
-            held.append((node.target, id(value)))
-    return tuple(held)
-
-
-def _digest(tensor: torch.Tensor) -> str | int:
-    """A digest of a tensor's values, or its id where its bytes cannot be read (a sparse or
-    quantised tensor)."""
-    try:
-        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        return hashlib.blake2b(data.numpy().tobytes()).hexdigest()
-    except (RuntimeError, TypeError):
-        return id(tensor)
-
-
-def _expression(s: Any) -> Any:
-    return str(s.node.expr) if isinstance(s, _SYMBOLIC) else s
-
-
 CODEGENS = ("eager", "inductor")
 """Who generates the code of the optimised graph: ``eager`` runs it as the ordinary torch
 calls we emit (Triton kernels for fusion regions on CUDA), through aot_autograd so the
@@ -637,7 +484,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
                 example_inputs = real_values(example_inputs, calls[-1])
                 real = not any(isinstance(x, FakeTensor) for x in example_inputs)
             # (with grad mode: a graph run as emitted is checked for gradients only there)
-            key = (kind, torch.is_grad_enabled(), *_signature(gm, example_inputs))
+            key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
             if key in refused:
                 return None
             if key not in cache:
@@ -899,12 +746,12 @@ def _symbols(example_inputs: Sequence[Any]) -> list[tuple[str, int, int | None]]
     symbolic dim, ``(expression, input, None)`` for a symbolic number."""
     found: dict[str, tuple[str, int, int | None]] = {}
     for i, x in enumerate(example_inputs):
-        if isinstance(x, _SYMBOLIC):
-            found.setdefault(_expression(x), (_expression(x), i, None))
+        if isinstance(x, SYMBOLIC):
+            found.setdefault(expression(x), (expression(x), i, None))
         elif isinstance(x, torch.Tensor):
             for d, size in enumerate(x.shape):
                 if isinstance(size, torch.SymInt):
-                    found.setdefault(_expression(size), (_expression(size), i, d))
+                    found.setdefault(expression(size), (expression(size), i, d))
     return list(found.values())
 
 

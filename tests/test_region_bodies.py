@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint as checkpoint
 
-from compiler.compile import make_backend, optimise_regions
+from compiler.compile import make_backend
+from compiler.regions import optimise_regions
 
 
 class Block(nn.Module):

@@ -1,0 +1,112 @@
+"""What makes two graphs, or two region bodies, compile the same: the keys of the
+backend's cache (:func:`compiler.compile.make_backend`), so that a graph compiled once is
+not compiled again, and a graph that differs is never handed another's program."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from compiler.validate import is_fake
+
+SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+"""The types of the symbolic numbers dynamo hands a backend under dynamic shapes."""
+
+
+def signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
+    """What makes two graphs compile the same: their code, what they read by attribute
+    (:func:`_held`) and their inputs' shapes, dtypes and devices (aot_autograd passes
+    parameters as inputs, so the result does not hold them). Symbolic sizes and numbers
+    count by their expression (``s0``, ``2*s1``): the program reads them from its inputs,
+    whatever their value.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    >>> signature(gm, (torch.ones(2),))[-1]
+    (((2,), torch.float32, 'cpu'),)
+    """
+    def spec(x):
+        if isinstance(x, torch.Tensor):
+            return (tuple(expression(s) for s in x.shape), x.dtype, x.device.type)
+        if isinstance(x, SYMBOLIC):
+            return (type(x).__name__, expression(x))
+        return repr(x)
+
+    return gm.code, _held(gm), tuple(spec(x) for x in example_inputs)
+
+
+def _held(gm: torch.fx.GraphModule) -> tuple:
+    """What a graph reads by attribute, as far as it decides the program: a region body's
+    code (and what it reads), a tensor's values, any other object itself (its id: the
+    compiled program holds it, so the id is not reused while the cache holds the program).
+    Two flex_attention calls with different ``score_mod`` functions, or two
+    checkpointed functions, have the same code and differ only in their bodies: the second
+    was handed the first's program (a silent wrong result).
+
+    >>> import torch.fx as fx
+    >>> g = fx.Graph()
+    >>> _ = g.output(g.get_attr("c"))
+    >>> one = fx.GraphModule({"c": torch.ones(2)}, g)
+    >>> two = fx.GraphModule({"c": torch.zeros(2)}, g)
+    >>> _held(one) == _held(one), _held(one) == _held(two)
+    (True, False)
+    """
+    held = []
+    for node in gm.graph.nodes:
+        if node.op not in ("get_attr", "call_module"):
+            continue
+        value = gm
+        for name in node.target.split("."):
+            value = getattr(value, name)
+        if isinstance(value, torch.fx.GraphModule):
+            held.append((node.target, value.code, _held(value)))
+        elif isinstance(value, torch.Tensor) and not is_fake(value):
+            held.append((node.target, tuple(value.shape), value.dtype, _digest(value)))
+        else:
+            held.append((node.target, id(value)))
+    return tuple(held)
+
+
+def _digest(tensor: torch.Tensor) -> str | int:
+    """A digest of a tensor's values, or its id where its bytes cannot be read (a sparse or
+    quantised tensor)."""
+    try:
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        return hashlib.blake2b(data.numpy().tobytes()).hexdigest()
+    except (RuntimeError, TypeError):
+        return id(tensor)
+
+
+def expression(s: Any) -> Any:
+    """A symbolic number by its expression (``s0``, ``2*s1``), any other as it is.
+
+    >>> expression(3)
+    3
+    """
+    return str(s.node.expr) if isinstance(s, SYMBOLIC) else s
+
+
+def structure(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> tuple | None:
+    """What makes two region bodies compile the same whatever their names: each node's
+    kind, target and arguments (earlier nodes by position), and the inputs' kinds (as
+    :func:`signature`); None for a body that reads an attribute (a constant of its own).
+
+    >>> def doubled_sine(y):
+    ...     return torch.sin(y) * 2
+    >>> one = torch.fx.symbolic_trace(lambda x: torch.sin(x) * 2)
+    >>> structure(one, (torch.ones(2),)) == structure(torch.fx.symbolic_trace(doubled_sine),
+    ...                                               (torch.ones(2),))
+    True
+    """
+    position: dict[torch.fx.Node, int] = {}
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            return None
+        position[node] = len(position)
+        arguments = torch.fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
+        nodes.append((node.op, None if node.op == "placeholder" else str(node.target),
+                      repr(arguments)))
+    return tuple(nodes), signature(gm, inputs)[-1]
