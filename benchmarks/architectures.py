@@ -17,7 +17,8 @@ text-to-text language-model head, greedy
 ``generate`` with the key/value cache and the forward compiled with the backend (its
 tokens must be eager's), with ``--train`` a training step through the backend (loss and
 gradients equal eager's, float64-judged; with ``--checkpointing``, with transformers'
-gradient checkpointing on), nodes before -> after and the pipeline's seconds.
+gradient checkpointing on; ``regions``: the region bodies, checkpointed layers, optimised
+on their own), nodes before -> after and the pipeline's seconds.
 Outputs are compared with eager's (float64-judged where the float32 outputs differ).
 The table is printed and written to benchmarks/results/architectures.md (``--out``)."""
 
@@ -282,9 +283,8 @@ def _through_training(model_type: str, model, inputs, rules, codegen: str | None
         model.eval()
         if checkpointing:
             inner.gradient_checkpointing_disable()
-    regions = row.get("regions", 0)
-    return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0))
-            + (f" ({regions} region bodies optimised)" if regions else "")}
+    return {"train": _summary(row.get("fallback_reasons") or [], row.get("breaks", 0)),
+            "regions": row.get("regions") or ""}
 
 
 def _through_generate(model_type: str, rules, codegen: str | None = None) -> dict:
@@ -417,7 +417,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
-    table = SweepTable("architecture", ("export", "compile", "sdpa", "generate", "train"))
+    table = SweepTable("architecture", ("export", "compile", "sdpa", "generate", "train",
+                                        "regions"))
     generates = 0
     for model_type in args.types.split(","):
         columns = [c for c, asked in (("compile", not args.no_compile),
