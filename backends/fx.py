@@ -30,7 +30,7 @@ from backends.sizes import explain_sizes, explain_sizes_of, require_guards
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.effects import aten_name, is_in_place
+from frontends.fx.effects import aten_name, is_in_place, recorded_value
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import (
     SHAPE_PARAMS,
@@ -210,6 +210,7 @@ class _Emitter:
         # (an input keeps its default, ``def f(x, scale=2.0)``, and its star, ``*xs``: the
         # signature is the source's)
         given = {n.name: n for n in src.graph_module.graph.nodes if n.op == "placeholder"}
+        examples = dict(zip(src.inputs, src.example_inputs or ()))
         for name, cid in zip(src.inputs, src.input_classes):
             source = given.get(name)
             star = source is not None and str(source.target).startswith("*")
@@ -218,6 +219,11 @@ class _Emitter:
                 if source is not None and source.args else inspect.Signature.empty)
             self.metas[node] = self.eg.data(cid)
             self.shared.add(node)
+            if _strided(recorded_value(source) if source is not None else None,
+                        examples.get(name)):
+                # (an aot graph's saved activation in channels-last: a clone the source
+                # made contiguous for an aten kernel is given back where it was dropped)
+                self.strided.add(node)
         for effect in src.effects:
             self.value(effect)
         out = fx.node.map_aggregate(src.output, lambda a: self.output_value(a)
@@ -718,6 +724,22 @@ def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> Non
 
     output.args = (fx.node.map_aggregate(output.args[0], repaired),)
     gm.recompile()
+
+
+def _strided(*values: Any) -> bool:
+    """Whether the first tensor among ``values`` (an input's recorded value, its example)
+    is known not to be contiguous.
+
+    >>> _strided(None, torch.empty(3, 2).t()), _strided(torch.empty(2, 3))
+    (True, False)
+    """
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            try:
+                return not value.is_contiguous()
+            except Exception:  # noqa: BLE001 - a data-dependent symbolic stride: unknown
+                return False
+    return False
 
 
 def _broadcasts_to(shape: tuple, target: tuple) -> bool:

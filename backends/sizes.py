@@ -59,7 +59,9 @@ def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]
     for name, cid in zip(names, egraph.fx.input_classes):
         shape = getattr(egraph.data(cid), "shape", None)
         if shape is not None:
-            shapes[name] = tuple(shape)
+            # (a symbolic size, an aot graph's generator state ``(s96,)``, by its name:
+            # any size fits it)
+            shapes[name] = tuple(d if isinstance(d, int) else str(d) for d in shape)
     if not shapes:
         return None
     explanation = (names, shapes, sorted(set(baked))[:3])
@@ -97,7 +99,7 @@ def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
     if isinstance(error, SizeMismatch):
         return
     wrong = [(name, x, built[name]) for name, x in zip(names, inputs)
-             if name in built and isinstance(x, torch.Tensor) and tuple(x.shape) != built[name]]
+             if name in built and isinstance(x, torch.Tensor) and not _fits(x.shape, built[name])]
     if not wrong:
         return
     got = "; ".join(f"{named_shape(name, x)}, the module was built for {want}"
@@ -109,6 +111,17 @@ def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
         "from an example of this shape, or compute sizes from the input in the source "
         f"(x.size(0), x.shape[-1]) so that they stay symbolic. (torch: {first})"
     ) from error
+
+
+def _fits(shape: tuple, built: tuple) -> bool:
+    """Whether ``shape`` is the shape a module was built for (a symbolic size, written by
+    its name, fits any).
+
+    >>> _fits((2, 5), (2, "s0")), _fits((3, 5), (2, "s0")), _fits((2,), (2, 1))
+    (True, False, False)
+    """
+    return len(shape) == len(built) and all(
+        not isinstance(want, int) or got == want for got, want in zip(shape, built))
 
 
 # -- sizes a rewrite computed: refuse other sizes ---------------------------------------------

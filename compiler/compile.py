@@ -43,6 +43,7 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from compiler.regions import optimise_regions
 from compiler.signature import SYMBOLIC, expression, signature
+from compiler.validate import strided_like
 from egraph import EGraph
 from egraph.run import Report
 from frontends.fx.effects import (
@@ -300,6 +301,11 @@ def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None
             value = torch.randn(shape, dtype=x.dtype, device=device)
         else:
             value = torch.randint(0, 2, shape, device=device).to(x.dtype)
+        # in the layout it has (an aot graph's channels-last activation): a program that
+        # assumed it contiguous passed on contiguous stand-ins and failed on the real one
+        layout = torch.empty_strided(shape, tuple(_hint(s) for s in x.stride()),
+                                     dtype=x.dtype, device="meta")
+        value = strided_like(value, layout)
         return value.requires_grad_(x.requires_grad and value.is_floating_point())
 
     with unset_fake_temporarily():

@@ -163,3 +163,56 @@ def test_graphs_that_differ_only_in_a_region_body_get_programs_of_their_own(monk
         def checkpointed(x, f=f):
             return checkpoint.checkpoint(f, x, use_reentrant=False)
         torch.testing.assert_close(torch.compile(checkpointed, backend=backend)(x), f(x))
+
+
+class ChannelsLastAttention(nn.Module):
+    """diffusers' VAE mid-block attention, in form: a group norm over (B, C, H*W) of a
+    residual sum that is channels-last when the model is, then a projection and dropout."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm = nn.GroupNorm(4, channels)
+        self.proj = nn.Linear(channels, channels)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x):
+        h = self.conv(x) + x
+        b, c, height, width = h.shape
+        tokens = h.view(b, c, height * width).transpose(1, 2)
+        tokens = self.norm(tokens.transpose(1, 2)).transpose(1, 2)
+        return self.dropout(self.proj(tokens))
+
+
+class ChannelsLastModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.block = ChannelsLastAttention()
+
+    def forward(self, x):
+        return checkpoint.checkpoint(self.block, self.stem(x), use_reentrant=False)
+
+
+def test_a_checkpointed_channels_last_block_trains_with_eagers_gradients():
+    """aot_autograd's graphs take the channels-last sum as an input and clone it
+    contiguous for ``native_group_norm``, whose kernel requires that layout. Ingest drops
+    the clone; emission gave it back only where it knew the value strided, and it took
+    every input for contiguous: the program raised "Expected X.is_contiguous"."""
+    torch.manual_seed(0)
+    model = ChannelsLastModel().to(memory_format=torch.channels_last).train()
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+
+    def step(forward):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        out = forward(x)
+        out.square().mean().backward()
+        return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    backend = make_backend(validate="raise")
+    out, grads = step(torch.compile(model, backend=backend))
+    want, want_grads = step(model)
+    torch.testing.assert_close(out, want)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)

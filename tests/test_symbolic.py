@@ -178,3 +178,20 @@ def test_a_symbolic_integer_of_any_sign_is_a_size_with_no_least_value():
         x = torch.randn(2, 6 + n % 3)
         torch.testing.assert_close(compiled(x, n), shifted(x, n))
     assert backend.reports and not any(r.extraction.fell_back for r in backend.reports)
+
+
+def test_a_symbolic_size_in_the_shapes_a_module_was_built_for_fits_any_size():
+    """An aot backward graph's generator state has a symbolic size (``s96``) beside the
+    literal shapes a rewrite baked in: the size check wrote it as a name into the code it
+    generated (a NameError in place of the explanation), and would have blamed the state
+    for any size. Now it is written as its name in quotes and fits any size."""
+    from backends.sizes import explain_sizes_of
+
+    gm = torch.fx.symbolic_trace(lambda x, state: x.reshape(2, 3) + state.sum())
+    explain_sizes_of(gm.graph, ["x", "state"], {"x": (2, 3), "state": ("s96",)},
+                     ["reshape to (2, 3)"])
+    gm.recompile()
+    assert gm(torch.ones(2, 3), torch.ones(7)).shape == (2, 3)
+    with pytest.raises(SizeMismatch) as raised:
+        gm(torch.ones(3, 3), torch.ones(7))
+    assert "'x' has shape (3, 3)" in str(raised.value) and "state" not in str(raised.value)
