@@ -125,11 +125,16 @@ def strided_like(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``values`` laid out with ``like``'s strides: a backward graph ``view``s the
     activations it saved as they were laid out (ConvNeXt's channels-last permute), and
     refuses a contiguous stand-in. A broadcast dimension (stride 0) keeps its first slice.
+    Strides count where a size is 1 too: a channels-last 1x1 convolution weight is
+    contiguous either way, but the convolution's output layout follows its strides.
 
     >>> strided_like(torch.arange(6.).reshape(2, 3), torch.empty(3, 2).t()).stride()
     (1, 2)
+    >>> weight = torch.empty(4, 2, 1, 1).to(memory_format=torch.channels_last)
+    >>> strided_like(torch.ones(4, 2, 1, 1), weight).stride()
+    (2, 1, 2, 2)
     """
-    if values.shape != like.shape or like.is_contiguous():
+    if values.shape != like.shape or values.stride() == like.stride():
         return values
     stride = like.stride()
     broadcast = [d for d, st in enumerate(stride) if st == 0 and like.shape[d] > 1]

@@ -302,6 +302,33 @@ def test_a_training_step_with_activation_checkpointing_replays_eagers_masks(name
                for entry in backend.cache.values() for n in entry.module.graph.nodes)
 
 
+def test_a_channels_last_checkpointed_unet_trains_with_eagers_gradients(rules):
+    """diffusers' UNet in channels-last with gradient checkpointing: the backward graph
+    takes a generator state (a symbolic size), channels-last activations and 1x1
+    convolution weights whose strides decide the layout of what it ``view``s. Validation's
+    stand-ins were contiguous (the crash: "Expected X.is_contiguous", then a NameError
+    from the size check) or had the 1x1 weights' other strides (the source raised on every
+    input set, and the step fell back)."""
+    case = build("unet2d")
+    model = case.model.train().to(memory_format=torch.channels_last)
+    next(m for m in model.modules() if hasattr(m, "enable_gradient_checkpointing")
+         ).enable_gradient_checkpointing()
+    inputs = (case.inputs[0].to(memory_format=torch.channels_last), *case.inputs[1:])
+    backend = make_backend(rules=rules, validate="raise", **LIMITS)
+    steps = []
+    for forward in (torch.compile(model, backend=backend), model):
+        model.zero_grad(set_to_none=True)
+        loss = _loss(forward(*inputs))
+        loss.backward()
+        steps.append((loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()
+                                      if p.grad is not None}))
+    (loss, grads), (want, want_grads) = steps
+    torch.testing.assert_close(loss, want, **TOL)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, **TOL, msg=lambda m, k=key: f"{k}: {m}")
+    _assert_no_fallback(backend)
+
+
 def test_a_training_step_with_random_ops_is_not_refused_for_rounding(rules):
     """Swin's stochastic depth draws random numbers in training, so validation compares
     with the source under the same seed, in float32: its fused linears differ from the
