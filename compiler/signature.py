@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from compiler.validate import is_fake
 
@@ -39,8 +40,10 @@ def signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
 
 def _held(gm: torch.fx.GraphModule) -> tuple:
     """What a graph reads by attribute, as far as it decides the program: a region body's
-    code (and what it reads), a tensor's values, any other object itself (its id: the
-    compiled program holds it, so the id is not reused while the cache holds the program).
+    code (and what it reads), a constant tensor's values, a parameter or any other object
+    itself (its id: the compiled program holds it, so the id is not reused while the cache
+    holds the program; a parameter's values are read when the program runs, and a large
+    model's are not hashed on every compile).
     Two flex_attention calls with different ``score_mod`` functions, or two
     checkpointed functions, have the same code and differ only in their bodies: the second
     was handed the first's program (a silent wrong result).
@@ -62,7 +65,8 @@ def _held(gm: torch.fx.GraphModule) -> tuple:
             value = getattr(value, name)
         if isinstance(value, torch.fx.GraphModule):
             held.append((node.target, value.code, _held(value)))
-        elif isinstance(value, torch.Tensor) and not is_fake(value):
+        elif isinstance(value, torch.Tensor) and not isinstance(
+                value, torch.nn.Parameter) and not is_fake(value):
             held.append((node.target, tuple(value.shape), value.dtype, _digest(value)))
         else:
             held.append((node.target, id(value)))
@@ -73,8 +77,10 @@ def _digest(tensor: torch.Tensor) -> str | int:
     """A digest of a tensor's values, or its id where its bytes cannot be read (a sparse or
     quantised tensor)."""
     try:
-        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        return hashlib.blake2b(data.numpy().tobytes()).hexdigest()
+        # (aot_autograd compiles its graphs under its fake mode)
+        with unset_fake_temporarily():
+            data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            return hashlib.blake2b(data.numpy().tobytes()).hexdigest()
     except (RuntimeError, TypeError):
         return id(tensor)
 
