@@ -59,9 +59,21 @@ def _fresh_dynamo():
 
 def _step(model, forward, x):
     model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)  # (the same dropout masks)
     out = forward(x)
     out.square().sum().backward()
     return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def _regions_of_a_step_like_eagers(model, x, backend) -> list:
+    """A training step through ``backend`` gives eager's output and gradients; the
+    reports of the region bodies it compiled."""
+    out, grads = _step(model, torch.compile(model, backend=backend), x)
+    want, want_grads = _step(model, model, x)
+    torch.testing.assert_close(out, want)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
+    return [r for r in backend.reports if " region " in r.name]
 
 
 def _bodies(module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
@@ -81,19 +93,14 @@ def test_checkpointed_layers_are_optimised_inside_their_regions_for_inductor(mon
                         lambda gm, inputs, **patches: handed.append(gm) or gm.forward)
     torch.manual_seed(0)
     model, x = Checkpointed(), torch.randn(4, 16, requires_grad=True)
-    backend = make_backend(codegen="inductor", validate="raise")
-    out, grads = _step(model, torch.compile(model, backend=backend), x)
-    want, want_grads = _step(model, model, x)
-    torch.testing.assert_close(out, want)
-    for key, grad in want_grads.items():
-        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
+    regions = _regions_of_a_step_like_eagers(
+        model, x, make_backend(codegen="inductor", validate="raise"))
     (graph,) = handed
     calls = [n for n in graph.graph.nodes
              if n.target is torch.ops.higher_order.tag_activation_checkpoint]
     bodies = _bodies(graph)
     assert len(calls) == len(bodies) == 3
     assert all("layer_norm" in body.code and "sqrt" not in body.code for body in bodies)
-    regions = [r for r in backend.reports if " region " in r.name]
     assert len(regions) == 1 and not regions[0].fell_back, [str(r) for r in regions]
 
 
@@ -103,13 +110,8 @@ def test_a_nested_compile_regions_body_is_optimised_through_aot_autograd():
     step equals eager's."""
     torch.manual_seed(0)
     model, x = Nested(), torch.randn(4, 16, requires_grad=True)
-    backend = make_backend(codegen="eager", validate="raise")
-    out, grads = _step(model, torch.compile(model, backend=backend), x)
-    want, want_grads = _step(model, model, x)
-    torch.testing.assert_close(out, want)
-    for key, grad in want_grads.items():
-        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
-    regions = [r for r in backend.reports if " region " in r.name]
+    regions = _regions_of_a_step_like_eagers(
+        model, x, make_backend(codegen="eager", validate="raise"))
     assert [r.name.split()[0] for r in regions] == ["forward", "backward"]
     assert all(r.extraction.used and not r.fell_back for r in regions), list(map(str, regions))
 
@@ -202,17 +204,4 @@ def test_a_checkpointed_channels_last_block_trains_with_eagers_gradients():
     torch.manual_seed(0)
     model = ChannelsLastModel().to(memory_format=torch.channels_last).train()
     x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
-
-    def step(forward):
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(1)
-        out = forward(x)
-        out.square().mean().backward()
-        return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
-
-    backend = make_backend(validate="raise")
-    out, grads = step(torch.compile(model, backend=backend))
-    want, want_grads = step(model)
-    torch.testing.assert_close(out, want)
-    for key, grad in want_grads.items():
-        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5)
+    _regions_of_a_step_like_eagers(model, x, make_backend(validate="raise"))
