@@ -286,7 +286,7 @@ def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None
     their hinted value, fake tensors (symbolic sizes too) as random tensors of the hinted
     shape, dtype and device (small integers for integer tensors: valid indices), and those
     ``gm`` reads as a generator's state as a valid state."""
-    states = generator_state_inputs(gm) if gm is not None else frozenset()
+    states = generator_state_inputs(gm) if gm is not None else {}
 
     def real(i, x):
         if not isinstance(x, torch.Tensor):
@@ -294,7 +294,7 @@ def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None
         if not isinstance(x, FakeTensor) and x.device.type != "meta":
             return x
         if i in states:
-            return generator_state(x)
+            return generator_state(states[i])
         shape = tuple(_hint(s) for s in x.shape)
         device = x.device if x.device.type != "meta" else "cpu"
         if x.dtype.is_floating_point or x.dtype.is_complex:

@@ -788,8 +788,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     torch's own, seeded like it for each run.)"""
     original = src.graph_module if src.module is None else src.module
     states = generator_state_inputs(src.graph_module)
-    inputs = tuple(generator_state(x) if i in states and is_fake(x) else _materialise(x)
-                   for i, x in enumerate(src.example_inputs))
+    inputs = tuple(generator_state(states[i]) if i in states and is_fake(x)
+                   else _materialise(x) for i, x in enumerate(src.example_inputs))
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
                    if isinstance(y, torch.Tensor))
     normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]

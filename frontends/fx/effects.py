@@ -91,36 +91,41 @@ def recorded_parts(node: fx.Node, key: str) -> tuple | None:
     return tuple(parts.get(i) for i in range(max(parts) + 1))
 
 
-def generator_state_inputs(gm: fx.GraphModule) -> frozenset[int]:
-    """The positions of the inputs that a graph reads as a random generator's state: the
-    state an aot backward graph replays a random op from (``run_with_rng_state``, in
-    activation checkpointing). Such an input holds a state, not data: random bytes are
-    no state at all ("Invalid mt19937 state"), so it is given a real one
-    (:func:`generator_state`) and never drawn.
+def generator_state_inputs(gm: fx.GraphModule) -> dict[int, torch.device]:
+    """The positions of the inputs that a graph reads as a random generator's state, each
+    with the device of the op it replays: the state an aot backward graph replays a random
+    op from (``run_with_rng_state``, in activation checkpointing). Such an input holds a
+    state, not data: random bytes are no state at all ("Invalid mt19937 state"), so it is
+    given a real one (:func:`generator_state`) and never drawn. (The state of a CUDA
+    generator is a CPU tensor too: the op's device says whose it is.)
 
     >>> g = fx.Graph()
     >>> state, x = g.placeholder("state"), g.placeholder("x")
     >>> _ = g.output(g.call_function(torch.ops.higher_order.run_with_rng_state,
     ...                              (state, torch.ops.aten.rand_like.default, x)))
     >>> generator_state_inputs(fx.GraphModule({}, g))
-    frozenset({0})
+    {0: device(type='cpu')}
     """
     replay = torch.ops.higher_order.run_with_rng_state
-    read = {n.args[0] for n in gm.graph.nodes
-            if n.op == "call_function" and n.target is replay and n.args}
-    return frozenset(i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
-                     if n in read)
+    devices: dict[fx.Node, torch.device] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is replay and n.args:
+            operands = (recorded_value(a) for a in n.args[2:])
+            devices[n.args[0]] = next((v.device for v in operands
+                                       if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    placeholders = (n for n in gm.graph.nodes if n.op == "placeholder")
+    return {i: devices[n] for i, n in enumerate(placeholders) if n in devices}
 
 
-def generator_state(like: torch.Tensor) -> torch.Tensor:
-    """The state of the default generator of ``like``'s device, a valid value for an
-    input :func:`generator_state_inputs` names.
+def generator_state(device: torch.device) -> torch.Tensor:
+    """The state of the default generator of ``device``, a valid value for an input
+    :func:`generator_state_inputs` names.
 
-    >>> generator_state(torch.empty(5056, dtype=torch.uint8)).equal(torch.get_rng_state())
+    >>> generator_state(torch.device("cpu")).equal(torch.get_rng_state())
     True
     """
-    if like.device.type == "cuda":
-        return torch.cuda.get_rng_state(like.device)
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
     return torch.get_rng_state()
 
 
