@@ -4,6 +4,7 @@ graphs run as plain functions of their operands (activation checkpointing's,
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,8 @@ def optimise_regions(gm: torch.fx.GraphModule,
     code generation). A body shared by several calls is compiled once, and so is a body
     of the same structure and input kinds as one compiled before that reads no attribute
     (the layers of a model, each checkpointed: their parameters are the body's inputs).
-    Also the reports of the bodies compiled, in order.
+    Also the reports of the bodies compiled, in order. A body that ``compile_region``
+    raises on is kept as it is, with a warning.
 
     >>> import torch.utils.checkpoint as checkpoint
     >>> seen = []
@@ -68,7 +70,15 @@ def optimise_regions(gm: torch.fx.GraphModule,
             continue
         key = structure(body, inputs)
         if key is None or key not in alike:
-            optimised = compile_region(body, tuple(inputs), body_node.target)
+            try:
+                optimised = compile_region(body, tuple(inputs), body_node.target)
+            except Exception as error:  # noqa: BLE001 - the body runs as it was
+                # (before, no body was optimised at all: one that cannot be is kept, not
+                # made a crash of the whole graph)
+                warnings.warn(f"egraph: region body {body_node.target} kept as it is "
+                              f"({type(error).__name__}: {str(error).splitlines()[0]})",
+                              stacklevel=2)
+                optimised = body
             reports.extend([optimised.meta["egraph_graph"]] if "egraph_graph" in optimised.meta
                            else [])
             if key is not None:

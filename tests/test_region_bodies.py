@@ -205,3 +205,18 @@ def test_a_checkpointed_channels_last_block_trains_with_eagers_gradients():
     model = ChannelsLastModel().to(memory_format=torch.channels_last).train()
     x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
     _regions_of_a_step_like_eagers(model, x, make_backend(validate="raise"))
+
+
+def test_a_region_body_that_cannot_be_optimised_is_kept_with_a_warning():
+    grabbed = []
+    torch.compile(Checkpointed(layers=1), backend=lambda gm, example_inputs: grabbed.append(
+        gm) or gm)(torch.randn(2, 16, requires_grad=True))
+    (gm,) = grabbed
+
+    def refuse(body, inputs, at):
+        raise RuntimeError("no rule for this op\nsecond line")
+
+    with pytest.warns(UserWarning, match=r"wrap_body_0 kept as it is \(RuntimeError: no "
+                                         r"rule for this op\)"):
+        optimised, reports = optimise_regions(gm, refuse)
+    assert _bodies(optimised) == _bodies(gm) and reports == []
