@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.signature import structure
+from frontends.fx.effects import recorded_value
 
 if TYPE_CHECKING:
     from compiler.compile import GraphReport
@@ -52,8 +53,6 @@ def optimise_regions(gm: torch.fx.GraphModule,
     >>> seen
     ['wrap_body_0']
     """
-    from frontends.fx.effects import recorded_value
-
     bodies = _region_bodies()
     compiled: dict[str, torch.fx.GraphModule] = {}
     alike: dict[tuple, torch.fx.GraphModule] = {}
@@ -69,21 +68,23 @@ def optimise_regions(gm: torch.fx.GraphModule,
         if not isinstance(body, torch.fx.GraphModule) or None in inputs:
             continue
         key = structure(body, inputs)
-        if key is None or key not in alike:
-            try:
-                optimised = compile_region(body, tuple(inputs), body_node.target)
-            except Exception as error:  # noqa: BLE001 - the body runs as it was
-                # (before, no body was optimised at all: one that cannot be is kept, not
-                # made a crash of the whole graph)
-                warnings.warn(f"egraph: region body {body_node.target} kept as it is "
-                              f"({type(error).__name__}: {str(error).splitlines()[0]})",
-                              stacklevel=2)
-                optimised = body
-            reports.extend([optimised.meta["egraph_graph"]] if "egraph_graph" in optimised.meta
-                           else [])
-            if key is not None:
-                alike[key] = optimised
-        compiled[body_node.target] = alike.get(key, optimised)
+        if key is not None and key in alike:
+            compiled[body_node.target] = alike[key]
+            continue
+        try:
+            optimised = compile_region(body, tuple(inputs), body_node.target)
+        except Exception as error:  # noqa: BLE001 - the body runs as it was
+            # (before, no body was optimised at all: one that cannot be is kept, not made
+            # a crash of the whole graph)
+            first = (str(error).splitlines() or [""])[0]
+            warnings.warn(f"egraph: region body {body_node.target} kept as it is "
+                          f"({type(error).__name__}: {first})", stacklevel=2)
+            optimised = body
+        if "egraph_graph" in optimised.meta:
+            reports.append(optimised.meta["egraph_graph"])
+        if key is not None:
+            alike[key] = optimised
+        compiled[body_node.target] = optimised
     if not compiled:
         return gm, []
     graph = torch.fx.Graph(tracer_cls=gm.graph._tracer_cls)
