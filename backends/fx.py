@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+import torch.utils._pytree as pytree
+from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from backends.sizes import explain_sizes, explain_sizes_of, require_guards
 from egraph.ops.table import TABLE
@@ -204,6 +207,7 @@ class _Emitter:
         # the first in-place update of an input or parameter)
         self.readers: dict[int, list[int]] | None = None
         self.outputs: set[int] = set()
+        self.out_spec: pytree.TreeSpec | None = None  # (a structure FX would not rebuild)
 
     def run(self) -> fx.Graph:
         src = self.src
@@ -226,9 +230,12 @@ class _Emitter:
                 self.strided.add(node)
         for effect in src.effects:
             self.value(effect)
-        out = fx.node.map_aggregate(src.output, lambda a: self.output_value(a)
-                                    if isinstance(a, ClassRef) else a)
-        self.graph.output(out)
+        out = src.output
+        if not _rebuilt_alike(out):  # (the graph returns the leaves, its code the structure)
+            leaves, self.out_spec = pytree.tree_flatten(out)
+            out = tuple(leaves)
+        self.graph.output(fx.node.map_aggregate(out, lambda a: self.output_value(a)
+                                                if isinstance(a, ClassRef) else a))
         return self.graph
 
     def output_value(self, ref: ClassRef) -> Any:
@@ -596,6 +603,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         from backends.triton.emit import KernelNames
 
         graph.set_codegen(KernelNames())
+    if emitter.out_spec is not None:
+        _take_structures(graph, out_spec=emitter.out_spec)
     src = egraph.fx
     explanation = explain_sizes(graph, egraph, emitter.baked) if emitter.baked else None
     if src.guards is not None:
@@ -665,14 +674,20 @@ def keep_meta_when_saved(gm: fx.GraphModule) -> None:
     def reduce(self):
         rebuild, args = fx.GraphModule.__reduce__(self)
         kept = {key: self.meta[key] for key in _SAVED_META if key in self.meta}
-        return _loaded_with_meta, (rebuild, args, kept)
+        return _loaded_with_meta, (rebuild, args, kept, getattr(self, "_out_spec", None))
 
     type(gm).__reduce__ = reduce
 
 
-def _loaded_with_meta(rebuild, args: tuple, meta: dict) -> fx.GraphModule:
+def _loaded_with_meta(rebuild, args: tuple, meta: dict, out_spec: Any = None
+                      ) -> fx.GraphModule:
     gm = rebuild(*args)
     gm.meta.update(meta)
+    if out_spec is not None:  # (tracing the saved code again made the structure a dict)
+        output = gm.graph.output_node()
+        output.args = (tuple(pytree.tree_leaves(output.args[0])),)
+        _take_structures(gm.graph, out_spec=out_spec)
+        gm.recompile()
     if "egraph_sizes_explained" in meta:
         explain_sizes_of(gm.graph, *meta["egraph_sizes_explained"])
         gm.recompile()
@@ -685,18 +700,59 @@ def take_structured_inputs(gm: fx.GraphModule, structure: tuple[list[str], Any])
     the spec whose leaves are the graph's inputs, :func:`frontends.fx.exported.
     input_structure`) in place of their leaves, as torch's unlifted module does: a
     ``forward(self, d)`` for ``d = {"a": x, "b": y}``, not ``forward(self, d_a, d_b)``."""
-    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
-
-    codegen = gm.graph._codegen
-    if type(codegen) is fx.graph.CodeGen:
-        structured = _PyTreeCodeGen(_PyTreeInfo(*structure, None))
-    else:  # (fused kernels named by their own code generation)
-        both = type(f"{type(codegen).__name__}OfStructures", (type(codegen), _PyTreeCodeGen), {})
-        structured = both(_PyTreeInfo(*structure, None))
-    structured._body_transformer = codegen._body_transformer  # (explain_sizes's)
-    gm.graph.set_codegen(structured)
-    gm._in_spec = structure[1]
+    _take_structures(gm.graph, *structure)
     gm.recompile()
+
+
+class _Structures(_PyTreeCodeGen):
+    """torch.fx's code for structured arguments and results (that of torch's unlifted
+    module), where the arguments may be the graph's own placeholders (no input spec)."""
+
+    def process_inputs(self, *inputs: Any) -> Any:
+        return inputs if self.pytree_info.in_spec is None else super().process_inputs(*inputs)
+
+    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *,
+                   expanded_def: bool = False) -> str:
+        if self.pytree_info.in_spec is None:
+            return fx.graph.CodeGen.gen_fn_def(self, free_vars, maybe_return_annotation,
+                                               expanded_def=expanded_def)
+        return super().gen_fn_def(free_vars, maybe_return_annotation,
+                                  expanded_def=expanded_def)
+
+
+def _take_structures(graph: fx.Graph, names: list[str] | None = None, in_spec: Any = None,
+                     out_spec: Any = None) -> None:
+    """Make ``graph``'s code take structured arguments (``names``, ``in_spec``) or rebuild
+    a structured result from its flat outputs (``out_spec``), keeping what its code did
+    before: the other of the two, the names of fused kernels, the explanation of sizes."""
+    codegen = graph._codegen
+    before = getattr(codegen, "pytree_info", None)
+    if before is not None:
+        if in_spec is None:
+            names, in_spec = before.orig_args, before.in_spec
+        out_spec = out_spec or before.out_spec
+        kind = type(codegen)
+    elif type(codegen) is fx.graph.CodeGen:
+        kind = _Structures
+    else:  # (fused kernels named by their own code generation)
+        kind = type(f"{type(codegen).__name__}OfStructures", (type(codegen), _Structures), {})
+    structured = kind(_PyTreeInfo(list(names or ()), in_spec, out_spec))
+    structured._body_transformer = codegen._body_transformer  # (explain_sizes's)
+    graph.set_codegen(structured)
+
+
+def _rebuilt_alike(structure: Any) -> bool:
+    """Whether an output written into an FX graph as it is comes back as the same
+    structure: plain tuples, lists and dicts and named tuples do; a dict of another class
+    (transformers' ``ModelOutput``, an ``OrderedDict``) comes back a plain dict, and a
+    structure pytree knows of (a registered dataclass) does not come back at all."""
+    if isinstance(structure, (tuple, list)):
+        return ((type(structure) in (tuple, list, immutable_list) or hasattr(structure, "_fields"))
+                and all(map(_rebuilt_alike, structure)))
+    if isinstance(structure, dict):
+        return (type(structure) in (dict, immutable_dict)
+                and all(map(_rebuilt_alike, structure.values())))
+    return structure is None or pytree.tree_is_leaf(structure)
 
 
 def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:

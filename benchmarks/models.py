@@ -70,6 +70,7 @@ from typing import Any
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 
 import torch  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -124,7 +125,12 @@ def _check(got, expected, exact: Callable[[], Any], what: str = "outputs") -> No
     does not, is as close to ``exact()`` (the same in float64) as eager is: the figures
     are float64-judged, as validation judges a program (on a GPU eager's own TF32
     convolutions are 1e-3 away from the exact result, and Inductor's code differs from
-    them by as much)."""
+    them by as much). The structures must be the same, classes included (a model's output
+    class, whose fields users read by name)."""
+    got_structure, want_structure = pytree.tree_structure(got), pytree.tree_structure(expected)
+    if got_structure != want_structure:
+        raise AssertionError(f"{what}: structured as {_brief(got_structure)}, where eager's"
+                             f" are {_brief(want_structure)}")
     try:
         torch.testing.assert_close(got, expected, **TOL)
     except AssertionError as close:
@@ -140,8 +146,11 @@ def _check(got, expected, exact: Callable[[], Any], what: str = "outputs") -> No
 
 
 def _error(exc: BaseException, width: int = 160) -> str:
-    text = " ".join(str(exc).split())
-    text = f"{type(exc).__name__}: {text}"
+    return _brief(f"{type(exc).__name__}: {exc}", width)
+
+
+def _brief(what: Any, width: int = 160) -> str:
+    text = " ".join(str(what).split())
     return text if len(text) <= width else text[:width - 3] + "..."
 
 

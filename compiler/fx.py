@@ -339,13 +339,15 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
 def cuda_device(example_inputs) -> torch.device | None:
     """The CUDA device of the first example input that lives on one (nested inputs
     included), or None: where the program will run, for the target, cost model and code
-    generator that fit it.
+    generator that fit it. A lone tensor counts as the one input.
 
     >>> cuda_device((torch.randn(2), [3])) is None
     True
+    >>> cuda_device(torch.randn(2)) is None
+    True
     """
     found: list[Any] = []
-    fx.node.map_aggregate(tuple(example_inputs or ()), found.append)
+    fx.node.map_aggregate(example_inputs, found.append)
     return next((x.device for x in found
                  if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
 

@@ -1,6 +1,8 @@
 """PyTorch in and out: from_fx -> extract gives a working GraphModule on real models."""
 
+import collections
 import copy
+import io
 import operator
 import warnings
 
@@ -9,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from backends.sizes import SizeMismatch
 from compiler.validate import ValidationError
 from egraph import AstDepth, AstSize, EGraph, UnsoundMerge, rewrite
 from egraph.examples.zoo import MODELS, build
@@ -646,6 +649,45 @@ def test_an_exported_modules_program_returns_the_structure_the_source_returns():
         assert torch.utils._pytree.tree_structure(got) == torch.utils._pytree.tree_structure(
             want)
         torch.testing.assert_close(got, want)
+
+
+def test_an_output_of_a_class_fx_would_not_rebuild_keeps_its_class_saved_and_loaded():
+    """An output structure of a class FX writes back as a plain dict or tuple
+    (transformers' ``ModelOutput`` is an ``OrderedDict``; ``torch.return_types``) keeps its
+    class in the emitted program, after ``torch.save`` and load too: users read its fields
+    by name. FX's own plain dicts stay plain (mutable) dicts."""
+    class Named(nn.Module):
+        def forward(self, x):
+            return collections.OrderedDict(a=x.exp() * 2, b=[x.sum(), x.max(dim=0)])
+
+    x = torch.randn(3, 4)
+    want = Named()(x)
+    for source in (torch.export.export(Named(), (x,)), torch.fx.symbolic_trace(Named())):
+        opt = EGraph.from_fx(source, (x,)).extract(AstSize())
+        buffer = io.BytesIO()
+        torch.save(opt, buffer)
+        buffer.seek(0)
+        for module in (opt, torch.load(buffer, weights_only=False)):
+            got = module(x)
+            assert type(got) is (dict if isinstance(source, torch.fx.GraphModule)
+                                 else collections.OrderedDict)
+            assert type(got["b"][1]) is torch.return_types.max
+            torch.testing.assert_close(dict(got), dict(want))
+
+
+def test_an_export_module_a_pass_rebuilt_is_ingested_with_its_guards():
+    """A pass that rebuilds ``ExportedProgram.module()`` as a new GraphModule (PT2E
+    quantisation's ``convert_pt2e``) keeps its guard module but not its
+    ``range_constraints``: ingest reads the sizes' ranges from the recorded values, and
+    the emitted program still refuses the sizes export did not allow."""
+    x = torch.randn(3, 4)
+    unlifted = torch.export.export(nn.Linear(4, 2), (x,)).module()
+    rebuilt = torch.fx.GraphModule(unlifted, unlifted.graph)
+    assert not hasattr(rebuilt, "range_constraints")
+    opt = EGraph.from_fx(rebuilt, (x,)).extract(AstSize())
+    torch.testing.assert_close(opt(x), unlifted(x))
+    with pytest.raises(SizeMismatch, match=r"input 'input' has shape \(5, 4\)"):
+        opt(torch.randn(5, 4))
 
 
 class _State(nn.Module):

@@ -86,7 +86,9 @@ def test_export_pipeline(name, attn, rules):
     assert not report.fell_back, str(report)
     assert report.validation is not None and report.validation.ok, str(report)
     with torch.no_grad():
-        torch.testing.assert_close(opt(*case.inputs), case.model(*case.inputs), **TOL)
+        got, want = opt(*case.inputs), case.model(*case.inputs)
+    assert type(got) is type(want)  # (the model's output class: users read its fields)
+    torch.testing.assert_close(got, want, **TOL)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "t5", "bart", "vit"])

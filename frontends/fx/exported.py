@@ -255,7 +255,7 @@ def input_guards(source: torch.export.ExportedProgram | torch.fx.GraphModule
     elif isinstance(getattr(source, "_guards_fn", None), GuardsFn):
         placeholders = list(source.graph.find_nodes(op="placeholder"))
         names = [str(n.target) for n in placeholders]  # (the messages' names: forward's)
-        ranges, traced = source.range_constraints, _asserted(source._guards_fn)
+        ranges, traced = _ranges(source, placeholders), _asserted(source._guards_fn)
     else:
         return None
     guards = _size_guards([(name, n.meta.get("val")) for name, n in zip(names, placeholders)],
@@ -330,6 +330,21 @@ def is_input_guards(module: nn.Module | None) -> bool:
     True
     """
     return isinstance(module, GuardsFn)
+
+
+def _ranges(module: torch.fx.GraphModule, placeholders: list[torch.fx.Node]) -> dict:
+    """The ranges of the size symbols of an unlifted export module: its own record, or,
+    where a pass rebuilt the module without it (PT2E quantisation's ``convert_pt2e``), the
+    shape environment its inputs' recorded values were made in."""
+    if hasattr(module, "range_constraints"):
+        return module.range_constraints
+    for node in placeholders:
+        value = node.meta.get("val")
+        sizes = value.shape if isinstance(value, torch.Tensor) else (value,)
+        for n in sizes:
+            if isinstance(n, torch.SymInt):
+                return dict(n.node.shape_env.var_to_range)
+    return {}
 
 
 def _size_guards(inputs: list[tuple[str, Any]], ranges: dict) -> list[str]:
