@@ -43,13 +43,11 @@ from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from compiler.regions import optimise_regions
 from compiler.signature import SYMBOLIC, expression, signature
-from compiler.validate import strided_like
+from compiler.validate import stand_ins
 from egraph import EGraph
 from egraph.run import Report
 from frontends.fx.effects import (
     attributes_kept,
-    generator_state,
-    generator_state_inputs,
     updates_an_alias,
     updates_inputs,
 )
@@ -266,50 +264,14 @@ def _is_symbolic(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
 
 
-def _hint(s: Any) -> Any:
-    """The value dynamo hints for a symbolic number (no guard is added)."""
-    if isinstance(s, torch.SymInt):
-        try:
-            from torch.fx.experimental.symbolic_shapes import optimization_hint
-        except ImportError:  # older torch names it hint_int
-            from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
-
-        return optimization_hint(s)
-    if isinstance(s, (torch.SymFloat, torch.SymBool)):
-        return s.node.hint
-    return s
-
-
 def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None = None
                   ) -> tuple:
-    """Real values standing for the example inputs dynamo hands a backend: SymInts by
-    their hinted value, fake tensors (symbolic sizes too) as random tensors of the hinted
-    shape, dtype and device (small integers for integer tensors: valid indices), and those
-    ``gm`` reads as a generator's state as a valid state."""
-    states = generator_state_inputs(gm) if gm is not None else {}
-
-    def real(i, x):
-        if not isinstance(x, torch.Tensor):
-            return _hint(x)
-        if not isinstance(x, FakeTensor) and x.device.type != "meta":
-            return x
-        if i in states:
-            return generator_state(states[i])
-        shape = tuple(_hint(s) for s in x.shape)
-        device = x.device if x.device.type != "meta" else "cpu"
-        if x.dtype.is_floating_point or x.dtype.is_complex:
-            value = torch.randn(shape, dtype=x.dtype, device=device)
-        else:
-            value = torch.randint(0, 2, shape, device=device).to(x.dtype)
-        # in the layout it has (an aot graph's channels-last activation): a program that
-        # assumed it contiguous passed on contiguous stand-ins and failed on the real one
-        layout = torch.empty_strided(shape, tuple(_hint(s) for s in x.stride()),
-                                     dtype=x.dtype, device="meta")
-        value = strided_like(value, layout)
-        return value.requires_grad_(x.requires_grad and value.is_floating_point())
-
-    with unset_fake_temporarily():
-        return tuple(real(i, x) for i, x in enumerate(example_inputs))
+    """Real values standing for the example inputs dynamo hands a backend
+    (:func:`compiler.validate.stand_ins`, requiring the gradients the inputs require):
+    SymInts by their hinted value, fake tensors (symbolic sizes too) as random tensors of
+    the hinted shape, dtype, device and layout, and those ``gm`` reads as a generator's
+    state as a valid state."""
+    return stand_ins(example_inputs, gm, grad=True)
 
 
 _NORM_BACKWARDS = {  # op: positions of its input, its weight and the saved statistics

@@ -110,15 +110,57 @@ def is_fake(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and (isinstance(x, FakeTensor) or x.device.type == "meta")
 
 
-def _materialise(x: Any) -> Any:
-    """A real tensor for a fake or meta one (random values of the same kind)."""
-    if is_fake(x):
+def stand_ins(inputs: Sequence[Any], gm: fx.GraphModule | None = None, *,
+              grad: bool = False) -> tuple:
+    """Real values for inputs without values (:func:`is_fake`: torch.compile's example
+    inputs, meta tensors): random values of the kind (small integers for an integer
+    tensor: valid indices anywhere), of the shape (a symbolic size by the value dynamo
+    hints for it), dtype, device (the CPU for meta) and layout (a program that assumed an
+    aot graph's channels-last activation contiguous passes on contiguous stand-ins);
+    with ``grad``, requiring the gradient the input requires. What ``gm`` reads as a
+    generator's state is a valid state; a symbolic number is its hint; a real value is
+    given as it is.
+
+    >>> with torch._subclasses.fake_tensor.FakeTensorMode():
+    ...     fake = torch.empty(3, 2).t()
+    >>> real, = stand_ins((fake,))
+    >>> is_fake(real), tuple(real.shape), real.stride()
+    (False, (2, 3), (1, 2))
+    """
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    states = generator_state_inputs(gm) if gm is not None else {}
+
+    def real(i: int, x: Any) -> Any:
+        if not is_fake(x):
+            return _hint(x)
+        if i in states:
+            return generator_state(states[i])
+        shape = tuple(_hint(n) for n in x.shape)
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            values = torch.randn(shape, dtype=torch.complex64 if x.dtype.is_complex else None)
+        else:
+            values = torch.randint(0, 2, shape)
+        layout = torch.empty_strided(shape, tuple(_hint(n) for n in x.stride()),
+                                     dtype=x.dtype, device="meta")
         device = x.device if x.device.type != "meta" else "cpu"
-        # Values of an integer input are unknown: small ones are valid indices anywhere.
-        values = (torch.randn(tuple(x.shape)) if x.dtype.is_floating_point
-                  else torch.randint(0, 2, tuple(x.shape)))
-        return strided_like(values.to(device=device, dtype=x.dtype), x)
-    return x
+        values = strided_like(values.to(device=device, dtype=x.dtype), layout)
+        return values.requires_grad_(grad and x.requires_grad and values.is_floating_point())
+
+    with unset_fake_temporarily():
+        return tuple(real(i, x) for i, x in enumerate(inputs))
+
+
+def _hint(n: Any) -> Any:
+    """The value dynamo hints for a symbolic number (no guard is added); others as they
+    are."""
+    if isinstance(n, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        return optimization_hint(n)
+    if isinstance(n, (torch.SymFloat, torch.SymBool)):
+        return n.node.hint
+    return n
 
 
 def strided_like(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -787,9 +829,8 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
     program runs on each input set; ``generators``: those the source draws from besides
     torch's own, seeded like it for each run.)"""
     original = src.graph_module if src.module is None else src.module
-    states = generator_state_inputs(src.graph_module)
-    inputs = tuple(generator_state(states[i]) if i in states and is_fake(x)
-                   else _materialise(x) for i, x in enumerate(src.example_inputs))
+    states = generator_state_inputs(src.graph_module)  # (drawn never: replayed as given)
+    inputs = stand_ins(src.example_inputs, src.graph_module)
     invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
                    if isinstance(y, torch.Tensor))
     normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]
