@@ -101,7 +101,8 @@ class FoldedConstants(nn.Module):
     computed once, and read by the program after a call of the module (:meth:`refresh`),
     which recomputes them only when a source was updated in place or moved (its version
     counter or storage changed), and every time autograd needs them (grad enabled and a
-    source requires grad), so that training through the module stays exact. The program
+    source requires grad), so that training through the module stays exact, or a source
+    has no version counter (an inference tensor). The program
     calls it as a submodule, which torch.fx keeps when it traces the code again (loading
     a saved module); a method call would run once at that trace and be gone. ``recipes``: name ->
     (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
@@ -126,6 +127,8 @@ class FoldedConstants(nn.Module):
                 if isinstance(k, torch.Tensor) and all(k is not t for t in self.sources):
                     self.sources.append(k)
         self.key: list | None = None
+        # (an inference tensor has no version counter: its updates in place go unseen)
+        self.untracked = any(t.is_inference() for t in self.sources)
         with torch.no_grad():
             self.refresh()
 
@@ -136,7 +139,8 @@ class FoldedConstants(nn.Module):
 
     def refresh(self) -> None:
         """Recompute the values whose sources changed, or that autograd needs."""
-        if torch.is_grad_enabled() and any(t.requires_grad for t in self.sources):
+        if self.untracked or (torch.is_grad_enabled()
+                              and any(t.requires_grad for t in self.sources)):
             self.key = None  # values that carry autograd history are not kept
             self._compute()
             return

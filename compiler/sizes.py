@@ -28,7 +28,7 @@ import torch.fx as fx
 from compiler.validate import in_domain, program_numel, random_like, validate_module
 from egraph.dims import is_symbolic
 from egraph.term import is_literal_op
-from frontends.fx.effects import generators_kept
+from frontends.fx.effects import attributes_kept
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -124,11 +124,12 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()):
         try:
-            with torch.random.fork_rng(), generators_kept(original), torch.no_grad():
+            # (the runs leave the state the graphs write, the caller's buffers, as it was)
+            with torch.random.fork_rng(), attributes_kept(src.graph_module), torch.no_grad():
                 original(*inputs)
         except Exception:  # noqa: BLE001 - the source refuses these sizes
             try:
-                with torch.random.fork_rng(), generators_kept(gm), torch.no_grad():
+                with torch.random.fork_rng(), attributes_kept(gm), torch.no_grad():
                     gm(*inputs)
             except Exception:  # noqa: BLE001 - and so does the program, less clearly
                 return False

@@ -1869,3 +1869,31 @@ def test_a_forward_taking_star_inputs_takes_one_input_per_example(model, count, 
     opt = EGraph.from_fx(source, inputs).saturate(load_rules("all")).extract(AstSize())
     assert not opt.meta["egraph_report"].fell_back
     torch.testing.assert_close(opt(*inputs), source(*inputs))
+
+
+def test_weights_folded_from_inference_tensors_are_read_as_they_are_now():
+    """A model built and exported under ``torch.inference_mode`` has inference tensors for
+    weights, which keep no version counter. The projections merged into one (their
+    weights concatenated once, then kept) are computed from them again at each call, so
+    an update in place is seen, not a crash."""
+    from compiler.compile import default_cost
+    from egraph.rules import load_rules
+
+    class Projections(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.q(x) * self.k(x)
+
+    with torch.inference_mode():
+        model, x = Projections(), torch.randn(4, 8)
+        program = torch.export.export(model, (x,))
+        opt = EGraph.from_fx(program, (x,)).saturate(load_rules("all")).extract(
+            default_cost((x,)))
+        report = opt.meta["egraph_report"]
+        assert "linear-merge" in report.used and not report.fell_back
+        torch.testing.assert_close(opt(x), model(x))
+        model.k.weight.mul_(2)
+        torch.testing.assert_close(opt(x), model(x))

@@ -340,3 +340,39 @@ def test_a_fused_emission_reads_what_its_source_read_before_an_update(spelling):
     # (a traced module holds only the attributes its graph reads)
     held = "b" if spelling == "copy" else "w"
     torch.testing.assert_close(getattr(opt, held), getattr(eager, held))
+
+
+class _Cache(nn.Module):
+    """A key cache written in place at a position, then read (a decoder's static cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(4, 3))
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x, pos):
+        k = self.k.index_copy_(0, pos, self.proj(x))
+        return (k * 2).sum(0) + k.sum(0)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_compiling_a_module_that_writes_its_buffer_leaves_the_buffer_as_it_was(mode):
+    """``from_fx`` -> ``saturate`` -> ``extract`` runs the program at compile time
+    (recording, validation, the probe of other sizes): the caller's buffer is as it was
+    after it, and the program then writes it as the source does. Under
+    ``torch.inference_mode`` too, where the buffer is an inference tensor (no version
+    counter to tell whether a run wrote it)."""
+    from egraph.rules import load_rules
+
+    with getattr(torch, mode)():
+        torch.manual_seed(0)
+        model, twin = _Cache(), _Cache()
+        twin.load_state_dict(model.state_dict())
+        x, pos = torch.randn(1, 3), torch.tensor([1])
+        opt = EGraph.from_fx(torch.fx.symbolic_trace(model), (x, pos)).saturate(
+            load_rules("all")).extract(AstSize())
+        assert not opt.meta["egraph_report"].fell_back
+        assert torch.equal(model.k, torch.zeros(4, 3))
+        for given in ((x, pos), (torch.randn(1, 3), torch.tensor([3]))):
+            torch.testing.assert_close(opt(*given), twin(*given))
+            assert torch.equal(model.k, twin.k)

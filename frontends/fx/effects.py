@@ -673,14 +673,16 @@ def attributes_kept(gm: fx.GraphModule):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
-        saved = [(t, t._version, t.detach().clone()) for t in written_attributes(gm)]
+        # (an inference tensor has no version counter: it is restored whatever happened)
+        saved = [(t, None if t.is_inference() else t._version, t.detach().clone())
+                 for t in written_attributes(gm)]
     try:
         with generators_kept(gm):
             yield [t for t, _, _ in saved]
     finally:
         with unset_fake_temporarily(), torch.no_grad():
             for t, version, value in saved:
-                if t._version != version:
+                if version is None or t._version != version:
                     t.copy_(value)
 
 
