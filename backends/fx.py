@@ -30,6 +30,7 @@ from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from backends.sizes import explain_sizes, explain_sizes_of, require_guards
+from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
@@ -414,7 +415,8 @@ class _Emitter:
                     held.add(value)
             # an item of a multi-output op's tuple is that op's own output, not a view
             item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
-            if (op in _STRIDING and not item) or base in self.strided:
+            if base in self.strided or (op in _STRIDING and not item
+                                        and not self.keeps_contiguity(value, base)):
                 self.strided.add(value)
         elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
                                          for k in kids if isinstance(k, fx.Node)):
@@ -428,6 +430,26 @@ class _Emitter:
             self.broadcast.add(value)
         if kind == "creation" and value.op != "get_attr":
             self.allocated.add(value)
+
+    def keeps_contiguity(self, view: fx.Node, base: fx.Node) -> bool:
+        """Whether ``view``, of a contiguous ``base`` of known sizes, is contiguous
+        (``x[:1]``, a split along the first dim, a transpose of a unit dim): the same view
+        of a meta tensor of ``base``'s sizes says."""
+        shape = getattr(self.metas.get(base), "shape", None)
+        if not view.args or view.args[0] is not base or shape is None or is_symbolic(
+                shape) or any(
+                isinstance(a, fx.Node) for a in (*view.args[1:], *view.kwargs.values())):
+            return False
+        meta = torch.empty(tuple(shape), device="meta")
+        try:
+            if view.op == "call_method":
+                out = getattr(meta, view.target)(*view.args[1:], **view.kwargs)
+            else:
+                out = view.target(meta, *view.args[1:], **view.kwargs)
+        except Exception:  # noqa: BLE001 - then it may be strided
+            return False
+        parts = out if isinstance(out, (tuple, list)) else (out,)
+        return all(isinstance(p, torch.Tensor) and p.is_contiguous() for p in parts)
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""

@@ -1897,3 +1897,20 @@ def test_weights_folded_from_inference_tensors_are_read_as_they_are_now():
         torch.testing.assert_close(opt(x), model(x))
         model.k.weight.mul_(2)
         torch.testing.assert_close(opt(x), model(x))
+
+
+def test_a_view_that_keeps_contiguity_needs_no_copy_at_the_output():
+    """A slice of the first dim (``x[:1]``) or a split along it is contiguous: a value made
+    from it is returned as it is, without a ``.contiguous()`` call; a transposed one is
+    not, and the output keeps the source's layout."""
+    class Views(nn.Module):
+        def forward(self, x):
+            head, tail = x.split([1, 3])
+            return torch.sqrt(x) + x[:1] * 2, head * tail.sum(0), x.t() * 2
+
+    x = torch.rand(4, 5) + 1
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(Views()), (x,)).extract(AstSize())
+    assert "contiguous" not in opt.code
+    for got, want in zip(opt(x), Views()(x)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
