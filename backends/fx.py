@@ -421,7 +421,8 @@ class _Emitter:
         elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
                                          for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
-        elif op == "to_layout" or (kind in ("opaque", "library") and any(
+        elif op == "to_layout" or (kind in ("opaque", "library") and not (
+                kind == "library" and TABLE[op].contiguous) and any(
                 isinstance(a, fx.Node) and a in self.strided for a in value.all_input_nodes)):
             # (it may keep an operand's layout, as it was passed: a convolution of a
             # channels-last input returns channels-last)

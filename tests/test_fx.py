@@ -1914,3 +1914,22 @@ def test_a_view_that_keeps_contiguity_needs_no_copy_at_the_output():
     for got, want in zip(opt(x), Views()(x)):
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+def test_a_product_of_a_strided_value_is_returned_without_a_copy():
+    """A linear layer of a strided value (BERT's pooler: ``tanh(linear(h[:, 0]))``) gives
+    a new contiguous tensor: the output needs no ``.contiguous()`` call."""
+    class Pooler(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Linear(8, 8)
+
+        def forward(self, h):
+            return torch.tanh(self.dense(h[:, 0])), h.transpose(1, 2) @ h
+
+    model, h = Pooler(), torch.randn(2, 5, 8)
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(model), (h,)).extract(AstSize())
+    assert "contiguous" not in opt.code
+    for got, want in zip(opt(h), model(h)):
+        torch.testing.assert_close(got, want)
+        assert got.is_contiguous()

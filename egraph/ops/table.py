@@ -100,6 +100,10 @@ class OpDef:
     stable: bool = False
     """A fused, numerically stable computation: its rounding error is bounded whatever
     its inputs (softmax, log1p, ...)."""
+    contiguous: bool = False
+    """Its result is a new contiguous tensor whatever its operands' layouts (linear,
+    matmul; not a convolution, which keeps channels-last, nor sdpa or einsum, which may
+    return a permuted result)."""
     why: dict[str, str] = field(default_factory=dict)
     """Why a fact an op of its kind usually has is missing (``{"triton": "..."}``)."""
 
@@ -635,7 +639,7 @@ op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
    normalize=_norm_dim(1), flops=1, error="mixing", interval=None,
    why={"triton": _NO_KERNEL, "spellings": "reached only from rules, not from programs",
         "interval": "a running sum's range depends on the row length (not tracked)"})
-op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops,
+op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops, contiguous=True,
    error="multilinear", interval=iv.contraction,
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
    " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
@@ -648,7 +652,7 @@ op("einsum", "equation *operands", "library", attributes="equation", impl="torch
    flops=_einsum_flops, error="multilinear", interval=iv.einsum_contraction,
    spell="torch.einsum torch.functional.einsum aten.einsum.default",
    why={"triton": _NO_KERNEL})
-op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
+op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", contiguous=True,
    flops=_linear_flops, error="multilinear", interval=iv.contraction,
    spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
    " Tensor.addmm:addmm aten.addmm.default:addmm torch.baddbmm:baddbmm"
@@ -656,7 +660,7 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear",
    modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
    why={"triton": _NO_KERNEL})
 op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
-   flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
+   contiguous=True, flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
    spell="ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
    " ops.transformers.grouped_mm_fallback.default:grouped_mm_fallback",
    why={"triton": _NO_KERNEL})
@@ -674,7 +678,7 @@ op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
 # padding_idx changes only the gradient (that row gets none), but the emitted module may be
 # trained, so it is kept: None, or the non-negative row index.
 op("embedding", "indices weight padding_idx", "library", finite=True, attributes="padding_idx",
-   impl="torch.nn.functional.embedding",
+   contiguous=True, impl="torch.nn.functional.embedding",
    call=lambda i, w, p: ((i, w), {} if p is None else {"padding_idx": p}),
    normalize=_norm_padding_idx, exact=True, error="exact", interval=iv.operand(1),
    spell="torch.nn.functional.embedding aten.embedding.default:aten_embedding"
