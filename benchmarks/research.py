@@ -1,4 +1,8 @@
-"""Research code outside ``transformers``: lucidrains' x-transformers, vit-pytorch,
+"""Research code outside ``transformers``: lucidrains' x-transformers (17 configurations of
+its attention layers: rotary, ALiBi, relative and dynamic position biases, talking heads,
+grouped keys, query-key norms, macaron and sandwich norms, token shifts, residual
+attention, ...), vit-pytorch (40 models of its zoo: CaiT, CrossViT, LeViT, MaxViT, NesT,
+PiT, CvT, LookViT, register tokens, patch dropout, hyper-connections, ...),
 rotary-embedding-torch, perceiver-pytorch, conformer, mlp-mixer-pytorch, local-attention,
 performer-pytorch (FAVOR+ random features), nystrom-attention (a Moore-Penrose iteration),
 g-mlp-pytorch, lambda-networks, linear-attention-transformer and vector-quantize-pytorch
@@ -45,6 +49,7 @@ written out; torch.export's program has no such output.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import sys
 import warnings
@@ -71,8 +76,8 @@ def _tokens() -> tuple[torch.Tensor]:
     return (torch.randint(0, TOKENS, (2, SEQ), generator=torch.Generator().manual_seed(0)),)
 
 
-def _image() -> tuple[torch.Tensor]:
-    return (torch.randn(2, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0)),)
+def _image(size: int = IMAGE) -> tuple[torch.Tensor]:
+    return (torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0)),)
 
 
 def _x_transformers(layers: str, **extra) -> tuple[nn.Module, tuple]:
@@ -84,7 +89,7 @@ def _x_transformers(layers: str, **extra) -> tuple[nn.Module, tuple]:
     return model, _tokens()
 
 
-def _vit(file: str, name: str, **config) -> tuple[nn.Module, tuple]:
+def _vit(file: str, name: str, image: int = IMAGE, **config) -> tuple[nn.Module, tuple]:
     """vit-pytorch's ``name`` from its ``file``, loaded alone: the package's ``__init__``
     imports torchvision (for DINO's augmentations), which the model files do not need."""
     import importlib.util
@@ -93,7 +98,9 @@ def _vit(file: str, name: str, **config) -> tuple[nn.Module, tuple]:
     spec = importlib.util.spec_from_file_location(f"vit_pytorch_{file}", folder / f"{file}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, name)(image_size=IMAGE, num_classes=10, **config), _image()
+    model = getattr(module, name)
+    sized = {"image_size": image} if "image_size" in inspect.signature(model).parameters else {}
+    return model(num_classes=10, **sized, **config), _image(image)
 
 
 _VIT = dict(patch_size=8, dim=DIM, depth=DEPTH, heads=HEADS, mlp_dim=2 * DIM)
@@ -303,12 +310,62 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "xt_decoder_rotary": lambda: _x_transformers("Decoder", rotary_pos_emb=True),
     "xt_encoder": lambda: _x_transformers("Encoder"),
     "xt_encoder_hyper": lambda: _x_transformers("Encoder", num_residual_streams=2),
+    **{f"xt_{name}": lambda layers=layers, extra=extra: _x_transformers(layers, **extra)
+       for name, (layers, extra) in {
+           "glu_rmsnorm": ("Decoder", dict(rotary_pos_emb=True, ff_glu=True, use_rmsnorm=True)),
+           "alibi": ("Decoder", dict(alibi_pos_bias=True, alibi_num_heads=2)),
+           "flash": ("Decoder", dict(attn_flash=True)),
+           "rel_pos_bias": ("Decoder", dict(rel_pos_bias=True)),
+           "dynamic_pos_bias": ("Decoder", dict(dynamic_pos_bias=True)),
+           "talking_heads": ("Decoder", dict(attn_pre_talking_heads=True,
+                                             attn_post_talking_heads=True)),
+           "qk_norm": ("Decoder", dict(attn_qk_norm=True, attn_qk_norm_dim_scale=True)),
+           "grouped_kv": ("Decoder", dict(attn_kv_heads=2)),
+           "sandwich_swish": ("Decoder", dict(sandwich_norm=True, ff_swish=True)),
+           "scalenorm_gated": ("Encoder", dict(use_scalenorm=True, attn_gate_values=True)),
+           "macaron_shift": ("Decoder", dict(macaron=True, shift_tokens=1)),
+           "residual_attn": ("Decoder", dict(residual_attn=True)),
+           "simple_rmsnorm": ("Decoder", dict(use_simple_rmsnorm=True)),
+       }.items()},
     "vit": lambda: _vit("vit", "ViT", **_VIT),
     "simple_vit": lambda: _vit("simple_vit", "SimpleViT", **_VIT),
     "cait": lambda: _vit("cait", "CaiT", cls_depth=1, **_VIT),
     "cross_vit": lambda: _vit("cross_vit", "CrossViT", sm_dim=DIM, lg_dim=DIM, sm_patch_size=8,
                               lg_patch_size=16, sm_enc_mlp_dim=2 * DIM, lg_enc_mlp_dim=2 * DIM,
                               lg_enc_depth=1, depth=DEPTH, dropout=0.0, emb_dropout=0.0),
+    # vit-pytorch's zoo, each file's model with the common configuration
+    **{f"vit_{file}": lambda file=file, name=name: _vit(file, name, **_VIT)
+       for file, name in (
+           ("simple_vit_with_qk_norm", "SimpleViT"), ("simple_flash_attn_vit", "SimpleViT"),
+           ("simple_vit_with_register_tokens", "SimpleViT"),
+           ("simple_vit_with_relative_proj_pos_bias", "SimpleViT"),
+           ("simple_vit_with_patch_dropout", "SimpleViT"),
+           ("simple_vit_with_specialized_cls", "SimpleViT"),
+           ("simple_vit_with_value_residual", "SimpleViT"),
+           ("simple_vit_orthog_residual_update", "SimpleViT"),
+           ("attn_residual_with_dca_simple_vit", "SimpleViT"),
+           ("simple_vit_attn_residual", "SimpleViTAttnResidual"),
+           ("simple_vit_with_sparse_gating", "SimpleViTWithSparseGating"),
+           ("simple_uvit", "SimpleUViT"), ("deepvit", "DeepViT"), ("parallel_vit", "ViT"),
+           ("rvt", "RvT"), ("normalized_vit", "nViT"), ("mp3", "ViT"),
+           ("vit_for_small_dataset", "ViT"), ("vit_with_patch_merger", "ViT"),
+           ("learnable_memory_vit", "ViT"), ("jumbo_vit", "JumboViT"), ("jet_vit", "JetViT"),
+           ("vat", "ViT"), ("vit_5", "ViT"), ("vit_detpool", "ViTDetPool"),
+           ("vit_with_decorr", "ViT"), ("vit_with_keel_post_ln", "ViT"),
+           ("vit_with_patch_dropout", "ViT"))},
+    "vit_fft": lambda: _vit("simple_vit_with_fft", "SimpleViT", freq_patch_size=8, **_VIT),
+    "vit_hyper_connections": lambda: _vit("simple_vit_with_hyper_connections", "SimpleViT",
+                                          num_residual_streams=2, **_VIT),
+    "pit": lambda: _vit("pit", "PiT", **{**_VIT, "patch_size": 4, "depth": (1, 1)}),
+    "nest": lambda: _vit("nest", "NesT", patch_size=4, dim=DIM, heads=HEADS,
+                         num_hierarchies=2, block_repeats=(1, 1)),
+    "levit": lambda: _vit("levit", "LeViT", image=64, mlp_mult=2, stages=3,
+                          dim=(32, 48, 64), depth=1, heads=(2, 3, 4)),
+    "look_vit": lambda: _vit("look_vit", "LookViT", image=64, highres_patch_size=4,
+                             **{k: v for k, v in _VIT.items() if k != "mlp_dim"}),
+    "max_vit": lambda: _vit("max_vit_with_registers", "MaxViT", depth=(1, 1),
+                            dim_conv_stem=32, window_size=2, dim=DIM, dim_head=16),
+    "cvt": lambda: _vit("cvt", "CvT"),
     "rotary_attention": lambda: (RotaryAttention(), (_random(2, SEQ, DIM),)),
     "perceiver": lambda: (__import__("perceiver_pytorch").Perceiver(
         input_channels=3, input_axis=2, num_freq_bands=6, max_freq=10.0, depth=DEPTH,
