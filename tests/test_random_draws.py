@@ -6,9 +6,10 @@ it, without compiling moving it."""
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from compiler.validate import validate_module
-from egraph import EGraph
+from egraph import AstSize, EGraph
 from egraph.rules import load_rules
 from extractors import Flops
 from frontends.fx.effects import draws_random, generators_kept, generators_of
@@ -155,3 +156,26 @@ def test_a_random_program_the_working_dtype_source_cannot_judge_is_judged_in_flo
     judged = validate_module(src, _Spelled(lambda x, k: exact(x)))
     assert judged.ok and "float64" in judged.reference
     assert not validate_module(src, _Spelled(lambda x, k: wrong_mask(x))).ok
+
+
+class _DropoutOfAClone(nn.Module):
+    """Dropout of a value the source made contiguous (ingest drops the ``contiguous``)."""
+
+    def forward(self, x):
+        return F.dropout(torch.exp(x.t().contiguous()), 0.5, training=True)
+
+
+@pytest.mark.parametrize("trace", ["symbolic", "export"])
+def test_a_random_op_is_given_its_operand_in_the_sources_layout(trace):
+    """A random op draws in its operand's memory order: given ``exp(x.t())`` strided, where
+    the source's operand was contiguous, dropout kept other elements than eager's and
+    validation refused the program. Its operand is made contiguous as the source's was,
+    and the masks are eager's."""
+    model, x = _DropoutOfAClone(), torch.randn(4, 6)
+    source = (torch.fx.symbolic_trace(model) if trace == "symbolic"
+              else torch.export.export(model, (x,)))
+    opt = EGraph.from_fx(source, (x,)).extract(AstSize(), validate="raise")
+    torch.manual_seed(3)
+    got = opt(x)
+    torch.manual_seed(3)
+    assert torch.equal(got, model(x))

@@ -959,7 +959,9 @@ class _Builder:
                 arg_classes.append(value)
                 if copied and len(arg_classes) == 1 and node.args and a is node.args[0]:
                     return WrittenRef(value)
-                if layout_bound and _makes_layout(a) and self._contiguous(a):
+                if (layout_bound and _makes_layout(a) or random) and self._contiguous(a):
+                    # (a random op draws in its operand's memory order: dropout of a
+                    # rewritten, permuted operand would give other elements eager's mask)
                     return ContiguousRef(value)
                 return ClassRef(value)
             return a
@@ -1417,7 +1419,8 @@ class WrittenRef(ClassRef):
 class ContiguousRef(ClassRef):
     """An argument of a functional opaque call that was contiguous in the source: the
     emitted call is given it contiguous too (ingest drops ``clone`` and ``contiguous``,
-    which make a layout, not a value)."""
+    which make a layout, not a value), and so is a random op's (it draws in memory
+    order, so the layout decides which element gets which draw)."""
 
 
 @dataclass(frozen=True)
