@@ -101,9 +101,9 @@ class FoldedConstants(nn.Module):
     (the concatenated weights of merged projections), held as its non-persistent buffers:
     computed once, and read by the program after a call of the module (:meth:`refresh`),
     which recomputes them only when a source was updated in place or moved (its version
-    counter or storage changed), and every time autograd needs them (grad enabled and a
-    source requires grad), so that training through the module stays exact, or a source
-    has no version counter (an inference tensor). The program
+    counter or storage changed), every time autograd needs them (grad enabled and a
+    source requires grad), so that training through the module stays exact, and every
+    time where a source keeps no version counter (an inference tensor). The program
     calls it as a submodule, which torch.fx keeps when it traces the code again (loading
     a saved module); a method call would run once at that trace and be gone. ``recipes``: name ->
     (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
@@ -437,9 +437,10 @@ class _Emitter:
         (``x[:1]``, a split along the first dim, a transpose of a unit dim): the same view
         of a meta tensor of ``base``'s sizes says."""
         shape = getattr(self.metas.get(base), "shape", None)
-        if not view.args or view.args[0] is not base or shape is None or is_symbolic(
-                shape) or any(
-                isinstance(a, fx.Node) for a in (*view.args[1:], *view.kwargs.values())):
+        known = shape is not None and not is_symbolic(shape)
+        literal = not any(isinstance(a, fx.Node)
+                          for a in (*view.args[1:], *view.kwargs.values()))
+        if not (known and literal and view.args and view.args[0] is base):
             return False
         meta = torch.empty(tuple(shape), device="meta")
         try:

@@ -155,7 +155,10 @@ def _hint(n: Any) -> Any:
     """The value dynamo hints for a symbolic number (no guard is added); others as they
     are."""
     if isinstance(n, torch.SymInt):
-        from torch.fx.experimental.symbolic_shapes import optimization_hint
+        try:
+            from torch.fx.experimental.symbolic_shapes import optimization_hint
+        except ImportError:  # older torch names it hint_int
+            from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
 
         return optimization_hint(n)
     if isinstance(n, (torch.SymFloat, torch.SymBool)):

@@ -673,7 +673,8 @@ def attributes_kept(gm: fx.GraphModule):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
-        # (an inference tensor has no version counter: it is restored whatever happened)
+        # (an inference tensor has no version counter: it is restored where a write was
+        # possible, inside inference mode, whatever happened)
         saved = [(t, None if t.is_inference() else t._version, t.detach().clone())
                  for t in written_attributes(gm)]
     try:
@@ -682,7 +683,8 @@ def attributes_kept(gm: fx.GraphModule):
     finally:
         with unset_fake_temporarily(), torch.no_grad():
             for t, version, value in saved:
-                if version is None or t._version != version:
+                if (torch.is_inference_mode_enabled() if version is None
+                        else t._version != version):
                     t.copy_(value)
 
 
