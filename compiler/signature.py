@@ -12,6 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from compiler.validate import is_fake
+from frontends.fx.exported import attribute_at
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 """The types of the symbolic numbers dynamo hands a backend under dynamic shapes."""
@@ -28,6 +29,12 @@ def signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
     >>> signature(gm, (torch.ones(2),))[-1]
     (((2,), torch.float32, 'cpu'),)
     """
+    return gm.code, _held(gm), _input_specs(example_inputs)
+
+
+def _input_specs(inputs: Sequence[Any]) -> tuple:
+    """Each input's kind: a tensor's sizes (symbolic ones by expression), dtype and device
+    type; a symbolic number's type and expression; anything else by its repr."""
     def spec(x):
         if isinstance(x, torch.Tensor):
             return (tuple(expression(s) for s in x.shape), x.dtype, x.device.type)
@@ -35,7 +42,7 @@ def signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
             return (type(x).__name__, expression(x))
         return repr(x)
 
-    return gm.code, _held(gm), tuple(spec(x) for x in example_inputs)
+    return tuple(spec(x) for x in inputs)
 
 
 def _held(gm: torch.fx.GraphModule) -> tuple:
@@ -60,9 +67,7 @@ def _held(gm: torch.fx.GraphModule) -> tuple:
     for node in gm.graph.nodes:
         if node.op not in ("get_attr", "call_module"):
             continue
-        value = gm
-        for name in node.target.split("."):
-            value = getattr(value, name)
+        value = attribute_at(gm, node.target)
         if isinstance(value, torch.fx.GraphModule):
             held.append((node.target, value.code, _held(value)))
         elif isinstance(value, torch.Tensor) and not isinstance(
@@ -115,4 +120,4 @@ def structure(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> tuple | None:
         arguments = torch.fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
         nodes.append((node.op, None if node.op == "placeholder" else str(node.target),
                       repr(arguments)))
-    return tuple(nodes), signature(gm, inputs)[-1]
+    return tuple(nodes), _input_specs(inputs)
