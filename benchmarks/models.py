@@ -5,6 +5,7 @@ through the pipeline, against eager and Inductor in one run.
                                           [--attn eager] [--repeat 20] [--no-inductor]
                                           [--device cuda] [--autocast bfloat16] [--dtype bfloat16]
                                           [--inductor-option pattern_matcher=True]
+                                          [--entries train --checkpointing]
 
 One row per model and entry point:
 
@@ -100,6 +101,9 @@ LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
 INDUCTOR_OPTIONS: dict = {}
 """Inductor config patches for the ours + Inductor entries (``--inductor-option``), over
 :func:`compiler.compile.default_inductor_options`."""
+CHECKPOINTING = False
+"""Train entries with transformers' gradient checkpointing on (``--checkpointing``;
+non-reentrant, so each checkpointed layer reaches the backend as a region)."""
 TOL = dict(rtol=1e-4, atol=1e-5)
 TIMED = "_timed"
 """A runner's row holds its program's call here until the interleaved timing."""
@@ -506,7 +510,13 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
     def subject(mode: str) -> Case | Generation:
         if mode == "generate":
             return build_generation(name, attn, device, cache)
-        return build(name, attn, device, dtype)
+        case = build(name, attn, device, dtype)
+        if CHECKPOINTING and mode == "train":
+            inner = getattr(case.model, "model", case.model)  # (corpus.TensorModel's)
+            if not getattr(inner, "supports_gradient_checkpointing", False):
+                raise ValueError(f"{name} has no gradient checkpointing")
+            inner.gradient_checkpointing_enable({"use_reentrant": False})
+        return case
     for entry in entries:
         mode = mode_of(entry)
         row: dict = {"model": label, "entry": entry, "status": "ok"}
@@ -572,7 +582,7 @@ def _cells(row: dict) -> dict[str, str]:
             value = row["inductor_error"]
         elif key.endswith("_s") and key in row:
             value = f"{row[key]:.2f}"
-        elif key.endswith("_ms") and key in row:
+        elif key.endswith("_ms") and row.get(key) is not None:
             value = f"{row[key]:.3f}"
         elif key.startswith("peak_") and key in row:
             value = f"{row[key] / 1024:.1f}"
@@ -729,8 +739,13 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float16"),
                         help="models and their floating inputs in this dtype (model.to(dtype)"
                              "; the generate entries keep float32)")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="the train entries (eager's and Inductor's too) with "
+                             "transformers' gradient checkpointing on")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
     args = parser.parse_args()
+    global CHECKPOINTING
+    CHECKPOINTING = args.checkpointing
     for option in args.inductor_option:
         key, _, value = option.partition("=")
         INDUCTOR_OPTIONS[key] = ast.literal_eval(value)
@@ -792,7 +807,8 @@ def main() -> None:
         f"{' --device cuda' if args.device == 'cuda' else ''}"
         f"{f' --autocast {args.autocast}' if args.autocast else ''}"
         f"{f' --dtype {args.dtype}' if args.dtype else ''}"
-        f"{' --no-inductor' if args.no_inductor else ''}`; the run took {total:.0f} s.\n\n"
+        f"{' --no-inductor' if args.no_inductor else ''}"
+        f"{' --checkpointing' if args.checkpointing else ''}`; the run took {total:.0f} s.\n\n"
         f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
         "saturation limits "
         f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
