@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -778,17 +779,58 @@ def _bake_sizes(graph: torch.fx.Graph, args: tuple) -> None:
 _backends: dict[str, Callable] = {}
 
 
-def egraph_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
+                   options: dict | None = None):
     """The ``egraph`` backend: aot_autograd around the e-graph pipeline, with the rule
     library, the cost model of the inputs' device and strict validation.
     ``torch.compile(model, backend="egraph", options={...})`` passes ``options`` to
     :func:`make_backend` (``rules``, ``cost``, ``validate``, ``reference``, ``codegen``,
-    ``inductor_options``, ``memory``, limits)."""
-    key = repr(sorted((options or {}).items(), key=lambda kv: kv[0]))
+    ``inductor_options``, ``memory``, limits). ``torch.compile(..., mode=...)`` (torch
+    takes a mode or options, not both) is Inductor's mode (``"max-autotune"``,
+    ``"reduce-overhead"``, ...): its config patches apply where Inductor generates the
+    graph's code (``codegen="inductor"``, the default on CUDA); where the code is our own
+    emission, a warning says the mode changes nothing there.
+
+    >>> import warnings
+    >>> f = torch.compile(torch.cos, backend="egraph", mode="max-autotune")
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     out = f(torch.zeros(2))
+    >>> out, any("'codegen': 'inductor'" in str(w.message) for w in caught)
+    (tensor([1., 1.]), True)
+    """
+    options = _with_mode(mode, options)
+    if mode not in (None, "default"):
+        codegen = options.get("codegen") or default_codegen(example_inputs)
+        if codegen != "inductor":
+            warnings.warn(
+                f"torch.compile's mode={mode!r} sets options of Inductor's code generation, "
+                f"and this graph's code is the e-graph's own emission (codegen={codegen!r}, "
+                "the default on the CPU), which they do not change; pass "
+                "options={'codegen': 'inductor'} to have Inductor generate it", stacklevel=2)
+    key = _key(options)
     backend = _backends.get(key)
     if backend is None:
-        backend = _backends[key] = make_backend(**(options or {}))
+        backend = _backends[key] = make_backend(**options)
     return backend(gm, example_inputs)
+
+
+def _with_mode(mode: str | None, options: dict | None) -> dict:
+    """``options`` with the Inductor config patches of torch.compile's ``mode`` under its
+    own ``inductor_options`` (an unknown mode raises torch's error, which lists the
+    modes)."""
+    options = dict(options or {})
+    if mode not in (None, "default"):
+        from torch._inductor import list_mode_options
+
+        options["inductor_options"] = {**list_mode_options(mode),
+                                       **(options.get("inductor_options") or {})}
+    return options
+
+
+def _key(options: dict) -> str:
+    """The cache key of a backend made with ``options``."""
+    return repr(sorted(options.items(), key=lambda kv: kv[0]))
 
 
 def _register() -> None:

@@ -3,6 +3,7 @@ the inputs' device, validated; ``options`` choose otherwise."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -200,3 +201,32 @@ def test_the_default_code_generator_follows_the_inputs_device(monkeypatch):
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(torch.tanh, backend=backend)(x), torch.tanh(x))
     assert len(handed) == 1 and backend.reports[0].name == "graph 0"
+
+
+def test_torch_compiles_mode_reaches_inductor_or_is_named_where_it_cannot(monkeypatch):
+    """torch.compile's ``mode`` (Inductor's: autotuning, CUDA graphs) was a TypeError
+    ("unexpected keyword argument 'mode'"). It now reaches Inductor as config patches
+    where Inductor generates the code (CUDA simulated: Inductor is the default code
+    generator there); over our own emission (the CPU's default) it runs and warns that
+    the mode changes nothing there; an unknown mode is torch's error, which lists the
+    modes."""
+    from torch._inductor import compile_fx as inductor
+
+    handed = []
+    monkeypatch.setattr(inductor, "compile_fx", lambda gm, inputs, config_patches=None, **_:
+                        handed.append(config_patches) or gm.forward)
+    x = torch.randn(4, 8)
+    with pytest.warns(UserWarning, match="'codegen': 'inductor'"):
+        torch._dynamo.reset()
+        g = torch.compile(torch.tanh, backend="egraph", mode="reduce-overhead")
+        torch.testing.assert_close(g(x), torch.tanh(x))
+    assert not handed
+    monkeypatch.setattr(backend_module, "default_codegen", lambda inputs: "inductor")
+    backend_module._backends.clear()
+    torch._dynamo.reset()
+    f = torch.compile(torch.tanh, backend="egraph", mode="max-autotune")
+    torch.testing.assert_close(f(x), torch.tanh(x))
+    assert handed[-1]["max_autotune"] is True and handed[-1]["triton.cudagraphs"] is True
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="max-autotune"):
+        torch.compile(torch.tanh, backend="egraph", mode="fastest")(x)
