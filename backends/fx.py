@@ -66,6 +66,8 @@ one that nothing else reads may write into it (:func:`_update_in_place`)."""
 
 _STRIDING = {"transpose", "t", "permute", "expand", "getitem", "split", "chunk"}
 """View ops whose result may not be contiguous though their operand is."""
+_ORDER_KEEPING = {"detach", "flatten", "identity", "reshape", "squeeze", "unsqueeze", "to"}
+"""View ops (and casts) that keep a strided operand's dims in row-major order."""
 
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
@@ -196,8 +198,11 @@ class _Emitter:
         # nodes that may share storage with an input, a parameter, a constant or a buffer
         self.shared: set[fx.Node] = set()
         # nodes that may not be contiguous: views that move strides and what is made of
-        # them elementwise (a pointwise op keeps its operand's layout, not a broadcast's)
+        # them elementwise (a pointwise op keeps its operand's layout, not a broadcast's);
+        # of those, the ones whose dims are in row-major order with gaps (a piece of a
+        # split), of which a pointwise op makes a contiguous tensor
         self.strided: set[fx.Node] = set()
+        self.ordered: set[fx.Node] = set()
         # a view (or a cast that may return its operand) -> the value whose storage it is;
         # and each storage an output returned -> the source node that made that output's
         self.view_of: dict[fx.Node, fx.Node] = {}
@@ -415,11 +420,18 @@ class _Emitter:
                     held.add(value)
             # an item of a multi-output op's tuple is that op's own output, not a view
             item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
-            if base in self.strided or (op in _STRIDING and not item
-                                        and not self.keeps_contiguity(value, base)):
+            layout = ("contiguous" if item or op not in _STRIDING
+                      else self.view_layout(value, base))
+            if base in self.strided:
+                keeps_order = item or op in _ORDER_KEEPING or layout != "strided"
+                layout = "ordered" if base in self.ordered and keeps_order else "strided"
+            if layout != "contiguous":
                 self.strided.add(value)
-        elif kind == "pointwise" and any(k in self.strided and k not in self.broadcast
-                                         for k in kids if isinstance(k, fx.Node)):
+            if layout == "ordered":
+                self.ordered.add(value)
+        elif kind == "pointwise" and any(
+                k in self.strided and k not in self.broadcast and k not in self.ordered
+                for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
         elif op == "to_layout" or (kind in ("opaque", "library") and not (
                 kind == "library" and TABLE[op].contiguous) and any(
@@ -432,26 +444,50 @@ class _Emitter:
         if kind == "creation" and value.op != "get_attr":
             self.allocated.add(value)
 
-    def keeps_contiguity(self, view: fx.Node, base: fx.Node) -> bool:
-        """Whether ``view``, of a contiguous ``base`` of known sizes, is contiguous
-        (``x[:1]``, a split along the first dim, a transpose of a unit dim): the same view
-        of a meta tensor of ``base``'s sizes says."""
+    def view_layout(self, view: fx.Node, base: fx.Node) -> str:
+        """The layout of ``view`` of a contiguous ``base``: ``"contiguous"`` (``x[:1]``,
+        a transpose of a unit dim, a gather ``x[index]``), ``"ordered"`` (row-major with
+        gaps: a piece of a split along a later dim, ``x[:, ::2]``) or ``"strided"`` (a
+        transpose, or not known), as the same view of meta tensors of the operands'
+        sizes says."""
         shape = getattr(self.metas.get(base), "shape", None)
-        known = shape is not None and not is_symbolic(shape)
-        literal = not any(isinstance(a, fx.Node)
-                          for a in (*view.args[1:], *view.kwargs.values()))
-        if not (known and literal and view.args and view.args[0] is base):
-            return False
-        meta = torch.empty(tuple(shape), device="meta")
+        if shape is None or is_symbolic(shape) or not view.args or view.args[0] is not base:
+            return "strided"
+        operands = self.on_meta((view.args[1:], view.kwargs))
+        if operands is None:
+            return "strided"
+        (args, kwargs), meta = operands, torch.empty(tuple(shape), device="meta")
         try:
             if view.op == "call_method":
-                out = getattr(meta, view.target)(*view.args[1:], **view.kwargs)
+                out = getattr(meta, view.target)(*args, **kwargs)
             else:
-                out = view.target(meta, *view.args[1:], **view.kwargs)
+                out = view.target(meta, *args, **kwargs)
         except Exception:  # noqa: BLE001 - then it may be strided
-            return False
+            return "strided"
         parts = out if isinstance(out, (tuple, list)) else (out,)
-        return all(isinstance(p, torch.Tensor) and p.is_contiguous() for p in parts)
+        if not all(isinstance(p, torch.Tensor) for p in parts):
+            return "strided"
+        if all(p.is_contiguous() for p in parts):
+            return "contiguous"
+        return "ordered" if all(_row_major(p) for p in parts) else "strided"
+
+    def on_meta(self, args: Any) -> Any:
+        """``args`` with each node a meta tensor of its sizes and dtype (an index tensor),
+        or None where a node's are not known."""
+        unknown = []
+
+        def meta_of(arg: Any) -> Any:
+            if not isinstance(arg, fx.Node):
+                return arg
+            data = self.metas.get(arg)
+            shape = getattr(data, "shape", None)
+            if (getattr(data, "kind", None) != "tensor" or shape is None
+                    or is_symbolic(shape) or not isinstance(data.dtype, torch.dtype)):
+                unknown.append(arg)
+                return arg
+            return torch.empty(tuple(shape), dtype=data.dtype, device="meta")
+        converted = fx.node.map_aggregate(args, meta_of)
+        return None if unknown else converted
 
     def call_kernel(self, fusion: Fusion) -> None:
         """One call of a fused kernel; its outputs become the values of their classes."""
@@ -781,6 +817,14 @@ def _rebuilt_alike(structure: Any) -> bool:
         return (type(structure) in (dict, immutable_dict)
                 and all(map(_rebuilt_alike, structure.values())))
     return structure is None or pytree.tree_is_leaf(structure)
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """Whether ``t``'s dims (those of more than one element) have strictly decreasing
+    strides: a pointwise op of it allocates a contiguous result (TensorIterator keeps
+    its operands' dim order, which is then row-major)."""
+    strides = [st for st, n in zip(t.stride(), t.shape) if n > 1]
+    return all(a > b > 0 for a, b in zip(strides, strides[1:])) and all(st > 0 for st in strides)
 
 
 def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:

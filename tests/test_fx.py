@@ -1916,6 +1916,26 @@ def test_a_view_that_keeps_contiguity_needs_no_copy_at_the_output():
         assert got.stride() == want.stride()
 
 
+def test_an_elementwise_value_of_split_pieces_is_returned_without_a_copy():
+    """A piece of a split along the last dim (a merged projection's query and gate) is
+    strided, but its dims keep row-major order, so an elementwise op of it makes a
+    contiguous tensor (Qwen2-MoE's output had a needless ``.contiguous()``); a gather
+    ``x[index]`` is contiguous too. A piece returned as it is, and an elementwise op of a
+    transposed value, keep the source's layout."""
+    class Pieces(nn.Module):
+        def forward(self, x, index):
+            q, gate = x.split([4, 4], -1)
+            return (q * torch.sigmoid(gate), x[index] * 2, gate,
+                    x.transpose(0, 1) * 2, x[:, ::2] + 1)
+
+    x, index = torch.randn(3, 8), torch.tensor([2, 0])
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(Pieces()), (x, index)).extract(AstSize())
+    assert opt.code.count("contiguous") == 0, opt.code
+    for got, want in zip(opt(x, index), Pieces()(x, index)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+
+
 def test_a_product_of_a_strided_value_is_returned_without_a_copy():
     """A linear layer of a strided value (BERT's pooler: ``tanh(linear(h[:, 0]))``) gives
     a new contiguous tensor: the output needs no ``.contiguous()`` call."""
