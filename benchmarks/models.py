@@ -103,7 +103,7 @@ INDUCTOR_OPTIONS: dict = {}
 :func:`compiler.compile.default_inductor_options`."""
 CHECKPOINTING = False
 """Train entries with transformers' gradient checkpointing on (``--checkpointing``;
-non-reentrant, so each checkpointed layer reaches the backend as a region)."""
+non-reentrant, as transformers recommends)."""
 TOL = dict(rtol=1e-4, atol=1e-5)
 TIMED = "_timed"
 """A runner's row holds its program's call here until the interleaved timing."""

@@ -806,8 +806,10 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
             warnings.warn(
                 f"torch.compile's mode={mode!r} sets options of Inductor's code generation, "
                 f"and this graph's code is the e-graph's own emission (codegen={codegen!r}, "
-                "the default on the CPU), which they do not change; pass "
-                "options={'codegen': 'inductor'} to have Inductor generate it", stacklevel=2)
+                "the default on the CPU), which they do not change; for Inductor's code "
+                "with them, pass options={'codegen': 'inductor', 'inductor_options': "
+                f"torch._inductor.list_mode_options({mode!r})}} instead of the mode",
+                stacklevel=2)
     key = _key(options)
     backend = _backends.get(key)
     if backend is None:
