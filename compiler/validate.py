@@ -1181,10 +1181,13 @@ def _overflow_changed(new: torch.Tensor, source: torch.Tensor, ref: torch.Tensor
     """True where the source's result is non-finite though the reference is finite (an
     overflow in the working dtype) and the new result is another non-finite value: inf
     becoming NaN (``a*b - a*c`` for ``a*(b - c)`` when both products overflow) changes
-    what later code sees (isinf checks, clamps). A finite result there is an improvement."""
+    what later code sees (isinf checks, clamps). A finite result there is an improvement,
+    and so is the reference's own value in the working dtype, the infinity of its sign
+    where it is past the dtype's range (a softmax's NaN of ``inf / inf`` becoming the inf
+    the exact result rounds to)."""
     ref = ref.to(new.device)
     changed = torch.isfinite(ref) & ~torch.isfinite(source) & ~torch.isfinite(new) & ~(
-        (new == source) | (torch.isnan(new) & torch.isnan(source)))
+        (new == source) | (torch.isnan(new) & torch.isnan(source)) | (new == ref.to(new.dtype)))
     return bool(changed.any())
 
 

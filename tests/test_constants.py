@@ -303,6 +303,31 @@ def test_validation_refuses_an_overflow_turned_into_nan():
     assert _overflow_changed(torch.tensor([float("nan")]).half(), source, ref)
     assert not _overflow_changed(torch.tensor([float("inf")]).half(), source, ref)
     assert not _overflow_changed(torch.tensor([1e4]).half(), source, ref)
+    past_range = torch.tensor([1e5, -1e5], dtype=torch.float64)  # float16 holds 65504
+    nan = torch.full((2,), float("nan")).half()
+    assert not _overflow_changed(torch.tensor([float("inf"), -float("inf")]).half(), nan,
+                                 past_range)
+    assert _overflow_changed(torch.tensor([-float("inf"), float("inf")]).half(), nan,
+                             past_range)
+
+
+def test_a_softmax_whose_float16_source_gives_nan_is_kept_where_it_gives_the_exact_inf():
+    """The fuzzer's float16 program (seed 8675309, program 3): ``exp(x) / exp(x).sum()``
+    overflows to ``inf / inf = NaN`` in the source; the fused softmax is finite, and a
+    product scaled by 1e6 then overflows to inf, which is the float64 result (up to 9e6)
+    in float16. Validation took NaN -> inf for a changed overflow and fell back."""
+    def program(x0):
+        v0 = torch.exp(x0) / torch.exp(x0).sum(-3, keepdim=True)
+        v1 = v0 / 1e-3
+        return v1 @ v1.transpose(-1, -2)
+
+    x = (torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(0)) * 100).half()
+    opt = EGraph.from_fx(torch.fx.symbolic_trace(program), (x,)).saturate(RULES).extract(
+        AstSize(), validate="raise")
+    assert "softmax" in opt.code and opt.meta["egraph_report"].validation.ok
+    exact = program(x.double()).half()
+    got = opt(x)
+    assert torch.equal(torch.isinf(got), torch.isinf(exact)) and not got.isnan().any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
