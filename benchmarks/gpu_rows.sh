@@ -38,7 +38,7 @@ stream_a() {
   step "$log" 300 timed-first $models --repeat 20 --entries export,compile,inductor \
     --models gpt2,llama,bert,vit,mixtral,qwen2_moe,t5_encoder --out "$tables/a1.md"
   step "$log" 400 timed-rest $models --repeat 20 --entries export,compile,inductor \
-    --models mistral,qwen2,gemma,phi,roberta,distilbert,bart,clip_vision,whisper_encoder,resnet,convnext,swin,clip_text,albert,deberta_v2,t5 \
+    --models clip_vision,resnet,convnext,swin,clip_text,albert,deberta_v2,t5,mistral,qwen2,gemma,phi,roberta,distilbert,bart,whisper_encoder \
     --out "$tables/a2.md"
 }
 
@@ -49,7 +49,7 @@ stream_b() {
   step "$log" 150 second-size $models --repeat 5 --entries second,second-ind,export-second \
     --models gpt2,llama,bert --out "$tables/b2.md"
   step "$log" 150 train $models --repeat 5 --entries train,train-ind \
-    --models mixtral,qwen2_moe --out "$tables/b3.md"
+    --models qwen2_moe,mixtral --out "$tables/b3.md"
 }
 
 stream_c() {
@@ -61,7 +61,7 @@ stream_c() {
   step "$log" 120 autocast $models --repeat 10 --entries compile,inductor --autocast bfloat16 \
     --models gpt2,llama,bert --out "$tables/c2.md"
   step "$log" 150 diffusers $models --repeat 10 --entries export,compile,inductor \
-    --models unet2d,dit,vae,unet2d_cond --out "$tables/c3.md"
+    --models vae,unet2d_cond,unet2d,dit --out "$tables/c3.md"
 }
 
 stream_a & stream_b & stream_c &
