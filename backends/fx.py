@@ -824,7 +824,7 @@ def _row_major(t: torch.Tensor) -> bool:
     strides: a pointwise op of it allocates a contiguous result (TensorIterator keeps
     its operands' dim order, which is then row-major)."""
     strides = [st for st, n in zip(t.stride(), t.shape) if n > 1]
-    return all(a > b > 0 for a, b in zip(strides, strides[1:])) and all(st > 0 for st in strides)
+    return all(st > 0 for st in strides) and all(a > b for a, b in zip(strides, strides[1:]))
 
 
 def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:

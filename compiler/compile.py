@@ -799,8 +799,12 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
     >>> out, any("'codegen': 'inductor'" in str(w.message) for w in caught)
     (tensor([1., 1.]), True)
     """
-    options = _with_mode(mode, options)
+    options = dict(options or {})
     if mode not in (None, "default"):
+        from torch._inductor import list_mode_options  # (an unknown mode: torch's error)
+
+        options["inductor_options"] = {**list_mode_options(mode),
+                                       **(options.get("inductor_options") or {})}
         codegen = options.get("codegen") or default_codegen(example_inputs)
         if codegen != "inductor":
             warnings.warn(
@@ -810,29 +814,11 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
                 "with them, pass options={'codegen': 'inductor', 'inductor_options': "
                 f"torch._inductor.list_mode_options({mode!r})}} instead of the mode",
                 stacklevel=2)
-    key = _key(options)
+    key = repr(sorted(options.items(), key=lambda kv: kv[0]))
     backend = _backends.get(key)
     if backend is None:
         backend = _backends[key] = make_backend(**options)
     return backend(gm, example_inputs)
-
-
-def _with_mode(mode: str | None, options: dict | None) -> dict:
-    """``options`` with the Inductor config patches of torch.compile's ``mode`` under its
-    own ``inductor_options`` (an unknown mode raises torch's error, which lists the
-    modes)."""
-    options = dict(options or {})
-    if mode not in (None, "default"):
-        from torch._inductor import list_mode_options
-
-        options["inductor_options"] = {**list_mode_options(mode),
-                                       **(options.get("inductor_options") or {})}
-    return options
-
-
-def _key(options: dict) -> str:
-    """The cache key of a backend made with ``options``."""
-    return repr(sorted(options.items(), key=lambda kv: kv[0]))
 
 
 def _register() -> None:
