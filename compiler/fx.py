@@ -39,7 +39,7 @@ from backends.fx import (
     take_structured_inputs,
 )
 from backends.sizes import is_input_check, require_sizes
-from compiler.sizes import probe_sizes
+from compiler.sizes import check_other_sizes, probe_sizes
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
 from egraph.extract import best_nodes, cheaper, choose, program_roots, source_program
@@ -295,6 +295,8 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
     if validate != "off" and egraph.fx.example_inputs is not None:
         t2 = time.perf_counter()
         result = validate_module(egraph.fx, gm, reference=reference)
+        if result.ok:
+            result = check_other_sizes(egraph, gm) or result
         report.times["validate"] = time.perf_counter() - t2
         report.validation = result
         if not result.ok:

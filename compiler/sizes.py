@@ -4,7 +4,10 @@ A number a rule computed from a size (a sum over a broadcast dim becomes a produ
 length) ties the program to the example's sizes: other sizes would give wrong results,
 silently. :func:`probe_sizes` runs the program on inputs of other sizes where the source
 runs them; the emitted module then refuses the sizes it was not built for
-(:func:`backends.sizes.require_sizes`).
+(:func:`backends.sizes.require_sizes`). A program with symbolic sizes (torch.compile's
+dynamic shapes, torch.export's ``Dim``) is meant for every size: :func:`check_other_sizes`
+judges it at sizes other than its example's, where a size read as its example's value
+would show.
 
 >>> import torch
 >>> from egraph import EGraph, AstSize
@@ -25,10 +28,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
-from compiler.validate import in_domain, program_numel, random_like, validate_module
-from egraph.dims import is_symbolic
+from compiler.validate import (
+    Validation,
+    in_domain,
+    is_fake,
+    program_numel,
+    random_like,
+    validate_module,
+)
+from egraph.dims import Size, is_symbolic, map_sizes, sizes_in
 from egraph.term import is_literal_op
-from frontends.fx.effects import attributes_kept
+from frontends.fx.effects import attributes_kept, generator_state_inputs
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -159,3 +169,81 @@ def _resized(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:
     return tuple(out)
 
 
+
+
+def check_other_sizes(egraph: EGraph, gm: fx.GraphModule) -> Validation | None:
+    """The judgement of ``gm``, emitted from an e-graph with symbolic sizes, on inputs
+    where every symbol takes another value than its example's (one more, or one less
+    where its range ends there): a failed :class:`~compiler.validate.Validation` naming
+    those sizes where the program fails or disagrees with the source, None where it
+    agrees, where nothing is symbolic, or where the source itself does not run there
+    (dynamo's guards hold it to sizes the graph does not show). Validation on the
+    example's inputs alone cannot see a size read as its example's value
+    (``x / x.numel()`` folded to ``x * 0.0111``)."""
+    src = egraph.fx
+    inputs = src.example_inputs or ()
+    if src.guards is not None or not inputs or any(map(is_fake, inputs)):
+        return None
+    states = generator_state_inputs(src.graph_module)
+    metas = [egraph.data(c) for c in src.input_classes]
+    held = {s for i, meta in enumerate(metas) if i in states
+            for size in sizes_in(getattr(meta, "shape", None)) for s in size.expr.free_symbols}
+    values: dict = {}
+    for meta in metas:
+        for size in sizes_in((getattr(meta, "shape", None), getattr(meta, "value", None))):
+            for symbol, (hint, low, high) in size.bindings:
+                if symbol not in held and symbol not in values:
+                    values[symbol] = _other_value(hint, low, high)
+    values = {s: v for s, v in values.items() if v is not None}
+    if not values:
+        return None
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    program = src.graph_module if src.module is None else src.module
+    at = ", ".join(f"{s}={v}" for s, v in sorted(values.items(), key=lambda kv: kv[0].name))
+    # (inside torch.compile a fake mode is active: these runs are real)
+    with unset_fake_temporarily(), contextlib.redirect_stderr(io.StringIO()):
+        resized = _with_sizes(src, metas, states, values)
+        try:
+            with torch.random.fork_rng(), attributes_kept(src.graph_module), torch.no_grad():
+                program(*resized)
+        except Exception:  # noqa: BLE001 - the source refuses these sizes
+            return None
+        try:
+            result = validate_module(dataclasses.replace(src, example_inputs=resized), gm,
+                                     trials=0)
+        except Exception as err:  # noqa: BLE001 - the program fails where the source runs
+            return Validation(False, 0.0, float("inf"), 1,
+                              f"at sizes {at} it raises {type(err).__name__}: {err}")
+    if result.ok:
+        return None
+    return dataclasses.replace(result, reason=f"at sizes {at}: {result.reason}")
+
+
+def _other_value(hint: int, low: int | None, high: int | None) -> int | None:
+    """A value of a symbol other than its example's ``hint``, inside ``[low, high]``."""
+    for value in (hint + 1, hint - 1):
+        if (low is None or value >= low) and (high is None or value <= high):
+            return value
+    return None
+
+
+def _with_sizes(src: FxSource, metas: list, states: dict, values: dict) -> tuple:
+    """The source's example inputs with each symbolic size evaluated at ``values``:
+    random tensors of the new shapes (in the examples' range, inside declared domains),
+    symbolic numbers at their new values, the rest as they are."""
+    generator = torch.Generator().manual_seed(0)
+
+    def at(size: Size) -> int:
+        return int(size.expr.xreplace(values))
+
+    out: list[Any] = []
+    for i, (name, x, meta) in enumerate(zip(src.inputs, src.example_inputs, metas)):
+        shape = getattr(meta, "shape", None)
+        if isinstance(x, torch.Tensor) and i not in states and is_symbolic(shape):
+            x = in_domain(random_like(x, generator, shape=map_sizes(tuple(shape), at)),
+                          src.domains.get(name)).requires_grad_(x.requires_grad)
+        elif isinstance(getattr(meta, "value", None), Size):
+            x = at(meta.value)
+        out.append(x)
+    return tuple(out)

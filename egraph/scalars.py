@@ -21,6 +21,15 @@ False
 (Fraction(3, 2), 1.5)
 >>> fold("sqrt", [(Fraction(2), 2.0)])[0] is None
 True
+
+A symbolic size folds only by size arithmetic (its result is a size for every size); a
+float made from one would be its example's value, so it is not folded:
+
+>>> import sympy
+>>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+>>> seq = Size(8, s0, {s0: 8})
+>>> fold("mul", [(None, seq), (Fraction(2), 2)]), fold("div", [(Fraction(1), 1.0), (None, seq)])
+((None, 2*s0), (None, None))
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import operator
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
+
+from egraph.dims import Size
 
 __all__ = ["Fraction", "exact_of", "fold", "representable", "FLOAT_OPS"]
 
@@ -80,8 +91,15 @@ _EXACT_OPS: dict[str, Callable[..., Any]] = {
 
 
 def exact_of(value: Any) -> Fraction | None:
-    """The exact rational value of a Python number (None for bools, NaN and infinities)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+    """The exact rational value of a Python number (None for bools, NaN, infinities and
+    symbolic sizes, whose ``int`` is only the example's value).
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+    >>> exact_of(3), exact_of(0.5), exact_of(Size(8, s0, {s0: 8}))
+    (Fraction(3, 1), Fraction(1, 2), None)
+    """
+    if isinstance(value, (bool, Size)) or not isinstance(value, (int, float, Fraction)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -136,6 +154,11 @@ def fold(op: str, args: list[tuple[Fraction | None, Any]]) -> tuple[Fraction | N
     try:
         approx = FLOAT_OPS[op](*approx_args)
     except (ArithmeticError, ValueError, TypeError):
+        return None, None
+    if any(isinstance(a, Size) for a in approx_args) and (
+            isinstance(approx, bool) or not isinstance(approx, int)):
+        # Size arithmetic gives sizes; anything else of a symbolic size (``0.5 * s0`` is
+        # float arithmetic on the example's value) is one number for one size only
         return None, None
     if isinstance(approx, complex):
         return None, None

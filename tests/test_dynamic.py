@@ -734,3 +734,55 @@ def test_a_constant_folded_under_aot_autograds_fake_mode_is_a_real_tensor():
         torch.testing.assert_close(ours, theirs)
     assert [r.name for r in backend.reports] == ["forward 0"]
     assert not backend.reports[0].extraction.fell_back
+
+
+# -- a size read as its example's value ------------------------------------------------------
+
+_SIZED_SCALARS = {  # spellings of a size used as a number, as model code writes them
+    "mean by numel": lambda x: x / x.numel(),
+    "unbiased variance": lambda x: (x - x.mean(0)).pow(2).sum(0) / (x.shape[0] - 1),
+    "sum over a count": lambda x: x.sum() / (x.shape[0] * x.shape[1] * 900),
+    "scaled by the batch": lambda x: x * (0.5 * x.shape[0]),
+    "negative count": lambda x: x - x.shape[0] * 900,
+}
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic=True", "automatic dynamic"])
+@pytest.mark.parametrize("name", list(_SIZED_SCALARS))
+def test_a_number_made_of_a_symbolic_size_holds_at_every_size_in_training(name, dynamic):
+    """``x / x.numel()`` under dynamic shapes was emitted as ``x * 0.0111`` (1 / 90, the
+    example's numel): ``div-constant`` computed ``1.0 / n`` in Python, where a float reads
+    a symbolic size's example value, and validation, run at the example's sizes alone,
+    passed it. Every later batch size got silently wrong outputs and gradients."""
+    f = _SIZED_SCALARS[name]
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="egraph", dynamic=dynamic)
+    for rows in (3, 5, 7):
+        x = torch.randn(rows, 30, dtype=torch.float64, requires_grad=True)
+        y = torch.randn(rows, 30, dtype=torch.float64)
+        ours = compiled(x)
+        (ours * y[: ours.shape[0]] if ours.dim() else ours).sum().backward()
+        grad, x.grad = x.grad, None
+        theirs = f(x)
+        (theirs * y[: theirs.shape[0]] if theirs.dim() else theirs).sum().backward()
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(grad, x.grad)
+
+
+def test_validation_judges_a_symbolic_program_at_other_sizes_than_its_examples(monkeypatch):
+    """A rule that reads a symbolic size as its example's value (here ``div-constant`` as it
+    was) makes a program right at the example's sizes and wrong at every other: validation
+    runs it at other values of the symbols too, and the source comes back, with the sizes
+    that showed it named."""
+    import egraph.rules.algebra as algebra
+
+    monkeypatch.setattr(algebra, "number_of", algebra.value_of)  # the old, leaky reading
+    f = _SIZED_SCALARS["mean by numel"]
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="egraph", dynamic=True)
+    with pytest.warns(UserWarning, match=r"failed validation \(at sizes s\d+=\d+"):
+        compiled(torch.randn(3, 30))
+    for rows in (4, 6):
+        x = torch.randn(rows, 30)
+        torch.testing.assert_close(compiled(x), f(x))
+    torch._dynamo.reset()

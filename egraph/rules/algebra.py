@@ -52,6 +52,7 @@ from egraph.rules.guards import (
     floating,
     nonneg,
     nonzero,
+    number_of,
     positive,
     product_in_range,
     rank_is,
@@ -126,8 +127,8 @@ def _sum_of_sum(egraph, subst):
 
 
 def _div_by_constant(egraph, subst):
-    v = value_of(egraph, subst["s"])
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or v == 0:
+    v = number_of(egraph, subst["s"])
+    if v is None or v == 0:
         return None
     return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(1.0 / v))])
 
@@ -155,8 +156,8 @@ _float_of_no_dims.__name__ = "full(s, c, t, d) is a float of no dims"
 def _scaled_fill(egraph, subst):
     """``masked_fill(a, m, c) * s`` as ``masked_fill(a * s, m, c * s)``: both numbers are
     literals, so ``c * s`` is one literal (-inf stays -inf for s > 0)."""
-    c, scale = value_of(egraph, subst["c"]), value_of(egraph, subst["s"])
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (c, scale)):
+    c, scale = number_of(egraph, subst["c"]), number_of(egraph, subst["s"])
+    if c is None or scale is None:
         return None
     if scale == 0 or math.isnan(c * scale):
         return None

@@ -53,6 +53,7 @@ from egraph.rules.guards import (
     is_none,
     literal_near,
     not_none,
+    number_of,
     rank_is,
     same_dtype,
     single_dim,
@@ -148,8 +149,8 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
     a row: 0/0 is NaN), or, for an additive mask, has its row maximum minus itself added
     (0, or NaN where the row is -inf), so both forms agree everywhere."""
     def rhs(egraph, subst):
-        scale = value_of(egraph, subst["s"]) if scaled else 1.0
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
+        scale = number_of(egraph, subst["s"]) if scaled else 1.0
+        if scale is None or scale == 0:
             return None
         add = egraph.add_node
         last, keep = add(literal((-1,))), add(literal(True))

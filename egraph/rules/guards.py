@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from egraph.dims import Size
 from egraph.signs import NEG, POS, ZERO, describe
 from egraph.term import Var
 
@@ -54,6 +55,21 @@ def value_of(egraph, cid: int) -> Any:
     return meta.value
 
 
+def number_of(egraph, cid: int) -> int | float | None:
+    """The value of a class that is one number at every size: a literal or folded int or
+    float, or None (unknown, a bool, or a symbolic size: Python's float arithmetic on a
+    :class:`~egraph.dims.Size` reads the example's value, so a rule that computes a new
+    number from one would bake that size into the program).
+
+    >>> from egraph import EGraph, parse
+    >>> number_of(EGraph(), EGraph().add(parse("2")))  # no tensor analysis: nothing known
+    """
+    v = value_of(egraph, cid)
+    if isinstance(v, (bool, Size)) or not isinstance(v, (int, float)):
+        return None
+    return v
+
+
 def sign_of(egraph, cid: int) -> int:
     """The proven sign set of a class (any sign when nothing is proven)."""
     return getattr(_meta(egraph, cid), "sign", NEG | ZERO | POS)
@@ -79,8 +95,8 @@ def literal_near(var: Variable, target: float, rel: float = 1e-6) -> Guard:
     var = _name(var)
 
     def guard(egraph, subst) -> bool:
-        v = value_of(egraph, subst[var])
-        return isinstance(v, (int, float)) and abs(v - target) <= rel * abs(target)
+        v = number_of(egraph, subst[var])
+        return v is not None and abs(v - target) <= rel * abs(target)
     return _named(guard, f"{var} ~= {target:.6g}", **{var: ("value", target)})
 
 
