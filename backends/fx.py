@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
-from backends.sizes import explain_sizes, explain_sizes_of, require_guards
+from backends.sizes import dispatch_sizes_of, explain_sizes, explain_sizes_of, require_guards
 from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
@@ -724,7 +724,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     return gm
 
 
-_SAVED_META = ("egraph_report", "egraph_sizes_explained")
+_SAVED_META = ("egraph_report", "egraph_sizes_explained", "egraph_general", "egraph_dispatch")
 """What a saved emitted module keeps of its ``meta`` (torch.fx keeps none of it): the
 extraction's report, and how its code explains sizes it was not built for."""
 
@@ -754,6 +754,9 @@ def _loaded_with_meta(rebuild, args: tuple, meta: dict, out_spec: Any = None
         gm.recompile()
     if "egraph_sizes_explained" in meta:
         explain_sizes_of(gm.graph, *meta["egraph_sizes_explained"])
+        gm.recompile()
+    if "egraph_dispatch" in meta:
+        dispatch_sizes_of(gm.graph, *meta["egraph_dispatch"])
         gm.recompile()
     keep_meta_when_saved(gm)
     return gm

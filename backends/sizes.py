@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
+import torch.nn as nn
 
-from frontends.fx.exported import InputGuards, named_shape
+from frontends.fx.exported import InputGuards, attribute_at, named_shape, owner_of
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
@@ -162,6 +163,81 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
                     f"in dim {d} (or the source was captured for that size alone), so it "
                     "runs only on inputs of that size there (others would fail or give "
                     "wrong results). Build it again from an example of this shape.")
+
+
+# -- sizes a rewrite computed: the source's form at other sizes ------------------------------
+
+
+def dispatch_sizes(gm: fx.GraphModule, fixed: dict[str, dict[int, int]],
+                   general: fx.GraphModule) -> None:
+    """Make ``gm`` run ``general`` (the source's form, emitted with symbolic sizes) on
+    inputs whose sizes differ from ``fixed`` (``{input: {dim: size}}``, the sizes a
+    rewrite computed with), and itself on the others: specialised where the example's
+    sizes are met, never refusing a size the source runs at. ``general`` is kept in
+    ``gm.meta`` (not a submodule: the state dict keeps the source's keys) and reads
+    ``gm``'s parameters and buffers when it runs (:func:`run_general`)."""
+    names = [str(n.target).lstrip("*") for n in gm.graph.nodes if n.op == "placeholder"]
+    gm.meta["egraph_general"] = general
+    gm.meta["egraph_dispatch"] = (names, {k: dict(v) for k, v in fixed.items()})
+    dispatch_sizes_of(gm.graph, *gm.meta["egraph_dispatch"])
+    gm.recompile()
+
+
+def dispatch_sizes_of(graph: fx.Graph, names: list[str], fixed: dict) -> None:
+    """Put the test of :func:`dispatch_sizes` first in ``graph``'s ``forward`` (again on
+    a graph traced anew from the code, as a loaded module's is)."""
+    def make(previous):
+        def transform(body: list[str]) -> list[str]:
+            if previous is not None:
+                body = previous(body)
+            inputs = f"({', '.join(names)},)"
+            return [
+                "from backends.sizes import fits_sizes, run_general\n",
+                f"if not fits_sizes({inputs}, {tuple(names)!r}, {fixed!r}):\n",
+                f"    return run_general(self, {inputs})\n",
+                *body,
+            ]
+        return transform
+
+    graph.on_generate_code(make)
+
+
+def fits_sizes(inputs: tuple, names: tuple, fixed: dict) -> bool:
+    """Whether ``inputs`` (bound to ``names``) have the sizes in ``fixed``; True while
+    torch.fx traces the code again (a loaded module: the specialised body is the graph).
+
+    >>> fits_sizes((torch.ones(2, 3),), ("x",), {"x": {0: 2}})
+    True
+    >>> fits_sizes((torch.ones(5, 3),), ("x",), {"x": {0: 2}})
+    False
+    """
+    if any(isinstance(x, fx.Proxy) for x in inputs):
+        return True
+    for name, x in zip(names, inputs):
+        for d, n in fixed.get(name, {}).items():
+            if not isinstance(x, torch.Tensor) or x.dim() <= d or x.shape[d] != n:
+                return False
+    return True
+
+
+def run_general(owner: fx.GraphModule, inputs: tuple):
+    """Run ``owner``'s general program on ``inputs``, with ``owner``'s parameters and
+    buffers as they are now (moved by ``.to()``, loaded from a checkpoint)."""
+    general = owner.meta["egraph_general"]
+    for name, value in [*general.named_parameters(), *general.named_buffers()]:
+        try:
+            current = attribute_at(owner, name)
+        except AttributeError:
+            continue
+        holder, leaf = owner_of(general, name)
+        # (only the general program's own holders: a module it calls is the user's)
+        if isinstance(current, torch.Tensor) and current is not value and (
+                holder is general or type(holder) is nn.Module):
+            if isinstance(current, nn.Parameter):
+                holder._parameters[leaf] = current
+            else:
+                holder._buffers[leaf] = current
+    return general(*inputs)
 
 
 # -- the contract of an exported source: refuse what torch.export's module refuses ------------

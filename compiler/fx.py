@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ from backends.fx import (
     make_outputs_contiguous,
     take_structured_inputs,
 )
-from backends.sizes import is_input_check, require_sizes
-from compiler.sizes import check_other_sizes, probe_sizes
+from backends.sizes import dispatch_sizes, is_input_check, require_sizes
+from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
 from egraph.extract import best_nodes, cheaper, choose, program_roots, source_program
@@ -108,7 +109,7 @@ class FxEGraph(EGraph):
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             ranges: dict[str, tuple[float, float]] | None = None,
-            observe: bool | None = None) -> FxEGraph:
+            observe: bool | None = None, dynamic=False) -> FxEGraph:
     """The :class:`FxEGraph` of a GraphModule, an nn.Module or a torch.export program
     (what ``EGraph.from_fx`` returns; arguments as :func:`frontends.fx.from_fx`).
 
@@ -118,7 +119,7 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     ['(relu #1)']
     """
     return ingest(source, example_inputs, domains=domains, ranges=ranges, observe=observe,
-                  make_egraph=FxEGraph)
+                  make_egraph=FxEGraph, dynamic=dynamic)
 
 
 @dataclass
@@ -146,6 +147,7 @@ class ExtractionReport:
     nodes_after: int = 0
     kernels: list[str] = field(default_factory=list)
     built_for: dict[str, dict[int, int]] = field(default_factory=dict)
+    general: bool = False  # other sizes than built_for's run the source's form
     accuracy_refused: str | None = None
 
     def __str__(self) -> str:
@@ -167,9 +169,13 @@ class ExtractionReport:
         if self.accuracy_refused:
             lines.append(f"the accuracy search's program was not kept: {self.accuracy_refused}")
         if self.built_for:
-            lines.append("runs only on inputs of the example's sizes: " + ", ".join(
-                f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
-                for d, n in dims.items()) + " (a rewrite computed with them)")
+            sizes = ", ".join(f"{name} dim {d} = {n}" for name, dims in self.built_for.items()
+                              for d, n in dims.items())
+            lines.append(
+                f"specialised for the example's sizes {sizes} (a rewrite computed with "
+                "them); other sizes run the source's program, with sizes symbolic"
+                if self.general else f"runs only on inputs of the example's sizes: {sizes} "
+                "(a rewrite computed with them)")
         lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                            for k, v in self.times.items()))
         return "\n".join(lines)
@@ -312,8 +318,6 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
             make_outputs_contiguous(gm, result.strided)
             t3 = time.perf_counter()
             report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
-            if report.built_for:
-                require_sizes(gm, report.built_for, egraph.fx)
             report.times["sizes"] = time.perf_counter() - t3
     if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
         # Accuracy is the objective (Curvature): Herbie's search on the validated program.
@@ -328,6 +332,13 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
             gm.meta["egraph_sizes_explained"] = explained
         report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
+    if report.built_for and not report.fell_back:
+        general = general_program(egraph, report.built_for)
+        if general is not None:
+            dispatch_sizes(gm, report.built_for, general)
+            report.general = True
+        else:  # the module refuses other sizes, saying why
+            require_sizes(gm, report.built_for, egraph.fx)
     if egraph.fx.structure is not None and not report.fell_back:
         take_structured_inputs(gm, egraph.fx.structure)
     gm.meta["egraph_report"] = report
@@ -336,6 +347,37 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         egraph.report.extraction = {"method": method, "cost": cost_after,
                                     "optimal": optimal, "time": round(times["extract"], 6)}
     return gm
+
+
+def general_program(egraph: EGraph, fixed: dict[str, dict[int, int]]
+                    ) -> fx.GraphModule | None:
+    """The source's program with its input sizes symbolic (captured again with
+    torch.export, every size left free that the program lets vary), emitted as it is:
+    what a program specialised for the example's sizes ``fixed`` runs at other sizes.
+    None where the source cannot be captured so (or is an export program, whose own
+    guards hold), or where the emitted program disagrees with the source."""
+    src = egraph.fx
+    if src.guards is not None or src.structure is not None or not src.example_inputs:
+        return None
+    if torch._guards.TracingContext.try_get() is not None:
+        return None  # inside torch.compile: dynamo's guards choose the program per size
+    source = src.module if isinstance(src.module, nn.Module) else src.graph_module
+    # torch.export, as dynamo, holds a size of 0 or 1 static: it is captured at 2
+    # instead (the specialised program serves the example's size)
+    small = [(src.inputs.index(name), d) for name, dims in fixed.items()
+             for d, n in dims.items() if n < 2]
+    inputs = resized_inputs(src, small, 2) if small else src.example_inputs
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            symbolic = from_fx(source, inputs, dynamic=True)
+            general = build_module(symbolic, source_program(symbolic))
+            if not validate_module(dataclasses.replace(src, example_inputs=inputs), general,
+                                   trials=0).ok:
+                return None
+    except Exception:  # noqa: BLE001 - then the specialised program refuses other sizes
+        return None
+    return general
 
 
 def cuda_device(example_inputs) -> torch.device | None:

@@ -130,7 +130,7 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
     Where both fail (the source holds a literal size, ``view(2, 12)``, and the program
     constants of that size), the program's failure would be the less clear: it does not
     agree, so it refuses those sizes by name."""
-    inputs = _resized(src, dims, size + max(1, size // 2))
+    inputs = resized_inputs(src, dims, size + max(1, size // 2))
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()):
         try:
@@ -151,7 +151,7 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
             return False
 
 
-def _resized(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:
+def resized_inputs(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:
     """Random example inputs like the source's, with ``dims`` ``(input, dim)`` of length
     ``size`` (values in the examples' range, inside declared domains)."""
     generator = torch.Generator().manual_seed(0)

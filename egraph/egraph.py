@@ -696,9 +696,11 @@ class EGraph:
 
     @classmethod
     def from_fx(cls, source, example_inputs=None, domains=None, ranges=None,
-                observe=None) -> EGraph:
+                observe=None, dynamic=False) -> EGraph:
         """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
-        torch.export program; roots are the graph outputs in order.
+        torch.export program; roots are the graph outputs in order. ``dynamic=True``
+        (or ``{input: {dim: (low, high)}}``) keeps the inputs' sizes symbolic, so the
+        program extracted runs at every size (see :func:`frontends.fx.from_fx`).
 
         >>> import torch
         >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
@@ -709,7 +711,7 @@ class EGraph:
 
         with gc_paused():
             return from_fx(source, example_inputs, domains=domains, ranges=ranges,
-                           observe=observe)
+                           observe=observe, dynamic=dynamic)
 
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost``.

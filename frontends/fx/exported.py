@@ -36,7 +36,8 @@ from torch.export._unlift import GuardsFn
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
-__all__ = ["ExportedModule", "InputGuards", "attribute_at", "deep_copy", "input_guards",
+__all__ = ["ExportedModule", "InputGuards", "SizeConstraintError", "attribute_at", "deep_copy",
+           "argument_names", "export_dynamic", "input_guards",
            "input_structure", "is_input_guards", "named_shape", "owner_of", "pytree_info",
            "written_targets"]
 
@@ -443,3 +444,76 @@ def _readable(guard: str, names: list[str]) -> str | None:
 
 
 _FAILED = "Guard failed: "
+
+
+class SizeConstraintError(ValueError):
+    """Sizes asked to vary that the program cannot let vary (a range the source rejects,
+    a dim its code fixes), or a ``dynamic=`` that names no input or dim of the program."""
+
+
+def argument_names(module: nn.Module) -> list[str]:
+    """The names of ``module``'s positional arguments (a GraphModule's placeholders).
+
+    >>> argument_names(torch.nn.Linear(2, 2))
+    ['input']
+    """
+    if isinstance(module, torch.fx.GraphModule):
+        return [str(n.target).lstrip("*") for n in module.graph.nodes if n.op == "placeholder"]
+    import inspect
+
+    return [p.name for p in inspect.signature(module.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def export_dynamic(module: nn.Module, example_inputs: tuple,
+                   dynamic: bool | dict[str, dict[int, tuple[int, int | None]]]
+                   ) -> torch.export.ExportedProgram:
+    """``module`` exported with symbolic sizes: every dim of every tensor input
+    (``dynamic=True``: ``Dim.AUTO``, so torch.export keeps static what the program fixes,
+    and sizes 0 and 1 as dynamo does), or the dims a mapping names
+    (``{input: {dim: (low, high)}}``, ``high`` None for no bound), which must vary.
+
+    >>> m = torch.nn.Linear(4, 2)
+    >>> program = export_dynamic(m, (torch.randn(3, 4),), {"input": {0: (2, 64)}})
+    >>> program.module()(torch.randn(9, 4)).shape
+    torch.Size([9, 2])
+    >>> export_dynamic(m, (torch.randn(3, 4),), {"x": {0: (2, 64)}})
+    Traceback (most recent call last):
+    ...
+    frontends.fx.exported.SizeConstraintError: dynamic= names 'x', which is not an input ...
+    """
+    from torch.export import Dim
+
+    names = argument_names(module)
+    if dynamic is True:
+        shapes = [{d: Dim.AUTO for d in range(x.dim())} if isinstance(x, torch.Tensor)
+                  else None for x in example_inputs]
+    else:
+        shapes = [None] * len(example_inputs)
+        for name, dims in dynamic.items():
+            if name not in names[:len(example_inputs)]:
+                raise SizeConstraintError(
+                    f"dynamic= names {name!r}, which is not an input of the program "
+                    f"(its inputs: {', '.join(names[:len(example_inputs)])})")
+            i = names.index(name)
+            x = example_inputs[i]
+            rank = x.dim() if isinstance(x, torch.Tensor) else 0
+            spec = {}
+            for dim, (low, high) in dims.items():
+                if not -rank <= dim < rank:
+                    raise SizeConstraintError(
+                        f"dynamic= names dim {dim} of input {name!r}, which has {rank} dims")
+                spec[dim % rank] = Dim(f"{name}_{dim % rank}", min=low,
+                                       max=high if high is not None else int(2**62))
+            shapes[i] = spec
+    try:
+        return torch.export.export(module, tuple(example_inputs), dynamic_shapes=tuple(shapes))
+    except Exception as err:
+        if "Constraint" in type(err).__name__ or "specializ" in str(err) or (
+                type(err).__name__ == "UserError"):
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise SizeConstraintError(
+                f"the sizes dynamic= asks to vary cannot vary in this program: {first} "
+                "(torch.export's verdict; leave those dims out of dynamic=, or give a "
+                "range the program accepts)") from err
+        raise

@@ -65,8 +65,10 @@ from frontends.fx.effects import (
 from frontends.fx.exported import (
     ExportedModule,
     InputGuards,
+    argument_names,
     attribute_at,
     deep_copy,
+    export_dynamic,
     input_guards,
     input_structure,
     is_input_guards,
@@ -1479,10 +1481,21 @@ conditions. Every domain but ``any`` is a set of numbers: it also promises finit
 (no inf, no NaN), which rules that drop an operand need (``x - x -> 0``)."""
 
 
+def _renamed(by_input: dict | None, names: list[str],
+             program: torch.export.ExportedProgram) -> dict | None:
+    """``by_input``, keyed by the module's argument ``names``, keyed instead by the names
+    the exported ``program`` gives those inputs (by position: export may rename them)."""
+    if not by_input:
+        return by_input
+    renamed = dict(zip(names, program.graph_signature.user_inputs))
+    return {renamed.get(name, name): value for name, value in by_input.items()}
+
+
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             ranges: dict[str, tuple[float, float]] | None = None,
             observe: bool | None = None, make_egraph: Callable[..., EGraph] = EGraph,
-            follow_views: bool = True) -> EGraph:
+            follow_views: bool = True,
+            dynamic: bool | dict[str, dict[int, tuple[int, int | None]]] = False) -> EGraph:
     """An e-graph of ``source`` (GraphModule, nn.Module or ExportedProgram).
 
     Roots are the graph outputs in order; ``eg.fx`` keeps what emission needs.
@@ -1497,6 +1510,13 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     runs the graph once on the (real) example inputs to record every tensor's range for
     the curvature cost; by default only when inputs and parameters are small.
 
+    ``dynamic`` is about sizes (``ranges`` about values): ``True`` makes every size of
+    every input symbolic where the program lets it vary, a mapping ``{input: {dim: (low,
+    high)}}`` the dims it names (``high`` None: unbounded). The module is then captured
+    with torch.export (:func:`frontends.fx.exported.export_dynamic`), its sizes stay
+    expressions of the input sizes, and the program extracted runs at every size; a
+    dim that cannot vary is a :class:`~frontends.fx.exported.SizeConstraintError`.
+
     A module whose graph updates a value in place through a view of it, or a value
     another view reads later (``h[:, :1].mul_(3)``, ``h.view(-1).add_(1)``), is captured
     with torch.export and ingested as its functional program, where example inputs are
@@ -1510,6 +1530,13 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
         # (an object it lifted to an input, a torch.Generator: its unlifted module reads
         # it as an attribute, which calls take by reference)
         source = source.module()
+    if dynamic and not isinstance(source, torch.export.ExportedProgram):
+        if example_inputs is None or not isinstance(source, nn.Module):
+            raise ValueError("dynamic= needs an nn.Module (or GraphModule) and its example "
+                             "inputs; an ExportedProgram carries its own Dims")
+        names = argument_names(source)
+        source = export_dynamic(source, tuple(example_inputs), dynamic)
+        domains, ranges = _renamed(domains, names, source), _renamed(ranges, names, source)
     module = source
     if isinstance(source, torch.export.ExportedProgram):
         functional = _functional(source)
