@@ -645,7 +645,9 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
         return (-1.0, 1.0)  # x / max|x| (relational: interval arithmetic cannot see it)
     shapes = (meta.shape, *(k.shape for k in kids))
     try:
-        lo, hi = interval_of(op, intervals, values, shapes)
+        # (observed: a bound made of a symbolic size is read at the example's value)
+        lo, hi = (float(int(b)) if isinstance(b, Size) else float(b)
+                  for b in interval_of(op, intervals, values, shapes))
     except (TypeError, ValueError, ArithmeticError, IndexError):
         return (-math.inf, math.inf)
     if math.isnan(lo) or math.isnan(hi) or lo > hi:
