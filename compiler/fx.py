@@ -82,6 +82,16 @@ class FxEGraph(EGraph):
         """The e-nodes of each class when the e-graph was built (before saturation)."""
         return self.fx.initial
 
+    def general_program(self, fixed: dict[str, dict[int, int]]) -> fx.GraphModule | None:
+        """:func:`general_program`, made once per e-graph for the sizes of 0 and 1 in
+        ``fixed`` (every cost model's program that needs it shares it)."""
+        key = tuple(sorted((name, d) for name, dims in fixed.items()
+                           for d, n in dims.items() if n < 2))
+        made = self.__dict__.setdefault("_general_programs", {})
+        if key not in made:
+            made[key] = general_program(self, fixed)
+        return made[key]
+
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost`` as a validated ``torch.fx.GraphModule``
         (:func:`extract_module`); with ``root``: ``(term, cost)`` of that class, as on a
@@ -219,7 +229,7 @@ def _solver_installed() -> bool:
     return True
 
 
-def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "strict",
+def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
                    reference: str = "auto") -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
@@ -333,12 +343,14 @@ def extract_module(egraph: EGraph, cost, method: str = "auto", validate: str = "
         report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
     if report.built_for and not report.fell_back:
-        general = general_program(egraph, report.built_for)
+        t5 = time.perf_counter()
+        general = egraph.general_program(report.built_for)
         if general is not None:
             dispatch_sizes(gm, report.built_for, general)
             report.general = True
         else:  # the module refuses other sizes, saying why
             require_sizes(gm, report.built_for, egraph.fx)
+        report.times["sizes"] += time.perf_counter() - t5
     if egraph.fx.structure is not None and not report.fell_back:
         take_structured_inputs(gm, egraph.fx.structure)
     gm.meta["egraph_report"] = report
