@@ -21,6 +21,8 @@ and returns plain tensors (one tensor, or a tuple for several outputs), so torch
 (2, 8, 1000)
 >>> tuple(case.model(*case.second_inputs()).shape)      # a second sequence length
 (2, 12, 1000)
+>>> tuple(case.model(*case.third_inputs()).shape)       # another batch and length
+(5, 16, 1000)
 >>> "llama" in MODELS and "whisper_encoder" in MODELS and "unet2d_cond" in MODELS
 True
 
@@ -47,6 +49,8 @@ BATCH = 2
 SEQ = 8
 SEQ2 = 12       # the second sequence length
 BATCH2 = 3      # the second batch size, for models whose sequence length is fixed
+SEQ3 = 16       # the third size: another sequence length and another batch size at once
+BATCH3 = 5
 SEED = 0
 
 
@@ -87,6 +91,11 @@ class Case:
         if self.varies == "seq":
             return self.make_inputs(BATCH, SEQ2)
         return self.make_inputs(BATCH2, SEQ)
+
+    def third_inputs(self) -> tuple[torch.Tensor, ...]:
+        """Inputs of a third size: another batch size, and another sequence length where
+        the model takes one (both differ from the first and second sizes')."""
+        return self.make_inputs(BATCH3, SEQ3 if self.varies == "seq" else SEQ)
 
 
 # --- inputs ----------------------------------------------------------------------------

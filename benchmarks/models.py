@@ -24,12 +24,16 @@ One row per model and entry point:
 - ``second`` (only when asked for): inference at a second sequence length (or batch)
   compiled with that size dynamic, as dynamo recompiles a model served inputs of several
   lengths (the backend specialises the symbolic graph for a size met again). Timed at
-  the second size against eager's and Inductor's there (Inductor's dynamic compile);
+  the second size against eager's and Inductor's there (Inductor's dynamic compile),
+  then checked at a third size (another batch and sequence length);
 - ``second-ind`` (only when asked for): the same with ``codegen="inductor"`` (ours +
   Inductor on the symbolic graph: Inductor's dynamic code with our rewrites under it);
-- ``export-second`` (only when asked for): torch.export with the size that varies a
-  ``Dim``, so the graph's sizes are symbolic and one program serves every size; checked
-  and timed at the second size, against eager's and Inductor's dynamic compile there;
+- ``export-second`` (only when asked for): torch.export with the batch and the sequence
+  length ``Dim``s, so the graph's sizes are symbolic and one program serves every size;
+  checked at the second and third sizes and timed at the second, against eager's and
+  Inductor's dynamic compile there, and against a static program exported at that size
+  (column "time / static": the symbolic program's time over the static one's, in
+  interleaved rounds of their own);
 - ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
   6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
   forward compiled with the backend as transformers documents it; the tokens must equal
@@ -37,7 +41,7 @@ One row per model and entry point:
   compile is the first call: the prompt's graph and the step's);
 - ``generate-ind`` (only when asked for): the same with ``codegen="inductor"``.
 
-Columns: whether it works (or the exception), the second size (compile), graphs compiled
+Columns: whether it works (or the exception), the second and third sizes, graphs compiled
 and how many fell back, graph nodes before -> after and the distinct rules / total
 rewrites applied (summed over the graphs of the first call), the pipeline's seconds
 (ingest, saturate, extract, emit and validation, summed over those graphs), the first
@@ -213,9 +217,9 @@ def _exported_row(case: Case, rules, dynamic: bool) -> dict:
     row: dict = {}
     model, inputs = case.model.eval(), case.inputs
     shapes = None
-    if dynamic:
-        dim = 1 if case.varies == "seq" else 0  # (AUTO: export finds which sizes are one)
-        shapes = (tuple({dim: torch.export.Dim.AUTO} if x.dim() > dim else None
+    if dynamic:  # the batch, and the sequence length where the model takes one
+        dims = (0, 1) if case.varies == "seq" else (0,)  # (AUTO: export finds which are one)
+        shapes = (tuple({d: torch.export.Dim.AUTO for d in dims if d < x.dim()} or None
                         for x in inputs),)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -234,15 +238,34 @@ def _exported_row(case: Case, rules, dynamic: bool) -> dict:
                    phases={"ingest": t2 - t1, "saturate": t3 - t2, **report.times})
         _reports([report], row)
         if dynamic:
-            second = case.second_inputs()
-            _check(opt(*second), model(*second), lambda: float64_copy(model)(*_wide(second)))
-            row["second"] = "ok"
+            second, third = case.second_inputs(), case.third_inputs()
+            for column, sizes in (("second", second), ("third", third)):
+                _check(opt(*sizes), model(*sizes),
+                       lambda sizes=sizes: float64_copy(model)(*_wide(sizes)))
+                row[column] = "ok"
+            row["vs_static"] = _against_static(model, second, rules, opt)
             row[TIMED] = _inference(lambda: opt(*second))
             return row
         row[TIMED] = _inference(lambda: opt(*inputs))
         row.update(peak_est=PeakMemory().program_cost(eg), peak_src=peak_bytes(model, *inputs),
                    peak_ours=peak_bytes(opt, *inputs))
     return row
+
+
+STATIC_ROUNDS = 15
+"""Interleaved rounds of the symbolic export program against the static one."""
+
+
+def _against_static(model: torch.nn.Module, inputs: tuple, rules, dynamic: Callable) -> float:
+    """The time of the ``dynamic`` export program (one for every size) over that of a
+    static one exported at ``inputs``' sizes, both through the pipeline and timed on
+    ``inputs`` in interleaved rounds: what serving every size with one program costs."""
+    program = torch.export.export(model, inputs)
+    static = EGraph.from_fx(program, inputs).saturate(rules, **LIMITS).extract(
+        default_cost(inputs), validate="strict")
+    ms = interleaved_ms({"dynamic": _inference(lambda: dynamic(*inputs)),
+                         "static": _inference(lambda: static(*inputs))}, STATIC_ROUNDS)
+    return round(ms["dynamic"] / ms["static"], 3)
 
 
 def _compiled_inference(model: torch.nn.Module, inputs: tuple, rules, codegen: str = "eager",
@@ -283,6 +306,7 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
             row["second"] = "graph break: " + "; ".join(reasons) if reasons else "ok"
         except Exception as exc:  # noqa: BLE001 - a row of the table
             row["second"] = _error(exc)
+        row["third"] = _third_size(case, compiled)
         # After the second size, dynamo runs the first size through the symbolic graph,
         # which compiles its program for that size at the SPECIALISE_AT_CALL-th call: made
         # here, it is not timed (with --repeat 2 it was half the median).
@@ -304,11 +328,26 @@ def second_size(case: Case) -> tuple[torch.Tensor, ...]:
 
 
 def run_second(case: Case, rules, codegen: str = "eager") -> dict:
-    """(called as often as a size must be met to be specialised)"""
+    """(called as often as a size must be met to be specialised; then once at a third
+    size, another batch and sequence length)"""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _compiled_inference(case.model.eval(), second_size(case), rules, codegen,
-                                   calls=compile_backend.SPECIALISE_AT_CALL)[0]
+        row, compiled = _compiled_inference(case.model.eval(), second_size(case), rules,
+                                            codegen, calls=compile_backend.SPECIALISE_AT_CALL)
+        row["third"] = _third_size(case, compiled)
+        return row
+
+
+def _third_size(case: Case, compiled: Callable) -> str:
+    """``ok`` where ``compiled`` gives the model's results at the third size (dynamo
+    recompiles where it must), or what went wrong."""
+    third = case.third_inputs()
+    try:
+        _check(compiled(*third), case.model(*third),
+               lambda: float64_copy(case.model)(*_wide(third)))
+    except Exception as exc:  # noqa: BLE001 - a row of the table
+        return _error(exc)
+    return "ok"
 
 
 def run_second_inductor(case: Case, rules) -> dict:
@@ -554,6 +593,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
 
 COLUMNS = [
     ("model", "model"), ("entry", "entry"), ("status", "works"), ("second", "2nd size"),
+    ("third", "3rd size"), ("vs_static", "time / static"),
     ("graphs", "graphs"), ("breaks", "graph breaks"), ("fallbacks", "fallbacks"),
     ("nodes", "nodes before->after"),
     ("rw", "rules/rewrites"), ("pipeline_s", "pipeline s"), ("first_s", "first call s"),
