@@ -1,27 +1,33 @@
 """The pipeline fuzzer's soak: many seeded random programs through the whole pipeline.
 
     .venv/bin/python benchmarks/fuzz.py --n 10000 --seed 0 [--compile-every 10]
-                                        [--export-every 10] [--half bfloat16]
+                                        [--export-every 10] [--train-every 10]
+                                        [--half bfloat16]
 
 Program ``i`` of seed ``s`` is ``tests/fuzzer.program(s, i, half)`` (reproducible); each goes
 through ``EGraph.from_fx -> saturate(load_rules("all")) -> extract`` under every cost model
 (strict validation), every ``--compile-every``-th also through ``torch.compile`` with the
 ``egraph`` backend, every ``--export-every``-th also through ``torch.export`` with the batch
-size dynamic (a symbolic graph, judged at both batch sizes), and every result is judged on
-fresh inputs against the source evaluated in float64 (see ``tests/fuzzer.py``). Prints a
-progress line every ``--progress`` programs, each failing program with its source and
-errors, the counts per category, the distinct kinds of failure with the smallest program
-that still shows each (a slice of the failing one), and the total time; writes the
-counts, the kinds and the command to ``benchmarks/results/fuzz.md``.
+size dynamic (a symbolic graph, judged at both batch sizes), every ``--train-every``-th
+(in float32) also through training steps under ``torch.compile`` at three batch sizes in
+turn, with ``dynamic=False``, ``None`` and ``True`` (paths ``train[static]``,
+``train[automatic]``, ``train[dynamic]``: the outputs and the gradients of the inputs and
+parameters judged), and every result is judged on fresh inputs against the source
+evaluated in float64 (see ``tests/fuzzer.py``). Prints a progress line every ``--progress``
+programs, each failing program with its source and errors, the counts per category, the
+distinct kinds of failure with the smallest program that still shows each (a slice of the
+failing one), and the total time; writes the counts, the kinds and the command to
+``benchmarks/results/fuzz.md``.
 
 Outcome categories: ``ok``; ``fallback`` (validation refused the optimised program and
 the original came back, with the reason); ``clear-refusal`` (a documented clear error,
 such as an emitted module asked to run on a batch size other than the one it was built
 for); ``wrong`` (a result worse than the source's own against float64, elementwise, or
 not finite where the source is; an output that shares the caller's input where the
-source's is a new tensor, or is not contiguous where the source's is); ``crash`` (an
-exception: ingest, saturate, extract, run, compile); ``invalid`` (the generated program
-itself does not run: a fuzzer bug).
+source's is a new tensor, or is not contiguous where the source's is; a gradient worse
+than the source's); ``crash`` (an exception: ingest, saturate, extract, run, compile, a
+training step or its backward); ``invalid`` (the generated program itself does not run: a
+fuzzer bug).
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--export-every", type=int, default=10,
                     help="every k-th program also through torch.export with a dynamic batch "
                          "(0: never)")
+    ap.add_argument("--train-every", type=int, default=10,
+                    help="every k-th program also through training steps under torch.compile "
+                         "at three batch sizes, static, automatic dynamic and dynamic (0: never)")
     ap.add_argument("--half", choices=("float16", "bfloat16"), default="float16",
                     help="the low-precision dtype of a fifth of the programs "
                          "(fuzzer.program(seed, i, half))")
@@ -131,8 +140,9 @@ def main(argv=None) -> int:
         prog = fuzzer.program(args.seed, i, args.half)
         compile_it = args.compile_every > 0 and i % args.compile_every == 0
         export_it = args.export_every > 0 and i % args.export_every == 0
+        train_it = args.train_every > 0 and i % args.train_every == 0
         result = fuzzer.check(prog, torch_compile=compile_it, limits=limits,
-                              torch_export=export_it)
+                              torch_export=export_it, torch_train=train_it)
         results.append(result)
         if result.failures:
             print(f"\n=== {result.worst.upper()}: {prog.label} "
@@ -159,15 +169,21 @@ def main(argv=None) -> int:
                 costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
                 compile_it = o.path.startswith("torch.compile")
                 export_it = o.path.startswith("export[")
+                train_it = o.path.startswith("train[")
                 small = fuzzer.shrink(r.program, o, costs=costs, limits=limits,
-                                      torch_compile=compile_it, torch_export=export_it)
+                                      torch_compile=compile_it, torch_export=export_it,
+                                      torch_train=train_it)
                 # the cut-down program's own failure (its error and emitted code)
                 again = fuzzer.check(small, costs=costs, limits=limits,
-                                     torch_compile=compile_it, torch_export=export_it)
+                                     torch_compile=compile_it, torch_export=export_it,
+                                     torch_train=train_it)
                 o = next((o2 for o2 in again.outcomes if o2.key() == key), o)
                 shrunk[key] = (r, o, small)
-    compiled = sum(1 for r in results for o in r.outcomes if o.path.startswith("torch.compile")
+
+    def ran(prefix: str) -> int:
+        return sum(1 for r in results for o in r.outcomes if o.path.startswith(prefix)
                    and o.category in ("ok", "fallback", "wrong"))
+
     lines = [
         "# Pipeline fuzzer", "",
         f"Command: `.venv/bin/python {command}`", "",
@@ -177,17 +193,21 @@ def main(argv=None) -> int:
            else "none through torch.compile; ")
         + (f"1 in {args.export_every} also through torch.export with a dynamic batch; "
            if args.export_every else "")
+        + (f"1 in {args.train_every} (float32 ones) also through training steps under "
+           "torch.compile at three batch sizes (static, automatic dynamic, dynamic); "
+           if args.train_every else "")
         + f"{total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
         f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
         f"{limits}.", "",
         "Per program (its worst outcome) and per check (one extraction under one cost "
-        "model, or one torch.compile run, judged on fresh inputs):", "",
+        "model, one torch.compile run, or one training mode, judged on fresh inputs):", "",
         "| category | programs | checks |", "|---|---:|---:|",
     ]
     lines += [f"| {c} | {summary['per_program'][c]} | {summary['per_check'][c]} |"
               for c in fuzzer.CATEGORIES]
     lines += ["", f"Cost models: {', '.join(n for n, _ in fuzzer.cost_models())}; "
-              f"torch.compile checks that ran: {compiled}.", ""]
+              f"torch.compile checks that ran: {ran('torch.compile')}; training checks that "
+              f"ran: {ran('train[')}.", ""]
     if summary["fallback_reasons"]:
         lines += ["## Fallback reasons", "", "| checks | reason |", "|---:|---|"]
         for reason, count in sorted(summary["fallback_reasons"].items(),

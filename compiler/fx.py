@@ -40,7 +40,7 @@ from backends.fx import (
     take_structured_inputs,
 )
 from backends.sizes import dispatch_sizes, is_input_check, require_sizes
-from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs
+from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs, runs_on
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
 from egraph.extract import best_nodes, cheaper, choose, program_roots, source_program
@@ -374,22 +374,23 @@ def general_program(egraph: EGraph, fixed: dict[str, dict[int, int]]
     if torch._guards.TracingContext.try_get() is not None:
         return None  # inside torch.compile: dynamo's guards choose the program per size
     source = src.module if isinstance(src.module, nn.Module) else src.graph_module
-    # torch.export, as dynamo, holds a size of 0 or 1 static: it is captured at 2
-    # instead (the specialised program serves the example's size)
+    # torch.export, as dynamo, holds a size of 0 or 1 static: it is captured at 2 where
+    # the source runs there (the specialised program serves the example's size); a size
+    # the source cannot change (a 1 it broadcasts) stays the example's
     small = [(src.inputs.index(name), d) for name, dims in fixed.items()
              for d, n in dims.items() if n < 2]
+    small = [m for m in small if runs_on(src, resized_inputs(src, [m], 2))]
     inputs = resized_inputs(src, small, 2) if small else src.example_inputs
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             symbolic = from_fx(source, inputs, dynamic=True)
             general = build_module(symbolic, source_program(symbolic))
-            if not validate_module(dataclasses.replace(src, example_inputs=inputs), general,
-                                   trials=0).ok:
-                return None
-    except Exception:  # noqa: BLE001 - then the specialised program refuses other sizes
+            agrees = validate_module(dataclasses.replace(src, example_inputs=inputs), general,
+                                     trials=0).ok
+    except Exception:  # noqa: BLE001 - not capturable so
         return None
-    return general
+    return general if agrees else None
 
 
 def cuda_device(example_inputs) -> torch.device | None:

@@ -131,24 +131,30 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
     constants of that size), the program's failure would be the less clear: it does not
     agree, so it refuses those sizes by name."""
     inputs = resized_inputs(src, dims, size + max(1, size // 2))
-    # (a GraphModule that raises prints its code to stderr first: not wanted here)
+    if not runs_on(src, inputs, original):
+        return None if runs_on(src, inputs, gm) else False
     with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            # (the runs leave the state the graphs write, the caller's buffers, as it was)
-            with torch.random.fork_rng(), attributes_kept(src.graph_module), torch.no_grad():
-                original(*inputs)
-        except Exception:  # noqa: BLE001 - the source refuses these sizes
-            try:
-                with torch.random.fork_rng(), attributes_kept(gm), torch.no_grad():
-                    gm(*inputs)
-            except Exception:  # noqa: BLE001 - and so does the program, less clearly
-                return False
-            return None
         try:
             return validate_module(dataclasses.replace(src, example_inputs=inputs), gm,
                                    trials=0).ok
         except Exception:  # noqa: BLE001 - the program fails where the source runs
             return False
+
+
+def runs_on(src: FxSource, inputs: tuple, program=None) -> bool:
+    """Whether ``program`` (default: the source's) runs on ``inputs``, leaving the random
+    state and the state the source's graph writes (the caller's buffers) as they were."""
+    if program is None:
+        program = src.graph_module if src.module is None else src.module
+    # (a GraphModule that raises prints its code to stderr first: not wanted here)
+    emitted = program if isinstance(program, fx.GraphModule) else src.graph_module
+    with contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(), (
+            attributes_kept(src.graph_module)), attributes_kept(emitted), torch.no_grad():
+        try:
+            program(*inputs)
+        except Exception:  # noqa: BLE001 - it refuses these sizes
+            return False
+    return True
 
 
 def resized_inputs(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:
@@ -199,15 +205,11 @@ def check_other_sizes(egraph: EGraph, gm: fx.GraphModule) -> Validation | None:
         return None
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    program = src.graph_module if src.module is None else src.module
     at = ", ".join(f"{s}={v}" for s, v in sorted(values.items(), key=lambda kv: kv[0].name))
     # (inside torch.compile a fake mode is active: these runs are real)
     with unset_fake_temporarily(), contextlib.redirect_stderr(io.StringIO()):
         resized = _with_sizes(src, metas, states, values)
-        try:
-            with torch.random.fork_rng(), attributes_kept(src.graph_module), torch.no_grad():
-                program(*resized)
-        except Exception:  # noqa: BLE001 - the source refuses these sizes
+        if not runs_on(src, resized):
             return None
         try:
             result = validate_module(dataclasses.replace(src, example_inputs=resized), gm,

@@ -15,18 +15,20 @@ programs).
 
 :func:`check` sends one program through the pipeline (``EGraph.from_fx`` -> ``saturate``
 -> ``extract`` under every cost model, strict validation; optionally ``torch.compile`` with
-the ``egraph`` backend) and judges each result on *fresh* inputs (new seeds, and a second
-batch size) against the source evaluated in float64. The judge is elementwise and
-relative, ``|got - ref| <= tol * max(|ref|, tiny)`` (``tiny``: the dtype's smallest
-normal), and only as generous as the source itself: an element is wrong when the result's
-error breaks the contract validation promises (normwise within twice the source's, each
-element within ``ELEMENTWISE_SLACK`` times the source's worst, plus 64 roundings), where
-the source's error ``err_src`` is the worst error of the source
-in its own dtype, run as written and in a few Monte Carlo runs that move each inexact op's
-result by up to an ulp (samples of the source's own rounding errors: an element that
-cancels in the source is as uncertain there as the source makes it), or when the result is
-not finite where the source and the reference are. Integer and boolean outputs match
-exactly (or match one of those runs of the source, for comparisons of floats).
+the ``egraph`` backend, ``torch.export`` with a dynamic batch, or training steps through
+``torch.compile`` at three batch sizes, whose gradients are judged too) and judges each
+result on *fresh* inputs (new seeds, and a second batch size) against the source evaluated
+in float64. The judge is elementwise and relative, ``|got - ref| <= tol * max(|ref|, tiny)``
+(``tiny``: the dtype's smallest normal), and only as generous as the source itself: an
+element is wrong when the result's error breaks the contract validation promises
+(normwise within twice the source's, each element within ``ELEMENTWISE_SLACK`` times the
+source's worst, plus 64 roundings), where the source's error ``err_src`` is the worst error
+of the source in its own dtype, run as written and in a few Monte Carlo runs that move
+each inexact op's result by up to an ulp (samples of the source's own rounding errors: an
+element that cancels in the source is as uncertain there as the source makes it), or when
+the result is not finite where the source and the reference are. Integer and boolean
+outputs match exactly (or match one of those runs of the source, for comparisons of
+floats).
 
 >>> p = program(seed=0, index=3)
 >>> p.source == program(seed=0, index=3).source
@@ -1680,11 +1682,12 @@ def _egraph_warnings(caught) -> list[str]:
 def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
           torch_compile: bool = False,
           limits: dict | None = None, compile_cost: tuple[str, Any] | None = None,
-          torch_export: bool = False) -> Result:
+          torch_export: bool = False, torch_train: bool = False) -> Result:
     """``prog`` through the pipeline under every cost model (and torch.compile when
-    ``torch_compile``; torch.export with the batch size dynamic when ``torch_export``),
-    each result judged on fresh inputs. Never raises for the pipeline's failures: they
-    are outcomes."""
+    ``torch_compile``; torch.export with the batch size dynamic when ``torch_export``;
+    training steps through torch.compile at three batch sizes, static, automatic dynamic
+    and dynamic, when ``torch_train``), each result judged on fresh inputs. Never raises
+    for the pipeline's failures: they are outcomes."""
     from egraph import EGraph
 
     t0 = time.perf_counter()
@@ -1736,6 +1739,10 @@ def check(prog: Program, costs: list[tuple[str, Any]] | None = None,
         _check_compile(prog, cases, res, limits, compile_cost)
     if torch_export:
         _check_export(prog, cases, res, limits)
+    if torch_train:
+        train_cases = _train_cases(prog)
+        for dynamic in TRAIN_MODES:
+            _check_train(prog, train_cases, res, limits, dynamic)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -1856,12 +1863,179 @@ def _is_compile_error(o: Outcome) -> bool:
                       "TorchRuntimeError", "UserError")
 
 
+# -- training through torch.compile -----------------------------------------------------
+
+TRAIN_MODES = {False: "static", None: "automatic", True: "dynamic"}
+"""torch.compile's ``dynamic`` settings the training path runs, by the name its outcomes'
+path carries: ``False`` recompiles for each batch size; ``None`` (automatic dynamic)
+recompiles at the second size with a symbolic batch, which the third size reuses;
+``True`` compiles a symbolic batch from the first call."""
+
+
+def _floating(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _loss_weights(prog: Program, batch: int, out: list) -> list:
+    """The training loss's weights, per output: fixed random values of each floating
+    output's shape (seeded by program, size and position), None for the others. A plain
+    sum would make every output's gradient ones, which hides a wrong backward of a
+    reduction or a broadcast."""
+    weights = []
+    for k, o in enumerate(out):
+        if not _floating(o):
+            weights.append(None)
+            continue
+        gen = torch.Generator().manual_seed(_seed(prog.seed, prog.index, "loss", batch, k))
+        weights.append(torch.randn(o.shape, generator=gen, dtype=torch.float64))
+    return weights
+
+
+def _loss(out: list, weights: list) -> torch.Tensor:
+    """``sum((out.double() * w).sum())`` over the floating outputs, in float64."""
+    return sum((o.double() * w).sum() for o, w in zip(out, weights) if w is not None)
+
+
+def _train_step(fn: Callable, xs: tuple, weights: list) -> list:
+    """One training step of ``fn`` on copies of ``xs``, flat: its outputs, then, after
+    ``backward`` of :func:`_loss`, the gradients of its floating inputs and of its
+    parameters (zeros for one that gets none, as an input an output does not use)."""
+    leaves = tuple(x.detach().clone().requires_grad_() if _floating(x) else x for x in xs)
+    params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
+    for p in params:
+        p.grad = None
+    out = _flat(fn(*leaves))
+    _loss(out, weights).backward()
+    wrt = [x for x in leaves if _floating(x)] + params
+    return ([o.detach() if isinstance(o, torch.Tensor) else o for o in out]
+            + [w.grad if w.grad is not None else torch.zeros_like(w) for w in wrt])
+
+
+def _train_graph(fn: Callable, xs: tuple, weights: list) -> tuple[torch.fx.GraphModule, tuple]:
+    """:func:`_train_step` as one graph of aten ops (``make_fx``), from the inputs and the
+    parameters to the outputs and the gradients, with the arguments it takes: what
+    ``rounding_samples`` and ``reference_spread`` run to sample the source's own rounding
+    in the backward too, and what float64 cannot resolve there."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    params = dict(fn.named_parameters()) if isinstance(fn, nn.Module) else {}
+    n = len(xs)
+
+    def step(*args):
+        out = _flat(torch.func.functional_call(fn, dict(zip(params, args[n:])), args[:n])
+                    if params else fn(*args))
+        wrt = [x for x in args if _floating(x)]  # (the floating inputs, the parameters)
+        grads = torch.autograd.grad(_loss(out, weights), wrt, allow_unused=True)
+        return (*out, *(g if g is not None else torch.zeros_like(w)
+                        for g, w in zip(grads, wrt)))
+
+    args = tuple(x.detach() for x in (*xs, *params.values()))
+    graph = make_fx(step)(*(x.clone().requires_grad_() if _floating(x) else x for x in args))
+    return graph, args
+
+
+def _train_cases(prog: Program, samples: int = 4) -> list[tuple[_Case, list]]:
+    """The sizes the training path runs, in order (the program's two batch sizes and a
+    third, ``batch2 + 2``, on fresh inputs), each with the loss's weights and the judge's
+    case for the outputs followed by the gradients: the source's in its dtype, the float64
+    reference's (the program built afresh in float64), ``samples`` Monte Carlo runs of the
+    source's training step (:func:`_train_graph`; none where it cannot be traced) and
+    what float64 leaves unresolved. A size where the source does not run (its own
+    semantics fix the size) or has nothing to differentiate is left out. Empty for a
+    program in half precision (its gradients' rounding noise swamps what the judge could
+    tell) or with no floating input and no parameter (nothing to differentiate)."""
+    if prog.dtype not in ("float32", "float64") or not (
+            prog.params or any(s.kind == "f" for s in prog.inputs)):
+        return []
+    fn, wide = prog.build(), prog.build()
+    wide = wide.double() if isinstance(wide, nn.Module) else wide
+    cases = []
+    for batch in (prog.batch, prog.batch2, prog.batch2 + 2):
+        xs = prog.make_inputs("fresh", batch)
+        try:
+            with torch.no_grad():
+                weights = _loss_weights(prog, batch, _flat(fn(*_clone(xs))))
+            src = _train_step(fn, xs, weights)
+            ref = _train_step(wide, _to64(xs), weights)
+        except Exception:  # noqa: BLE001 - the source itself does not train at this size
+            continue
+        try:
+            graph, args = _train_graph(fn, xs, weights)
+        except Exception:  # noqa: BLE001 - no samples: the judge has the source's run
+            spread, unresolved = [], [None] * len(ref)
+        else:
+            gen = torch.Generator().manual_seed(_seed(prog.seed, prog.index, batch, "mca"))
+            spread = rounding_samples(graph, args, samples, gen)
+            unresolved = reference_spread(graph, args, ref)
+        # (layout and aliasing are judged on the other paths)
+        cases.append((_Case(f"batch {batch}", batch, xs, src, ref, spread, unresolved,
+                            [], [], set(), []), weights))
+    return cases
+
+
+def _check_train(prog: Program, cases: list[tuple[_Case, list]], res: Result, limits: dict,
+                 dynamic: bool | None) -> None:
+    """Training steps of ``prog`` through torch.compile with the ``egraph`` backend and
+    ``dynamic`` (:data:`TRAIN_MODES`), at the sizes of :func:`_train_cases` in their
+    order, on one compiled program (as a training loop whose last batch is smaller
+    recompiles, or not): each step's outputs and gradients judged against the float64
+    reference within the source's own error. An exception from the compiled call or its
+    backward is a crash; validation falling back to the source a fallback."""
+    import torch._dynamo
+
+    from compiler.compile import make_backend
+
+    if not cases:
+        return
+    path = f"train[{TRAIN_MODES[dynamic]}]"
+    torch._dynamo.reset()
+    fn = prog.build()
+    names = [s.name for s in prog.inputs if s.kind == "f"] + (
+        [n for n, _ in fn.named_parameters()] if isinstance(fn, nn.Module) else [])
+    compiled = torch.compile(fn, backend=make_backend(rules=rules(), **limits),
+                             dynamic=dynamic)
+    right = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for case, weights in cases:
+            where = f"train({case.label})"
+            try:
+                # (a GraphModule prints its own traceback to stderr: the outcome has it)
+                with contextlib.redirect_stderr(io.StringIO()):
+                    got = _train_step(compiled, case.inputs, weights)
+            except Exception as e:  # noqa: BLE001 - a crash is what we are looking for
+                res.outcomes.append(Outcome("crash", where, path,
+                                            _exc(e) + "\n" + _short_tb(e), type(e).__name__))
+                right = False
+                continue
+            verdict = judge(got, case)
+            if verdict is not None:
+                res.outcomes.append(Outcome("wrong", where, path,
+                                            _gradient_named(verdict[1], case, names),
+                                            verdict[0]))
+                right = False
+    fell = _egraph_warnings(caught)
+    if fell:
+        res.outcomes.append(Outcome("fallback", "train", path, fell[0], "validation"))
+    elif right:
+        res.outcomes.append(Outcome("ok", "train", path))
+    torch._dynamo.reset()
+
+
+def _gradient_named(error: str, case: _Case, names: list[str]) -> str:
+    """``error`` as :func:`judge` words it (``output k: ...``), with an output past the
+    program's own named as the gradient it is."""
+    first = len(case.src) - len(names)
+    return re.sub(r"^output (\d+)", lambda m: m[0] if int(m[1]) < first
+                  else f"the gradient of {names[int(m[1]) - first]}", error)
+
+
 # -- shrinking and reports --------------------------------------------------------------
 
 
 def shrink(prog: Program, outcome: Outcome, costs=None, torch_compile: bool = False,
-           limits: dict | None = None, budget: int = 80, torch_export: bool = False
-           ) -> Program:
+           limits: dict | None = None, budget: int = 80, torch_export: bool = False,
+           torch_train: bool = False) -> Program:
     """A smaller program that still fails the same way as ``outcome`` (same
     :meth:`Outcome.key`): greedily, slices to one output (only the statements it needs)
     and statements bypassed (``v = f(u)`` becomes ``v = u``), until none of them fails
@@ -1876,7 +2050,7 @@ def shrink(prog: Program, outcome: Outcome, costs=None, torch_compile: bool = Fa
             tried.add(cand.source)
             spent += 1
             r = check(cand, costs=costs, torch_compile=torch_compile, limits=limits,
-                      torch_export=torch_export)
+                      torch_export=torch_export, torch_train=torch_train)
             if any(o.key() == key for o in r.outcomes):
                 prog = cand
                 break

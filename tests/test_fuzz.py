@@ -1,6 +1,8 @@
 """The pipeline fuzzer in CI: random programs through from_fx -> saturate -> extract (every
 cost model, strict validation) and, for about one in ten, torch.compile with the egraph
-backend, each result judged on fresh inputs against float64 (``tests/fuzzer.py``).
+backend, each result judged on fresh inputs against float64 (``tests/fuzzer.py``); a few
+seeded programs also through training steps under torch.compile at three batch sizes,
+their gradients judged too.
 
 Programs are drawn by hypothesis, so a failure shrinks to a small program; its source,
 inputs and the failure are in the assertion message. The soak (many more programs, seeded)
@@ -265,3 +267,48 @@ def test_slicing_keeps_only_what_an_output_needs():
     sliced = prog.sliced(["v1"])
     assert [s.defs[0] for s in sliced.stmts] == ["v1"]
     assert math.isfinite(float(sliced.build()(*sliced.make_inputs("fresh"))[0, 0]))
+
+
+# -- training through torch.compile at three batch sizes ---------------------------------
+
+
+@pytest.mark.parametrize("seed, index", [(11, 1), (11, 7), (11, 10)])
+def test_training_through_torch_compile(seed, index):
+    """Training steps of a generated program (seed 11: 1 a softmax of ``x * 1e-5``, 7 a
+    module of embeddings and a gather, 10 a layer norm) through torch.compile, static,
+    automatic dynamic and dynamic, at three batch sizes: the outputs and every gradient
+    (of the inputs and the parameters) as accurate as the source's."""
+    prog = fuzzer.program(seed, index)
+    result = fuzzer.check(prog, costs=[], torch_train=True)
+    assert not result.failures, _report(result)
+    assert {o.path for o in result.outcomes} == {"train[static]", "train[automatic]",
+                                                  "train[dynamic]"}, _report(result)
+
+
+def _scaled(forward: bool):
+    """A torch.compile backend whose programs are 1.01 times the graph's: the outputs
+    (and so their gradients) with ``forward``, else only the gradients."""
+    def backend(gm, example_inputs):
+        def run(*args):
+            outs = gm(*args)
+            if forward:
+                return tuple(o * 1.01 for o in outs)
+            return tuple(o.detach() + (o - o.detach()) * 1.01 for o in outs)
+        return run
+    return backend
+
+
+@pytest.mark.parametrize("forward", [True, False])
+def test_training_judge_flags_a_wrong_backend(monkeypatch, forward):
+    """The training path is judged: a backend 1% off is wrong in every mode, in its
+    outputs, or only in its gradients where the outputs are right."""
+    import compiler.compile
+
+    monkeypatch.setattr(compiler.compile, "make_backend", lambda **_: _scaled(forward))
+    prog = program_from(["v0 = torch.tanh(x0) * 2.0"], X)
+    result = fuzzer.check(prog, costs=[], torch_train=True)
+    wrong = [o for o in result.outcomes if o.category == "wrong"]
+    assert {o.path for o in wrong} == {"train[static]", "train[automatic]",
+                                       "train[dynamic]"}, _report(result)
+    named = "output 0" if forward else "the gradient of x0"
+    assert all(o.error.startswith(named) for o in wrong), _report(result)
