@@ -195,3 +195,33 @@ def test_a_symbolic_size_in_the_shapes_a_module_was_built_for_fits_any_size():
     with pytest.raises(SizeMismatch) as raised:
         gm(torch.ones(3, 3), torch.ones(7))
     assert "'x' has shape (3, 3)" in str(raised.value) and "state" not in str(raised.value)
+
+
+# -- a number made of a size is never its example's value ---------------------------------
+
+_SCALAR_OPS = ["add", "sub", "mul", "div", "pow", "floordiv", "remainder", "sqrt", "exp",
+               "log", "abs", "neg", "floor", "ceil"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(op=st.sampled_from(_SCALAR_OPS), hint=st.integers(2, 4096),
+       other=st.one_of(st.integers(-50, 50), st.floats(-1e6, 1e6, allow_nan=False)),
+       size_first=st.booleans())
+def test_folding_a_symbolic_size_gives_a_size_or_nothing(op, hint, other, size_first):
+    """Constant folding over a symbolic size gives a size (its result at every size) or
+    no value at all: a float made of one is its example's value (``1.0 / s0`` was
+    ``1/hint``, and ``x / x.numel()`` was emitted as ``x * 0.0111``), and its exact value
+    is never the example's either."""
+    from egraph.scalars import Fraction, exact_of, fold
+
+    unary = op in ("sqrt", "exp", "log", "abs", "neg", "floor", "ceil")
+
+    def folded(size: Size):
+        args = [(exact_of(size), size)] if unary else [
+            (exact_of(size), size), (exact_of(other), other)][:: 1 if size_first else -1]
+        return fold(op, args)
+
+    (exact, value), (_, elsewhere) = folded(_size(hint)), folded(_size(hint + 1))
+    assert exact is None
+    assert value is None or isinstance(value, Size) or (  # a size, or a number that
+        type(value) is int and value == elsewhere)         # is one at every size
