@@ -629,9 +629,13 @@ def test_dynamic_names_the_input_dim_or_range_it_cannot_use():
         EGraph.from_fx(gm, (torch.randn(2, 6),), dynamic={"y": {0: (2, 8)}})
     with pytest.raises(SizeConstraintError, match="dim 2 of input 'x', which has 2 dims"):
         EGraph.from_fx(gm, (torch.randn(2, 6),), dynamic={"x": {2: (2, 8)}})
-    with pytest.raises(SizeConstraintError, match="cannot vary"):  # the code fixes dim 1
+    with pytest.raises(SizeConstraintError,  # the code fixes dim 1
+                       match=r"cannot vary.*input 'x' dim 1 as dynamic but your code "
+                             r"specialized it to be a constant \(6\)"):
         EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x.view(x.size(0), 2, 3)),
                        (torch.randn(2, 6),), dynamic={"x": {1: (2, 64)}})
+    with pytest.raises(SizeConstraintError, match=r"2 not in range \[8, 64\]"):  # the example
+        EGraph.from_fx(gm, (torch.randn(2, 6),), dynamic={"x": {0: (8, 64)}})
     opt = EGraph.from_fx(gm, (torch.randn(2, 6),), dynamic={"x": {0: (2, 64)}}).extract(
         AstSize())
     assert opt(torch.randn(9, 6)).shape == (9, 2, 3)

@@ -509,11 +509,16 @@ def export_dynamic(module: nn.Module, example_inputs: tuple,
     try:
         return torch.export.export(module, tuple(example_inputs), dynamic_shapes=tuple(shapes))
     except Exception as err:
-        if "Constraint" in type(err).__name__ or "specializ" in str(err) or (
-                type(err).__name__ == "UserError"):
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise SizeConstraintError(
-                f"the sizes dynamic= asks to vary cannot vary in this program: {first} "
-                "(torch.export's verdict; leave those dims out of dynamic=, or give a "
-                "range the program accepts)") from err
-        raise
+        if "Constraint" not in type(err).__name__ and type(err).__name__ != "UserError":
+            raise
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        reasons = [line.strip()[2:] for line in lines if line.strip().startswith("- ")]
+        why = " ".join(reasons or lines[:1])
+        for name, dims in (dynamic.items() if isinstance(dynamic, dict) else ()):
+            for dim in dims:  # (our Dims' names, as the user's inputs and dims)
+                rank = example_inputs[names.index(name)].dim()
+                why = why.replace(f"{name}_{dim % rank}", f"input {name!r} dim {dim % rank}")
+        raise SizeConstraintError(
+            f"the sizes dynamic= asks to vary cannot vary in this program: {why} "
+            "(torch.export's verdict; leave those dims out of dynamic=, or give a range "
+            "the program accepts)") from err
