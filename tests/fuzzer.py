@@ -1850,11 +1850,18 @@ def _check_compile(prog: Program, cases: list[_Case], res: Result, limits: dict,
     for o in res.outcomes[n_before:]:
         if o.category == "crash" and not _is_compile_error(o):
             o.where = o.where.replace("compile", "compile-run", 1)
+    _conclude(res, caught, "compile", path, right)
+
+
+def _conclude(res: Result, caught: list, where: str, path: str, right: bool) -> None:
+    """A torch.compile path's last outcome: a fallback where the backend warned that
+    validation refused its program, ok where every run was judged right; then dynamo's
+    caches go, for the next program."""
     fell = _egraph_warnings(caught)
     if fell:
-        res.outcomes.append(Outcome("fallback", "compile", path, fell[0], "validation"))
+        res.outcomes.append(Outcome("fallback", where, path, fell[0], "validation"))
     elif right:
-        res.outcomes.append(Outcome("ok", "compile", path))
+        res.outcomes.append(Outcome("ok", where, path))
     torch._dynamo.reset()
 
 
@@ -2014,12 +2021,7 @@ def _check_train(prog: Program, cases: list[tuple[_Case, list]], res: Result, li
                                             _gradient_named(verdict[1], case, names),
                                             verdict[0]))
                 right = False
-    fell = _egraph_warnings(caught)
-    if fell:
-        res.outcomes.append(Outcome("fallback", "train", path, fell[0], "validation"))
-    elif right:
-        res.outcomes.append(Outcome("ok", "train", path))
-    torch._dynamo.reset()
+    _conclude(res, caught, "train", path, right)
 
 
 def _gradient_named(error: str, case: _Case, names: list[str]) -> str:
