@@ -109,6 +109,18 @@ def test_judge_flags_a_tiny_value_replaced_by_zero():
     assert outcomes and all(o.category == "wrong" for o in outcomes)
 
 
+def test_judge_takes_subnormal_noise_for_rounding_but_not_a_normal_value_lost():
+    """Seed 58, program 5250: ``erf(softmax(x).sum(...))``'s gradient at a batch of 9 is
+    ``erf'(9)`` (1e-36) times softmax gradients: subnormal float32 values with few
+    digits, -2.9e-43 in ours where the source underflowed to 0 and float64 says 5e-52.
+    Within the subnormal range that is rounding, as flush-to-zero is; a normal value
+    (1e-37, above float32's smallest normal) replaced by zero is still wrong."""
+    r = torch.tensor([5.45e-52, 1e-37, 2.0], dtype=torch.float64)
+    source = r.float()
+    assert fuzzer._judge_float(torch.tensor([-2.93e-43, 1e-37, 2.0]), source, r, []) is None
+    assert fuzzer._judge_float(torch.tensor([0.0, 0.0, 2.0]), source, r, []) is not None
+
+
 def test_judge_flags_a_constant_off_by_a_rounding_of_its_own_scale():
     prog = program_from(["v0 = (x0 * 1e-5 + 1) * 1e5"], X)
     assert fuzzer.judge_callable(prog, lambda x0: x0 + 1e5) == []

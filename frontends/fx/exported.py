@@ -23,6 +23,7 @@ import ast
 import contextlib
 import copy
 import functools
+import logging
 import math
 import warnings
 from collections.abc import Callable
@@ -506,6 +507,11 @@ def export_dynamic(module: nn.Module, example_inputs: tuple,
                 spec[dim % rank] = Dim(f"{name}_{dim % rank}", min=low,
                                        max=high if high is not None else int(2**62))
             shapes[i] = spec
+    # (torch.export logs a warning for each size of 0 or 1 that Dim.AUTO keeps static:
+    # the convention this function documents, not a problem to report)
+    quiet = logging.getLogger("torch._export.non_strict_utils")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         return torch.export.export(module, tuple(example_inputs), dynamic_shapes=tuple(shapes))
     except Exception as err:
@@ -522,3 +528,5 @@ def export_dynamic(module: nn.Module, example_inputs: tuple,
             f"the sizes dynamic= asks to vary cannot vary in this program: {why} "
             "(torch.export's verdict; leave those dims out of dynamic=, or give a range "
             "the program accepts)") from err
+    finally:
+        quiet.setLevel(level)
