@@ -213,7 +213,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
         t1 = clock()
         eg.saturate(rules, iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit)
         times["saturate"] = clock() - t1
-    module = eg.extract(cost, validate=validate, target=target, reference=reference)
+    # (dynamo's guards give each graph only sizes it was compiled for)
+    module = eg.extract(cost, validate=validate, target=target, reference=reference,
+                        other_sizes="refuse")
     extraction = module.meta["egraph_report"]
     report = GraphReport(name, extraction, eg.report, {**times, **extraction.times},
                          regions=regions)

@@ -231,7 +231,7 @@ def _solver_installed() -> bool:
 
 def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
-                   reference: str = "auto") -> fx.GraphModule:
+                   reference: str = "auto", other_sizes: str = "source") -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
     extraction policy of :meth:`FxEGraph.extract`.
 
@@ -246,9 +246,15 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     ``"off"``; ``reference``: the source in ``"float64"``, in its ``"working"`` dtype, or
     ``"auto"``: float64 unless the model is large (:data:`compiler.validate.REFERENCES`).
     ``target``: ``"cpu"`` or ``"cuda"`` (default: the device of the example inputs).
+    ``other_sizes``: what a program a rewrite specialised for the example's sizes does at
+    others: run the ``"source"``'s program, captured with its sizes symbolic (where it
+    can be), or ``"refuse"`` them with a clear error (the compile backend's choice:
+    dynamo's guards already hand each graph only the sizes it was compiled for).
     """
     if validate not in ("strict", "raise", "off"):
         raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
+    if other_sizes not in ("source", "refuse"):
+        raise ValueError(f"other_sizes={other_sizes!r}: use 'source' or 'refuse'")
     if method not in ("auto", "greedy", "dag", "ilp"):
         raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
     exact = False
@@ -344,7 +350,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         report.times["accuracy"] = time.perf_counter() - t4
     if report.built_for and not report.fell_back:
         t5 = time.perf_counter()
-        general = egraph.general_program(report.built_for)
+        general = egraph.general_program(report.built_for) if other_sizes == "source" else None
         if general is not None:
             dispatch_sizes(gm, report.built_for, general)
             report.general = True

@@ -552,6 +552,11 @@ def test_a_number_a_rule_computed_from_a_size_specialises_the_module_for_that_si
         torch.testing.assert_close(module(x), gm(x))
         torch.testing.assert_close(module(y), gm(y))  # not a silently wrong result
     assert list(opt.state_dict()) == list(gm.state_dict())
+    refusing = EGraph.from_fx(gm, (x,)).saturate([rule], iter_limit=2).extract(
+        AstSize(), other_sizes="refuse")
+    torch.testing.assert_close(refusing(x), gm(x))
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\).*built for \(2, 4\)"):
+        refusing(y)  # not a silently wrong result
     # a sum the source computes from the input's size needs no such check
     plain = EGraph.from_fx(gm, (torch.randn(2, 4),)).extract(AstSize())
     assert plain.meta["egraph_report"].built_for == {}
