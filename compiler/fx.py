@@ -333,7 +333,10 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         else:
             make_outputs_contiguous(gm, result.strided)
             t3 = time.perf_counter()
-            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites))
+            # (a program holding literal target shapes is probed, rewritten or not:
+            # ingest reads ``reshape(-1, 6)`` as the example's ``(15, 6)``)
+            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites) or (
+                "egraph_sizes_explained" in gm.meta))
             report.times["sizes"] = time.perf_counter() - t3
     if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
         # Accuracy is the objective (Curvature): Herbie's search on the validated program.

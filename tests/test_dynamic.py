@@ -863,3 +863,18 @@ def test_validation_judges_a_symbolic_program_at_other_sizes_than_its_examples(m
         x = torch.randn(rows, 30)
         torch.testing.assert_close(compiled(x), f(x))
     torch._dynamo.reset()
+
+
+def test_a_shape_written_with_minus_one_runs_at_other_sizes_with_no_rewrite():
+    """Seed 58, programs 5029 and 5075: ingest reads ``x.reshape(-1, 6)`` as the example's
+    ``(15, 6)``, and with no rewrite in the program nothing probed its sizes, so the module
+    refused a second batch size the source runs at."""
+    def f(x):
+        return x.reshape(-1, 6)
+
+    gm = torch.fx.symbolic_trace(f)
+    opt = EGraph.from_fx(gm, (torch.randn(3, 5, 6),)).extract(AstSize())
+    assert opt.meta["egraph_report"].general
+    for rows in (3, 9, 1):
+        x = torch.randn(rows, 5, 6)
+        torch.testing.assert_close(opt(x), f(x))
