@@ -335,8 +335,11 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
             t3 = time.perf_counter()
             # (a program holding literal target shapes is probed, rewritten or not:
             # ingest reads ``reshape(-1, 6)`` as the example's ``(15, 6)``)
-            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites) or (
-                "egraph_sizes_explained" in gm.meta))
+            baked = "egraph_sizes_explained" in gm.meta
+            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites) or baked)
+            if report.built_for is None:  # too large to probe: where it holds literal
+                # shapes, every size of its inputs (else, as the source, none)
+                report.built_for = _every_size(egraph.fx) if baked else {}
             report.times["sizes"] = time.perf_counter() - t3
     if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
         # Accuracy is the objective (Curvature): Herbie's search on the validated program.
@@ -368,6 +371,12 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         egraph.report.extraction = {"method": method, "cost": cost_after,
                                     "optimal": optimal, "time": round(times["extract"], 6)}
     return gm
+
+
+def _every_size(src: FxSource) -> dict[str, dict[int, int]]:
+    """Every dim of every tensor input of ``src`` at its example's size."""
+    return {name: dict(enumerate(x.shape)) for name, x in zip(src.inputs, src.example_inputs)
+            if isinstance(x, torch.Tensor)}
 
 
 def general_program(egraph: EGraph, fixed: dict[str, dict[int, int]]

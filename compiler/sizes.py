@@ -51,9 +51,10 @@ MAX_PROBED = 1 << 20
 
 def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
                 gm: fx.GraphModule, rewritten: bool = True,
-                max_numel: int = MAX_PROBED) -> dict[str, dict[int, int]]:
+                max_numel: int = MAX_PROBED) -> dict[str, dict[int, int]] | None:
     """The input dims whose example size the emitted program ``gm`` depends on where the
-    source does not: ``{input: {dim: size}}``.
+    source does not: ``{input: {dim: size}}``; None where the program is too large to be
+    probed (more than ``max_numel`` input and parameter elements).
 
     A program exported by torch.export is not probed: its module checks the sizes the
     export made static or bounded (:func:`backends.sizes.require_guards`). Only programs
@@ -81,7 +82,7 @@ def probe_sizes(egraph: EGraph, choice: dict[int, tuple], roots: list[int],
         return {}
     original = src.graph_module if src.module is None else src.module
     if program_numel(original, inputs) > max_numel:
-        return {}
+        return None
     groups: dict[int, list[tuple[int, int]]] = {}
     for i, x in tensors:
         for d, n in enumerate(x.shape):

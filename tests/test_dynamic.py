@@ -878,3 +878,19 @@ def test_a_shape_written_with_minus_one_runs_at_other_sizes_with_no_rewrite():
     for rows in (3, 9, 1):
         x = torch.randn(rows, 5, 6)
         torch.testing.assert_close(opt(x), f(x))
+
+
+def test_a_program_too_large_to_probe_runs_the_source_at_other_sizes_where_it_holds_shapes(
+        monkeypatch):
+    """A program with more elements than the probe runs (``compiler.sizes.MAX_PROBED``)
+    that holds a literal target shape is specialised for every size of its example and
+    runs the source's program at the others."""
+    from compiler import sizes
+
+    monkeypatch.setattr(sizes.probe_sizes, "__defaults__", (True, 10))  # max_numel 10
+    f = torch.fx.symbolic_trace(lambda x: x.reshape(-1, 6).relu())
+    opt = EGraph.from_fx(f, (torch.randn(3, 5, 6),)).extract(AstSize())
+    assert opt.meta["egraph_report"].built_for == {"x": {0: 3, 1: 5, 2: 6}}
+    for rows in (3, 4):
+        x = torch.randn(rows, 5, 6)
+        torch.testing.assert_close(opt(x), f(x))
