@@ -147,8 +147,8 @@ def runs_on(src: FxSource, inputs: tuple, program=None) -> bool:
     state and the state the source's graph writes (the caller's buffers) as they were."""
     if program is None:
         program = src.graph_module if src.module is None else src.module
-    # (a GraphModule that raises prints its code to stderr first: not wanted here)
     emitted = program if isinstance(program, fx.GraphModule) else src.graph_module
+    # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(), (
             attributes_kept(src.graph_module)), attributes_kept(emitted), torch.no_grad():
         try:
@@ -174,8 +174,6 @@ def resized_inputs(src: FxSource, dims: list[tuple[int, int]], size: int) -> tup
         out.append(in_domain(random_like(x, generator, shape=tuple(shape)),
                              src.domains.get(name)))
     return tuple(out)
-
-
 
 
 def check_other_sizes(egraph: EGraph, gm: fx.GraphModule) -> Validation | None:
