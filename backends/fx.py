@@ -29,7 +29,13 @@ import torch.utils._pytree as pytree
 from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
-from backends.sizes import dispatch_sizes_of, explain_sizes, explain_sizes_of, require_guards
+from backends.sizes import (
+    dispatch_sizes_of,
+    explain_sizes,
+    explain_sizes_of,
+    general_of,
+    require_guards,
+)
 from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
@@ -724,7 +730,8 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     return gm
 
 
-_SAVED_META = ("egraph_report", "egraph_sizes_explained", "egraph_general", "egraph_dispatch")
+_SAVED_META = ("egraph_report", "egraph_sizes_explained", "egraph_general", "egraph_dispatch",
+               "egraph_built_shapes")
 """What a saved emitted module keeps of its ``meta`` (torch.fx keeps none of it): the
 extraction's report, and how its code explains sizes it was not built for."""
 
@@ -736,6 +743,8 @@ def keep_meta_when_saved(gm: fx.GraphModule) -> None:
     transforms would be lost. (Each GraphModule has a class of its own: this changes
     ``gm``'s alone.)"""
     def reduce(self):
+        if "egraph_dispatch" in self.meta:
+            general_of(self)  # (saved made: what makes it is not saved)
         rebuild, args = fx.GraphModule.__reduce__(self)
         kept = {key: self.meta[key] for key in _SAVED_META if key in self.meta}
         return _loaded_with_meta, (rebuild, args, kept, getattr(self, "_out_spec", None))

@@ -22,6 +22,7 @@ torch.Size([5, 12])
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -168,19 +169,32 @@ def check_built_for(inputs: tuple, names: tuple, fixed: dict, shapes: dict) -> N
 # -- sizes a rewrite computed: the source's form at other sizes ------------------------------
 
 
-def dispatch_sizes(gm: fx.GraphModule, fixed: dict[str, dict[int, int]],
-                   general: fx.GraphModule) -> None:
-    """Make ``gm`` run ``general`` (the source's form, emitted with symbolic sizes) on
-    inputs whose sizes differ from ``fixed`` (``{input: {dim: size}}``, the sizes a
+def dispatch_sizes(gm: fx.GraphModule, fixed: dict[str, dict[int, int]], shapes: dict,
+                   make_general: Callable[[], fx.GraphModule | None]) -> None:
+    """Make ``gm`` run a general program (the source's form, emitted with symbolic sizes)
+    on inputs whose sizes differ from ``fixed`` (``{input: {dim: size}}``, the sizes a
     rewrite computed with), and itself on the others: specialised where the example's
-    sizes are met, never refusing a size the source runs at. ``general`` is kept in
-    ``gm.meta`` (not a submodule: the state dict keeps the source's keys) and reads
-    ``gm``'s parameters and buffers when it runs (:func:`run_general`)."""
+    sizes are met, never refusing a size the source runs at. ``make_general()`` makes
+    the general program (None where it cannot) when first needed, or when ``gm`` is
+    saved; it is kept in ``gm.meta`` (not a submodule: the state dict keeps the source's
+    keys) and reads ``gm``'s parameters and buffers when it runs (:func:`run_general`).
+    ``shapes``: the example's shapes of the inputs in ``fixed``, for the error where no
+    general program can be made."""
     names = [str(n.target).lstrip("*") for n in gm.graph.nodes if n.op == "placeholder"]
-    gm.meta["egraph_general"] = general
+    gm.meta["egraph_general_maker"] = make_general
+    gm.meta["egraph_built_shapes"] = dict(shapes)
     gm.meta["egraph_dispatch"] = (names, {k: dict(v) for k, v in fixed.items()})
     dispatch_sizes_of(gm.graph, *gm.meta["egraph_dispatch"])
     gm.recompile()
+
+
+def general_of(gm: fx.GraphModule) -> fx.GraphModule | None:
+    """The general program of a module :func:`dispatch_sizes` made, made now if it was
+    not yet (None where it cannot be)."""
+    if "egraph_general" not in gm.meta:
+        make = gm.meta.pop("egraph_general_maker", None)
+        gm.meta["egraph_general"] = make() if make is not None else None
+    return gm.meta["egraph_general"]
 
 
 def dispatch_sizes_of(graph: fx.Graph, names: list[str], fixed: dict) -> None:
@@ -223,7 +237,10 @@ def fits_sizes(inputs: tuple, names: tuple, fixed: dict) -> bool:
 def run_general(owner: fx.GraphModule, inputs: tuple):
     """Run ``owner``'s general program on ``inputs``, with ``owner``'s parameters and
     buffers as they are now (moved by ``.to()``, loaded from a checkpoint)."""
-    general = owner.meta["egraph_general"]
+    general = general_of(owner)
+    if general is None:  # the source could not be captured with symbolic sizes
+        names, fixed = owner.meta["egraph_dispatch"]
+        check_built_for(inputs, tuple(names), fixed, owner.meta["egraph_built_shapes"])
     for name, value in [*general.named_parameters(), *general.named_buffers()]:
         try:
             current = attribute_at(owner, name)

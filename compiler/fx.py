@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -81,16 +82,6 @@ class FxEGraph(EGraph):
     def initial(self) -> dict[int, list[tuple]]:
         """The e-nodes of each class when the e-graph was built (before saturation)."""
         return self.fx.initial
-
-    def general_program(self, fixed: dict[str, dict[int, int]]) -> fx.GraphModule | None:
-        """:func:`general_program`, made once per e-graph for the sizes of 0 and 1 in
-        ``fixed`` (every cost model's program that needs it shares it)."""
-        key = tuple(sorted((name, d) for name, dims in fixed.items()
-                           for d, n in dims.items() if n < 2))
-        made = self.__dict__.setdefault("_general_programs", {})
-        if key not in made:
-            made[key] = general_program(self, fixed)
-        return made[key]
 
     def extract(self, cost, root: int | None = None, **options):
         """The best program under ``cost`` as a validated ``torch.fx.GraphModule``
@@ -183,7 +174,8 @@ class ExtractionReport:
                               for d, n in dims.items())
             lines.append(
                 f"specialised for the example's sizes {sizes} (a rewrite computed with "
-                "them); other sizes run the source's program, with sizes symbolic"
+                "them); other sizes run the source's program, captured with its sizes "
+                "symbolic when first met"
                 if self.general else f"runs only on inputs of the example's sizes: {sizes} "
                 "(a rewrite computed with them)")
         lines.append("times: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
@@ -355,14 +347,16 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         report.accuracy_refused = accuracy.refused
         report.times["accuracy"] = time.perf_counter() - t4
     if report.built_for and not report.fell_back:
-        t5 = time.perf_counter()
-        general = egraph.general_program(report.built_for) if other_sizes == "source" else None
-        if general is not None:
-            dispatch_sizes(gm, report.built_for, general)
+        if other_sizes == "source" and _capturable(egraph.fx):
+            # (captured when first called at another size: torch.export takes longer
+            # than the whole pipeline on a small program)
+            shapes = {name: tuple(x.shape) for name, x in zip(
+                egraph.fx.inputs, egraph.fx.example_inputs) if name in report.built_for}
+            dispatch_sizes(gm, report.built_for, shapes, functools.partial(
+                general_program, egraph.fx, report.built_for))
             report.general = True
         else:  # the module refuses other sizes, saying why
             require_sizes(gm, report.built_for, egraph.fx)
-        report.times["sizes"] += time.perf_counter() - t5
     if egraph.fx.structure is not None and not report.fell_back:
         take_structured_inputs(gm, egraph.fx.structure)
     gm.meta["egraph_report"] = report
@@ -379,18 +373,21 @@ def _every_size(src: FxSource) -> dict[str, dict[int, int]]:
             if isinstance(x, torch.Tensor)}
 
 
-def general_program(egraph: EGraph, fixed: dict[str, dict[int, int]]
+def _capturable(src: FxSource) -> bool:
+    """Whether :func:`general_program` may capture ``src`` again: a module given with
+    real example inputs, flat, outside torch.compile (where dynamo's guards choose the
+    program per size) and not an export program (whose own guards hold)."""
+    return (src.guards is None and src.structure is None and bool(src.example_inputs)
+            and torch._guards.TracingContext.try_get() is None)
+
+
+def general_program(src: FxSource, fixed: dict[str, dict[int, int]]
                     ) -> fx.GraphModule | None:
     """The source's program with its input sizes symbolic (captured again with
     torch.export, every size left free that the program lets vary), emitted as it is:
     what a program specialised for the example's sizes ``fixed`` runs at other sizes.
-    None where the source cannot be captured so (or is an export program, whose own
-    guards hold), or where the emitted program disagrees with the source."""
-    src = egraph.fx
-    if src.guards is not None or src.structure is not None or not src.example_inputs:
-        return None
-    if torch._guards.TracingContext.try_get() is not None:
-        return None  # inside torch.compile: dynamo's guards choose the program per size
+    None where the source cannot be captured so, or where the emitted program disagrees
+    with the source."""
     source = src.module if isinstance(src.module, nn.Module) else src.graph_module
     # torch.export, as dynamo, holds a size of 0 or 1 static: it is captured at 2 where
     # the source runs there (the specialised program serves the example's size); a size

@@ -547,11 +547,13 @@ def test_a_number_a_rule_computed_from_a_size_specialises_the_module_for_that_si
     report = opt.meta["egraph_report"]
     assert report.rewrites == {"bake-count": 1} and report.built_for == {"x": {0: 2}}
     assert report.general and "specialised for the example's sizes x dim 0 = 2" in str(report)
+    assert "egraph_general" not in opt.meta  # captured when first needed, not before
     x, y = torch.randn(2, 4), torch.randn(5, 4)
     for module in (opt, saved_and_loaded(opt), copy.deepcopy(opt)):
         torch.testing.assert_close(module(x), gm(x))
         torch.testing.assert_close(module(y), gm(y))  # not a silently wrong result
     assert list(opt.state_dict()) == list(gm.state_dict())
+    assert opt.meta["egraph_general"] is not None
     refusing = EGraph.from_fx(gm, (x,)).saturate([rule], iter_limit=2).extract(
         AstSize(), other_sizes="refuse")
     torch.testing.assert_close(refusing(x), gm(x))
@@ -894,3 +896,25 @@ def test_a_program_too_large_to_probe_runs_the_source_at_other_sizes_where_it_ho
     for rows in (3, 4):
         x = torch.randn(rows, 5, 6)
         torch.testing.assert_close(opt(x), f(x))
+
+
+def test_a_source_that_cannot_be_captured_again_is_refused_clearly_at_other_sizes(
+        monkeypatch):
+    """Where the source cannot be captured with symbolic sizes (torch.export refuses it),
+    the specialised module refuses other sizes with the clear error, naming the size it
+    was built for, rather than failing inside torch.export or giving wrong results."""
+    import compiler.fx
+
+    monkeypatch.setattr(compiler.fx, "general_program", lambda src, fixed: None)
+
+    def count(egraph, subst):
+        length = float(egraph.data(subst["s"]).value[0])
+        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
+
+    rule = rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+    gm = torch.fx.symbolic_trace(lambda x: x[:1].expand(x.size(0), 4).sum(0, keepdim=True))
+    opt = EGraph.from_fx(gm, (torch.randn(2, 4),)).saturate([rule], iter_limit=2).extract(
+        AstSize())
+    with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\), the module was built "
+                                           r"for \(2, 4\)"):
+        opt(torch.randn(5, 4))
