@@ -498,6 +498,15 @@ def _baking_rule():
     return rewrite("bake-shape", "(reshape ?x ?s)", bake)
 
 
+def _counting_rule():
+    """A rule that bakes a count: a sum over a broadcast dim as x times its length."""
+    def count(egraph, subst):
+        length = float(egraph.data(subst["s"]).value[0])
+        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
+
+    return rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+
+
 def test_a_baked_size_runs_the_source_at_other_sizes_or_fails_with_a_clear_error(
         saved_and_loaded):
     """A target shape a rule baked (``reshape(x, (2, 12))``): validated, the module is
@@ -536,11 +545,7 @@ def test_a_number_a_rule_computed_from_a_size_specialises_the_module_for_that_si
     runs it there, and at other sizes the source's program, captured with its sizes
     symbolic; it once refused them (7% of the fuzzer's programs refused a second batch
     size the source runs at). Saved and loaded, copied, its state dict the source's."""
-    def count(egraph, subst):  # sum over a broadcast dim = x times its length, baked
-        length = float(egraph.data(subst["s"]).value[0])
-        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
-
-    rule = rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+    rule = _counting_rule()
     gm = torch.fx.symbolic_trace(lambda x: x[:1].expand(x.size(0), 4).sum(0, keepdim=True))
     opt = EGraph.from_fx(gm, (torch.randn(2, 4),)).saturate([rule], iter_limit=2).extract(
         AstSize())
@@ -592,11 +597,7 @@ def test_the_general_program_reads_the_modules_state_as_it_is_now():
         def forward(self, x):
             return x[:1].expand(x.size(0), 4).sum(0, keepdim=True) * self.w + self.b
 
-    def count(egraph, subst):
-        length = float(egraph.data(subst["s"]).value[0])
-        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
-
-    rule = rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+    rule = _counting_rule()
     model = Scaled()
     opt = EGraph.from_fx(model, (torch.randn(2, 4),)).saturate([rule], iter_limit=2).extract(
         AstSize())
@@ -907,11 +908,7 @@ def test_a_source_that_cannot_be_captured_again_is_refused_clearly_at_other_size
 
     monkeypatch.setattr(compiler.fx, "general_program", lambda src, fixed: None)
 
-    def count(egraph, subst):
-        length = float(egraph.data(subst["s"]).value[0])
-        return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(length))])
-
-    rule = rewrite("bake-count", "(sum (expand ?x ?s) ?d #bool:true)", count)
+    rule = _counting_rule()
     gm = torch.fx.symbolic_trace(lambda x: x[:1].expand(x.size(0), 4).sum(0, keepdim=True))
     opt = EGraph.from_fx(gm, (torch.randn(2, 4),)).saturate([rule], iter_limit=2).extract(
         AstSize())
