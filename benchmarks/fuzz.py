@@ -33,6 +33,7 @@ fuzzer bug).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import platform
 import sys
 import time
@@ -100,6 +101,23 @@ def _kinds_report(summary: dict, shrunk: dict) -> list[str]:
     return lines
 
 
+def _worker_init() -> None:
+    """A worker of ``--jobs``: one torch thread (the workers share the cores), the rules
+    loaded once."""
+    torch.set_num_threads(1)
+    fuzzer.rules()
+
+
+def _check_one(job: tuple) -> fuzzer.Result:
+    """Program ``index`` of ``seed`` through :func:`fuzzer.check`, with the paths its index
+    selects."""
+    seed, index, half, compile_every, export_every, train_every, limits = job
+    return fuzzer.check(fuzzer.program(seed, index, half), limits=limits,
+                        torch_compile=compile_every > 0 and index % compile_every == 0,
+                        torch_export=export_every > 0 and index % export_every == 0,
+                        torch_train=train_every > 0 and index % train_every == 0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="programs to run")
@@ -116,7 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--half", choices=("float16", "bfloat16"), default="float16",
                     help="the low-precision dtype of a fifth of the programs "
                          "(fuzzer.program(seed, i, half))")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes, one program each at a time (one torch thread "
+                         "each when more than one)")
     ap.add_argument("--iter-limit", type=int, default=fuzzer.LIMITS["iter_limit"],
                     help="saturation iterations per program")
     ap.add_argument("--node-limit", type=int, default=fuzzer.LIMITS["node_limit"],
@@ -126,8 +146,8 @@ def main(argv=None) -> int:
                     help="do not cut failing programs down to a minimal slice")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results file (markdown)")
     args = ap.parse_args(argv)
-    if args.jobs != 1:
-        ap.error("--jobs 1 only: one program at a time")
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     limits = {**fuzzer.LIMITS, "iter_limit": args.iter_limit, "node_limit": args.node_limit}
     command = "benchmarks/fuzz.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# {command}\n# torch {torch.__version__}, python {platform.python_version()}, "
@@ -136,13 +156,16 @@ def main(argv=None) -> int:
     fuzzer.rules()  # load once, outside the timings
     results: list[fuzzer.Result] = []
     t0 = time.perf_counter()
-    for i in progress(range(args.start, args.start + args.n), desc="soak", unit="program"):
-        prog = fuzzer.program(args.seed, i, args.half)
-        compile_it = args.compile_every > 0 and i % args.compile_every == 0
-        export_it = args.export_every > 0 and i % args.export_every == 0
-        train_it = args.train_every > 0 and i % args.train_every == 0
-        result = fuzzer.check(prog, torch_compile=compile_it, limits=limits,
-                              torch_export=export_it, torch_train=train_it)
+    work = [(args.seed, i, args.half, args.compile_every, args.export_every, args.train_every,
+             limits) for i in range(args.start, args.start + args.n)]
+    pool = None
+    if args.jobs > 1:
+        pool = multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_worker_init)
+        checked = pool.imap(_check_one, work)  # (in program order: the log reads as one run)
+    else:
+        checked = map(_check_one, work)
+    for result in progress(checked, total=args.n, desc="soak", unit="program"):
+        prog = result.program
         results.append(result)
         if result.failures:
             print(f"\n=== {result.worst.upper()}: {prog.label} "
@@ -159,6 +182,8 @@ def main(argv=None) -> int:
             print(f"[{done:>6}/{args.n}] {elapsed:7.1f}s  {elapsed / done:.3f}s/program  "
                   + "  ".join(f"{c}={counts[c]}" for c in fuzzer.CATEGORIES), flush=True)
     total = time.perf_counter() - t0
+    if pool is not None:
+        pool.close()
     summary = fuzzer.summarize(results)
     shrunk: dict = {}
     if not args.no_shrink:
