@@ -30,6 +30,7 @@ from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from backends.sizes import (
+    check_guards,
     dispatch_sizes_of,
     explain_sizes,
     explain_sizes_of,
@@ -104,18 +105,73 @@ class _Folded:
         self.name = name
 
 
+class _Size:
+    """A size of an input inside a folded value's recipe: dim ``dim`` of the ``index``-th
+    tensor the program hands :class:`FoldedConstants` (a symbolic program's
+    ``x.size(1)``)."""
+
+    def __init__(self, index: int, dim: int):
+        self.index, self.dim = index, dim
+
+    def __repr__(self) -> str:
+        return f"inputs[{self.index}].size({self.dim})"
+
+
+class _Scalar:
+    """Size arithmetic inside a folded value's recipe: :data:`SCALAR_OPS` ``op`` over
+    sizes, other such arithmetic and numbers (``T - 1``)."""
+
+    def __init__(self, op: str, args: tuple):
+        self.op, self.args = op, args
+
+    def __repr__(self) -> str:
+        return f"{self.op}{self.args!r}"
+
+
+def _recipe_value(value: Any, inside: Any) -> Any:
+    """``value`` with every FX node in it (nested in tuples and lists too) replaced by
+    what ``inside`` maps it to: a source tensor, :class:`_Folded`, :class:`_Size` or
+    :class:`_Scalar`."""
+    if isinstance(value, fx.Node):
+        return inside[value]
+    if isinstance(value, (tuple, list)):
+        return type(value)(_recipe_value(v, inside) for v in value)
+    if isinstance(value, dict):
+        return {k: _recipe_value(v, inside) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(*(_recipe_value(v, inside) for v in (value.start, value.stop, value.step)))
+    return value
+
+
+CALL = "call"
+"""The op of a folded recipe that calls a torch operator outside the op table (a call
+ingest kept opaque): its parameters are the operator, its args and its kwargs."""
+
+
+def _foldable_call(target: Any) -> bool:
+    """Whether an opaque call of ``target`` may be computed once for given operands: an
+    ATen operator that is functional and draws no random numbers (``aten.cumsum``,
+    ``aten.diff``; not ``aten.rand``, ``aten.add_``, nor a Python function)."""
+    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
+            and torch.Tag.nondeterministic_seeded not in target.tags)
+
+
 class FoldedConstants(nn.Module):
-    """The subexpressions of parameters, constants and literals alone in an emitted module
-    (the concatenated weights of merged projections), held as its non-persistent buffers:
-    computed once, and read by the program after a call of the module (:meth:`refresh`),
-    which recomputes them only when a source was updated in place or moved (its version
-    counter or storage changed), every time autograd needs them (grad enabled and a
-    source requires grad), so that training through the module stays exact, and every
-    time where a source keeps no version counter (an inference tensor). The program
+    """The subexpressions of parameters, constants, literals and the inputs' sizes alone
+    in an emitted module (the concatenated weights of merged projections; in a program
+    whose sizes are symbolic, the causal mask and the positions made from ``arange(T)``),
+    held as its non-persistent buffers: computed once, and read by the program after a
+    call of the module with the inputs whose sizes they read (:meth:`refresh`), which
+    recomputes them only when a source was updated in place or moved (its version
+    counter or storage changed) or a size they read changed, every time autograd needs
+    them (grad enabled and a source requires grad), so that training through the module
+    stays exact, and every time where a source keeps no version counter (an inference
+    tensor). The program
     calls it as a submodule, which torch.fx keeps when it traces the code again (loading
     a saved module); a method call would run once at that trace and be gone. ``recipes``: name ->
-    (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`),
-    in dependency order; ``outputs``: the names the program reads (default: every one).
+    (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`,
+    :class:`_Size`, :class:`_Scalar`), in dependency order; ``outputs``: the names the
+    program reads (default: every one).
 
     >>> w = nn.Parameter(torch.ones(2, 3))
     >>> folded = FoldedConstants({"folded_0": ("cat", [0, w, w])})
@@ -124,6 +180,15 @@ class FoldedConstants(nn.Module):
     ...     folded.refresh()
     >>> first.shape, folded.folded_0 is first
     (torch.Size([4, 3]), True)
+
+    A value made from a size is remade when the size changes:
+
+    >>> t = _Size(0, 1)  # (dim 1 of the first input the program hands it)
+    >>> steps = FoldedConstants({"folded_0": ("full", [(t, t), 1.0, None, None])})
+    >>> steps(torch.zeros(2, 3)); steps.folded_0.shape
+    torch.Size([3, 3])
+    >>> steps(torch.zeros(2, 5)); steps.folded_0.shape
+    torch.Size([5, 5])
     """
 
     def __init__(self, recipes: dict[str, tuple[str, list]], outputs=None):
@@ -138,22 +203,27 @@ class FoldedConstants(nn.Module):
         self.key: list | None = None
         # (an inference tensor has no version counter: its updates in place go unseen)
         self.untracked = any(t.is_inference() for t in self.sources)
-        with torch.no_grad():
-            self.refresh()
+        self.sizes: tuple = ()
+        self.sized = any(_reads_size(k) for _, kids in recipes.values() for k in kids)
+        if not self.sized:  # (one made from sizes waits for the program's first call)
+            with torch.no_grad():
+                self.refresh()
 
     _is_impure = True  # torch.fx: a call whose result nothing reads is not dead code
 
-    def forward(self) -> None:
-        self.refresh()
+    def forward(self, *inputs: torch.Tensor) -> None:
+        self.refresh(tuple(tuple(x.shape) for x in inputs))
 
-    def refresh(self) -> None:
-        """Recompute the values whose sources changed, or that autograd needs."""
+    def refresh(self, sizes: tuple = ()) -> None:
+        """Recompute the values whose sources or sizes (the shapes of the inputs the
+        program hands the call) changed, or that autograd needs."""
+        self.sizes = sizes
         if self.untracked or (torch.is_grad_enabled()
                               and any(t.requires_grad for t in self.sources)):
             self.key = None  # values that carry autograd history are not kept
             self._compute()
             return
-        key = [(t._version, t.data_ptr()) for t in self.sources]
+        key = [sizes, *((t._version, t.data_ptr()) for t in self.sources)]
         if key != self.key:
             with torch.no_grad():
                 self._compute()
@@ -168,15 +238,45 @@ class FoldedConstants(nn.Module):
 
     def _compute(self) -> None:
         values: dict[str, torch.Tensor] = {}
+
+        def resolve(k: Any) -> Any:
+            if isinstance(k, _Folded):
+                return values[k.name]
+            if isinstance(k, _Size):
+                return self.sizes[k.index][k.dim]
+            if isinstance(k, _Scalar):
+                return SCALAR_OPS[k.op](*map(resolve, k.args))
+            if isinstance(k, (tuple, list)):
+                return type(k)(map(resolve, k))
+            if isinstance(k, dict):
+                return {key: resolve(v) for key, v in k.items()}
+            if isinstance(k, slice):
+                return slice(resolve(k.start), resolve(k.stop), resolve(k.step))
+            return k
+
         for name, (op, kids) in self.recipes.items():
-            values[name] = SPECS[op].run([values[k.name] if isinstance(k, _Folded) else k
-                                          for k in kids])
+            if op == CALL:
+                target, args, kwargs = kids
+                values[name] = target(*resolve(args), **resolve(kwargs))
+            else:
+                values[name] = SPECS[op].run([resolve(k) for k in kids])
             if name not in self.outputs:
                 continue
             if name in self._buffers:
                 self._buffers[name] = values[name]
             else:
                 self.register_buffer(name, values[name], persistent=False)
+
+
+def _reads_size(kid: Any) -> bool:
+    """Whether a recipe's parameter value reads an input's size."""
+    if isinstance(kid, (_Size, _Scalar)):
+        return True
+    if isinstance(kid, dict):
+        return any(map(_reads_size, kid.values()))
+    if isinstance(kid, slice):
+        return any(map(_reads_size, (kid.start, kid.stop, kid.step)))
+    return isinstance(kid, (tuple, list)) and any(map(_reads_size, kid))
 
 
 class _Emitter:
@@ -195,8 +295,11 @@ class _Emitter:
         self.fused = {c: f for f in fusions for c in f.members}
         # literal target shapes the program holds (``reshape to (2, 16, 4, 16)``)
         self.baked: list[str] = []
-        # parameter and constant nodes -> their tensors, folded nodes -> their names
-        self.foldable: dict[fx.Node, torch.Tensor | _Folded] = {}
+        # parameter and constant nodes -> their tensors, folded nodes -> their names, the
+        # inputs' sizes and arithmetic of them -> what computes them from the inputs
+        self.foldable: dict[fx.Node, torch.Tensor | _Folded | _Size | _Scalar] = {}
+        # the inputs whose sizes folded values read, in the order the call is given them
+        self.sized_inputs: list[fx.Node] = []
         self.folded: dict[str, tuple[str, list]] = {}
         # nodes whose storage is a folded buffer (not a parameter's): one tensor shared by
         # every call, which an output must not hand to the caller
@@ -331,7 +434,11 @@ class _Emitter:
         kids = [self.values[self.find(k)] for k in node[1:]]
         if meta is not None and meta.kind == "scalar" and op in SCALAR_OPS:
             # shape arithmetic on Python numbers: operator/math, not torch
-            return self.graph.call_function(SCALAR_OPS[op], tuple(kids))
+            call = self.graph.call_function(SCALAR_OPS[op], tuple(kids))
+            if all(k in self.foldable and isinstance(self.foldable[k], (_Size, _Scalar))
+                   for k in kids if isinstance(k, fx.Node)):
+                self.foldable[call] = _Scalar(op, tuple(_recipe_value(kids, self.foldable)))
+            return call
         if is_literal_op(op):
             return literal_value(op)
         if op == "tuple":
@@ -353,7 +460,7 @@ class _Emitter:
             self.in_buffer.add(node)
             return node
         if op == "opaque":
-            return self.replay(kids[0])
+            return self.replay(kids[0], meta)
         spec = SPECS[op]
         folded = self.fold(op, kids, meta)
         if folded is not None:
@@ -378,27 +485,40 @@ class _Emitter:
             plain = _plain_matmul(*(getattr(self.eg.data(k), "shape", None) for k in node[1:]))
             if plain is not None:
                 return self.graph.call_function(plain, args, kwargs)
+        if op == "size" and isinstance(kids[0], fx.Node) and kids[0].op == "placeholder" \
+                and isinstance(kids[1], int):
+            return self.input_size(kids[0], kids[1])
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)
 
+    def input_size(self, given: fx.Node, dim: int) -> fx.Node:
+        """``given.size(dim)`` of an input, which a folded value may read
+        (:class:`_Size`)."""
+        call = self.graph.call_method("size", (given, dim))
+        if given not in self.sized_inputs:
+            self.sized_inputs.append(given)
+        self.foldable[call] = _Size(self.sized_inputs.index(given), dim)
+        return call
+
     def fold(self, op: str, kids: list, meta: Any) -> fx.Node | None:
-        """An op of parameters, constants and literals, computed once into a buffer rather
-        than per call (:class:`FoldedConstants`); None when it depends on an input."""
-        if TABLE[op].kind in _NOT_FOLDED or getattr(meta, "kind", None) != "tensor":
+        """An op of parameters, constants, literals and the inputs' sizes, computed once
+        (per size) into a buffer rather than per call (:class:`FoldedConstants`); None when
+        it depends on an input's values."""
+        if op != CALL and TABLE[op].kind in _NOT_FOLDED or getattr(
+                meta, "kind", None) != "tensor":
             return None
         nodes = [k for k in kids if isinstance(k, fx.Node)]
         inside: list[fx.Node] = []
         fx.node.map_aggregate(kids, lambda a: inside.append(a) if isinstance(a, fx.Node)
                               else None)
-        if not nodes or len(inside) != len(nodes) or not all(k in self.foldable for k in nodes):
+        if not inside or not all(k in self.foldable for k in inside):
             return None
         name = f"folded_{len(self.folded)}"
-        self.folded[name] = (op, [self.foldable[k] if isinstance(k, fx.Node) else k
-                                  for k in kids])
+        self.folded[name] = (op, [_recipe_value(k, self.foldable) for k in kids])
         node = self.graph.get_attr(f"folded_constants.{name}")
         self.foldable[node] = _Folded(name)
-        if TABLE[op].kind != "view" or nodes[0] in self.in_buffer:
+        if op == CALL or TABLE[op].kind != "view" or not nodes or nodes[0] in self.in_buffer:
             self.in_buffer.add(node)  # computed into the buffer (a view of a parameter is not)
         return node
 
@@ -515,7 +635,7 @@ class _Emitter:
             node = self.attrs[name] = self.graph.get_attr(name)
         return node
 
-    def replay(self, token: str) -> fx.Node:
+    def replay(self, token: str, meta: Any = None) -> fx.Node:
         call = self.src.opaque[token]
         kept = self.read_before_update(call.updates, token) if call.updates is not None else ()
         written: list[fx.Node] = []
@@ -543,6 +663,11 @@ class _Emitter:
             self.metas[copy] = self.metas.get(value)
             if value in self.strided:
                 self.strided.add(copy)
+        if (call.op == "call_function" and call.pure and call.updates is None
+                and _foldable_call(call.target)):
+            folded = self.fold(CALL, [call.target, args, kwargs], meta)
+            if folded is not None:
+                return folded
         node = self.graph.create_node(call.op, call.target, args, kwargs)
         if call.updates is not None:  # (it returns the caller's tensor it updated)
             self.shared.add(node)
@@ -694,10 +819,12 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         read = {n.target.partition(".")[2] for n in graph.nodes
                 if n.op == "get_attr" and n.target.startswith("folded_constants.")}
         holder.folded_constants = FoldedConstants(emitter.folded, read)
-        # Before anything reads them, the folded values are brought up to date.
-        first = next(n for n in graph.nodes if n.op != "placeholder")
+        # Before anything reads them, the folded values are brought up to date (after the
+        # exported source's guards: a folded value may read a size they check).
+        first = next(n for n in graph.nodes
+                     if n.op != "placeholder" and n.target is not check_guards)
         with graph.inserting_before(first):
-            graph.call_module("folded_constants")
+            graph.call_module("folded_constants", tuple(emitter.sized_inputs))
     for name in emitter.attrs:
         if name in emitter.referenced:
             owner, leaf = owner_of(holder, name)

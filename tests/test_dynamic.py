@@ -915,3 +915,58 @@ def test_a_source_that_cannot_be_captured_again_is_refused_clearly_at_other_size
     with pytest.raises(SizeMismatch, match=r"'x' has shape \(5, 4\), the module was built "
                                            r"for \(2, 4\)"):
         opt(torch.randn(5, 4))
+
+
+class _CausalScores(nn.Module):
+    """A decoder's mask as transformers builds it at a symbolic length: positions from
+    ``arange(T)``, compared, then ``aten.diff`` and ``cumsum`` over them (packed
+    sequences), none of it reading the input's values."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        positions = torch.arange(t)[None, :].expand(x.shape[0], -1)
+        kept = positions[:, None, :] <= positions[:, :, None]
+        packed = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1).ne(1).cumsum(-1)
+        kept = kept & (packed[:, :, None] == packed[:, None, :])
+        return (x @ x.transpose(1, 2)).masked_fill(~kept, -1e4).softmax(-1)
+
+
+def test_what_a_symbolic_program_makes_from_sizes_alone_is_made_once_per_size():
+    """The mask is computed when the program first meets a size, kept while the sizes
+    stay, and made again for another size (and for the first size again)."""
+    x = torch.randn(2, 6, 4)
+    batch, length = torch.export.Dim("batch", min=2), torch.export.Dim("length", min=2)
+    program = torch.export.export(_CausalScores(), (x,),
+                                  dynamic_shapes={"x": {0: batch, 1: length}})
+    opt = EGraph.from_fx(program, (x,)).saturate(load_rules("all")).extract(AstSize())
+    assert not any(word in opt.code for word in ("arange", "diff", "cumsum"))
+    folded = opt.folded_constants
+    seen = []
+    for shape in ((2, 6, 4), (2, 6, 4), (3, 9, 4), (3, 9, 4), (2, 6, 4)):
+        other = torch.randn(shape)
+        torch.testing.assert_close(opt(other), _CausalScores()(other))
+        seen.append(dict(folded.named_buffers()))
+    first, again, other, other_again, back = seen
+    assert all(again[k] is first[k] for k in first)  # (kept: not recomputed)
+    assert all(other_again[k] is other[k] for k in other)
+    assert all(other[k] is not first[k] for k in first if first[k].dim())
+    assert all(torch.equal(back[k], first[k]) for k in first)
+
+
+def test_random_numbers_drawn_at_a_symbolic_size_are_drawn_on_every_call():
+    """``torch.rand(T)`` reads only a size, but it is not a value to keep: each call
+    draws new numbers, as the source does."""
+    class Noise(nn.Module):
+        def forward(self, x):
+            return x + torch.rand(x.shape[1]) + torch.arange(x.shape[1])
+
+    x = torch.randn(2, 5)
+    program = torch.export.export(Noise(), (x,), dynamic_shapes={"x": {1: torch.export.Dim(
+        "length", min=2)}})
+    opt = EGraph.from_fx(program, (x,)).extract(AstSize())
+    draws = [opt(x) for _ in range(2)]
+    assert not torch.equal(draws[0], draws[1])
+    torch.manual_seed(3)
+    ours = opt(torch.zeros(2, 7))
+    torch.manual_seed(3)
+    torch.testing.assert_close(ours, Noise()(torch.zeros(2, 7)))

@@ -93,6 +93,14 @@ def test_constant_subgraph_folds():
     torch.testing.assert_close(opt(x), M()(x))
 
 
+def _arange_from_size(opt: torch.fx.GraphModule) -> bool:
+    """Whether ``opt`` computes an ``arange`` from its inputs' sizes: in its code, or as a
+    folded value remade when a size it reads changes."""
+    folded = getattr(opt, "folded_constants", None)
+    return "arange" in opt.code or folded is not None and folded.sized and any(
+        op == "arange" for op, _ in folded.recipes.values())
+
+
 def test_a_subgraph_made_from_the_input_size_is_not_a_constant():
     class M(nn.Module):
         def forward(self, x):
@@ -100,9 +108,10 @@ def test_a_subgraph_made_from_the_input_size_is_not_a_constant():
             return x + steps * 2
 
     opt = EGraph.from_fx(M(), (torch.randn(2, 6),)).extract(AstSize())
-    assert "arange" in opt.code and not dict(opt.named_buffers())
-    x = torch.randn(3, 7)
-    torch.testing.assert_close(opt(x), M()(x))
+    assert _arange_from_size(opt) and not opt.state_dict()
+    for shape in ((3, 7), (2, 6), (1, 4)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(opt(x), M()(x))
 
 
 def test_dropout_in_training_is_never_merged_or_dropped():
@@ -934,9 +943,9 @@ def test_an_exported_arange_folds_at_a_fixed_size_and_follows_a_dynamic_one():
     n = torch.export.Dim("n", min=2)
     dynamic = torch.export.export(Positions(), (x,), dynamic_shapes={"x": {1: n}})
     opt = EGraph.from_fx(dynamic, (x,)).extract(AstSize())
-    assert "arange" in opt.code
-    wider = torch.randn(2, 9)
-    torch.testing.assert_close(opt(wider), Positions()(wider))
+    assert _arange_from_size(opt)
+    for wider in (torch.randn(2, 9), x, torch.randn(2, 3)):
+        torch.testing.assert_close(opt(wider), Positions()(wider))
 
 
 def test_an_in_place_update_of_a_folded_constant_writes_into_a_copy():
@@ -984,7 +993,8 @@ class _PackedCausalMask(nn.Module):
 def test_a_mask_made_from_positions_alone_folds_into_a_constant():
     """Calls the vocabulary does not model (``torch.diff``, ``cumsum``, ``new_ones``,
     ``aten.index``) on constants run once at ingest, through symbolic tracing and through
-    torch.export alike, so no call rebuilds the mask; at a dynamic size it stays computed."""
+    torch.export alike, so no call rebuilds the mask; at a dynamic size it is computed once
+    per size (folded from the input's size), and follows the size."""
     x = torch.randn(2, 6)
     want = _PackedCausalMask()(x)
     traced = EGraph.from_fx(_PackedCausalMask((2, 6)), (x,)).extract(AstSize())
@@ -996,9 +1006,12 @@ def test_a_mask_made_from_positions_alone_folds_into_a_constant():
     n = torch.export.Dim("n", min=2)
     dynamic = torch.export.export(_PackedCausalMask(), (x,), dynamic_shapes={"x": {1: n}})
     opt = EGraph.from_fx(dynamic, (x,)).extract(AstSize())
-    assert "diff" in opt.code
-    wider = torch.randn(2, 9)
-    torch.testing.assert_close(opt(wider), _PackedCausalMask()(wider))
+    assert not any(word in opt.code for word in ("diff", "cumsum", "new_ones"))
+    assert opt.folded_constants.sized and any(
+        op == "call" and kids[0] is torch.ops.aten.diff.default
+        for op, kids in opt.folded_constants.recipes.values())
+    for other in (torch.randn(2, 9), x, torch.randn(2, 4), torch.randn(2, 9)):
+        torch.testing.assert_close(opt(other), _PackedCausalMask()(other))
 
 
 _STEPS_CALLS = []
