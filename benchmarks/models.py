@@ -33,7 +33,9 @@ One row per model and entry point:
   checked at the second and third sizes and timed at the second, against eager's and
   Inductor's dynamic compile there, and against a static program exported at that size
   (column "time / static": the symbolic program's time over the static one's, in
-  interleaved rounds of their own);
+  interleaved rounds of their own; column "pipeline / static": the pipeline's time on the
+  symbolic graph over its time on the static one, from ingest to the validated program,
+  the median of three interleaved runs each after a first);
 - ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
   6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
   forward compiled with the backend as transformers documents it; the tokens must equal
@@ -63,6 +65,7 @@ import contextlib
 import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -244,6 +247,7 @@ def _exported_row(case: Case, rules, dynamic: bool) -> dict:
                        lambda sizes=sizes: float64_copy(model)(*_wide(sizes)))
                 row[column] = "ok"
             row["vs_static"] = _against_static(model, second, rules, opt)
+            row["pipeline_vs_static"] = _pipeline_against_static(model, inputs, program, rules)
             row[TIMED] = _inference(lambda: opt(*second))
             return row
         row[TIMED] = _inference(lambda: opt(*inputs))
@@ -266,6 +270,30 @@ def _against_static(model: torch.nn.Module, inputs: tuple, rules, dynamic: Calla
     ms = interleaved_ms({"dynamic": _inference(lambda: dynamic(*inputs)),
                          "static": _inference(lambda: static(*inputs))}, STATIC_ROUNDS)
     return round(ms["dynamic"] / ms["static"], 3)
+
+
+PIPELINE_ROUNDS = 3
+"""Interleaved runs of the pipeline on the symbolic graph and on its static twin."""
+
+
+def _pipeline_against_static(model: torch.nn.Module, inputs: tuple, symbolic,
+                             rules) -> float:
+    """The pipeline's time on the ``symbolic`` export program over its time on a static
+    one exported at ``inputs``' sizes (from ingest to the validated program), medians of
+    :data:`PIPELINE_ROUNDS` interleaved runs after one run of each (what a first run
+    caches, the rules' compiled patterns and the shape inference of ops met before,
+    serves both)."""
+    programs = {"symbolic": symbolic, "static": torch.export.export(model, inputs)}
+    seconds: dict[str, list[float]] = {name: [] for name in programs}
+    for round_ in range(PIPELINE_ROUNDS + 1):
+        for name, program in programs.items():
+            t0 = time.perf_counter()
+            EGraph.from_fx(program, inputs).saturate(rules, **LIMITS).extract(
+                default_cost(inputs), validate="strict")
+            if round_:
+                seconds[name].append(time.perf_counter() - t0)
+    return round(statistics.median(seconds["symbolic"]) / statistics.median(seconds["static"]),
+                 3)
 
 
 def _compiled_inference(model: torch.nn.Module, inputs: tuple, rules, codegen: str = "eager",
@@ -594,6 +622,7 @@ def run_model(name: str, entries: list[str], attn: str, rules, repeat: int,
 COLUMNS = [
     ("model", "model"), ("entry", "entry"), ("status", "works"), ("second", "2nd size"),
     ("third", "3rd size"), ("vs_static", "time / static"),
+    ("pipeline_vs_static", "pipeline / static"),
     ("graphs", "graphs"), ("breaks", "graph breaks"), ("fallbacks", "fallbacks"),
     ("nodes", "nodes before->after"),
     ("rw", "rules/rewrites"), ("pipeline_s", "pipeline s"), ("first_s", "first call s"),

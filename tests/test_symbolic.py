@@ -225,3 +225,32 @@ def test_folding_a_symbolic_size_gives_a_size_or_nothing(op, hint, other, size_f
     assert exact is None
     assert value is None or isinstance(value, Size) or (  # a size, or a number that
         type(value) is int and value == elsewhere)         # is one at every size
+
+
+def test_the_shape_of_a_slice_at_a_symbolic_size_is_inferred_once(monkeypatch):
+    """Slicing at a symbolic size (a Llama's rotary tables, ``cos[:, :t]``, once per
+    layer) infers its shape on fake tensors once: its signature holds the slice in a
+    hashable form, so a second ingest of the graph runs no inference."""
+    from frontends.fx import analysis
+
+    class Sliced(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.randn(1, 64, 4))
+
+        def forward(self, x):
+            t = x.shape[1]
+            return x * self.table[:, :t] + x * self.table[:, 1:t + 1]
+
+    x, model = torch.randn(2, 6, 4), Sliced()
+    program = torch.export.export(model, (x,), dynamic_shapes={"x": {1: Dim("t", max=60)}})
+    first = EGraph.from_fx(program, (x,))
+    inferred = []
+    infer = analysis._SymbolicShapes.infer
+    monkeypatch.setattr(analysis._SymbolicShapes, "infer",
+                        lambda self, op, key: inferred.append(op) or infer(self, op, key))
+    again = EGraph.from_fx(program, (x,))
+    assert not inferred
+    for eg in (first, again):
+        for other in (torch.randn(2, 9, 4), x):
+            torch.testing.assert_close(eg.extract(Flops())(other), model(other))

@@ -111,9 +111,35 @@ class Meta(NamedTuple):
             if self.value is None and self.kind == "scalar":
                 raise _Unknown
             value = self.value
-            return ("value", type(value), value,
+            return ("value", type(value), _frozen(value),
                     math.copysign(1.0, value) if isinstance(value, float) else None)
         raise _Unknown
+
+
+class _Slice(tuple):
+    """A slice's start, stop and step in a signature: hashable, where Python 3.11's
+    ``slice`` is not, so that the inferred meta of an indexing op (``x[:, :t]``) is
+    remembered like any other's (a Llama's rotary tables are sliced once per layer)."""
+
+    __slots__ = ()
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with each slice in it (in tuples, at any depth) a :class:`_Slice`."""
+    if isinstance(value, slice):
+        return _Slice(map(_frozen, (value.start, value.stop, value.step)))
+    if type(value) is tuple:
+        return tuple(map(_frozen, value))
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """``value`` as it was before :func:`_frozen`."""
+    if isinstance(value, _Slice):
+        return slice(*map(_thawed, value))
+    if type(value) is tuple:
+        return tuple(map(_thawed, value))
+    return value
 
 
 def size_of(size: Any) -> int | Size | None:
@@ -231,7 +257,7 @@ def _argument(signature: tuple, tensor: Callable) -> Any:
         return tensor(signature[1], signature[2])
     if signature[0] == "tuple":
         return tuple(_argument(s, tensor) for s in signature[1])
-    return signature[2]
+    return _thawed(signature[2])
 
 
 def _meta_tensor(shape: tuple, dtype: Any) -> torch.Tensor:
@@ -447,11 +473,11 @@ class TensorAnalysis(Analysis):
         if bindings:
             try:
                 return _inferred_symbolic(op, key, bindings)
-            except TypeError:  # an unhashable attribute (a slice): infer without the memo
+            except TypeError:  # an unhashable attribute (a list): infer without the memo
                 return _inferred_symbolic.__wrapped__(op, key, bindings)
         try:
             return _inferred(op, key)
-        except TypeError:  # an unhashable attribute (a slice): infer without the memo
+        except TypeError:  # an unhashable attribute (a list): infer without the memo
             return _infer(op, key)
 
     def merge(self, a: Meta | None, b: Meta | None) -> Meta | None:
