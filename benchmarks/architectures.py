@@ -43,6 +43,7 @@ import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import Case  # noqa: E402
 from benchmarks.models import _check, _error, _wide, run_train  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
+from compiler.options import CODEGENS  # noqa: E402
 from compiler.validate import float64_copy, float64_reference  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -407,7 +408,7 @@ def main() -> None:
                         help="add a training step through the backend (gradients judged)")
     parser.add_argument("--checkpointing", action="store_true",
                         help="train with transformers' gradient checkpointing on")
-    parser.add_argument("--codegen", choices=compile_backend.CODEGENS,
+    parser.add_argument("--codegen", choices=CODEGENS,
                         help="the backend's code generator for the compile, generate and "
                              "train columns (default: the device's)")
     parser.add_argument("--attn", choices=("eager", "sdpa"),

@@ -25,11 +25,12 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
+from compiler.options import BackendOptions
 from compiler.regions import optimise_regions
 from compiler.signature import SYMBOLIC, expression, signature
 from compiler.validate import stand_ins
@@ -187,21 +189,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
     the e-graph keeps them symbolic (the graph's own metadata), so the program reads its
     sizes from its inputs; validation runs on real inputs of the sizes dynamo hints.
     """
-    return _compile(gm, example_inputs, rules, cost, validate, iter_limit, node_limit,
-                    time_limit, target, reference, memory)
+    options = BackendOptions(rules=rules, cost=cost, validate=validate, reference=reference,
+                             memory=memory, iter_limit=iter_limit, node_limit=node_limit,
+                             time_limit=time_limit)
+    return _compile(gm, example_inputs, options, target)
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), cost=None,
-             validate: str = "strict", iter_limit: int = 10, node_limit: int = 50_000,
-             time_limit: float = 10.0, target: str | None = None, reference: str = "auto",
-             memory: bool = False, name: str = "graph") -> torch.fx.GraphModule:
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+             options: BackendOptions, target: str | None = None,
+             name: str = "graph") -> torch.fx.GraphModule:
     example_inputs = tuple(example_inputs)
-    if cost is None:
-        cost = default_cost(example_inputs)
-    # (each region body's phases are timed in its own report)
+    cost = options.cost if options.cost is not None else default_cost(example_inputs)
+    # (each region body's phases are timed in its own report; their memory is not measured)
+    inner = dataclasses.replace(options, cost=cost, memory=False)
     gm, regions = optimise_regions(gm, lambda body, inputs, at: _compile(
-        body, inputs, rules, cost, validate, iter_limit, node_limit, time_limit, target,
-        reference, name=f"{name} region {at}"))
+        body, inputs, inner, target, name=f"{name} region {at}"))
     clock = time.perf_counter
     t0 = clock()
     if any(_is_symbolic(x) for x in example_inputs):
@@ -209,17 +211,17 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(), 
     else:
         eg = EGraph.from_fx(gm, example_inputs)
     times = {"ingest": clock() - t0}
-    if rules:
+    if options.rules:
         t1 = clock()
-        eg.saturate(rules, iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit)
+        eg.saturate(options.rules, **options.limits)
         times["saturate"] = clock() - t1
     # (dynamo's guards give each graph only sizes it was compiled for)
-    module = eg.extract(cost, validate=validate, target=target, reference=reference,
-                        other_sizes="refuse")
+    module = eg.extract(cost, validate=options.validate, target=target,
+                        reference=options.reference, other_sizes="refuse")
     extraction = module.meta["egraph_report"]
     report = GraphReport(name, extraction, eg.report, {**times, **extraction.times},
                          regions=regions)
-    if memory:
+    if options.memory:
         report.memory = _measure_memory(gm, module, example_inputs)
     module.meta["egraph_graph"] = report
     log.info("%s", report)
@@ -369,12 +371,6 @@ def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
     return tuple(out)
 
 
-CODEGENS = ("eager", "inductor")
-"""Who generates the code of the optimised graph: ``eager`` runs it as the ordinary torch
-calls we emit (Triton kernels for fusion regions on CUDA), through aot_autograd so the
-backward graph is optimised too; ``inductor`` hands the optimised graph to Inductor
-(``compile_fx``), so the e-graph's rewrites come on top of Inductor's fusion and code
-generation (its compile time too). The default is :func:`default_codegen`."""
 
 
 def default_codegen(example_inputs: Sequence[Any]) -> str:
@@ -418,8 +414,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     for none), cost model (default: :func:`default_cost` for the inputs' device), validation
     (``validate`` as in ``extract``; ``reference``: the source in ``"float64"``, in its
     ``"working"`` dtype, or ``"auto"``: float64 unless the model is large) and code
-    generation (:data:`CODEGENS`; default: :func:`default_codegen` for the inputs' device;
-    ``inductor_options``: Inductor config patches for ``codegen="inductor"``, over
+    generation (:data:`compiler.options.CODEGENS`; default: :func:`default_codegen` for the
+    inputs' device; ``inductor_options``: Inductor config patches for ``codegen="inductor"``, over
     :func:`default_inductor_options`); ``memory=True`` measures each graph's peak memory;
     ``limits`` bound saturation (``iter_limit``, ``node_limit``, ``time_limit``).
 
@@ -434,12 +430,14 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     >>> torch.allclose(f(torch.ones(3)), 2 * torch.exp(torch.ones(3)))
     True
     """
-    if codegen is not None and codegen not in CODEGENS:
-        raise ValueError(f"codegen={codegen!r}: use one of {', '.join(map(repr, CODEGENS))}")
-    if rules is None:
+    options = BackendOptions.of({
+        "rules": rules, "cost": cost, "validate": validate, "codegen": codegen,
+        "reference": reference, "memory": memory, "inductor_options": inductor_options,
+        **limits})
+    if options.rules is None:
         from egraph.rules import load_rules
 
-        rules = load_rules("all")
+        options = dataclasses.replace(options, rules=load_rules("all"))
     cache: dict[tuple, Callable] = {}
     refused: set[tuple] = set()  # graphs autograd cannot run as emitted (aot_autograd's)
     reports: list[GraphReport] = []
@@ -461,16 +459,14 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
             if key in refused:
                 return None
             if key not in cache:
-                graph_cost = cost if cost is not None else default_cost(
-                    example_inputs, fused=inductor)
+                graph = options if options.cost is not None else dataclasses.replace(
+                    options, cost=default_cost(example_inputs, fused=inductor))
                 name = f"{kind} {sum(r.name.startswith(kind) for r in reports)}"
                 # (aot_autograd's fake mode would intercept ops on the real values)
                 with unset_fake_temporarily() if real else nullcontext():
                     # Inductor writes the kernels: it is handed torch ops, not ours
-                    module = _compile(gm, example_inputs, rules, graph_cost, validate,
-                                      reference=reference, memory=memory, name=name,
-                                      target="cpu" if inductor else None,
-                                      **limits)
+                    module = _compile(gm, example_inputs, graph,
+                                      target="cpu" if inductor else None, name=name)
                     compiled = finish(module, gm, example_inputs)
                 if compiled is None:
                     refused.add(key)
@@ -478,8 +474,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
                 if kind == "graph" and not inductor and any(map(_is_symbolic, example_inputs)):
                     compiled = _BySize(compiled, _symbols(example_inputs),
                                        lambda args, at, gm=gm, name=name: _kept(_specialised(
-                                           gm, args, finish, rules, cost, validate, reference,
-                                           memory, f"{name} at {at}", limits)))
+                                           gm, args, finish, options, f"{name} at {at}")))
                 cache[key] = compiled
                 reports.extend(module.meta["egraph_graph"].regions)
                 reports.append(module.meta["egraph_graph"])
@@ -495,7 +490,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
         return compiled
 
     # (Inductor runs aot_autograd itself)
-    through_inductor = compiler_for("graph", _inductor_code(inductor_options), inductor=True)
+    through_inductor = compiler_for("graph", _inductor_code(options.inductor_options),
+                                    inductor=True)
     direct = compiler_for("graph", _autograd_code)
     aot = aot_autograd(fw_compiler=compiler_for("forward", _boxed_code),
                        bw_compiler=compiler_for("backward", _boxed_code))
@@ -504,10 +500,12 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
         # (compiling runs the graph: recording values, validation; a compiled
         # optimizer.step writes into the parameters and the optimizer's state)
         with attributes_kept(gm):
-            return compile_graph(gm, example_inputs)
+            return dispatch(gm, example_inputs)
 
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        chosen = codegen or default_codegen(example_inputs)
+    def dispatch(gm: torch.fx.GraphModule, example_inputs):
+        """The graph to the code generator chosen, and on our own emission, to autograd
+        as emitted or to aot_autograd."""
+        chosen = options.codegen or default_codegen(example_inputs)
         if chosen == "inductor":
             autocast = torch._C._is_any_autocast_enabled()
             if _updates_shared_storage(gm.graph) or autocast:
@@ -531,6 +529,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
             calls.pop()
     backend.cache = cache
     backend.reports = reports
+    backend.options = options
     return backend
 
 
@@ -565,7 +564,7 @@ def functional_graph(gm: torch.fx.GraphModule,
         return make_fx(torch.func.functionalize(gm, remove="mutations"))(*fakes)
 
 
-def _inductor_code(options: dict | None) -> Callable:
+def _inductor_code(options: Mapping[str, Any] | None) -> Callable:
     """Inductor's code for the emitted module, compiled with ``options`` over
     :func:`default_inductor_options`."""
     def finish(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
@@ -728,9 +727,8 @@ def _symbols(example_inputs: Sequence[Any]) -> list[tuple[str, int, int | None]]
     return list(found.values())
 
 
-def _specialised(gm: torch.fx.GraphModule, args: tuple, finish: Callable, rules, cost,
-                 validate: str, reference: str, memory: bool, name: str,
-                 limits: dict) -> Callable | None:
+def _specialised(gm: torch.fx.GraphModule, args: tuple, finish: Callable,
+                 options: BackendOptions, name: str) -> Callable | None:
     """The program for ``gm`` at the concrete sizes of ``args`` (a call's real inputs):
     the graph's values propagated again on fake tensors of those sizes, then the whole
     pipeline; None where that fails (the symbolic program then serves these sizes)."""
@@ -746,9 +744,7 @@ def _specialised(gm: torch.fx.GraphModule, args: tuple, finish: Callable, rules,
         with unset_fake_temporarily():
             FakeTensorProp(static, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
             _bake_sizes(static.graph, args)
-            graph_cost = cost if cost is not None else default_cost(args)
-            module = _compile(static, args, rules, graph_cost, validate, reference=reference,
-                              memory=memory, name=name, **limits)
+            module = _compile(static, args, options, name=name)
             return finish(module, static, args)
     except Exception as err:  # noqa: BLE001 - the symbolic program serves these sizes
         log.info("%s: not specialised: %s: %s", name, type(err).__name__, err)

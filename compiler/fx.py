@@ -41,6 +41,7 @@ from backends.fx import (
     take_structured_inputs,
 )
 from backends.sizes import dispatch_sizes, is_input_check, require_sizes
+from compiler.options import VALIDATIONS
 from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs, runs_on
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
@@ -243,8 +244,9 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     can be), or ``"refuse"`` them with a clear error (the compile backend's choice:
     dynamo's guards already hand each graph only the sizes it was compiled for).
     """
-    if validate not in ("strict", "raise", "off"):
-        raise ValueError(f"validate={validate!r}: use 'strict', 'raise' or 'off'")
+    if validate not in VALIDATIONS:
+        raise ValueError(f"validate={validate!r}: use one of "
+                         f"{', '.join(map(repr, VALIDATIONS))}")
     if other_sizes not in ("source", "refuse"):
         raise ValueError(f"other_sizes={other_sizes!r}: use 'source' or 'refuse'")
     if method not in ("auto", "greedy", "dag", "ilp"):

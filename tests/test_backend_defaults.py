@@ -46,6 +46,34 @@ def test_options_choose_the_rules():
     assert not any("layer_norm" in code for code in _emitted(key))
 
 
+def test_an_unknown_option_is_a_clear_error_naming_the_options():
+    """``options={"memory_budget": 0.5}`` once raised ``TypeError: _compile() got an
+    unexpected keyword argument`` from deep inside dynamo; a wrong value of a known
+    option is named with its choices, where the user passes it."""
+    torch._dynamo.reset()
+    backend_module._backends.clear()
+    compiled = torch.compile(torch.cos, backend="egraph", options={"memory_budget": 0.5})
+    with pytest.raises(Exception, match="unknown egraph backend option 'memory_budget'; "
+                                        "the options are: rules, cost, validate, codegen"):
+        compiled(torch.zeros(2))
+    with pytest.raises(TypeError, match="'memory_budget'; the options are"):
+        backend_module.make_backend(memory_budget=0.5)
+    with pytest.raises(ValueError, match="codegen='triton': use one of 'eager', 'inductor'"):
+        backend_module.make_backend(codegen="triton")
+    with pytest.raises(ValueError, match="iter_limit=0: a positive number"):
+        backend_module.make_backend(iter_limit=0)
+
+
+def test_the_options_are_one_frozen_object_the_backend_keeps():
+    import dataclasses
+
+    backend = backend_module.make_backend(rules=(), iter_limit=3, validate="raise")
+    options = backend.options
+    assert (options.rules, options.validate, options.limits["iter_limit"]) == ((), "raise", 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.validate = "off"
+
+
 def test_the_default_cost_is_the_cpu_profile_unfused_on_cpu_inputs():
     cost = default_cost((torch.randn(2), 3))
     assert isinstance(cost, Roofline) and cost.hardware.name == "cpu" and not cost.fused
