@@ -175,7 +175,7 @@ def _refusal(guard: Callable, egraph: EGraph, subst: Subst) -> Refusal | None:
     try:
         if guard(egraph, subst):
             return None
-    except Exception as err:  # a guard that raises refuses; the error is the reason
+    except Exception as err:  # noqa: BLE001 - a guard that raises refuses: the reason
         return Refusal(subst, _guard_name(guard), facts, f"{type(err).__name__}: {err}")
     for part in getattr(guard, "parts", ()):
         inner = _refusal(part, egraph, subst)

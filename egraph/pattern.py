@@ -137,7 +137,7 @@ class Pattern:
         self.depth = _depth(term)
         self.root_op = None if isinstance(term, Var) else term.op
         self._search, self._grounds = self._compile_search()
-        self._inst: dict[bool, Callable] = {}
+        self._inst: dict[tuple[tuple, bool], Callable] = {}
 
     @classmethod
     def of(cls, source: Term | str | Pattern) -> Pattern:

@@ -32,8 +32,6 @@ from egraph.term import Term, parse
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
 
-STOP_REASONS = ("saturated", "iter_limit", "node_limit", "time_limit", "goal")
-
 
 class SimpleScheduler:
     """Search and apply every rule every iteration."""

@@ -639,7 +639,7 @@ class _Gen:
                 text = self.ch.pick(["torch.exp(-{v}.abs())", "torch.exp({v}.clamp(max=%s))" % c,
                                      "torch.exp(torch.tanh({v}))"])
                 mag, pos = math.exp(1) if "tanh" in text else max(1.0, math.exp(
-                    min(float(eval(c, {"math": math})), 700))), True
+                    min(float(eval(c, {"math": math})), 700))), True  # noqa: S307 - our own text
         elif kind == "log":
             if v.pos:
                 text = self.ch.pick(["torch.log({v})", "{v}.log()", "torch.log({v} + 1e-5)"])
@@ -1196,7 +1196,7 @@ class _Gen:
             else:
                 c = "0.0" if form == "zero" else self.const(limit=self.budget)[0]
                 text = f"torch.where({cond}, {a.name}, {c})"
-                shape, mag = a.shape, max(a.mag, abs(eval(c, {"math": math})))
+                shape, mag = a.shape, max(a.mag, abs(eval(c, {"math": math})))  # noqa: S307
         else:
             fill = ["0.0", "-1e4", "1.0"] + (["-1e9", "float('-inf')"]
                                              if self.dtype != "float16" else [])

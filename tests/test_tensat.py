@@ -145,7 +145,7 @@ def _traced(case):
     names = ", ".join(inspect.signature(left).parameters)
     # symbolic_trace needs named parameters, so the pair is one function of the same ones
     scope = {"fns": (left, right, *context)}
-    exec(f"def program({names}):\n    return tuple(f({names}) for f in fns)", scope)
+    exec(f"def program({names}):\n    return tuple(f({names}) for f in fns)", scope)  # noqa: S102
     gm = torch.fx.symbolic_trace(scope["program"])
     torch.manual_seed(0)
     return EGraph.from_fx(gm, tuple(torch.randn(s) for s in shapes))

@@ -470,7 +470,6 @@ MATS = {"x": (4, 8), "y": (8, 6), "z": (8, 6)}
 IMG = (2, 4, 6, 6)
 KERNEL = (5, 4, 3, 3)
 CONV = (st, pa, di, g)
-CONV_ARGS = dict(stride=1, padding=1)
 GROUPS_1 = _is_literal(g, 1)
 LEFT = _cat_dim(d, "last")
 
