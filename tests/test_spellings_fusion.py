@@ -904,3 +904,62 @@ def test_the_four_powers_are_one_class():
     eg = EGraph.from_fx(torch.fx.symbolic_trace(four), _rows()).saturate(RULES, **LIMITS)
     assert len({eg.find(r) for r in eg.roots}) == 1
     assert Pattern.of("(mul ?x ?x)").search(eg)
+
+
+def _make_causal_mask(batch: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """transformers 4.3x's ``_make_causal_mask`` (BART, OPT, Llama before the cache
+    rewrite): ``finfo.min`` everywhere, set to 0 on and below the diagonal in place,
+    expanded to the batch."""
+    mask = torch.full((length, length), torch.finfo(dtype).min)
+    mask_cond = torch.arange(mask.size(-1))
+    mask.masked_fill_(mask_cond < (mask_cond + 1).view(mask.size(-1), 1), 0)
+    return mask.to(dtype)[None, None, :, :].expand(batch, 1, length, length)
+
+
+def additive_causal(q, k, v):
+    w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+    return torch.softmax(w + _make_causal_mask(q.shape[0], q.shape[2], w.dtype), -1) @ v
+
+
+def additive_causal_infinite(q, k, v):
+    """The same mask with -inf above the diagonal (x-transformers, some decoders)."""
+    w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+    above = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).triu(1)
+    return torch.softmax(w + torch.zeros_like(w[:1, :1]).masked_fill(above, float("-inf")),
+                         -1) @ v
+
+
+@pytest.mark.parametrize("spelling", [additive_causal, additive_causal_infinite],
+                         ids=lambda f: f.__name__)
+def test_a_constant_additive_causal_mask_is_sdpa_that_reads_no_mask(spelling):
+    """A causal mask made of constants and added to the scores (transformers' decoders at
+    a fixed length) folds to a constant at ingest, and the constant is read as 0 below a
+    dropping fill: sdpa with ``is_causal=True``, which reads no mask and skips the
+    entries above the diagonal (1.5-1.8x faster on the CPU at 12 heads of 128 or 512)."""
+    inputs = _qkv()
+    backend = make_backend(validate="raise")
+    with torch.no_grad():
+        got = torch.compile(spelling, backend=backend, dynamic=False)(*inputs)
+    (report,) = backend.reports
+    assert "sdpa-causal-additive" in report.extraction.used
+    module = next(iter(backend.cache.values())).module
+    assert "is_causal = True" in module.code and "attn_mask = None" in module.code
+    torch.testing.assert_close(got, spelling(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_an_additive_mask_that_is_not_causal_stays_a_mask():
+    """A mask that is 0 below the diagonal but keeps one entry above it (a sliding window
+    would differ the other way) is not causal: it stays sdpa's float mask."""
+    def almost_causal(q, k, v):
+        w = q @ k.transpose(-1, -2) / math.sqrt(HS)
+        mask = _make_causal_mask(q.shape[0], q.shape[2], w.dtype).clone()
+        mask[..., 0, 1] = 0.0
+        return torch.softmax(w + mask, -1) @ v
+
+    inputs = _qkv()
+    backend = make_backend(validate="raise")
+    with torch.no_grad():
+        got = torch.compile(almost_causal, backend=backend, dynamic=False)(*inputs)
+    module = next(iter(backend.cache.values())).module
+    assert "is_causal = True" not in module.code
+    torch.testing.assert_close(got, almost_causal(*inputs), rtol=1e-4, atol=1e-5)

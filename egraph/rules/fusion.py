@@ -336,12 +336,17 @@ def _drops(egraph, subst) -> bool:
     the scores' dtype (it underflows below -104 in float32, -17 in float16) for any row
     whose largest kept score is above ``c + 104``: for a fill of -1e9 or finfo.min, every
     row of scores that are not themselves near the fill."""
-    fill = value_of(egraph, subst["c"])
+    return _dropping(egraph, value_of(egraph, subst["c"]), subst["q"])
+
+
+def _dropping(egraph, fill, q: int) -> bool:
+    """Whether ``fill`` takes its entries out of a softmax of scores of ``q``'s dtype
+    (:func:`_drops`)."""
     if not isinstance(fill, float) or fill != fill:
         return False
     if fill <= DROPPED_BELOW:
         return True
-    dtype = str(getattr(egraph.data(subst["q"]), "dtype", None)).removeprefix("torch.")
+    dtype = str(getattr(egraph.data(q), "dtype", None)).removeprefix("torch.")
     return dtype in _HALF_LOWEST and fill <= _HALF_LOWEST[dtype]
 
 
@@ -385,6 +390,37 @@ def _causal_mask(egraph, subst) -> bool:
 
 
 _causal_mask.__name__ = "m masks the entries above the diagonal (causal), square scores"
+
+
+def _all_zero(egraph, cid: int) -> bool:
+    """The class is a tensor of zeros: ``zeros_like``, ``full(.., 0)``."""
+    return any(n.op == "zeros_like" or n.op == "full" and value_of(egraph, n.children[1]) == 0
+               for n in egraph.nodes(cid))
+
+
+def _additive_causal(egraph, subst) -> bool:
+    """``?m`` is an additive causal mask of the square scores: 0 on and below the diagonal
+    and a fill that drops its entries above it (``zeros.masked_fill(triu(ones, 1), c)``,
+    as ingest gives transformers' constant ``finfo.min`` mask), with leading dims that
+    broadcast. No row is wholly dropped, so sdpa's ``is_causal`` gives the same rows."""
+    q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
+    if not (_square(egraph, subst) and m is not None and len(m) >= 2
+            and m[-2:] == (q[-2], q[-2]) and _fits("m")(egraph, subst)):
+        return False
+    return any(n.op == "masked_fill" and _all_zero(egraph, n.children[0])
+               and _above_diagonal(egraph, n.children[1])
+               and _dropping(egraph, value_of(egraph, n.children[2]), subst["q"])
+               for n in egraph.nodes(subst["m"]))
+
+
+_additive_causal.__name__ = "m is an additive causal mask (0, then a dropping fill above)"
+
+
+def _causal_scores(scores, fill=-3.4028234663852886e38):
+    """``scores`` plus transformers' additive causal mask, made of constants."""
+    size = scores.shape[-1]
+    above = torch.ones((size, size), dtype=torch.bool).triu(1)
+    return scores + torch.zeros((scores.shape[0], 1, size, size)).masked_fill(above, fill)
 
 
 def _masked(scores):
@@ -484,6 +520,20 @@ RULES: list[LibraryRule] = [
                 lambda q, k, v: torch.softmax(_masked_above((q @ k.transpose(-2, -1)) * 0.5,
                                                             -3.4028234663852886e38), -1) @ v),
                when=(_drops, _causal_mask)),
+    _attention("sdpa-causal-additive", QK * s + m, _sdpa(None, True),
+               "an additive causal mask (0 on and below the diagonal, finfo.min, -1e9 or "
+               "-inf above: transformers' constant mask) is causal "
+               "scaled_dot_product_attention, which reads no mask",
+               (lambda q, k, v: torch.softmax(_causal_scores(q @ k.transpose(-2, -1) * 0.5),
+                                              -1) @ v,
+                lambda q, k, v: torch.softmax(_causal_scores(q @ k.transpose(-2, -1) * 0.5,
+                                                             float("-inf")), -1) @ v),
+               when=(_additive_causal,)),
+    _attention("sdpa-causal-additive-unscaled", QK + m, _sdpa(None, True, scaled=False),
+               "scores without a scale plus an additive causal mask: causal sdpa with "
+               "scale 1",
+               lambda q, k, v: torch.softmax(_causal_scores(q @ k.transpose(-2, -1)), -1) @ v,
+               when=(_additive_causal,)),
     _attention("sdpa-masked", masked_fill(QK * s, m, c), _sdpa("dropped", False),
                "scores filled with -inf (or finfo.min, -1e9) where a bool mask is set: sdpa "
                "keeping the rest",

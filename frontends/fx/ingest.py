@@ -663,24 +663,33 @@ class _Builder:
         self.analysis.leaves[f"const:{name}"] = Meta.of(tensor)
         cid = self.eg.add_node("const", [self.eg.add_node(literal(name))])
         # Where a folded constant is one the rules read, its class also holds how it is
-        # made: a causal mask (``ones(T, T).triu(1)``, for ``sdpa-causal``), a float of no
-        # dims (``torch.full([], finfo.min)``, a fill the mask rules read as a number).
+        # made: a causal mask (``ones(T, T).triu(1)``, for ``sdpa-causal``; an additive
+        # one, 0 below a fill, for ``sdpa-causal-additive``), a float of no dims
+        # (``torch.full([], finfo.min)``, a fill the mask rules read as a number).
         triangle = _triangle(tensor)
+        additive = _additive_triangle(tensor) if triangle is None else None
         if triangle is not None:
-            square = tensor.reshape(triangle[2]) if tensor.shape != triangle[2] else tensor
             made = self.eg.add_node(triangle[0], [
-                self._full(square, True, torch.bool), self.literal(triangle[1])])
-            if square is not tensor:
+                self._full(triangle[2], tensor.device, True, torch.bool),
+                self.literal(triangle[1])])
+            if tuple(tensor.shape) != triangle[2]:
                 made = self.eg.add_node("reshape", [made, self.literal(tuple(tensor.shape))])
             self.eg.union(cid, made)
+        elif additive is not None:
+            fill, size = additive
+            above = self.eg.add_node("triu", [
+                self._full((size, size), tensor.device, True, torch.bool), self.literal(1)])
+            zeros = self._full(tuple(tensor.shape), tensor.device, 0.0, tensor.dtype)
+            self.eg.union(cid, self.eg.add_node("masked_fill", [zeros, above,
+                                                                self.literal(fill)]))
         elif tensor.dim() == 0 and tensor.is_floating_point():
-            self.eg.union(cid, self._full(tensor, tensor.item(), tensor.dtype))
+            self.eg.union(cid, self._full((), tensor.device, tensor.item(), tensor.dtype))
         return cid
 
-    def _full(self, like: torch.Tensor, value, dtype: torch.dtype) -> int:
-        """The class of ``full(like.shape, value)`` of ``dtype`` on ``like``'s device."""
-        return self.eg.add_node("full", [self.literal(tuple(like.shape)), self.literal(value),
-                                         self.literal(dtype), self.literal(like.device)])
+    def _full(self, shape: tuple, device: torch.device, value, dtype: torch.dtype) -> int:
+        """The class of ``full(shape, value)`` of ``dtype`` on ``device``."""
+        return self.eg.add_node("full", [self.literal(tuple(shape)), self.literal(value),
+                                         self.literal(dtype), self.literal(device)])
 
     def leaf(self, kind: str, name: str, meta: Meta | None) -> int:
         if meta is not None:
@@ -1288,6 +1297,33 @@ def _triangle(tensor: torch.Tensor) -> tuple[str, int, tuple] | None:
         if torch.equal(tensor, getattr(ones, name)(diagonal).expand(tensor.shape)):
             return name, diagonal, shape
     return None
+
+
+def _additive_triangle(tensor: torch.Tensor) -> tuple[float, int] | None:
+    """``(fill, T)`` for a float tensor whose last two dims are (T, T), 0 on and below the
+    diagonal and one fill at or below -1e4 above it, alike at every leading index: an
+    additive causal mask (transformers' constant one, ``finfo.min`` above the diagonal,
+    batch copies in front); else None.
+
+    >>> mask = torch.zeros(2, 1, 3, 3).masked_fill(torch.ones(3, 3).triu(1).bool(), -1e9)
+    >>> _additive_triangle(mask), _additive_triangle(torch.zeros(3, 3))
+    ((-1000000000.0, 3), None)
+    """
+    if not tensor.is_floating_point() or tensor.dim() < 2:
+        return None
+    size = tensor.shape[-1]
+    if tensor.shape[-2] != size or size < 2 or tensor.device.type == "meta":
+        return None
+    rows = tensor.reshape(-1, size, size)
+    first = rows[0]
+    fill = float(first[0, 1])
+    if not fill <= -1e4 or float(first[0, 0]) != 0:
+        return None
+    above = torch.ones(size, size, dtype=torch.bool, device=tensor.device).triu(1)
+    if not (bool((first[~above] == 0).all()) and bool((first[above] == fill).all())
+            and bool((rows == first).all())):
+        return None
+    return fill, size
 
 
 def _is_clone(node: fx.Node) -> bool:
