@@ -37,7 +37,11 @@ import multiprocessing
 import platform
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -118,6 +122,51 @@ def _check_one(job: tuple) -> fuzzer.Result:
                         torch_train=train_every > 0 and index % train_every == 0)
 
 
+def _checked_in_workers(work: list[tuple], jobs: int) -> Iterator[fuzzer.Result]:
+    """:func:`_check_one` of each job in ``jobs`` worker processes, the results in the
+    jobs' order, a few jobs ahead of the one awaited. A worker that dies (a segfault in a
+    kernel, the memory exhausted) takes no result with it unseen: the jobs it left
+    pending run again one at a time in fresh workers, and the one whose worker dies again
+    is a crash."""
+    pending: dict[int, Any] = {}
+    pool = _pool(jobs)
+    ahead = 4 * jobs
+    try:
+        for at in range(len(work)):
+            for k in range(at, min(at + ahead, len(work))):
+                if k not in pending:
+                    pending[k] = pool.submit(_check_one, work[k])
+            try:
+                result = pending.pop(at).result()
+            except BrokenProcessPool:
+                pool.shutdown(cancel_futures=True)
+                result = _alone(work[at])
+                pending.clear()  # (the others ran in the broken pool: again, in a new one)
+                pool = _pool(jobs)
+            yield result
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init)
+
+
+def _alone(job: tuple) -> fuzzer.Result:
+    """``job`` in a worker of its own: its result, or a crash where the worker dies."""
+    with _pool(1) as alone:
+        try:
+            return alone.submit(_check_one, job).result()
+        except BrokenProcessPool as e:
+            seed, index, half = job[:3]
+            result = fuzzer.Result(fuzzer.program(seed, index, half))
+            result.outcomes.append(fuzzer.Outcome(
+                "crash", "worker", "-", f"the process checking the program died ({e})",
+                "WorkerDied"))
+            return result
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="programs to run")
@@ -136,7 +185,8 @@ def main(argv=None) -> int:
                          "(fuzzer.program(seed, i, half))")
     ap.add_argument("--jobs", type=int, default=1,
                     help="worker processes, one program each at a time (one torch thread "
-                         "each when more than one)")
+                         "each when more than one; a worker that dies is a crash of its "
+                         "program, and the run goes on)")
     ap.add_argument("--iter-limit", type=int, default=fuzzer.LIMITS["iter_limit"],
                     help="saturation iterations per program")
     ap.add_argument("--node-limit", type=int, default=fuzzer.LIMITS["node_limit"],
@@ -158,12 +208,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     work = [(args.seed, i, args.half, args.compile_every, args.export_every, args.train_every,
              limits) for i in range(args.start, args.start + args.n)]
-    pool = None
-    if args.jobs > 1:
-        pool = multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_worker_init)
-        checked = pool.imap(_check_one, work)  # (in program order: the log reads as one run)
-    else:
-        checked = map(_check_one, work)
+    checked = map(_check_one, work) if args.jobs == 1 else _checked_in_workers(work, args.jobs)
     for result in progress(checked, total=args.n, desc="soak", unit="program"):
         prog = result.program
         results.append(result)
@@ -182,8 +227,6 @@ def main(argv=None) -> int:
             print(f"[{done:>6}/{args.n}] {elapsed:7.1f}s  {elapsed / done:.3f}s/program  "
                   + "  ".join(f"{c}={counts[c]}" for c in fuzzer.CATEGORIES), flush=True)
     total = time.perf_counter() - t0
-    if pool is not None:
-        pool.close()
     summary = fuzzer.summarize(results)
     shrunk: dict = {}
     if not args.no_shrink:
