@@ -118,7 +118,7 @@ def search_scaling(repeat: int) -> None:
         times = []
         for _ in range(repeat):
             if cold:  # as after a rebuild that changed every class: the index is rebuilt
-                eg._opidx.clear()
+                eg.compact()
             start = time.perf_counter()
             found = pattern.search_tuples(eg)
             times.append(time.perf_counter() - start)

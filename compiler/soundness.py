@@ -77,7 +77,7 @@ def _newest_choice(egraph) -> dict[int, tuple]:
     """Per class, the most recently added e-node that keeps the program acyclic: the
     program that uses what the rule added."""
     egraph.rebuild()
-    memo, find = egraph._memo, egraph.find
+    memo, find = egraph.hashcons, egraph.find
     choice: dict[int, tuple] = {}
     state: dict[int, int] = {}  # 1: on the current path, 2: done
 
@@ -88,7 +88,7 @@ def _newest_choice(egraph) -> dict[int, tuple]:
         if state.get(c) == 1:
             return False
         state[c] = 1
-        for node in sorted(egraph._cnodes[c], key=lambda n: -memo.get(n, -1)):
+        for node in sorted(egraph.class_nodes[c], key=lambda n: -memo.get(n, -1)):
             if all(pick(k) for k in node[1:]):
                 choice[c] = node
                 state[c] = 2

@@ -48,7 +48,7 @@ def _describe(egraph, choice: dict[int, tuple], cid: int, depth: int = 4) -> str
         return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(
             value, str) else str(value)
     if op in ("input", "param", "const"):
-        return str(egraph._cnodes[find(node[1])][0][0][1])
+        return str(egraph.class_nodes[find(node[1])][0][0][1])
     if depth == 0:
         return "..."
     kids = [_describe(egraph, choice, k, depth - 1) for k in node[1:]]

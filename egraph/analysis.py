@@ -94,8 +94,8 @@ class ConstantFolding(Analysis):
         fn = self.ops.get(op) if type(op) is str else None
         if fn is None:
             return None
-        data = egraph._data
-        find = egraph._uf.find
+        data = egraph.class_data
+        find = egraph.union_find.find
         args = [data[find(c)] for c in node[1:]]
         if any(a is None for a in args):
             return None
@@ -117,19 +117,19 @@ class ConstantFolding(Analysis):
         if egraph.explanations:
             self._explain_fold(egraph, cid, value)
         else:
-            egraph._union(cid, egraph._add_canonical((self.leaf_of(value),)), "constant-fold")
+            egraph.union(cid, egraph.add_canonical((self.leaf_of(value),)), "constant-fold")
         if self.prune:
             c = egraph.find(cid)
-            egraph._set_nodes(c, [n for n in egraph._cnodes[c] if len(n) == 1])
+            egraph.set_nodes(c, [n for n in egraph.class_nodes[c] if len(n) == 1])
 
     def _explain_fold(self, egraph: EGraph, cid: int, value: Any) -> None:
         """Union through the folded e-node itself, so the proof reads ``(+ 2 3) -> 5``."""
         find = egraph.find
-        for node in egraph._cnodes[find(cid)]:
+        for node in egraph.class_nodes[find(cid)]:
             if len(node) > 1 and self.make(egraph, node) == value:
-                kids = [egraph._add_explained((self.leaf_of(egraph.data(c)),)) for c in node[1:]]
-                folded = egraph._add_explained((node[0], *kids))
-                egraph._union(folded, egraph._add_explained((self.leaf_of(value),)),
+                kids = [egraph.add_explained((self.leaf_of(egraph.data(c)),)) for c in node[1:]]
+                folded = egraph.add_explained((node[0], *kids))
+                egraph.union(folded, egraph.add_explained((self.leaf_of(value),)),
                               "constant-fold")
                 return
-        egraph._union(cid, egraph._add_explained((self.leaf_of(value),)), "constant-fold")
+        egraph.union(cid, egraph.add_explained((self.leaf_of(value),)), "constant-fold")

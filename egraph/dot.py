@@ -26,7 +26,7 @@ def to_dot(egraph: EGraph) -> str:
     for c in egraph.classes():
         lines.append(f"  subgraph cluster_{c} {{")
         lines.append(f'    style=dashed; label="{c}";')
-        for i, n in enumerate(egraph._cnodes[c]):
+        for i, n in enumerate(egraph.class_nodes[c]):
             lines.append(f"    n{c}_{i} [label={json.dumps(format_op(n[0]))}];")
             for k, child in enumerate(n[1:]):
                 label = f' [lhead=cluster_{child}, label="{k}"]' if len(n) > 2 else (

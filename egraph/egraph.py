@@ -150,65 +150,9 @@ class EGraph:
     def add_node(self, op: Hashable, children: Iterable[int] = ()) -> int:
         """Add one e-node ``op(children...)`` over existing class ids; returns its class id."""
         if self._proofs is not None:
-            return self._add_explained((op, *children))
+            return self.add_explained((op, *children))
         find = self._uf.find
-        return self._add_canonical((op, *[find(c) for c in children]))
-
-    def _add_canonical(self, node: tuple) -> int:
-        """Add an e-node whose children were canonical class ids (hot path)."""
-        memo = self._memo
-        nid = memo.get(node)
-        if nid is not None:
-            return self._uf.find(nid)
-        if self.analysis is None:
-            return self._new_node(node)
-        # A union made by an analysis while this term was being built can leave a child
-        # stale; re-canonicalise before creating anything.
-        find = self._uf.find
-        canon = _canonical(node, self._uf.parents, find)
-        if canon != node:
-            nid = memo.get(canon)
-            if nid is not None:
-                return find(nid)
-        return find(self._new_node(canon))
-
-    def _add_explained(self, orig: tuple) -> int:
-        """Add an e-node whose children are node ids, keeping them for proofs."""
-        find = self._uf.find
-        node = (orig[0], *[find(c) for c in orig[1:]])
-        existing = self._memo.get(node)
-        proofs = self._proofs
-        if existing is None:
-            return self._new_node(node, orig)
-        if proofs.orig[existing] == orig:
-            return existing
-        # The same e-node reached through other representatives: a new id, congruent to it.
-        nid = len(self._node)
-        self._uf.parents.append(find(existing))
-        self._node.append(node)
-        self._cnodes.append(None)
-        self._parents.append(None)
-        self._data.append(None)
-        proofs.add_node(orig)
-        proofs.union(nid, existing, CONGRUENCE)
-        return nid
-
-    def _bind_instantiator(self, make: Callable) -> Callable[[tuple], int]:
-        """Bind a compiled instantiator (``Pattern.instantiator``) to this e-graph."""
-        if self._proofs is not None:
-            add = self._add_explained
-        elif self.analysis is None:
-            # The instantiator has looked the canonical e-node up already, and with no
-            # analysis nothing can union while it builds: a miss is a new e-node.
-            add = self._new_node
-        else:
-            add = self._add_canonical
-        return make(self._memo, self._uf.parents, self._uf.find, add)
-
-    def _bind_lookup(self, make: Callable) -> Callable[[tuple], int | None]:
-        """Bind a compiled instantiator to look its instance up without adding anything:
-        the class id, or None where an e-node of it is not in the e-graph yet."""
-        return make(self._memo, self._uf.parents, self._uf.find, _absent)
+        return self.add_canonical((op, *[find(c) for c in children]))
 
     def _new_node(self, node: tuple, orig: tuple | None = None) -> int:
         nodes = self._node
@@ -243,15 +187,18 @@ class EGraph:
 
     # -- merging ------------------------------------------------------------------------
 
-    def union(self, a: int, b: int, reason: str = "union") -> bool:
+    def union(self, a: int, b: int, reason: Any = "union") -> bool:
         """Assert that classes ``a`` and ``b`` are equal; True if they were not already.
 
         The merge is recorded at once; call :meth:`rebuild` (saturation does) before
-        relying on congruence.
-        """
-        return self._union(a, b, reason)
+        relying on congruence. ``reason`` is what a proof says merged them (a rule's name;
+        congruence when rebuilding). The rules' hot loop calls this directly.
 
-    def _union(self, a: int, b: int, reason: Any) -> bool:
+        >>> eg = EGraph()
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> eg.union(a, b), eg.union(a, b), eg.find(b) == eg.find(a)
+        (True, False, True)
+        """
         uf = self._uf
         ra, rb = uf.find(a), uf.find(b)
         if ra == rb:
@@ -331,7 +278,7 @@ class EGraph:
                         nodes[nid] = shared if shared == new else new
                     if find(other) != find(nid):
                         repairs += 1
-                        self._union(other, nid, CONGRUENCE)
+                        self.union(other, nid, CONGRUENCE)
                 elif new is not old:
                     nodes[nid] = new
                 dirty.add(nid)
@@ -392,13 +339,6 @@ class EGraph:
                 self._parents[c] = list(unique.values())
         self._dirty.clear()
         self._grew.clear()
-
-    def _compact(self) -> None:
-        """Drop what only a running saturation needs: the change log, the per-class op
-        index. (Merged entries of the per-op lists go when :meth:`classes_with_op` next
-        reads them: a pass over every op here cost a transient set per op.)"""
-        self._log.clear()
-        self._opidx.clear()
 
     @property
     def is_clean(self) -> bool:
@@ -491,24 +431,7 @@ class EGraph:
     def retain_nodes(self, cid: int, keep: Callable[[ENode], bool]) -> None:
         """Drop the e-nodes of class ``cid`` for which ``keep`` is false (egg's pruning)."""
         c = self._uf.find(cid)
-        self._set_nodes(c, [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))])
-
-    def _set_nodes(self, c: int, nodes: list[tuple]) -> None:
-        """Replace the e-node list of canonical class ``c`` (pruning)."""
-        self._cnodes[c] = nodes
-        self._opidx.pop(c, None)
-
-    def _op_nodes(self, c: int, op: Hashable) -> list[tuple]:
-        """The e-nodes of canonical class ``c`` with operator ``op``, cached until the class
-        changes; the generated matchers call it for large classes. One pass per class and
-        operator a pattern asks for, however many parents and patterns ask."""
-        index = self._opidx.get(c)
-        if index is None:
-            index = self._opidx[c] = {}
-        found = index.get(op)
-        if found is None:
-            found = index[op] = [n for n in self._cnodes[c] if n[0] == op]
-        return found
+        self.set_nodes(c, [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))])
 
     def classes_with_op(self, op: Hashable) -> frozenset[int]:
         """Canonical ids of the classes holding an e-node with operator ``op`` (kept
@@ -646,11 +569,6 @@ class EGraph:
             ids[id(t)] = find(nid)
         return ids[id(term)]
 
-    def _class_of(self, value: int | Term | str) -> int | None:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return self._uf.find(value)
-        return self.lookup(value)
-
     def equiv(self, a: int | Term | str, b: int | Term | str) -> bool:
         """True when ``a`` and ``b`` (ids or terms, looked up, never added) are equal.
 
@@ -659,7 +577,7 @@ class EGraph:
         False
         """
         self._clean()
-        ca, cb = self._class_of(a), self._class_of(b)
+        ca, cb = self.class_of(a), self.class_of(b)
         return ca is not None and ca == cb
 
     def extract_term(self, cid: int) -> Term:
@@ -667,6 +585,334 @@ class EGraph:
         from egraph.extract import AstSize
 
         return self.extract(AstSize(), root=cid)[0]
+
+    # -- the door -----------------------------------------------------------------------
+    # What the engine's own passes use, no other module reading a private field: the
+    # tables (analyses, matchers, extraction and the run loop bind one once and index it in
+    # their hot loops; shared, not copied, and read-only outside this class: changed only
+    # through the methods here and above), the change log (the run loop), adding and
+    # binding instantiators (rules, analyses), and filling classes (serialisation, ingest).
+
+    @property
+    def class_nodes(self) -> list[list[tuple] | None]:
+        """Per class id, the class's e-nodes ``(op, *child class ids)``; None at an id
+        that is not canonical. Canonical after :meth:`rebuild`. Read-only.
+
+        >>> eg = EGraph()
+        >>> eg.class_nodes[eg.add("(f x)")]
+        [('f', 0)]
+        """
+        return self._cnodes
+
+    @property
+    def class_data(self) -> list[Any]:
+        """Per class id, the analysis data (at canonical ids; None without an analysis).
+        Read-only: :meth:`set_data` replaces a class's data.
+
+        >>> from egraph import ConstantFolding
+        >>> eg = EGraph(analysis=ConstantFolding())
+        >>> eg.class_data[eg.add("(+ 1 2)")]
+        3
+        """
+        return self._data
+
+    @property
+    def union_find(self) -> UnionFind:
+        """The union-find over class ids: ``find`` and the ``parents`` list (an id that
+        is its own parent is canonical), for hot loops to bind. Read-only.
+
+        >>> eg = EGraph()
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> _ = eg.union(a, b)
+        >>> uf = eg.union_find
+        >>> uf.find(b) == a, uf.parents[a] == a
+        (True, True)
+        """
+        return self._uf
+
+    @property
+    def hashcons(self) -> dict[tuple, int]:
+        """Each distinct e-node ever added (canonical after :meth:`rebuild`) -> the id it
+        was created with; its size is what node limits count. Read-only.
+
+        >>> eg = EGraph()
+        >>> _ = eg.add("(f x)")
+        >>> eg.hashcons
+        {('x',): 0, ('f', 0): 1}
+        """
+        return self._memo
+
+    @property
+    def created_nodes(self) -> list[tuple]:
+        """Every e-node by creation id, as last canonicalised (a child may be stale until
+        :meth:`rebuild`; :meth:`created_node` gives one canonical now). Read-only.
+
+        >>> eg = EGraph()
+        >>> _ = eg.add("(f x)")
+        >>> eg.created_nodes
+        [('x',), ('f', 0)]
+        """
+        return self._node
+
+    @property
+    def node_parents(self) -> list[list[int] | None]:
+        """Per canonical class id, the creation ids of the e-nodes that use it as a child
+        (None: none); :meth:`parents` gives their classes. Read-only.
+
+        >>> eg = EGraph()
+        >>> x = eg.add("x")
+        >>> f = eg.add_node("f", [x])
+        >>> eg.node_parents[x], eg.node_parents[f]
+        ([1], None)
+        """
+        return self._parents
+
+    @property
+    def change_log(self) -> list[int]:
+        """The classes that merged or whose analysis data changed, in order, since the
+        last :meth:`forget_changes` or :meth:`compact` (the run loop searches each rule
+        where the e-graph changed since its last search). Read-only.
+
+        >>> eg = EGraph()
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> _ = eg.union(a, b)
+        >>> eg.change_log
+        [0]
+        """
+        return self._log
+
+    def forget_changes(self, count: int) -> None:
+        """Drop the first ``count`` entries of :attr:`change_log` (the run loop drops
+        what every rule has searched past).
+
+        >>> eg = EGraph()
+        >>> _ = eg.union(eg.add("a"), eg.add("b"))
+        >>> eg.forget_changes(1)
+        >>> eg.change_log
+        []
+        """
+        del self._log[:count]
+
+    def compact(self) -> None:
+        """Drop what only a running saturation needs: the change log, the per-class op
+        index. (Merged entries of the per-op lists go when :meth:`classes_with_op` next
+        reads them: a pass over every op here cost a transient set per op.)
+
+        >>> eg = EGraph()
+        >>> _ = eg.union(eg.add("a"), eg.add("b"))
+        >>> eg.compact()
+        >>> eg.change_log
+        []
+        """
+        self._log.clear()
+        self._opidx.clear()
+
+    def add_canonical(self, node: tuple) -> int:
+        """Add the e-node ``node`` whose children are canonical class ids; returns its
+        class id. The hot path of adding (:meth:`add_node` canonicalises first); not for
+        an e-graph with explanations (:meth:`add_explained`).
+
+        >>> eg = EGraph()
+        >>> eg.add_canonical(("f", eg.add("x"))) == eg.add("(f x)")
+        True
+        """
+        memo = self._memo
+        nid = memo.get(node)
+        if nid is not None:
+            return self._uf.find(nid)
+        if self.analysis is None:
+            return self._new_node(node)
+        # A union made by an analysis while this term was being built can leave a child
+        # stale; re-canonicalise before creating anything.
+        find = self._uf.find
+        canon = _canonical(node, self._uf.parents, find)
+        if canon != node:
+            nid = memo.get(canon)
+            if nid is not None:
+                return find(nid)
+        return find(self._new_node(canon))
+
+    def add_explained(self, orig: tuple) -> int:
+        """Add the e-node ``orig`` whose children are e-node ids, kept as given so that
+        a proof goes through exactly them; returns its id (an e-graph with explanations
+        only). The same e-node over other members of the children's classes is a new
+        id, congruent to the first.
+
+        >>> eg = EGraph(explanations=True)
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> _ = eg.union(a, b)
+        >>> fa, fb = eg.add_explained(("f", a)), eg.add_explained(("f", b))
+        >>> fa != fb, eg.find(fa) == eg.find(fb)
+        (True, True)
+        """
+        find = self._uf.find
+        node = (orig[0], *[find(c) for c in orig[1:]])
+        existing = self._memo.get(node)
+        proofs = self._proofs
+        if existing is None:
+            return self._new_node(node, orig)
+        if proofs.orig[existing] == orig:
+            return existing
+        # The same e-node reached through other representatives: a new id, congruent to it.
+        nid = len(self._node)
+        self._uf.parents.append(find(existing))
+        self._node.append(node)
+        self._cnodes.append(None)
+        self._parents.append(None)
+        self._data.append(None)
+        proofs.add_node(orig)
+        proofs.union(nid, existing, CONGRUENCE)
+        return nid
+
+    def bind_instantiator(self, make: Callable) -> Callable[[tuple], int]:
+        """Bind a compiled instantiator (:meth:`Pattern.instantiator`) to this e-graph:
+        a function from a match to the class id of the instance, added where missing.
+
+        >>> from egraph import Pattern
+        >>> eg = EGraph()
+        >>> x = eg.add("x")
+        >>> inst = eg.bind_instantiator(Pattern.of("(f ?a)").instantiator({"a": 1}, False))
+        >>> inst((x, x)) == eg.add("(f x)")
+        True
+        """
+        if self._proofs is not None:
+            add = self.add_explained
+        elif self.analysis is None:
+            # The instantiator has looked the canonical e-node up already, and with no
+            # analysis nothing can union while it builds: a miss is a new e-node.
+            add = self._new_node
+        else:
+            add = self.add_canonical
+        return make(self._memo, self._uf.parents, self._uf.find, add)
+
+    def bind_lookup(self, make: Callable) -> Callable[[tuple], int | None]:
+        """Bind a compiled instantiator to look its instance up without adding anything:
+        the class id, or None where an e-node of it is not in the e-graph yet.
+
+        >>> from egraph import Pattern
+        >>> eg = EGraph()
+        >>> x = eg.add("x")
+        >>> look = eg.bind_lookup(Pattern.of("(f ?a)").instantiator({"a": 1}, False))
+        >>> look((x, x)), eg.num_classes
+        (None, 1)
+        """
+        return make(self._memo, self._uf.parents, self._uf.find, _absent)
+
+    def op_nodes(self, c: int, op: Hashable) -> list[tuple]:
+        """The e-nodes of canonical class ``c`` with operator ``op``, cached until the class
+        changes; the generated matchers call it for large classes. One pass per class and
+        operator a pattern asks for, however many parents and patterns ask.
+
+        >>> eg = EGraph()
+        >>> c = eg.add("(f x)")
+        >>> _ = eg.union(c, eg.add("(g x)"))
+        >>> _ = eg.rebuild()
+        >>> eg.op_nodes(eg.find(c), "g")
+        [('g', 0)]
+        """
+        index = self._opidx.get(c)
+        if index is None:
+            index = self._opidx[c] = {}
+        found = index.get(op)
+        if found is None:
+            found = index[op] = [n for n in self._cnodes[c] if n[0] == op]
+        return found
+
+    def set_nodes(self, c: int, nodes: list[tuple]) -> None:
+        """Replace the e-node list of canonical class ``c`` with ``nodes``, some of its
+        own (pruning; :meth:`retain_nodes` takes a predicate instead).
+
+        >>> eg = EGraph()
+        >>> c = eg.add("(f x)")
+        >>> _ = eg.union(c, eg.add("y"))
+        >>> c = eg.find(c)
+        >>> eg.set_nodes(c, [n for n in eg.class_nodes[c] if len(n) == 1])
+        >>> eg.class_nodes[c]
+        [('y',)]
+        """
+        self._cnodes[c] = nodes
+        self._opidx.pop(c, None)
+
+    def class_of(self, value: int | Term | str) -> int | None:
+        """The canonical class of an id, or of a term looked up (never added): None for
+        a term not in the e-graph.
+
+        >>> eg = EGraph()
+        >>> a = eg.add("(f x)")
+        >>> eg.class_of("(f x)") == eg.class_of(a), eg.class_of("(f y)")
+        (True, None)
+        """
+        if isinstance(value, int) and not isinstance(value, bool):
+            return self._uf.find(value)
+        return self.lookup(value)
+
+    def set_roots(self, ids: Iterable[int]) -> None:
+        """Make ``ids`` the root classes, in order (a builder's outputs; see :attr:`roots`).
+
+        >>> eg = EGraph()
+        >>> a, b = eg.add("a"), eg.add("b")
+        >>> eg.set_roots([b, a])
+        >>> eg.roots
+        [1, 0]
+        """
+        self._roots = list(ids)
+
+    def reserve_class(self) -> int:
+        """A new class with no e-nodes yet, for a builder that must name classes before
+        it fills them (a serialized e-graph's classes may be cyclic); fill it with
+        :meth:`add_to_class`.
+
+        >>> eg = EGraph()
+        >>> c = eg.reserve_class()
+        >>> eg.class_nodes[c], eg.num_classes
+        ([], 1)
+        """
+        cid = len(self._node)
+        self._uf.parents.append(cid)
+        self._node.append(("<reserved>",))
+        self._cnodes.append([])
+        self._parents.append(None)
+        self._data.append(None)
+        self._num_classes += 1
+        if self._proofs is not None:
+            self._proofs.add_node(("<reserved>",))
+        return cid
+
+    def add_to_class(self, node: tuple, cid: int, reason: Any = "union") -> int:
+        """Put the e-node ``node`` (children canonical class ids) into class ``cid``; an
+        identical e-node already present merges its class with ``cid``. ``reason`` is the
+        merge's, for proofs. Returns the merged class's id.
+
+        >>> eg = EGraph()
+        >>> c = eg.reserve_class()
+        >>> c = eg.add_to_class(("x",), c)
+        >>> eg.class_nodes[c], eg.lookup("x") == c
+        ([('x',)], True)
+        """
+        existing = self._memo.get(node)
+        if existing is not None:
+            self.union(existing, cid, reason)
+        else:
+            self.union(cid, self._new_node(node), reason)
+        return self._uf.find(cid)
+
+    def reanalyse(self) -> None:
+        """Make every e-node's analysis data again, merge it into its class's and
+        rebuild: for classes filled before their children's data was known (loading a
+        serialized e-graph). Nothing without an analysis.
+
+        >>> from egraph import ConstantFolding
+        >>> eg = EGraph(analysis=ConstantFolding())
+        >>> c = eg.add("(+ 1 2)")
+        >>> eg.set_data(c, None)
+        >>> eg.reanalyse()
+        >>> eg.data(c)
+        3
+        """
+        if self.analysis is None:
+            return
+        self._analysis_pending.extend(range(len(self._node)))
+        self.rebuild()
 
     # -- the big verbs ------------------------------------------------------------------
 

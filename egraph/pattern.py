@@ -298,7 +298,7 @@ class Pattern:
             roots = egraph.classes_with_op(self.root_op) if self.root_op is not None else (
                 egraph.classes()
             )
-        return self._search(egraph._cnodes, egraph._op_nodes, roots, limit, *grounds)
+        return self._search(egraph.class_nodes, egraph.op_nodes, roots, limit, *grounds)
 
     # -- instantiation ------------------------------------------------------------------
 

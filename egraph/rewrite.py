@@ -207,7 +207,7 @@ class _CommutativeSearch:
                      if c is not None}
         else:
             found = None
-            find, parents, nodes = egraph.find, egraph._parents, egraph._node
+            find, parents, nodes = egraph.find, egraph.node_parents, egraph.created_nodes
             for arg in t.args:
                 below = self._possible(arg, egraph, out)
                 if below is None:
@@ -240,7 +240,7 @@ class _CommutativeSearch:
                           for m in pattern.search_tuples(egraph, [cls])]
         else:
             arity = len(t.args) + 1
-            for node in egraph._cnodes[cls]:
+            for node in egraph.class_nodes[cls]:
                 if node[0] != t.op or len(node) != arity:
                     continue
                 kids = node[1:]
@@ -472,17 +472,17 @@ class Rewrite:
         ``deadline`` (checked every 256 matches) passes.
         """
         explained = egraph.explanations
-        bind = egraph._bind_instantiator
+        bind = egraph.bind_instantiator
         name = self.name
         index = self._index
-        union = egraph._union
-        memo = egraph._memo
+        union = egraph.union
+        memo = egraph.hashcons
         if (self.rhs is not None and self.when is None and not explained
                 and self._rhs_variants is None):
             # The common case, kept tight: no guard, no proof recording.
             inst = bind(self.rhs.instantiator(index, False))
-            P = egraph._uf.parents
-            find = egraph._uf.find
+            uf = egraph.union_find
+            P, find = uf.parents, uf.find
             merged = 0
             for count, m in enumerate(matches):
                 target = inst(m)
@@ -507,7 +507,7 @@ class Rewrite:
         which = len(self._variants) > 1
         # A guard can cost more than the match (a walk of the e-graph): where the right
         # side is already in the match's class, there is nothing to guard.
-        present = ([egraph._bind_lookup(p.instantiator(index, False)) for p in rights]
+        present = ([egraph.bind_lookup(p.instantiator(index, False)) for p in rights]
                    if guard is not None and insts and not explained else None)
         find = egraph.find
         merged = 0
@@ -575,9 +575,9 @@ class Rewrite:
         for target, pat in self.rhs_equations:
             index = {v: i + 1 for i, v in enumerate(bound)}
             row = (match[0], *bound.values())
-            cid = egraph._bind_instantiator(pat.instantiator(index, explained))(row)
+            cid = egraph.bind_instantiator(pat.instantiator(index, explained))(row)
             if target in bound:
-                merged += egraph._union(bound[target], cid, self.name)
+                merged += egraph.union(bound[target], cid, self.name)
             else:
                 bound[target] = cid
         return merged

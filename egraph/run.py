@@ -18,12 +18,12 @@ node limit is never overshot by more than one match's worth of e-nodes.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from egraph.gcpause import gc_paused
 from egraph.logs import SaturationLog
 from egraph.pattern import Pattern
 from egraph.rewrite import Rewrite
@@ -192,8 +192,8 @@ def goal_met(egraph: EGraph, a, b) -> bool:
         a, b = b, a
     if not _is_pattern(b):
         return egraph.equiv(a, b)
-    egraph._clean()
-    cid = egraph._class_of(a)
+    egraph.rebuild()
+    cid = egraph.class_of(a)
     return cid is not None and bool(Pattern.of(b).search_tuples(egraph, [cid], limit=0))
 
 
@@ -231,13 +231,8 @@ class Runner:
         cost as much as saturation itself (45% of the growth benchmark). Cyclic garbage
         a guard or analysis makes meanwhile is collected once the run ends.
         """
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return self._run(egraph, rules)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self, egraph: EGraph, rules) -> Report:
         rules = flatten_rules(rules)
@@ -251,7 +246,7 @@ class Runner:
         # Per rule: (position in the change log, number of e-nodes) at its last complete
         # search; None means search everything.
         positions: list[tuple[int, int] | None] = [None] * len(rules)
-        memo = egraph._memo
+        memo = egraph.hashcons
         stop = None
         iteration = 0
         while stop is None:
@@ -267,7 +262,7 @@ class Runner:
                 break
             size_before = (len(memo), egraph.num_classes)
             t0 = clock()
-            mark = (len(egraph._log), len(egraph._node))
+            mark = (len(egraph.change_log), egraph.num_created)
             reaches: dict[tuple[int, int], list | None] = {}
             found: list[list | None] = []
             for i, rule in enumerate(rules):
@@ -323,7 +318,7 @@ class Runner:
             ):
                 stop = "saturated"
             iteration += 1
-        egraph._compact()
+        egraph.compact()
         report.stop_reason = stop
         report.total_time = clock() - start
         report.nodes = egraph.num_nodes
@@ -337,7 +332,7 @@ class Runner:
             return
         low = min(p[0] for p in positions)
         if low:
-            del egraph._log[:low]
+            egraph.forget_changes(low)
             positions[:] = [(p[0] - low, p[1]) for p in positions]
 
     @staticmethod
@@ -374,22 +369,23 @@ def _changed_since(egraph: EGraph, position: tuple[int, int]) -> list | None:
     """``[(changed, changed)]``: the classes changed since ``position``, as the first of
     the ``(reach, frontier)`` levels :func:`_within` extends; None when most changed."""
     log_pos, node_mark = position
-    log = egraph._log
-    num_new = len(log) - log_pos + len(egraph._node) - node_mark
+    log = egraph.change_log
+    created = egraph.num_created
+    num_new = len(log) - log_pos + created - node_mark
     if num_new * 2 > egraph.num_classes:
         return None
-    find = egraph._uf.find
+    find = egraph.union_find.find
     changed = {find(c) for c in log[log_pos:]}
-    changed.update([find(c) for c in range(node_mark, len(egraph._node))])
+    changed.update([find(c) for c in range(node_mark, created)])
     return [(changed, changed)]
 
 
 def _within(egraph: EGraph, levels: list, depth: int) -> set[int] | None:
     """The classes at most ``depth`` parent steps above a changed class (None: most of
     the e-graph), extending the cached ``levels`` as far as needed."""
-    find = egraph._uf.find
-    P = egraph._uf.parents
-    parents = egraph._parents
+    uf = egraph.union_find
+    find, P = uf.find, uf.parents
+    parents = egraph.node_parents
     while len(levels) <= depth:
         last = levels[-1]
         if last is None:

@@ -41,7 +41,7 @@ def to_json(egraph: EGraph, cost: Callable[[ENode], float] | None = None) -> dic
     nodes: dict[str, dict[str, Any]] = {}
     class_data: dict[str, dict[str, Any]] = {}
     for c in egraph.classes():
-        for i, n in enumerate(egraph._cnodes[c]):
+        for i, n in enumerate(egraph.class_nodes[c]):
             entry: dict[str, Any] = {
                 "op": format_op(n[0]),
                 "children": [f"{k}.0" for k in n[1:]],
@@ -49,7 +49,7 @@ def to_json(egraph: EGraph, cost: Callable[[ENode], float] | None = None) -> dic
                 "cost": float(cost(ENode(n[0], n[1:]))) if cost is not None else 1.0,
             }
             nodes[f"{c}.{i}"] = entry
-        value = egraph._data[c]
+        value = egraph.data(c)
         if isinstance(value, (int, float, str, bool)):
             class_data[str(c)] = {"data": value}
     out: dict[str, Any] = {
@@ -125,7 +125,7 @@ def from_json(data: Any, eg: EGraph) -> EGraph:
     # first, then fill in its e-nodes.
     class_id: dict[str, int] = {}
     for cls in members:
-        class_id[cls] = _reserve_class(eg)
+        class_id[cls] = eg.reserve_class()
     find = eg.find
     for cls, nids in members.items():
         for nid in nids:
@@ -133,33 +133,9 @@ def from_json(data: Any, eg: EGraph) -> EGraph:
             kids = tuple(find(class_id[str(nodes[ch]["eclass"])])
                          for ch in node.get("children", []))
             op = node["op"] if kids else _leaf_op(node["op"])
-            _insert(eg, (op, *kids), find(class_id[cls]))
-    eg._roots = [find(class_id[str(r)]) for r in data.get("root_eclasses", [])]
+            eg.add_to_class((op, *kids), find(class_id[cls]), "serialized")
+    eg.set_roots([find(class_id[str(r)]) for r in data.get("root_eclasses", [])])
     eg.rebuild()
-    if eg.analysis is not None:
-        eg._analysis_pending.extend(range(len(eg._node)))
-        eg.rebuild()
+    eg.reanalyse()
     return eg
 
-
-def _reserve_class(eg: EGraph) -> int:
-    cid = len(eg._node)
-    eg._uf.parents.append(cid)
-    eg._node.append(("<reserved>",))
-    eg._cnodes.append([])
-    eg._parents.append(None)
-    eg._data.append(None)
-    eg._num_classes += 1
-    if eg._proofs is not None:
-        eg._proofs.add_node(("<reserved>",))
-    return cid
-
-
-def _insert(eg: EGraph, node: tuple, cid: int) -> None:
-    """Put ``node`` into class ``cid`` (unioning classes that share an identical e-node)."""
-    existing = eg._memo.get(node)
-    if existing is not None:
-        eg._union(existing, cid, "serialized")
-        return
-    nid = eg._new_node(node)
-    eg._union(cid, nid, "serialized")

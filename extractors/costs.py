@@ -40,7 +40,7 @@ _NO_TRAFFIC = _VIEWS | names(kind="leaf") | names(kind="shape")
 
 
 def _meta(egraph, cid: int):
-    return egraph._data[egraph._uf.find(cid)]
+    return egraph.data(cid)
 
 
 def _numel(meta) -> int:
@@ -645,9 +645,9 @@ class Curvature(CostModel):
         b = -50`` in float32), so the product is charged what ``exp`` of the combined
         exponent is charged, ``log2(1 + |a| + |b|)``, and is no cheaper than that form."""
         exponents = []
+        cnodes, find = egraph.class_nodes, egraph.find
         for k in node[1:3]:
-            inner = next((n[1] for n in egraph._cnodes[egraph.find(k)] or ()
-                          if n[0] == "exp"), None)
+            inner = next((n[1] for n in cnodes[find(k)] or () if n[0] == "exp"), None)
             if inner is None:
                 return 0.0
             exponents.append(_meta(egraph, inner))
@@ -691,7 +691,7 @@ def _is_exact(egraph, cid: int, depth: int = 4) -> bool:
     """A class whose value carries no rounding error: a leaf (input, parameter, literal),
     or an operation that only moves, negates or selects exact values."""
     find = egraph.find
-    for n in egraph._cnodes[find(cid)] or ():
+    for n in egraph.class_nodes[find(cid)] or ():
         if len(n) == 1 or n[0] in ("input", "param", "const"):
             return True
         if depth and n[0] in _EXACT_OPS and all(

@@ -42,7 +42,7 @@ class Region:
 
 
 def _is_tensor(egraph, cid: int) -> bool:
-    meta = egraph._data[egraph.find(cid)]
+    meta = egraph.data(cid)
     return getattr(meta, "kind", None) == "tensor"
 
 

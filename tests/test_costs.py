@@ -244,7 +244,7 @@ def test_local_search_never_worsens_a_whole_program_cost():
     eg = _eg(model_fn, torch.randn(64, 128))
     eg.saturate(load_rules("fusion", "algebra"), iter_limit=3, node_limit=5_000)
     cost = Roofline("H100")
-    start = {c: eg._cnodes[c][0] for c in eg.classes()}
+    start = {c: eg.class_nodes[c][0] for c in eg.classes()}
     better = improve(eg, start, cost)
     assert cost.program_cost(eg, better) <= cost.program_cost(eg, start)
     opt = eg.extract(cost)

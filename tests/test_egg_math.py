@@ -77,7 +77,7 @@ def _rewrites_at_one_position(before: Term, after: Term, rule, eg_rules) -> bool
         s = eg.add(src)
         d = eg.add(dst)
         for m in r.lhs.search_tuples(eg, [eg.find(s)]):
-            inst = eg._bind_instantiator(r.rhs.instantiator(r._index, False))
+            inst = eg.bind_instantiator(r.rhs.instantiator(r._index, False))
             if eg.find(inst(m)) == eg.find(d):
                 return True
     return False

@@ -36,14 +36,14 @@ def check_invariants(eg: EGraph) -> None:
     seen = {}
     for c in eg.classes():
         assert find(c) == c
-        nodes = eg._cnodes[c]
+        nodes = eg.class_nodes[c]
         assert len(set(nodes)) == len(nodes), "duplicate e-nodes in a class"
         for n in nodes:
             assert canonical(n, find) == n, "non-canonical e-node after rebuild"
             # congruence closure: one class per canonical e-node
             assert seen.setdefault(n, c) == c, "congruent e-nodes in two classes"
-            assert find(eg._memo[n]) == c, "hash-cons points to the wrong class"
-    for key in eg._memo:
+            assert find(eg.hashcons[n]) == c, "hash-cons points to the wrong class"
+    for key in eg.hashcons:
         assert canonical(key, find) == key, "stale key in the hash-cons"
 
 
@@ -54,7 +54,7 @@ def check_invariants(eg: EGraph) -> None:
 def test_rebuild_restores_canonical_congruence_closed_hashcons(ts, pairs):
     eg = EGraph()
     ids = [eg.add(t) for t in ts]
-    n = len(eg._node)
+    n = eg.num_created
     for a, b in pairs:
         eg.union(a % n, b % n)
     eg.rebuild()
@@ -159,7 +159,7 @@ def test_search_finds_exactly_the_matches_of_a_plain_recursive_matcher(ts, pairs
         eg.add(t)
     for i in range(12):
         eg.add(f"(f (+ x{i} {i}))")
-    n = len(eg._node)
+    n = eg.num_created
     for a, b in pairs:
         eg.union(a % n, b % n)
     eg.rebuild()

@@ -28,6 +28,7 @@ def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
             rounds: int = 3) -> dict[int, tuple]:
     """A choice at least as good as ``choice`` under ``cost.program_cost``."""
     find = egraph.find
+    cnodes = egraph.class_nodes
     best = dict(choice)
     roots = program_roots(egraph)
     best_cost: Any = cost.program_cost(egraph, best)
@@ -36,7 +37,7 @@ def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
         improved = False
         order = program_order(egraph, best, roots)
         for c in order:
-            for alt in egraph._cnodes[c]:
+            for alt in cnodes[c]:
                 if alt == best[c] or evaluations >= budget:
                     continue
                 if any(find(k) not in best for k in alt[1:]):

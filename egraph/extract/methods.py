@@ -50,6 +50,7 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
 
     egraph.rebuild()
     find = egraph.find
+    cnodes = egraph.class_nodes
     if roots is None:
         roots = program_roots(egraph)
     if not roots:
@@ -62,12 +63,12 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
         c = stack.pop()
         if c not in index:
             index[c] = len(index)
-            stack.extend(find(k) for node in egraph._cnodes[c] for k in node[1:])
+            stack.extend(find(k) for node in cnodes[c] for k in node[1:])
     reached = list(index)
     classes = []
     for c in reached:
         nodes = []
-        for node in egraph._cnodes[c]:
+        for node in cnodes[c]:
             value = node_cost(c, node)
             if not isinstance(value, (int, float)) or value < 0 or value != value:
                 raise ValueError(
@@ -83,7 +84,7 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
     choice = {}
     for c in reversed(graph.order(pick)):  # each class before its children
         cls = reached[c]
-        choice[cls] = egraph._cnodes[cls][pick[c] - graph.class_nodes[c][0]]
+        choice[cls] = cnodes[cls][pick[c] - graph.class_nodes[c][0]]
     return choice, graph.dag_cost(pick), optimal
 
 

@@ -68,7 +68,7 @@ def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[Point]]:
     egraph.rebuild()
     fa, fb = _bind(cost_a, egraph), _bind(cost_b, egraph)
     classes = egraph.classes()
-    cnodes = egraph._cnodes
+    cnodes = egraph.class_nodes
     front: dict[int, list[Point]] = {}
     changed = True
     while changed:

@@ -13,7 +13,7 @@ the e-nodes each class held when the e-graph was built (``{class: [e-node, ...]}
 >>> from egraph import EGraph
 >>> eg = EGraph()
 >>> root = eg.add("(* (+ x 1) (+ x 1))", root=True)
->>> choice = {c: eg._cnodes[c][0] for c in eg.classes()}
+>>> choice = {c: eg.class_nodes[c][0] for c in eg.classes()}
 >>> [choice[c][0] for c in program_order(eg, choice)]
 ['x', 1, '+', '*']
 """
@@ -52,7 +52,8 @@ def program_order(egraph: EGraph, choice: dict[int, Any],
     >>> from egraph import EGraph
     >>> eg = EGraph()
     >>> root = eg.add("(g (f x))", root=True)
-    >>> [eg.nodes(c)[0].op for c in program_order(eg, {c: eg._cnodes[c][0] for c in eg.classes()})]
+    >>> choice = {c: eg.class_nodes[c][0] for c in eg.classes()}
+    >>> [eg.nodes(c)[0].op for c in program_order(eg, choice)]
     ['x', 'f', 'g']
     """
     find = egraph.find
@@ -162,7 +163,7 @@ def dag_cost(egraph: EGraph, cost: Any, choice: dict[int, tuple]) -> Any:
     >>> from egraph import EGraph, AstSize
     >>> eg = EGraph()
     >>> root = eg.add("(+ (* x y) (* x y))", root=True)
-    >>> dag_cost(eg, AstSize(), {c: eg._cnodes[c][0] for c in eg.classes()})  # tree: 7
+    >>> dag_cost(eg, AstSize(), {c: eg.class_nodes[c][0] for c in eg.classes()})  # tree: 7
     4
     """
     if hasattr(cost, "program_cost"):

@@ -78,7 +78,7 @@ def best_nodes(egraph: EGraph, cost: Callable[[ENode, list], Any],
     find = egraph.find
     if nodes_of is None:
         classes = egraph.classes()
-        cnodes = egraph._cnodes
+        cnodes = egraph.class_nodes
     else:
         groups: dict[int, dict[tuple, None]] = {}
         for c, nodes in nodes_of.items():

@@ -428,8 +428,8 @@ class TensorAnalysis(Analysis):
                     return _number("literal", exact_of(value), value)
                 return Meta("literal", value=value)
             return UNKNOWN
-        data = egraph._data
-        find = egraph._uf.find
+        data = egraph.class_data
+        find = egraph.union_find.find
         kids = [data[find(c)] or UNKNOWN for c in node[1:]]
         if op in ("tuple", "slice"):
             if all(k.kind in ("literal", "scalar") and (k.value is not None or k.kind ==
@@ -535,7 +535,7 @@ class TensorAnalysis(Analysis):
             leaf = egraph.add_node(literal(number))
         else:
             return
-        egraph._union(cid, leaf, "constant-fold")
+        egraph.union(cid, leaf, "constant-fold")
 
 
 def _different(a: tuple, b: tuple) -> bool:
@@ -549,8 +549,8 @@ def _from_size(egraph: EGraph, node: tuple) -> bool:
     """True when an e-node's (non-tensor) value is computed from a tensor's size."""
     if node[0] == "size":
         return True
-    find = egraph._uf.find
-    return any(getattr(egraph._data[find(c)], "from_size", False) for c in node[1:])
+    find, data = egraph.union_find.find, egraph.class_data
+    return any(getattr(data[find(c)], "from_size", False) for c in node[1:])
 
 
 def _sized(meta: Meta) -> Meta:
@@ -570,8 +570,8 @@ def _sign(egraph: EGraph, node: tuple) -> int:
         return ANY
     if isinstance(entry.sign, int):
         return entry.sign
-    find = egraph._uf.find
-    data = egraph._data
+    find = egraph.union_find.find
+    data = egraph.class_data
     kids = [data[find(c)] or UNKNOWN for c in node[1:]]
     if op == "mul" and find(node[1]) == find(node[2]):
         return POS if not kids[0].sign & ZERO else NONNEG
@@ -591,8 +591,8 @@ def _finite(egraph: EGraph, node: tuple, meta: Meta) -> bool:
     entry = TABLE.get(op) if isinstance(op, str) else None
     if entry is None or not (entry.finite or entry.kind in ("view", "creation")):
         return False
-    find = egraph._uf.find
-    data = egraph._data
+    find = egraph.union_find.find
+    data = egraph.class_data
     kids = [data[find(c)] or UNKNOWN for c in node[1:]]
     if op in ("zeros_like", "ones_like", "arange"):
         return True
@@ -621,11 +621,11 @@ def _largest(dtype: Any) -> float:
 
 def _is_max_of(egraph: EGraph, candidate: int, x: int) -> bool:
     """True when class ``candidate`` holds ``amax(x, dims, keepdim=True)``."""
-    find = egraph._uf.find
+    find, data = egraph.union_find.find, egraph.class_data
     x = find(x)
-    for n in egraph._cnodes[find(candidate)] or ():
+    for n in egraph.class_nodes[find(candidate)] or ():
         if n[0] == "amax" and find(n[1]) == x:
-            keep = egraph._data[find(n[3])]
+            keep = data[find(n[3])]
             if keep is not None and keep.value is True:
                 return True
     return False
@@ -653,8 +653,8 @@ def _clip_to_sign(lo: float, hi: float, sign: int) -> tuple[float, float]:
 
 
 def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, float]:
-    find = egraph._uf.find
-    kids = [egraph._data[find(c)] or UNKNOWN for c in node[1:]]
+    find, data = egraph.union_find.find, egraph.class_data
+    kids = [data[find(c)] or UNKNOWN for c in node[1:]]
     intervals = []
     values = []
     for k in kids:
@@ -684,16 +684,16 @@ def _observed_interval(egraph: EGraph, node: tuple, meta: Meta) -> tuple[float, 
 def _is_max_abs_of(egraph: EGraph, candidate: int, x: int, depth: int = 2) -> bool:
     """True when class ``candidate`` holds ``amax(abs(x), dims, keepdim=True)``, possibly
     clamped from below by a positive literal."""
-    find = egraph._uf.find
+    find, data, cnodes = egraph.union_find.find, egraph.class_data, egraph.class_nodes
     x = find(x)
-    for n in egraph._cnodes[find(candidate)] or ():
+    for n in cnodes[find(candidate)] or ():
         if n[0] == "amax" and any(m[0] == "abs" and find(m[1]) == x
-                                  for m in egraph._cnodes[find(n[1])] or ()):
-            keep = egraph._data[find(n[3])]
+                                  for m in cnodes[find(n[1])] or ()):
+            keep = data[find(n[3])]
             if keep is not None and keep.value is True:
                 return True
         if n[0] == "clamp" and depth > 0:
-            low = egraph._data[find(n[2])]
+            low = data[find(n[2])]
             if low is not None and isinstance(low.value, (int, float)) and low.value > 0 and (
                     _is_max_abs_of(egraph, n[1], x, depth - 1)):
                 return True

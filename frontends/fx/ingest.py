@@ -1646,13 +1646,13 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
     outputs: list[int] = []
     fx.node.map_aggregate(builder.output, lambda a: outputs.append(a.cid)
                           if isinstance(a, ClassRef) else None)
-    eg._roots = list(outputs)
+    eg.set_roots(outputs)
     eg.fx = FxSource(
         module=module, graph_module=gm, inputs=builder.inputs,
         input_classes=builder.input_classes, output=builder.output,
         effects=builder.effects, opaque=builder.opaque, constants=builder.constants,
         example_inputs=tuple(example_inputs) if example_inputs is not None else None,
-        initial={c: list(eg._cnodes[c]) for c in eg.classes()}, random=builder.random,
+        initial={c: list(eg.class_nodes[c]) for c in eg.classes()}, random=builder.random,
         origins=builder.origins,
         domains={name: DOMAINS[d] for name, d in (domains or {}).items()},
         ranges={name: (float(lo), float(hi)) for name, (lo, hi) in (ranges or {}).items()},
