@@ -56,6 +56,7 @@ from sympy.simplify.fu import TR2, TR9, TR2i
 from compiler.ordinals import from_ordinals, midpoint, ordinals, uniform
 from compiler.regimes import Regimes, between, infer_regimes, select
 from compiler.series import SeriesTimeout, series_candidates, time_limit
+from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.error_analysis import local_error
 from frontends.fx.ingest import FxSource
 from frontends.fx.vocabulary import lower
@@ -63,16 +64,10 @@ from frontends.fx.vocabulary import lower
 __all__ = ["MIN_GAIN_BITS", "REWRITES", "AccuracyReport", "Improvement", "candidates",
            "improve_accuracy", "improve_validated", "rule_candidates", "to_sympy"]
 
-# The elementwise ops of the vocabulary as sympy builders.
+# The elementwise ops of the vocabulary as sympy builders: the op table's ``sympy`` facts.
 _VOCABULARY: dict[str, Callable] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "neg": lambda a: -a,
-    "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos,
-    "tanh": sp.tanh, "tan": sp.tan, "atan": sp.atan, "sinh": sp.sinh, "cosh": sp.cosh,
-    "expm1": lambda a: sp.exp(a) - 1, "log1p": lambda a: sp.log(1 + a),
-    "reciprocal": lambda a: 1 / a, "rsqrt": lambda a: 1 / sp.sqrt(a), "abs": sp.Abs,
-    "sigmoid": lambda a: 1 / (1 + sp.exp(-a)),
-}
+    name: sympy_form(name) for name, entry in TABLE.items()
+    if entry.kind == "pointwise" and entry.sympy is not None}
 # Elementwise torch functions the vocabulary does not model (opaque to the e-graph), by name.
 _OUTSIDE: dict[str, Callable] = {
     "asin": sp.asin, "acos": sp.acos, "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh,
@@ -263,16 +258,13 @@ def to_sympy(node: fx.Node):
     if lowered is not None:
         op, args = lowered[0], list(lowered[1])
         builder = _VOCABULARY.get(op)
-        return None if builder is None or len(args) != _arity(op) else (builder, args)
+        return None if builder is None or len(args) != len(TABLE[op].params) else (
+            builder, args)
     name = node.target if method else getattr(node.target, "__name__", "")
     if name in _OUTSIDE and (method or getattr(torch, name, None) is node.target) and len(
             node.args) == 1 and not node.kwargs:
         return _OUTSIDE[name], list(node.args)
     return None
-
-
-def _arity(op: str) -> int:
-    return 2 if op in ("add", "sub", "mul", "div", "pow") else 1
 
 
 def _number(value) -> sp.Expr | None:

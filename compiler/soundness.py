@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from egraph.ops.table import TABLE, sympy_form
 from egraph.rewrite import Rewrite
 from egraph.rules import Input, LibraryRule
 
@@ -262,24 +263,10 @@ def mutants() -> list[tuple[LibraryRule, Rewrite]]:
 # -- sympy ------------------------------------------------------------------------------
 
 
-def _sympy_ops():
-    import sympy as sp
-
-    def sig(x):
-        return 1 / (1 + sp.exp(-x))
-
-    return {
-        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-        "div": lambda a, b: a / b, "neg": lambda a: -a, "exp": sp.exp, "log": sp.log,
-        "sqrt": sp.sqrt, "abs": sp.Abs, "pow": lambda a, b: a**b, "sigmoid": sig,
-        "tanh": sp.tanh, "log1p": lambda a: sp.log(1 + a), "expm1": lambda a: sp.exp(a) - 1,
-        "logsigmoid": lambda a: sp.log(sig(a)), "softplus": lambda a, *_: sp.log(1 + sp.exp(a)),
-        "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "atan": sp.atan, "sinh": sp.sinh,
-        "cosh": sp.cosh, "hypot": lambda a, b: sp.sqrt(a**2 + b**2),
-        "logaddexp": lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), "reciprocal": lambda a: 1 / a,
-        "ones_like": lambda a: sp.Integer(1), "zeros_like": lambda a: sp.Integer(0),
-        "silu": lambda a: a * sig(a),
-    }
+def _sympy_ops() -> dict:
+    """The ops sympy can express, as builders over sympy expressions: the op table's
+    ``sympy`` facts (:func:`egraph.ops.table.sympy_form`)."""
+    return {name: sympy_form(name) for name, entry in TABLE.items() if entry.sympy is not None}
 
 
 def sympy_proof(rewrite: Rewrite) -> bool | None:

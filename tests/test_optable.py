@@ -14,7 +14,7 @@ import egraph.ops
 from backends.triton.templates import POINTWISE, ROW_OPS, attributes_of
 from egraph import EGraph
 from egraph.ops import Op
-from egraph.ops.table import ERRORS, KINDS, TABLE, interval_of, names
+from egraph.ops.table import ERRORS, KINDS, TABLE, interval_of, names, sympy_form
 from extractors import Curvature, Flops
 from extractors.fusion import LIBRARY, VIEWS
 from frontends.fx.error_analysis import rounding_error
@@ -289,3 +289,42 @@ def test_tan_atan_sinh_cosh_are_table_ops_with_ranges_and_kernels(name, monkeypa
     assert module.meta.get("triton_kernels"), module.code
     torch.testing.assert_close(module(x), HYPERBOLIC_AND_TANGENT[name][0](x), rtol=2e-6,
                                atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in TABLE.items() if e.sympy is not None))
+def test_an_ops_sympy_form_is_the_op(name):
+    """Each op's ``sympy`` fact (what the soundness proofs and the accuracy search read)
+    computes what its torch implementation does, at points inside its domain."""
+    import sympy
+
+    from frontends.fx.vocabulary import SPECS
+
+    entry = TABLE[name]
+    gen = torch.Generator().manual_seed(0)
+    points = torch.rand(16, generator=gen, dtype=torch.float64) * 0.8 + 0.1  # (0.1, 0.9)
+    others = {"y": points.flip(0) + 0.5, "beta": 2.0, "threshold": 20.0}
+    args = [points] + [others[p] for p in entry.params[1:]]
+    want = SPECS[name].run(args)
+    symbols = [sympy.Symbol(p) for p in entry.params]
+    formula = sympy.lambdify(symbols, sympy_form(name)(*symbols), "math")
+    got = torch.tensor([formula(*[float(a[i]) if isinstance(a, torch.Tensor) else a
+                                  for a in args]) for i in range(len(points))],
+                       dtype=torch.float64)
+    torch.testing.assert_close(got, want.expand_as(got).to(torch.float64))
+
+
+def test_an_op_added_with_a_sympy_fact_reaches_the_proofs_and_the_accuracy_search():
+    """``logit`` (added the documented way, one table entry) is scalar algebra to the
+    soundness proofs and to the accuracy search through its ``sympy`` fact."""
+    import sympy
+
+    from compiler.herbie import to_sympy
+    from compiler.soundness import sympy_proof
+    from egraph import rewrite
+
+    assert sympy_proof(rewrite("sigmoid-logit", "(sigmoid (logit ?x))", "?x")) is True
+    assert sympy_proof(rewrite("wrong-logit", "(logit ?x)", "(log ?x)")) is False
+    gm = torch.fx.symbolic_trace(lambda p: torch.logit(p))
+    (call,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    builder, args = to_sympy(call)
+    assert builder(sympy.Symbol("p")) == sympy.log(sympy.Symbol("p") / (1 - sympy.Symbol("p")))

@@ -21,6 +21,7 @@ Adding an op is one :func:`op` call below plus its test (``tests/test_optable.py
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,11 @@ class OpDef:
     """Its result is a new contiguous tensor whatever its operands' layouts (linear,
     matmul; not a convolution, which keeps channels-last, nor sdpa or einsum, which may
     return a permuted result)."""
+    sympy: str | None = None
+    """The op over the reals as a sympy expression of its parameters (``"log(1 + x)"``),
+    for the soundness proofs of rules (:mod:`compiler.soundness`) and the accuracy search
+    (:mod:`compiler.herbie`); None where it has none (reductions, views, comparisons).
+    :func:`sympy_form` builds it."""
     why: dict[str, str] = field(default_factory=dict)
     """Why a fact an op of its kind usually has is missing (``{"triton": "..."}``)."""
 
@@ -154,6 +160,29 @@ def interval_of(op: str, kids: list, values: list, shapes: Any) -> iv.Interval:
     if entry is None or entry.interval is None:
         return iv.UNBOUNDED
     return entry.interval(kids, values, shapes)
+
+
+@functools.cache
+def sympy_form(name: str) -> Callable | None:
+    """Op ``name`` as a function of sympy expressions (its parameters in order), from its
+    ``sympy`` fact; None where it has none. sympy is imported on the first call.
+
+    >>> import sympy
+    >>> sympy_form("log1p")(sympy.Symbol("a")), sympy_form("softmax")
+    (log(a + 1), None)
+    """
+    entry = TABLE.get(name)
+    if entry is None or entry.sympy is None:
+        return None
+    import sympy
+
+    params = [sympy.Symbol(p) for p in entry.params]
+    expr = sympy.sympify(entry.sympy, locals={p.name: p for p in params})
+
+    def form(*args):
+        return expr.xreplace(dict(zip(params, map(sympy.sympify, args))))
+    form.__name__ = name
+    return form
 
 
 def names(**facts) -> frozenset[str]:
@@ -374,27 +403,27 @@ _COMPARE = "operator.{1} Tensor.__{1}__"
 _NO_TRITON_MATH = "needs a libdevice function; only triton.language core is used"
 _UNTRACKED = "no range rule yet: observed ranges inform the curvature cost only"
 
-op("add", "x y", "pointwise", impl="torch.add", flops=1, commutative=True,
+op("add", "x y", "pointwise", sympy="x + y", impl="torch.add", flops=1, commutative=True,
    sign=signs.total, interval=iv.total, triton="{x} + {y}",
    spell=_XY_SPELL.format("add") + " " + _OPERATOR.format("add", "add")
    + " ops.prims.fma.default:fma torch.addcmul:addcmul Tensor.addcmul:addcmul"
    " aten.addcmul.default:addcmul torch.addcdiv:addcdiv Tensor.addcdiv:addcdiv"
    " aten.addcdiv.default:addcdiv")
-op("sub", "x y", "pointwise", impl="torch.sub", flops=1, sign=signs.difference,
+op("sub", "x y", "pointwise", sympy="x - y", impl="torch.sub", flops=1, sign=signs.difference,
    interval=iv.difference, triton="{x} - {y}",
    spell=_XY_SPELL.format("sub") + " " + _OPERATOR.format("sub", "sub")
    + " torch.subtract Tensor.subtract torch.rsub:rsub aten.rsub.Scalar:rsub"
    " aten.rsub.Tensor:rsub")
-op("mul", "x y", "pointwise", impl="torch.mul", flops=1, commutative=True,
+op("mul", "x y", "pointwise", sympy="x * y", impl="torch.mul", flops=1, commutative=True,
    sign=signs.product, interval=iv.product, triton="{x} * {y}",
    spell=_XY_SPELL.format("mul") + " " + _OPERATOR.format("mul", "mul")
    + " torch.multiply Tensor.multiply torch.square:square Tensor.square:square"
    " aten.square.default:square")
-op("div", "x y", "pointwise", impl="torch.div", flops=1, sign=signs.quotient,
+op("div", "x y", "pointwise", sympy="x / y", impl="torch.div", flops=1, sign=signs.quotient,
    interval=iv.quotient, triton="{x} / {y}",
    spell=_XY_SPELL.format("div") + " " + _OPERATOR.format("div", "truediv")
    + " torch.true_divide Tensor.true_divide")
-op("pow", "x y", "pointwise", impl="torch.pow", flops=1, sign=signs.power,
+op("pow", "x y", "pointwise", sympy="x ** y", impl="torch.pow", flops=1, sign=signs.power,
    interval=iv.power, triton="@pow",
    spell="torch.pow Tensor.pow aten.pow.Scalar aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor "
    + _OPERATOR.format("pow", "pow"))
@@ -434,52 +463,62 @@ op("remainder", "x y", "pointwise", impl="torch.remainder", flops=1,
         "interval": _UNTRACKED},
    spell="operator.mod torch.remainder Tensor.__mod__ Tensor.remainder"
    " aten.remainder.Tensor aten.remainder.Scalar")
-op("logaddexp", "x y", "pointwise", impl="torch.logaddexp", flops=4, commutative=True,
+op("logaddexp", "x y", "pointwise", sympy="log(exp(x) + exp(y))",
+   impl="torch.logaddexp", flops=4, commutative=True,
    stable=True, triton="_logaddexp({x}, {y})", why={"interval": _UNTRACKED},
    spell="torch.logaddexp Tensor.logaddexp aten.logaddexp.default")
-op("hypot", "x y", "pointwise", impl="torch.hypot", flops=3, commutative=True, stable=True,
+op("hypot", "x y", "pointwise", sympy="sqrt(x**2 + y**2)",
+   impl="torch.hypot", flops=3, commutative=True, stable=True,
    sign=signs.NONNEG, triton="_hypot({x}, {y})", why={"interval": _UNTRACKED},
    spell="torch.hypot Tensor.hypot aten.hypot.default")
 
 _UNARY_SPELL = "torch.{0} Tensor.{0} aten.{0}.default"
-op("neg", "x", "pointwise", finite=True, impl="torch.neg", flops=1, exact=True, error="exact",
+op("neg", "x", "pointwise", sympy="-x",
+   finite=True, impl="torch.neg", flops=1, exact=True, error="exact",
    sign=signs.negation, interval=iv.negation, triton="-{x}",
    spell=_UNARY_SPELL.format("neg") + " operator.neg torch.negative Tensor.__neg__"
    " Tensor.negative")
-op("exp", "x", "pointwise", impl="torch.exp", flops=1, sign=POS,
+op("exp", "x", "pointwise", sympy="exp(x)", impl="torch.exp", flops=1, sign=POS,
    interval=iv.monotone(math.exp), triton="tl.exp({x})",
    spell=_UNARY_SPELL.format("exp") + " math.exp")
-op("log", "x", "pointwise", impl="torch.log", flops=1, interval=iv.logarithm,
+op("log", "x", "pointwise", sympy="log(x)", impl="torch.log", flops=1, interval=iv.logarithm,
    triton="tl.log({x})", spell=_UNARY_SPELL.format("log") + " math.log")
-op("sqrt", "x", "pointwise", impl="torch.sqrt", flops=1, sign=signs.root,
+op("sqrt", "x", "pointwise", sympy="sqrt(x)", impl="torch.sqrt", flops=1, sign=signs.root,
    interval=iv.root, triton="tl.sqrt({x})", spell=_UNARY_SPELL.format("sqrt") + " math.sqrt")
-op("rsqrt", "x", "pointwise", impl="torch.rsqrt", flops=1, sign=POS,
+op("rsqrt", "x", "pointwise", sympy="1 / sqrt(x)", impl="torch.rsqrt", flops=1, sign=POS,
    interval=iv.reciprocal_root, triton="tl.rsqrt({x})", spell=_UNARY_SPELL.format("rsqrt"))
-op("abs", "x", "pointwise", finite=True, impl="torch.abs", flops=1, exact=True, error="exact",
+op("abs", "x", "pointwise", sympy="Abs(x)",
+   finite=True, impl="torch.abs", flops=1, exact=True, error="exact",
    stable=True, sign=signs.magnitude, interval=iv.magnitude, triton="tl.abs({x})",
    spell=_UNARY_SPELL.format("abs") + " operator.abs Tensor.__abs__")
-op("sin", "x", "pointwise", finite=True, impl="torch.sin", flops=1, interval=iv.constant(-1.0, 1.0),
+op("sin", "x", "pointwise", sympy="sin(x)",
+   finite=True, impl="torch.sin", flops=1, interval=iv.constant(-1.0, 1.0),
    triton="tl.sin({x})", spell=_UNARY_SPELL.format("sin") + " math.sin")
-op("cos", "x", "pointwise", finite=True, impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
+op("cos", "x", "pointwise", sympy="cos(x)",
+   finite=True, impl="torch.cos", flops=1, interval=iv.constant(-1.0, 1.0),
    triton="tl.cos({x})", spell=_UNARY_SPELL.format("cos") + " math.cos")
-op("tan", "x", "pointwise", impl="torch.tan", flops=1, triton="tl.sin({x}) / tl.cos({x})",
+op("tan", "x", "pointwise", sympy="tan(x)",
+   impl="torch.tan", flops=1, triton="tl.sin({x}) / tl.cos({x})",
    spell=_UNARY_SPELL.format("tan") + " math.tan",
    why={"interval": "unbounded: a pole at every odd multiple of pi/2"})
-op("atan", "x", "pointwise", finite=True, impl="torch.atan", flops=1, sign=signs.same,
+op("atan", "x", "pointwise", sympy="atan(x)",
+   finite=True, impl="torch.atan", flops=1, sign=signs.same,
    interval=iv.monotone(math.atan), spell=_UNARY_SPELL.format("atan") + " math.atan",
    why={"triton": "no Triton intrinsic for atan"})
-op("sinh", "x", "pointwise", impl="torch.sinh", flops=1, sign=signs.same,
+op("sinh", "x", "pointwise", sympy="sinh(x)", impl="torch.sinh", flops=1, sign=signs.same,
    interval=iv.monotone(math.sinh), triton="_sinh({x})",
    spell=_UNARY_SPELL.format("sinh") + " math.sinh")
-op("cosh", "x", "pointwise", impl="torch.cosh", flops=1, sign=POS,
+op("cosh", "x", "pointwise", sympy="cosh(x)", impl="torch.cosh", flops=1, sign=POS,
    interval=lambda kids, values, shapes: iv.monotone(math.cosh)(
        [iv.magnitude(kids, values, shapes)], values, shapes),
    triton="0.5 * (tl.exp({x}) + tl.exp(-{x}))", spell=_UNARY_SPELL.format("cosh") + " math.cosh")
-op("tanh", "x", "pointwise", finite=True, impl="torch.tanh", flops=1, stable=True, sign=signs.same,
+op("tanh", "x", "pointwise", sympy="tanh(x)",
+   finite=True, impl="torch.tanh", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.tanh), triton="_tanh({x})",
    spell=_UNARY_SPELL.format("tanh") + " math.tanh torch.nn.functional.tanh",
    modules=(Module("torch.nn.Tanh", ("input",)),))
-op("sigmoid", "x", "pointwise", finite=True, impl="torch.sigmoid", flops=4, stable=True, sign=POS,
+op("sigmoid", "x", "pointwise", sympy="1 / (1 + exp(-x))",
+   finite=True, impl="torch.sigmoid", flops=4, stable=True, sign=POS,
    interval=iv.monotone(iv.sigmoid), triton="tl.sigmoid({x})",
    spell=_UNARY_SPELL.format("sigmoid") + " torch.nn.functional.sigmoid",
    modules=(Module("torch.nn.Sigmoid", ("input",)),))
@@ -487,27 +526,32 @@ op("relu", "x", "pointwise", finite=True, impl="torch.relu", flops=1, exact=True
    stable=True, sign=NONNEG, interval=iv.relu, triton="tl.where({x} < 0, 0, {x})",
    spell=_UNARY_SPELL.format("relu") + " torch.nn.functional.relu",
    modules=(Module("torch.nn.ReLU", ("input",)),))
-op("silu", "x", "pointwise", finite=True, impl="torch.nn.functional.silu", flops=4, stable=True,
+op("silu", "x", "pointwise", sympy="x / (1 + exp(-x))",
+   finite=True, impl="torch.nn.functional.silu", flops=4, stable=True,
    interval=iv.gated, triton="{x} * tl.sigmoid({x})",
    spell="torch.nn.functional.silu aten.silu.default",
    modules=(Module("torch.nn.SiLU", ("input",)),))
 op("erf", "x", "pointwise", finite=True, impl="torch.erf", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.erf), triton="tl.erf({x})", spell=_UNARY_SPELL.format("erf"))
-op("log1p", "x", "pointwise", impl="torch.log1p", flops=1, stable=True, sign=signs.log1p,
+op("log1p", "x", "pointwise", sympy="log(1 + x)",
+   impl="torch.log1p", flops=1, stable=True, sign=signs.log1p,
    interval=iv.log1p, triton="_log1p({x})", spell=_UNARY_SPELL.format("log1p"))
-op("expm1", "x", "pointwise", impl="torch.expm1", flops=1, stable=True, sign=signs.same,
+op("expm1", "x", "pointwise", sympy="exp(x) - 1",
+   impl="torch.expm1", flops=1, stable=True, sign=signs.same,
    interval=iv.monotone(math.expm1), triton="_expm1({x})",
    spell=_UNARY_SPELL.format("expm1"))
-op("logit", "x", "pointwise", impl="torch.logit", flops=3,
+op("logit", "x", "pointwise", sympy="log(x / (1 - x))", impl="torch.logit", flops=3,
    interval=iv.monotone(lambda p: math.log(p / (1 - p))), triton="tl.log({x} / (1.0 - {x}))",
    spell=_UNARY_SPELL.format("logit") + " torch.special.logit")
-op("reciprocal", "x", "pointwise", impl="torch.reciprocal", flops=1, sign=signs.reciprocal,
+op("reciprocal", "x", "pointwise", sympy="1 / x",
+   impl="torch.reciprocal", flops=1, sign=signs.reciprocal,
    interval=iv.reciprocal, triton="1.0 / {x}", spell=_UNARY_SPELL.format("reciprocal"))
 op("sign", "x", "pointwise", finite=True, impl="torch.sign", flops=1, exact=True, error="exact",
    sign=signs.same, interval=iv.constant(-1.0, 1.0), triton_cast=(),
    triton="({x} > 0).to({x}.dtype) - ({x} < 0).to({x}.dtype)",
    spell=_UNARY_SPELL.format("sign"))
-op("logsigmoid", "x", "pointwise", impl="torch.nn.functional.logsigmoid", flops=5,
+op("logsigmoid", "x", "pointwise", sympy="log(1 / (1 + exp(-x)))",
+   impl="torch.nn.functional.logsigmoid", flops=5,
    stable=True, sign=NEG, interval=iv.monotone(lambda v: -iv.softplus(-v)),
    triton="tl.minimum({x}, 0.0) - _log1p(tl.exp(-tl.abs({x})))",
    spell="torch.nn.functional.logsigmoid")
@@ -531,7 +575,8 @@ op("gelu", "x approximate", "pointwise", finite=True, attributes="approximate",
    flops=8, stable=True, interval=iv.gated, triton="@gelu", triton_cast=("x",),
    spell="torch.nn.functional.gelu aten.gelu.default",
    modules=(Module("torch.nn.GELU", ("input", "approximate")),))
-op("softplus", "x beta threshold", "pointwise", attributes="beta threshold",
+op("softplus", "x beta threshold", "pointwise", sympy="log(1 + exp(beta * x)) / beta",
+   attributes="beta threshold",
    impl="torch.nn.functional.softplus", flops=4, stable=True, sign=POS,
    interval=iv.monotone(iv.softplus), triton="@softplus", triton_cast=("x",),
    spell="torch.nn.functional.softplus aten.softplus.default")
@@ -824,9 +869,9 @@ op("arange", "start end step dtype device", "creation",
    error="exact", spell="torch.arange aten.arange.default:arange_end aten.arange.start:arange"
    " aten.arange.start_step:arange", why={
        **_CREATE, "interval": "bounded by its literal ends (not tracked)"})
-op("ones_like", "x", "creation", impl="torch.ones_like", exact=True, error="exact",
+op("ones_like", "x", "creation", sympy="1", impl="torch.ones_like", exact=True, error="exact",
    sign=POS, interval=iv.constant(1.0, 1.0), triton="@constant", spell="torch.ones_like:like")
-op("zeros_like", "x", "creation", impl="torch.zeros_like", exact=True, error="exact",
+op("zeros_like", "x", "creation", sympy="0", impl="torch.zeros_like", exact=True, error="exact",
    sign=ZERO, interval=iv.constant(0.0, 0.0), triton="@constant",
    spell="torch.zeros_like:like")
 op("full_like", "x value", "creation", attributes="value", impl="torch.full_like",

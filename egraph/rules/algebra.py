@@ -44,12 +44,14 @@ from egraph.ops import (
     where,
     zeros_like,
 )
-from egraph.rules.define import F, LibraryRule, rule, torch
+from egraph.rules.define import AB, ABC, F, LibraryRule, X, rule, torch
 from egraph.rules.guards import (
+    ONE_DTYPE,
     all_of,
     boolean,
     finite,
     floating,
+    named,
     nonneg,
     nonzero,
     number_of,
@@ -67,11 +69,7 @@ from egraph.term import literal, vars
 __all__ = ["RULES"]
 
 a, b, c, s, w, x, d, k, d1, d2, m, n, t = vars("a b c s w x d k d1 d2 m n t")
-X = {"x": (4, 8)}
-AB = {"a": (4, 8), "b": (4, 8)}
-ABC = {"a": (4, 8), "b": (4, 8), "c": (4, 8)}
 CHAIN = {"a": (4, 8), "b": (8, 3), "c": (3, 5)}
-ONE_DTYPE = same_dtype(a, b, c)
 CHAIN_LIMIT = 3
 """The most operands of a sum a regrouping makes a group of
 (:func:`~egraph.rules.guards.short_chain`, on ``assoc-add``, ``distribute`` and ``factor``):
@@ -97,6 +95,7 @@ def _count_of(egraph, subst) -> int | None:
     return math.prod(shape[d] for d in dims)
 
 
+@named("b broadcasts into x")
 def _absorbs(egraph, subst) -> bool:
     """``x`` and ``b`` broadcast to ``x``'s shape, in ``x``'s dtype: ``x + zeros_like(b)``
     is ``x`` itself, not a larger or converted tensor."""
@@ -104,9 +103,6 @@ def _absorbs(egraph, subst) -> bool:
     if sx is None or sb is None or len(sb) > len(sx):
         return False
     return all(q in (1, p) for p, q in zip(reversed(sx), reversed(sb)))
-
-
-_absorbs.__name__ = "b broadcasts into x"
 
 
 def _mean_as_sum(egraph, subst):
@@ -133,24 +129,20 @@ def _div_by_constant(egraph, subst):
     return egraph.add_node("mul", [subst["x"], egraph.add_node(literal(1.0 / v))])
 
 
+@named("n is the number of elements summed")
 def _divides_by_count(egraph, subst) -> bool:
     n = value_of(egraph, subst["n"])
     return (isinstance(n, (int, float)) and not isinstance(n, bool) and n != 0
             and n == _count_of(egraph, subst))
 
 
-_divides_by_count.__name__ = "n is the number of elements summed"
-
-
+@named("full(s, c, t, d) is a float of no dims")
 def _float_of_no_dims(egraph, subst) -> bool:
     """``full(s, c, t, d)`` is a float tensor of no dims: beside a float tensor it is
     promoted as a number is (the other's dtype holds the result), and ``c`` is its value
     exactly (ingest reads it from the tensor)."""
     return value_of(egraph, subst["s"]) == () and getattr(
         value_of(egraph, subst["t"]), "is_floating_point", False)
-
-
-_float_of_no_dims.__name__ = "full(s, c, t, d) is a float of no dims"
 
 
 def _scaled_fill(egraph, subst):
@@ -166,6 +158,7 @@ def _scaled_fill(egraph, subst):
                                            egraph.add_node(literal(float(c * scale)))])
 
 
+@named("the reshapes flatten and restore the batch dims")
 def _flattened_batch(egraph, subst) -> bool:
     """``?s1`` and ``?s2`` flatten the batch dims of ``?a`` and ``?b`` (equal, at least one)
     into one, and ``?s`` restores them on the product: how aot_autograd writes a batched
@@ -180,9 +173,6 @@ def _flattened_batch(egraph, subst) -> bool:
             and value_of(egraph, subst["s"]) == (*sa[:-2], sa[-2], sb[-1]))
 
 
-_flattened_batch.__name__ = "the reshapes flatten and restore the batch dims"
-
-
 def _amax_of_max(egraph, subst):
     dim = value_of(egraph, subst["d"])
     if not isinstance(dim, int) or isinstance(dim, bool):
@@ -191,12 +181,10 @@ def _amax_of_max(egraph, subst):
                                     subst["k"]])
 
 
+@named("x already has dtype t")
 def _cast_is_noop(egraph, subst) -> bool:
     dtype = getattr(egraph.data(subst["x"]), "dtype", None)
     return dtype is not None and dtype == value_of(egraph, subst["t"])
-
-
-_cast_is_noop.__name__ = "x already has dtype t"
 
 
 def _sum_of_broadcast(egraph, subst):

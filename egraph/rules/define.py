@@ -63,6 +63,11 @@ class _LazyModule:
 torch = _LazyModule("torch")
 F = _LazyModule("torch.nn.functional")
 
+# Example inputs rule families share (``rule(..., inputs=AB)``): name -> shape.
+X = {"x": (4, 8)}
+AB = {"a": (4, 8), "b": (4, 8)}
+ABC = {"a": (4, 8), "b": (4, 8), "c": (4, 8)}
+
 
 @dataclass(frozen=True)
 class Input:

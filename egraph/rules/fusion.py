@@ -52,10 +52,12 @@ from egraph.rules.guards import (
     floating,
     is_none,
     literal_near,
+    named,
     not_none,
     number_of,
     rank_is,
     same_dtype,
+    shape_of,
     single_dim,
     tensor,
     value_of,
@@ -65,15 +67,12 @@ from egraph.term import Term, literal, vars
 __all__ = ["RULES"]
 
 (x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be, m, p) = vars(
-    "x w b d s e eps q k v i j c r st pa di g mean var ga be m p")
-
-def _shape(egraph, cid):
-    return getattr(egraph.data(cid), "shape", None)
+    "x w b d s e eps q k v i j c r st pa di g mu sigma2 ga be m p")
 
 
 def _trailing_shape(egraph, subst):
     """The normalised shape of a norm over the trailing dims ``?d`` of ``?x``, or None."""
-    shape, dims = _shape(egraph, subst["x"]), value_of(egraph, subst["d"])
+    shape, dims = shape_of(egraph, subst["x"]), value_of(egraph, subst["d"])
     if shape is None or not isinstance(dims, tuple) or not dims:
         return None
     rank = len(shape)
@@ -111,30 +110,26 @@ def _centred_rms(egraph, subst):
 def _affine_matches(*names):
     names = tuple(n.name for n in names)
 
+    @named(" and ".join(f"shape {n} == normalized shape" for n in names))
     def guard(egraph, subst) -> bool:
         target = value_of(egraph, subst["s"])
-        return all(_shape(egraph, subst[n]) == target for n in names)
-    guard.__name__ = " and ".join(f"shape {n} == normalized shape" for n in names)
+        return all(shape_of(egraph, subst[n]) == target for n in names)
     return guard
 
 
+@named("transpose of the last two dims of k")
 def _last_two(egraph, subst) -> bool:
-    shape = _shape(egraph, subst["k"])
+    shape = shape_of(egraph, subst["k"])
     if shape is None or len(shape) < 2:
         return False
     r = len(shape)
     return {value_of(egraph, subst["i"]), value_of(egraph, subst["j"])} == {r - 2, r - 1}
 
 
-_last_two.__name__ = "transpose of the last two dims of k"
-
-
+@named("softmax over the last dim")
 def _softmax_last(egraph, subst) -> bool:
-    shape, dims = _shape(egraph, subst["q"]), value_of(egraph, subst["d"])
+    shape, dims = shape_of(egraph, subst["q"]), value_of(egraph, subst["d"])
     return shape is not None and dims == (len(shape) - 1,)
-
-
-_softmax_last.__name__ = "softmax over the last dim"
 
 
 def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
@@ -148,6 +143,7 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
     and 0 in sdpa; the result is divided by the row's largest kept flag (1, or 0 for such
     a row: 0/0 is NaN), or, for an additive mask, has its row maximum minus itself added
     (0, or NaN where the row is -inf), so both forms agree everywhere."""
+    @named(f"sdpa(q, k, v, {mask or 'None'}, causal={causal})")
     def rhs(egraph, subst):
         scale = number_of(egraph, subst["s"]) if scaled else 1.0
         if scale is None or scale == 0:
@@ -181,32 +177,29 @@ def _sdpa(mask: str | None, causal: bool, scaled: bool = True):
             uniform = add("mean", [subst["v"], add(literal((-2,))), keep])
             return add("where", [add("gt", [guard, add(literal(0.0))]), out, uniform])
         return out if guard is None else add(combine, [out, guard])
-    rhs.__name__ = f"sdpa(q, k, v, {mask or 'None'}, causal={causal})"
     return rhs
 
 
 def _fits(var: str):
     """``?var`` broadcasts to the scores' shape without growing it (sdpa broadcasts its
     mask)."""
+    @named(f"{var} broadcasts to the scores")
     def guard(egraph, subst) -> bool:
-        q, k, m = (_shape(egraph, subst[v]) for v in ("q", "k", var))
+        q, k, m = (shape_of(egraph, subst[v]) for v in ("q", "k", var))
         if q is None or k is None or m is None or len(m) > len(q):
             return False
         scores = (*q[:-1], k[-2])
         return all(a in (1, b) for a, b in zip(reversed(m), reversed(scores)))
-    guard.__name__ = f"{var} broadcasts to the scores"
     return guard
 
 
 _mask_fits = _fits("m")
 
 
+@named("query and key lengths are equal")
 def _square(egraph, subst) -> bool:
-    q, k = _shape(egraph, subst["q"]), _shape(egraph, subst["k"])
+    q, k = shape_of(egraph, subst["q"]), shape_of(egraph, subst["k"])
     return q is not None and k is not None and q[-2] == k[-2]
-
-
-_square.__name__ = "query and key lengths are equal"
 
 
 def _unit_dim_at_two(egraph, cid: int, shape: tuple) -> int | None:
@@ -222,7 +215,7 @@ def _unit_dim_at_two(egraph, cid: int, shape: tuple) -> int | None:
                     i is None or i is Ellipsis or i == slice(None) for i in index):
                 continue
         x = node.children[0]
-        inner = _shape(egraph, x)
+        inner = shape_of(egraph, x)
         if inner is not None and len(inner) == 4 and shape == (*inner[:2], 1, *inner[2:]):
             return x
     return None
@@ -232,7 +225,7 @@ def _repeated_heads(egraph, cid: int) -> tuple[int, int] | None:
     """``(x, groups)`` when the class is ``x``'s heads each repeated ``groups`` times in a
     row, Llama's ``repeat_kv``: ``x[:, :, None].expand(b, h, n, t, d).reshape(b, h * n, t,
     d)`` (or ``.flatten(1, 2)``), for a ``(b, h, t, d)`` tensor ``x``; else None."""
-    out = _shape(egraph, cid)
+    out = shape_of(egraph, cid)
     if out is None or len(out) != 4:
         return None
     for node in egraph.nodes(cid):
@@ -241,7 +234,7 @@ def _repeated_heads(egraph, cid: int) -> tuple[int, int] | None:
                 continue
         elif node.op != "reshape":
             continue
-        size = _shape(egraph, node.children[0])
+        size = shape_of(egraph, node.children[0])
         if size is None or len(size) != 5 or type(size[2]) is not int:
             continue
         groups = size[2]
@@ -250,7 +243,7 @@ def _repeated_heads(egraph, cid: int) -> tuple[int, int] | None:
         for grown in egraph.nodes(node.children[0]):
             if grown.op != "expand":
                 continue
-            unit = _shape(egraph, grown.children[0])
+            unit = shape_of(egraph, grown.children[0])
             if unit is None or unit != (*size[:2], 1, *size[3:]):
                 continue
             x = _unit_dim_at_two(egraph, grown.children[0], unit)
@@ -280,15 +273,15 @@ def _repeat_kv(x, flat=False):
 def _fold_bn(egraph, subst):
     """conv(x, w, b) then eval batch norm = conv(x, w * s, (b - mean) * s + beta),
     s = gamma / sqrt(var + eps), broadcast over the output channel."""
-    w_shape = _shape(egraph, subst["w"])
+    w_shape = shape_of(egraph, subst["w"])
     if w_shape is None:
         return None
     add = egraph.add_node
-    scale = add("div", [subst["ga"], add("sqrt", [add("add", [subst["var"], subst["eps"]])])])
+    scale = add("div", [subst["ga"], add("sqrt", [add("add", [subst["sigma2"], subst["eps"]])])])
     per_channel = add(literal((w_shape[0],) + (1,) * (len(w_shape) - 1)))
     weight = add("mul", [subst["w"], add("reshape", [scale, per_channel])])
-    bias_in = add("zeros_like", [subst["mean"]]) if is_none(egraph, subst["b"]) else subst["b"]
-    bias = add("add", [add("mul", [add("sub", [bias_in, subst["mean"]]), scale]), subst["be"]])
+    bias_in = add("zeros_like", [subst["mu"]]) if is_none(egraph, subst["b"]) else subst["b"]
+    bias = add("add", [add("mul", [add("sub", [bias_in, subst["mu"]]), scale]), subst["be"]])
     return add("conv2d", [subst["x"], weight, bias, subst["st"], subst["pa"], subst["di"],
                           subst["g"]])
 
@@ -310,7 +303,7 @@ def _above_diagonal(egraph, cid: int, reshaped: bool = True) -> bool:
     scores' order)."""
     for n in egraph.nodes(cid):
         if reshaped and n.op == "reshape":
-            inner, target = _shape(egraph, n.children[0]), value_of(egraph, n.children[1])
+            inner, target = shape_of(egraph, n.children[0]), value_of(egraph, n.children[1])
             if (inner is not None and len(inner) == 2 and isinstance(target, tuple)
                     and target[-2:] == tuple(inner) and all(d == 1 for d in target[:-2])
                     and _above_diagonal(egraph, n.children[0], reshaped=False)):
@@ -331,6 +324,7 @@ out of a softmax, as -inf does: HF's ``finfo.min``, x-transformers' ``-finfo.max
 Annotated Transformer's ``-1e9``."""
 
 
+@named("the fill c is -inf, or low enough that its softmax weight is 0")
 def _drops(egraph, subst) -> bool:
     """The fill ``?c`` of the scores is -inf, or so low that ``exp(c - rowmax)`` is 0 in
     the scores' dtype (it underflows below -104 in float32, -17 in float16) for any row
@@ -354,9 +348,6 @@ def _dropping(egraph, fill, q: int) -> bool:
 _HALF_LOWEST = {"float16": -65504.0 / 2}
 
 
-_drops.__name__ = "the fill c is -inf, or low enough that its softmax weight is 0"
-
-
 LOWEST = {"float32": -3.4028234663852886e38, "bfloat16": -3.3895313892515355e38,
           "float64": -1.7976931348623157e308}
 """The lowest finite value of the float dtypes where it absorbs any score: ``s + lowest``
@@ -364,15 +355,14 @@ rounds to ``lowest`` for ``|s|`` below half its spacing (2**103 in float32). flo
 (-65504, spacing 32) absorbs only scores below 16 and is left out."""
 
 
+@named("c is the lowest finite value of x's dtype")
 def _floors_at_lowest(egraph, subst) -> bool:
     """``?c`` is the lowest finite value of the scores' dtype (:data:`LOWEST`)."""
     dtype = str(getattr(egraph.data(subst["x"]), "dtype", None)).removeprefix("torch.")
     return dtype in LOWEST and value_of(egraph, subst["c"]) == LOWEST[dtype]
 
 
-_floors_at_lowest.__name__ = "c is the lowest finite value of x's dtype"
-
-
+@named("the fill c is -inf or the lowest finite value of x's dtype")
 def _absorbing_fill(egraph, subst) -> bool:
     """The fill ``?c`` is -inf or the lowest finite value of the scores' dtype
     (:data:`LOWEST`): adding a finite mask value to it, or it to a score, leaves it."""
@@ -380,16 +370,11 @@ def _absorbing_fill(egraph, subst) -> bool:
     return fill == -math.inf or _floors_at_lowest(egraph, subst)
 
 
-_absorbing_fill.__name__ = "the fill c is -inf or the lowest finite value of x's dtype"
-
-
+@named("m masks the entries above the diagonal (causal), square scores")
 def _causal_mask(egraph, subst) -> bool:
-    q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
+    q, m = shape_of(egraph, subst["q"]), shape_of(egraph, subst["m"])
     return (_square(egraph, subst) and m is not None and len(m) >= 2
             and m[-2:] == (q[-2], q[-2]) and _above_diagonal(egraph, subst["m"]))
-
-
-_causal_mask.__name__ = "m masks the entries above the diagonal (causal), square scores"
 
 
 def _all_zero(egraph, cid: int) -> bool:
@@ -398,12 +383,13 @@ def _all_zero(egraph, cid: int) -> bool:
                for n in egraph.nodes(cid))
 
 
+@named("m is an additive causal mask (0, then a dropping fill above)")
 def _additive_causal(egraph, subst) -> bool:
     """``?m`` is an additive causal mask of the square scores: 0 on and below the diagonal
     and a fill that drops its entries above it (``zeros.masked_fill(triu(ones, 1), c)``,
     as ingest gives transformers' constant ``finfo.min`` mask), with leading dims that
     broadcast. No row is wholly dropped, so sdpa's ``is_causal`` gives the same rows."""
-    q, m = _shape(egraph, subst["q"]), _shape(egraph, subst["m"])
+    q, m = shape_of(egraph, subst["q"]), shape_of(egraph, subst["m"])
     if not (_square(egraph, subst) and m is not None and len(m) >= 2
             and m[-2:] == (q[-2], q[-2]) and _fits("m")(egraph, subst)):
         return False
@@ -411,9 +397,6 @@ def _additive_causal(egraph, subst) -> bool:
                and _above_diagonal(egraph, n.children[1])
                and _dropping(egraph, value_of(egraph, n.children[2]), subst["q"])
                for n in egraph.nodes(subst["m"]))
-
-
-_additive_causal.__name__ = "m is an additive causal mask (0, then a dropping fill above)"
 
 
 def _causal_scores(scores, fill=-3.4028234663852886e38):

@@ -39,6 +39,27 @@ def _meta(egraph, cid: int):
     return egraph.data(cid)
 
 
+def named(name: str) -> Callable[[Callable], Callable]:
+    """Give a guard (or a rule's right side) the name reports and refusals print, where
+    it is defined.
+
+    >>> @named("x is wide")
+    ... def wide(egraph, subst):
+    ...     return True
+    >>> wide.__name__
+    'x is wide'
+    """
+    def name_it(fn: Callable) -> Callable:
+        fn.__name__ = name
+        return fn
+    return name_it
+
+
+def shape_of(egraph, cid: int) -> tuple | None:
+    """The shape the analysis proved of a class, or None (not a tensor, not known)."""
+    return getattr(egraph.data(cid), "shape", None)
+
+
 def _named(fn: Guard, name: str, **facts: Any) -> Guard:
     """Name a guard; ``facts`` (var -> fact) let tools read what it assumes, e.g. sympy
     proofs substitute ``("value", 1)`` and assume ``"positive"``."""
@@ -368,3 +389,7 @@ def all_of(*guards: Guard) -> Guard:
     named = _named(guard, " and ".join(g.__name__ for g in guards), **facts)
     named.parts = guards  # egraph.diagnose names the part that refused
     return named
+
+
+ONE_DTYPE = same_dtype("a", "b", "c")
+"""The guard rule families share: ``?a``, ``?b`` and ``?c`` have one dtype."""

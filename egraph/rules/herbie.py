@@ -20,19 +20,15 @@ Rewrite('flip-sub', '(sub ?a ?b)' => '(div (sub (mul ?a ?a) (mul ?b ?b)) (add ?a
 from __future__ import annotations
 
 from egraph.ops import cos, exp, expm1, log, log1p, sin, sqrt, tanh
-from egraph.rules.define import LibraryRule, rule, torch
-from egraph.rules.guards import all_of, nonneg, positive, same_dtype
+from egraph.rules.define import AB, ABC, LibraryRule, X, rule, torch
+from egraph.rules.guards import ONE_DTYPE, all_of, nonneg, positive, same_dtype
 from egraph.term import vars
 
 __all__ = ["RULES"]
 
 a, b, c, d, x = vars("a b c d x")
-X = {"x": (4, 8)}
-AB = {"a": (4, 8), "b": (4, 8)}
-ABC = {"a": (4, 8), "b": (4, 8), "c": (4, 8)}
 ABCD = {"a": (4, 8), "b": (4, 8), "c": (4, 8), "d": (4, 8)}
 POS_AB = {"a": ((4, 8), "positive"), "b": ((4, 8), "positive")}
-ONE_DTYPE = same_dtype(a, b, c)
 ALL_ONE_DTYPE = same_dtype(a, b, c, d)
 
 RULES: list[LibraryRule] = [

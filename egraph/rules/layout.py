@@ -31,7 +31,7 @@ from egraph.ops import (
 )
 from egraph.ops.einsum_plan import plan
 from egraph.rules.define import LibraryRule, rule, torch
-from egraph.rules.guards import scalar, value_of
+from egraph.rules.guards import named, scalar, shape_of, value_of
 from egraph.rules.tensat import MERGING
 from egraph.term import literal, vars
 
@@ -40,16 +40,10 @@ __all__ = ["RULES"]
 a, b, c, e, m, x, i, j, p, q, s, s1, s2, d = vars("a b c e m x i j p q s s1 s2 d")
 
 
-def _shape(egraph, cid):
-    return getattr(egraph.data(cid), "shape", None)
-
-
+@named("shape x == s")
 def _shape_is_s(egraph, subst) -> bool:
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     return shape is not None and shape == value_of(egraph, subst["s"])
-
-
-_shape_is_s.__name__ = "shape x == s"
 
 
 def _compose(egraph, subst):
@@ -89,21 +83,19 @@ def _sunk_unsqueeze(egraph, subst):
     return egraph.add_node("unsqueeze", [inner, egraph.add_node(literal(p.index(d)))])
 
 
+@named("p moves only dims of size 1")
 def _moves_units_only(egraph, subst) -> bool:
     """``permute(x, p)`` keeps the order of every dim of ``x`` but those of size 1, so it
     keeps the order of the elements: a reshape."""
-    shape, p = _shape(egraph, subst["x"]), value_of(egraph, subst["p"])
+    shape, p = shape_of(egraph, subst["x"]), value_of(egraph, subst["p"])
     if shape is None or not isinstance(p, tuple) or len(p) != len(shape):
         return False
     kept = [i for i in p if shape[i] != 1]
     return kept == sorted(kept) and all(type(n) is int for n in shape)
 
 
-_moves_units_only.__name__ = "p moves only dims of size 1"
-
-
 def _as_reshape(egraph, subst):
-    shape, p = _shape(egraph, subst["x"]), value_of(egraph, subst["p"])
+    shape, p = shape_of(egraph, subst["x"]), value_of(egraph, subst["p"])
     return egraph.add_node("reshape", [subst["x"], egraph.add_node(
         literal(tuple(shape[i] for i in p)))])
 
@@ -123,11 +115,9 @@ def _split_whole(egraph, subst) -> tuple | None:
     return whole
 
 
+@named("s splits the first dim of a batch of matrices")
 def _splits_batch(egraph, subst) -> bool:
     return _split_whole(egraph, subst) is not None
-
-
-_splits_batch.__name__ = "s splits the first dim of a batch of matrices"
 
 
 def _reshaped_operands(op: str):
@@ -135,6 +125,7 @@ def _reshaped_operands(op: str):
     expanded to the result's shape where it broadcasts (a number stays as it is): BLOOM
     adds its ALiBi bias to the scores of heads flattened into the batch, then views them
     per head (:func:`_split_whole`)."""
+    @named(f"{op} of the reshaped operands")
     def rhs(egraph, subst):
         whole, operands = _split_whole(egraph, subst), []
         for var in ("a", "b"):
@@ -145,7 +136,6 @@ def _reshaped_operands(op: str):
                 cid = egraph.add_node("reshape", [cid, subst["s"]])
             operands.append(cid)
         return egraph.add_node(op, operands)
-    rhs.__name__ = f"{op} of the reshaped operands"
     return rhs
 
 
@@ -168,7 +158,7 @@ def _transposed_first(egraph, subst):
     """``transpose(reshape(x, s), i, j)`` over the last two dims, where the reshape keeps
     ``x``'s last two dims (it only merges or splits the ones before, as heads are
     flattened into the batch), is ``x`` transposed, then reshaped."""
-    shape, target = _shape(egraph, subst["x"]), value_of(egraph, subst["s"])
+    shape, target = shape_of(egraph, subst["x"]), value_of(egraph, subst["s"])
     dims = {value_of(egraph, subst["i"]), value_of(egraph, subst["j"])}
     if shape is None or len(shape) < 2 or not isinstance(target, tuple) or len(target) < 2:
         return None
@@ -204,7 +194,7 @@ def _dim_before(egraph, cid: int, p: tuple) -> int | None:
 
 def _orderable(egraph, cid: int, p: tuple) -> bool:
     """Class ``cid`` has a known shape of no more dims than the permute ``p``."""
-    shape = _shape(egraph, cid)
+    shape = shape_of(egraph, cid)
     return shape is not None and len(shape) <= len(p)
 
 
@@ -212,7 +202,7 @@ def _in_order_before(egraph, cid: int, p: tuple) -> int:
     """Class ``cid`` (a tensor that broadcasts against ``permute(x, p)``, and
     :func:`_orderable`) put in ``x``'s order: given leading unit dims up to ``x``'s rank,
     then permuted by the inverse of ``p``."""
-    shape = _shape(egraph, cid)
+    shape = shape_of(egraph, cid)
     add_node = egraph.add_node
     if len(shape) < len(p):
         cid = add_node("reshape", [cid, add_node(literal((1,) * (len(p) - len(shape))
@@ -232,6 +222,7 @@ def _before_permute(op: str, biased: bool = False):
     ALiBi, an (i, j, 1, h) bias added to the scores). Only under these two ops: a permute
     moved out of every sum (residual streams included) grew the e-graph threefold (a
     Conformer's 527 e-nodes to 1,509) for nothing."""
+    @named(f"{op} of the {'sum' if biased else 'values'} before the permute")
     def rhs(egraph, subst):
         p = _permutation(egraph, subst["p"])
         if p is None or biased and (getattr(egraph.data(subst["b"]), "kind", None) != "tensor"
@@ -252,15 +243,15 @@ def _before_permute(op: str, biased: bool = False):
             mask = _in_order_before(egraph, subst["m"], p)
             inner = add_node("masked_fill", [scores, mask, subst["c"]])
         return add_node("permute", [inner, subst["p"]])
-    rhs.__name__ = f"{op} of the {'sum' if biased else 'values'} before the permute"
     return rhs
 
 
+@named("the reshape keeps x's last dim, the one normalised")
 def _keeps_last_dim(egraph, subst) -> bool:
     """``op(reshape(x, s), d)`` normalises the last dim of the reshape, which keeps
     ``x``'s last dim (it only merges or splits the dims before it: heads flattened into
     the batch, as fairseq-style attention writes ``bmm`` on ``(b * h, t, s)`` scores)."""
-    shape, target = _shape(egraph, subst["x"]), value_of(egraph, subst["s"])
+    shape, target = shape_of(egraph, subst["x"]), value_of(egraph, subst["s"])
     dims = value_of(egraph, subst["d"])
     if shape is None or not shape or not isinstance(target, tuple) or not target:
         return False
@@ -274,17 +265,14 @@ def _keeps_last_dim(egraph, subst) -> bool:
     return last == shape[-1]
 
 
-_keeps_last_dim.__name__ = "the reshape keeps x's last dim, the one normalised"
-
-
 def _before_reshape(op: str):
     """``op(reshape(x, s), d)`` (softmax or log_softmax over the last dim) as ``op`` of
     ``x`` over its own last dim, then reshaped: each row is the same row."""
+    @named(f"{op} over x's last dim, reshaped")
     def rhs(egraph, subst):
-        rank = len(_shape(egraph, subst["x"]))
+        rank = len(shape_of(egraph, subst["x"]))
         inner = egraph.add_node(op, [subst["x"], egraph.add_node(literal((rank - 1,)))])
         return egraph.add_node("reshape", [inner, subst["s"]])
-    rhs.__name__ = f"{op} over x's last dim, reshaped"
     return rhs
 
 
@@ -325,7 +313,7 @@ def _einsum_lowered(egraph, subst):
     read. The call stays in the class, for the cost model to weigh against them."""
     operands = [subst[v] for v in ("a", "b") if v in subst]
     expr = plan(value_of(egraph, subst["e"]), [_Operand(c) for c in operands],
-                [_shape(egraph, c) for c in operands])
+                [shape_of(egraph, c) for c in operands])
     return None if expr is None else _added(egraph, expr)
 
 
@@ -334,10 +322,11 @@ _TO_THE_END = 1 << 62
 writes ``x[:, :]`` on a symbolic size as a slice to 2**63 - 1)."""
 
 
+@named("the index selects every element")
 def _selects_all(egraph, subst) -> bool:
     """``x[i]`` is ``x``: every item of ``i`` is ``...`` or a slice from 0 to the end,
     step 1 (the end given as nothing, as the dim's size or past any size)."""
-    shape, index = _shape(egraph, subst["x"]), value_of(egraph, subst["i"])
+    shape, index = shape_of(egraph, subst["x"]), value_of(egraph, subst["i"])
     if shape is None or index is None:
         return False
     items = index if isinstance(index, tuple) else (index,)
@@ -357,18 +346,13 @@ def _selects_all(egraph, subst) -> bool:
                for item, size in pairs)
 
 
-_selects_all.__name__ = "the index selects every element"
-
-
+@named("transpose of the last two dims, equal ranks")
 def _last_two_equal_rank(egraph, subst) -> bool:
-    sa, sb = _shape(egraph, subst["a"]), _shape(egraph, subst["b"])
+    sa, sb = shape_of(egraph, subst["a"]), shape_of(egraph, subst["b"])
     if sa is None or sb is None or len(sa) != len(sb) or len(sa) < 2:
         return False
     r = len(sa)
     return {value_of(egraph, subst["i"]), value_of(egraph, subst["j"])} == {r - 2, r - 1}
-
-
-_last_two_equal_rank.__name__ = "transpose of the last two dims, equal ranks"
 
 
 def _given_size(egraph, subst):

@@ -40,11 +40,12 @@ from egraph.ops import (
     var,
     where,
 )
-from egraph.rules.define import LibraryRule, rule, torch
+from egraph.rules.define import AB, LibraryRule, X, rule, torch
 from egraph.rules.guards import (
     all_of,
     finite,
     floating,
+    named,
     nonzero,
     positive,
     same_shape,
@@ -55,18 +56,15 @@ from egraph.term import vars
 __all__ = ["RULES"]
 
 a, b, x, y, d, i, k = vars("a b x y d i k")
-X = {"x": (4, 8)}
-AB = {"a": (4, 8), "b": (4, 8)}
 POS_AB = {"a": ((4, 8), "positive"), "b": ((4, 8), "positive")}
 BOTH_POSITIVE = all_of(positive(a), positive(b))
 
 
+@named("gather dim == softmax dim")
 def _gather_dim_matches(egraph, subst) -> bool:
     dims, dim = value_of(egraph, subst["d"]), value_of(egraph, subst["i"])
     return isinstance(dims, tuple) and len(dims) == 1 and dims[0] == dim
 
-
-_gather_dim_matches.__name__ = "gather dim == softmax dim"
 
 CENTERED = x - mean(x, d, True)
 # The 2-norm scaled by max|x| (keepdim, clamped away from 0 so that x = 0 divides by 1e-30).

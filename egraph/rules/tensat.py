@@ -72,9 +72,11 @@ from egraph.rules.guards import (
     all_of,
     distinct,
     is_none,
+    named,
     rank_is,
     same_shape,
     scalar,
+    shape_of,
     value_of,
 )
 from egraph.term import literal, vars
@@ -88,10 +90,6 @@ __all__ = ["MERGING", "RULES"]
 # -- what the guards and right sides read -------------------------------------------------
 
 
-def _shape(egraph, cid) -> tuple | None:
-    return getattr(egraph.data(cid), "shape", None)
-
-
 def _dim(egraph, cid, rank: int) -> int | None:
     """A dim literal as a non-negative int (cat's dim is kept as written)."""
     value = value_of(egraph, cid)
@@ -103,59 +101,59 @@ def _dim(egraph, cid, rank: int) -> int | None:
 
 
 def _scalar(var) -> Guard:
+    @named(f"{var.name} is a scalar literal")
     def guard(egraph, subst) -> bool:
         value = value_of(egraph, subst[var.name])
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    guard.__name__ = f"{var.name} is a scalar literal"
     return guard
 
 
 def _cat_dim(var, where: str) -> Guard:
     """The cat dim ``var`` is the output's ``where`` dim (``last`` or ``rows``, the one
     before it) of ``?x``'s rank, for the matmul rules."""
+    @named(f"{var.name} is the {where} dim")
     def guard(egraph, subst) -> bool:
-        shape = _shape(egraph, subst["x"])
+        shape = shape_of(egraph, subst["x"])
         if shape is None or len(shape) < 2:
             return False
         want = len(shape) - 1 if where == "last" else len(shape) - 2
         return _dim(egraph, subst[var.name], len(shape)) == want
-    guard.__name__ = f"{var.name} is the {where} dim"
     return guard
 
 
 def _joinable(p, q, dim_var) -> Guard:
     """``?p`` and ``?q`` can be concatenated along ``dim_var`` (equal shapes elsewhere)."""
+    @named(f"{p.name}, {q.name} join along {dim_var.name}")
     def guard(egraph, subst) -> bool:
-        sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
+        sp, sq = shape_of(egraph, subst[p.name]), shape_of(egraph, subst[q.name])
         if sp is None or sq is None or len(sp) != len(sq):
             return False
         dim = _dim(egraph, subst[dim_var.name], len(sp))
         return dim is not None and all(
             m == n for n_, (m, n) in enumerate(zip(sp, sq)) if n_ != dim)
-    guard.__name__ = f"{p.name}, {q.name} join along {dim_var.name}"
     return guard
 
 
 def _same_image(p, q) -> Guard:
     """``?p`` and ``?q`` are batches of equally shaped images (any batch sizes)."""
+    @named(f"{p.name}, {q.name} equal but for the batch")
     def guard(egraph, subst) -> bool:
-        sp, sq = _shape(egraph, subst[p.name]), _shape(egraph, subst[q.name])
+        sp, sq = shape_of(egraph, subst[p.name]), shape_of(egraph, subst[q.name])
         return sp is not None and sq is not None and sp[1:] == sq[1:]
-    guard.__name__ = f"{p.name}, {q.name} equal but for the batch"
     return guard
 
 
 def _is_literal(var, value) -> Guard:
+    @named(f"{var.name} == {value!r}")
     def guard(egraph, subst) -> bool:
         return value_of(egraph, subst[var.name]) == value
-    guard.__name__ = f"{var.name} == {value!r}"
     return guard
 
 
 def _no_bias(var) -> Guard:
+    @named(f"{var.name} is None")
     def guard(egraph, subst) -> bool:
         return is_none(egraph, subst[var.name])
-    guard.__name__ = f"{var.name} is None"
     return guard
 
 
@@ -169,7 +167,7 @@ def _lit(egraph, value) -> int:
 def _split_of_cat(egraph, subst):
     """``split(cat(d, x0, x1, ...), sizes, d)[k]`` is ``xk`` when the sizes are the
     operands' sizes along d (a cat of any number of operands)."""
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     k = value_of(egraph, subst["k"])
     sizes = value_of(egraph, subst["s"])
     if shape is None or type(k) is not int:
@@ -179,7 +177,7 @@ def _split_of_cat(egraph, subst):
         if node.op != "cat" or _dim(egraph, node.children[0], len(shape)) != dim:
             continue
         parts = node.children[1:]
-        lengths = [(_shape(egraph, p) or ())[dim:dim + 1] for p in parts]
+        lengths = [(shape_of(egraph, p) or ())[dim:dim + 1] for p in parts]
         if any(len(n) != 1 for n in lengths):
             continue
         lengths = [n[0] for n in lengths]
@@ -196,7 +194,7 @@ def _split_of_cat(egraph, subst):
 def _cat_of_splits(egraph, subst):
     """``cat(d, split(x, s, d)[0], split(x, s, d)[1])`` is x when s has two parts."""
     sizes = value_of(egraph, subst["s"])
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     if shape is None or not isinstance(sizes, tuple) or len(sizes) != 2:
         return None
     if _dim(egraph, subst["d"], len(shape)) != _dim(egraph, subst["d1"], len(shape)):
@@ -209,7 +207,7 @@ def _flat_split(egraph, subst):
     ``s[i]`` refined into ``t``; every other piece of the outer split is a piece of that
     one split too. Merging three projections pairwise nests two splits; this makes them
     one (a call and a view fewer per merged op)."""
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     sizes, inner = value_of(egraph, subst["s"]), value_of(egraph, subst["k"])
     i, j = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
     if (shape is None or not isinstance(sizes, tuple) or not isinstance(inner, tuple)
@@ -237,7 +235,7 @@ def _swap_dim(dim: int, p: int, q: int) -> int:
 
 def _cat_through_transpose(egraph, subst):
     """``cat(d, x^T, y^T) = (cat(d', x, y))^T``, d' the dim d comes from."""
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     p, q = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
     if shape is None or type(p) is not int or type(q) is not int:
         return None
@@ -250,7 +248,7 @@ def _cat_through_transpose(egraph, subst):
 
 
 def _transpose_into_cat(egraph, subst):
-    shape = _shape(egraph, subst["x"])
+    shape = shape_of(egraph, subst["x"])
     p, q = value_of(egraph, subst["i"]), value_of(egraph, subst["j"])
     if shape is None or type(p) is not int or type(q) is not int:
         return None
@@ -261,8 +259,9 @@ def _transpose_into_cat(egraph, subst):
     return egraph.add_node("cat", [_lit(egraph, _swap_dim(dim, p, q)), *parts])
 
 
+@named("d0 != d1, x and z (y and w) equally wide along d1")
 def _geometry(egraph, subst) -> bool:
-    shapes = [_shape(egraph, subst[n]) for n in "xyzw"]
+    shapes = [shape_of(egraph, subst[n]) for n in "xyzw"]
     if any(sh is None for sh in shapes) or len({len(sh) for sh in shapes}) != 1:
         return False
     rank = len(shapes[0])
@@ -270,9 +269,6 @@ def _geometry(egraph, subst) -> bool:
     sx, sy, sz, sw = shapes
     return (outer is not None and inner is not None and outer != inner
             and sx[inner] == sz[inner] and sy[inner] == sw[inner])
-
-
-_geometry.__name__ = "d0 != d1, x and z (y and w) equally wide along d1"
 
 
 # -- operator merging --------------------------------------------------------------------
@@ -316,6 +312,7 @@ def _merge_order(op: str, first: str, second: str, shared: str, shared_at: int =
             runs[common] = sorted(singles)
         return runs[common]
 
+    @named(f"{first} the run of {op}s on {shared} just before {second}")
     def guard(egraph, subst) -> bool:
         later = _weights_of(egraph, subst[second])
         earlier = _weights_of(egraph, subst[first])
@@ -324,16 +321,15 @@ def _merge_order(op: str, first: str, second: str, shared: str, shared_at: int =
         order = order_on(egraph, egraph.find(subst[shared]))
         end = order.index(later[0]) if later[0] in order else -1
         return end >= len(earlier) and order[end - len(earlier):end] == earlier
-    guard.__name__ = f"{first} the run of {op}s on {shared} just before {second}"
     return guard
 
 
 def _not_linear(*names: str) -> Guard:
     """None of the classes holds a ``linear``: those merge by ``linear-merge``, and merging
     the matmuls of their unfused forms too would only repeat it."""
+    @named(f"{', '.join(names)} not linears")
     def guard(egraph, subst) -> bool:
         return not any(n.op == "linear" for v in names for n in egraph.nodes(subst[v]))
-    guard.__name__ = f"{', '.join(names)} not linears"
     return guard
 
 
@@ -346,7 +342,7 @@ def _split_pair(egraph, merged: int, sizes: tuple[int, int], dim: int, second: s
 
 
 def _widths(egraph, subst, dim_of) -> tuple[int, int, int] | None:
-    su, sv = _shape(egraph, subst["u"]), _shape(egraph, subst["v"])
+    su, sv = shape_of(egraph, subst["u"]), shape_of(egraph, subst["v"])
     if su is None or sv is None or len(su) != len(sv):
         return None
     dim = dim_of(len(su))
@@ -396,7 +392,7 @@ def _conv_args(subst) -> list[int]:
 def _merge_conv_weights(egraph, subst):
     """conv(x, w1), conv(x, w2) -> split(conv(x, [w1; w2]), channels)."""
     none1, none2 = is_none(egraph, subst["b1"]), is_none(egraph, subst["b2"])
-    sw1, sw2 = _shape(egraph, subst["w1"]), _shape(egraph, subst["w2"])
+    sw1, sw2 = shape_of(egraph, subst["w1"]), shape_of(egraph, subst["w2"])
     found = _widths(egraph, subst, lambda r: 1)
     if none1 != none2 or found is None or sw1 is None or sw1[1:] != (sw2 or ())[1:]:
         return None
@@ -434,7 +430,7 @@ def _enlarge(egraph, subst):
     """conv(x, w1, p1) beside conv(x, w2, p2), w1's kernel smaller: w1 padded with zeros
     to w2's size is the same conv at w2's padding (TASO's ``enlarge``), which then merges
     with the other by ``conv-merge`` (an inception block's 1x1 and 3x3 branches)."""
-    k1, k2 = _shape(egraph, subst["w1"]), _shape(egraph, subst["w2"])
+    k1, k2 = shape_of(egraph, subst["w1"]), shape_of(egraph, subst["w2"])
     pads = [_pair(value_of(egraph, subst[v])) for v in ("pa", "pb", "di")]
     if k1 is None or k2 is None or len(k1) != 4 or len(k2) != 4 or None in pads:
         return None
@@ -493,13 +489,13 @@ def _avg_pool(inp):
 def _pooled_dim(var) -> Guard:
     """The cat dim ``var`` is a batch or channel dim of ``?x`` (not one that pools): pooling
     works per sample and per channel."""
+    @named(f"{var.name} is a batch or channel dim")
     def guard(egraph, subst) -> bool:
-        shape = _shape(egraph, subst["x"])
+        shape = shape_of(egraph, subst["x"])
         if shape is None or len(shape) not in (3, 4):
             return False
         dim = _dim(egraph, subst[var.name], len(shape))
         return dim is not None and dim < len(shape) - 2
-    guard.__name__ = f"{var.name} is a batch or channel dim"
     return guard
 
 
