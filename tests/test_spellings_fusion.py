@@ -623,13 +623,21 @@ def tensor_fill_masked(q, k, v):
                                       tensor_fill_masked], ids=lambda f: f.__name__)
 def test_a_fill_given_as_a_tensor_of_no_dims_reaches_causal_sdpa(spelling):
     """Through torch.compile, where the fill arrives as a tensor made in the graph."""
+    report, _ = _compiled_attention(spelling)
+    assert "sdpa-causal" in report.extraction.used
+
+
+def _compiled_attention(spelling) -> tuple:
+    """``spelling`` of attention through torch.compile (static, validation raising) on
+    :func:`_qkv` inputs, its output checked against eager's: the graph's report and the
+    emitted module."""
     inputs = _qkv()
     backend = make_backend(validate="raise")
     with torch.no_grad():
         got = torch.compile(spelling, backend=backend, dynamic=False)(*inputs)
-    (report,) = backend.reports
-    assert "sdpa-causal" in report.extraction.used
     torch.testing.assert_close(got, spelling(*inputs), rtol=1e-4, atol=1e-5)
+    (report,) = backend.reports
+    return report, next(iter(backend.cache.values())).module
 
 
 class SequenceFirstCausal(nn.Module):
@@ -936,15 +944,9 @@ def test_a_constant_additive_causal_mask_is_sdpa_that_reads_no_mask(spelling):
     a fixed length) folds to a constant at ingest, and the constant is read as 0 below a
     dropping fill: sdpa with ``is_causal=True``, which reads no mask and skips the
     entries above the diagonal (1.5-1.8x faster on the CPU at 12 heads of 128 or 512)."""
-    inputs = _qkv()
-    backend = make_backend(validate="raise")
-    with torch.no_grad():
-        got = torch.compile(spelling, backend=backend, dynamic=False)(*inputs)
-    (report,) = backend.reports
+    report, module = _compiled_attention(spelling)
     assert "sdpa-causal-additive" in report.extraction.used
-    module = next(iter(backend.cache.values())).module
     assert "is_causal = True" in module.code and "attn_mask = None" in module.code
-    torch.testing.assert_close(got, spelling(*inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_an_additive_mask_that_is_not_causal_stays_a_mask():
@@ -956,10 +958,5 @@ def test_an_additive_mask_that_is_not_causal_stays_a_mask():
         mask[..., 0, 1] = 0.0
         return torch.softmax(w + mask, -1) @ v
 
-    inputs = _qkv()
-    backend = make_backend(validate="raise")
-    with torch.no_grad():
-        got = torch.compile(almost_causal, backend=backend, dynamic=False)(*inputs)
-    module = next(iter(backend.cache.values())).module
+    _, module = _compiled_attention(almost_causal)
     assert "is_causal = True" not in module.code
-    torch.testing.assert_close(got, almost_causal(*inputs), rtol=1e-4, atol=1e-5)
