@@ -129,18 +129,10 @@ class _Scalar:
 
 
 def _recipe_value(value: Any, inside: Any) -> Any:
-    """``value`` with every FX node in it (nested in tuples and lists too) replaced by
-    what ``inside`` maps it to: a source tensor, :class:`_Folded`, :class:`_Size` or
-    :class:`_Scalar`."""
-    if isinstance(value, fx.Node):
-        return inside[value]
-    if isinstance(value, (tuple, list)):
-        return type(value)(_recipe_value(v, inside) for v in value)
-    if isinstance(value, dict):
-        return {k: _recipe_value(v, inside) for k, v in value.items()}
-    if isinstance(value, slice):
-        return slice(*(_recipe_value(v, inside) for v in (value.start, value.stop, value.step)))
-    return value
+    """``value`` with every FX node in it (nested in tuples, lists, dicts and slices too)
+    replaced by what ``inside`` maps it to: a source tensor, :class:`_Folded`,
+    :class:`_Size` or :class:`_Scalar`."""
+    return fx.node.map_aggregate(value, lambda v: inside[v] if isinstance(v, fx.Node) else v)
 
 
 CALL = "call"
@@ -239,20 +231,17 @@ class FoldedConstants(nn.Module):
     def _compute(self) -> None:
         values: dict[str, torch.Tensor] = {}
 
-        def resolve(k: Any) -> Any:
+        def value(k: Any) -> Any:
             if isinstance(k, _Folded):
                 return values[k.name]
             if isinstance(k, _Size):
                 return self.sizes[k.index][k.dim]
             if isinstance(k, _Scalar):
-                return SCALAR_OPS[k.op](*map(resolve, k.args))
-            if isinstance(k, (tuple, list)):
-                return type(k)(map(resolve, k))
-            if isinstance(k, dict):
-                return {key: resolve(v) for key, v in k.items()}
-            if isinstance(k, slice):
-                return slice(resolve(k.start), resolve(k.stop), resolve(k.step))
+                return SCALAR_OPS[k.op](*resolve(k.args))
             return k
+
+        def resolve(kid: Any) -> Any:
+            return fx.node.map_aggregate(kid, value)
 
         for name, (op, kids) in self.recipes.items():
             if op == CALL:
@@ -270,13 +259,9 @@ class FoldedConstants(nn.Module):
 
 def _reads_size(kid: Any) -> bool:
     """Whether a recipe's parameter value reads an input's size."""
-    if isinstance(kid, (_Size, _Scalar)):
-        return True
-    if isinstance(kid, dict):
-        return any(map(_reads_size, kid.values()))
-    if isinstance(kid, slice):
-        return any(map(_reads_size, (kid.start, kid.stop, kid.step)))
-    return isinstance(kid, (tuple, list)) and any(map(_reads_size, kid))
+    leaves: list = []
+    fx.node.map_aggregate(kid, leaves.append)
+    return any(isinstance(v, (_Size, _Scalar)) for v in leaves)
 
 
 class _Emitter:
