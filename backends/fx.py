@@ -17,31 +17,32 @@ add = torch.add(exp, exp);  exp = None
 from __future__ import annotations
 
 import inspect
-import math
 import operator
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
-from torch.fx.immutable_collections import immutable_dict, immutable_list
 
-from backends.sizes import (
-    check_guards,
-    dispatch_sizes_of,
-    explain_sizes,
-    explain_sizes_of,
-    general_of,
-    require_guards,
+from backends.folding import (
+    CALL,
+    NOT_FOLDED,
+    FoldedConstants,
+    FoldedRef,
+    InputSize,
+    SizeArithmetic,
+    foldable_call,
+    recipe_value,
 )
+from backends.passes import peephole
+from backends.signature import rebuilt_alike, take_structures
+from backends.sizes import check_guards, explain_sizes, require_guards
 from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.effects import aten_name, is_in_place, recorded_value
+from frontends.fx.effects import aten_name, recorded_value
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.ingest import (
     SHAPE_PARAMS,
@@ -59,17 +60,11 @@ if TYPE_CHECKING:
     from egraph.egraph import EGraph
     from extractors.costs import Roofline
 
-_NOT_FOLDED = {"leaf", "shape", "opaque"}
-"""Op kinds never folded: leaves are what is folded from, shapes and opaque calls are not
-tensor arithmetic. A view of a parameter folds (sharing its storage) so that what is made
-of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
-shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
-
 _ALLOCATIONS = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
                           "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
                           "new_full", "clone"})
 """Calls whose result is a new tensor, sharing storage with nothing: an in-place update of
-one that nothing else reads may write into it (:func:`_update_in_place`)."""
+one that nothing else reads may write into it (:func:`backends.passes.update_in_place`)."""
 
 _STRIDING = {"transpose", "t", "permute", "expand", "getitem", "split", "chunk"}
 """View ops whose result may not be contiguous though their operand is."""
@@ -98,172 +93,6 @@ def _plain_matmul(a: tuple | None, b: tuple | None):
     return None
 
 
-class _Folded:
-    """A reference to another folded value inside a folded value's recipe."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-class _Size:
-    """A size of an input inside a folded value's recipe: dim ``dim`` of the ``index``-th
-    tensor the program hands :class:`FoldedConstants` (a symbolic program's
-    ``x.size(1)``)."""
-
-    def __init__(self, index: int, dim: int):
-        self.index, self.dim = index, dim
-
-    def __repr__(self) -> str:
-        return f"inputs[{self.index}].size({self.dim})"
-
-
-class _Scalar:
-    """Size arithmetic inside a folded value's recipe: :data:`SCALAR_OPS` ``op`` over
-    sizes, other such arithmetic and numbers (``T - 1``)."""
-
-    def __init__(self, op: str, args: tuple):
-        self.op, self.args = op, args
-
-    def __repr__(self) -> str:
-        return f"{self.op}{self.args!r}"
-
-
-def _recipe_value(value: Any, inside: Any) -> Any:
-    """``value`` with every FX node in it (nested in tuples, lists, dicts and slices too)
-    replaced by what ``inside`` maps it to: a source tensor, :class:`_Folded`,
-    :class:`_Size` or :class:`_Scalar`."""
-    return fx.node.map_aggregate(value, lambda v: inside[v] if isinstance(v, fx.Node) else v)
-
-
-CALL = "call"
-"""The op of a folded recipe that calls a torch operator outside the op table (a call
-ingest kept opaque): its parameters are the operator, its args and its kwargs."""
-
-
-def _foldable_call(target: Any) -> bool:
-    """Whether an opaque call of ``target`` may be computed once for given operands: an
-    ATen operator that is functional and draws no random numbers (``aten.cumsum``,
-    ``aten.diff``; not ``aten.rand``, ``aten.add_``, nor a Python function)."""
-    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
-            and torch.Tag.nondeterministic_seeded not in target.tags)
-
-
-class FoldedConstants(nn.Module):
-    """The subexpressions of parameters, constants, literals and the inputs' sizes alone
-    in an emitted module (the concatenated weights of merged projections; in a program
-    whose sizes are symbolic, the causal mask and the positions made from ``arange(T)``),
-    held as its non-persistent buffers: computed once, and read by the program after a
-    call of the module with the inputs whose sizes they read (:meth:`refresh`), which
-    recomputes them only when a source was updated in place or moved (its version
-    counter or storage changed) or a size they read changed, every time autograd needs
-    them (grad enabled and a source requires grad), so that training through the module
-    stays exact, and every time where a source keeps no version counter (an inference
-    tensor). The program
-    calls it as a submodule, which torch.fx keeps when it traces the code again (loading
-    a saved module); a method call would run once at that trace and be gone. ``recipes``: name ->
-    (op, the op's canonical parameter values: source tensors, literals, :class:`_Folded`,
-    :class:`_Size`, :class:`_Scalar`), in dependency order; ``outputs``: the names the
-    program reads (default: every one).
-
-    >>> w = nn.Parameter(torch.ones(2, 3))
-    >>> folded = FoldedConstants({"folded_0": ("cat", [0, w, w])})
-    >>> first = folded.folded_0
-    >>> with torch.no_grad():
-    ...     folded.refresh()
-    >>> first.shape, folded.folded_0 is first
-    (torch.Size([4, 3]), True)
-
-    A value made from a size is remade when the size changes:
-
-    >>> t = _Size(0, 1)  # (dim 1 of the first input the program hands it)
-    >>> steps = FoldedConstants({"folded_0": ("full", [(t, t), 1.0, None, None])})
-    >>> steps(torch.zeros(2, 3)); steps.folded_0.shape
-    torch.Size([3, 3])
-    >>> steps(torch.zeros(2, 5)); steps.folded_0.shape
-    torch.Size([5, 5])
-    """
-
-    def __init__(self, recipes: dict[str, tuple[str, list]], outputs=None):
-        super().__init__()
-        self.recipes = recipes
-        self.outputs = set(recipes if outputs is None else outputs)
-        self.sources: list[torch.Tensor] = []
-        for _, kids in recipes.values():
-            for k in kids:
-                if isinstance(k, torch.Tensor) and all(k is not t for t in self.sources):
-                    self.sources.append(k)
-        self.key: list | None = None
-        # (an inference tensor has no version counter: its updates in place go unseen)
-        self.untracked = any(t.is_inference() for t in self.sources)
-        self.sizes: tuple = ()
-        self.sized = any(_reads_size(k) for _, kids in recipes.values() for k in kids)
-        if not self.sized:  # (one made from sizes waits for the program's first call)
-            with torch.no_grad():
-                self.refresh()
-
-    _is_impure = True  # torch.fx: a call whose result nothing reads is not dead code
-
-    def forward(self, *inputs: torch.Tensor) -> None:
-        self.refresh(tuple(tuple(x.shape) for x in inputs))
-
-    def refresh(self, sizes: tuple = ()) -> None:
-        """Recompute the values whose sources or sizes (the shapes of the inputs the
-        program hands the call) changed, or that autograd needs."""
-        self.sizes = sizes
-        if self.untracked or (torch.is_grad_enabled()
-                              and any(t.requires_grad for t in self.sources)):
-            self.key = None  # values that carry autograd history are not kept
-            self._compute()
-            return
-        key = [sizes, *((t._version, t.data_ptr()) for t in self.sources)]
-        if key != self.key:
-            with torch.no_grad():
-                self._compute()
-            self.key = key
-
-    def __getstate__(self) -> dict:
-        # Copies and pickles hold detached values, recomputed on their first call.
-        state = self.__dict__.copy()
-        state["_buffers"] = {k: v.detach() for k, v in self._buffers.items()}
-        state["key"] = None
-        return state
-
-    def _compute(self) -> None:
-        values: dict[str, torch.Tensor] = {}
-
-        def value(k: Any) -> Any:
-            if isinstance(k, _Folded):
-                return values[k.name]
-            if isinstance(k, _Size):
-                return self.sizes[k.index][k.dim]
-            if isinstance(k, _Scalar):
-                return SCALAR_OPS[k.op](*resolve(k.args))
-            return k
-
-        def resolve(kid: Any) -> Any:
-            return fx.node.map_aggregate(kid, value)
-
-        for name, (op, kids) in self.recipes.items():
-            if op == CALL:
-                target, args, kwargs = kids
-                values[name] = target(*resolve(args), **resolve(kwargs))
-            else:
-                values[name] = SPECS[op].run([resolve(k) for k in kids])
-            if name not in self.outputs:
-                continue
-            if name in self._buffers:
-                self._buffers[name] = values[name]
-            else:
-                self.register_buffer(name, values[name], persistent=False)
-
-
-def _reads_size(kid: Any) -> bool:
-    """Whether a recipe's parameter value reads an input's size."""
-    leaves: list = []
-    fx.node.map_aggregate(kid, leaves.append)
-    return any(isinstance(v, (_Size, _Scalar)) for v in leaves)
-
-
 class _Emitter:
     def __init__(self, egraph: EGraph, choice: dict[int, tuple], fusions: list[Fusion] = ()):
         self.eg = egraph
@@ -282,7 +111,7 @@ class _Emitter:
         self.baked: list[str] = []
         # parameter and constant nodes -> their tensors, folded nodes -> their names, the
         # inputs' sizes and arithmetic of them -> what computes them from the inputs
-        self.foldable: dict[fx.Node, torch.Tensor | _Folded | _Size | _Scalar] = {}
+        self.foldable: dict[fx.Node, torch.Tensor | FoldedRef | InputSize | SizeArithmetic] = {}
         # the inputs whose sizes folded values read, in the order the call is given them
         self.sized_inputs: list[fx.Node] = []
         self.folded: dict[str, tuple[str, list]] = {}
@@ -335,7 +164,7 @@ class _Emitter:
         for effect in src.effects:
             self.value(effect)
         out = src.output
-        if not _rebuilt_alike(out):  # (the graph returns the leaves, its code the structure)
+        if not rebuilt_alike(out):  # (the graph returns the leaves, its code the structure)
             leaves, self.out_spec = pytree.tree_flatten(out)
             out = tuple(leaves)
         self.graph.output(fx.node.map_aggregate(out, lambda a: self.output_value(a)
@@ -420,9 +249,9 @@ class _Emitter:
         if meta is not None and meta.kind == "scalar" and op in SCALAR_OPS:
             # shape arithmetic on Python numbers: operator/math, not torch
             call = self.graph.call_function(SCALAR_OPS[op], tuple(kids))
-            if all(k in self.foldable and isinstance(self.foldable[k], (_Size, _Scalar))
+            if all(k in self.foldable and isinstance(self.foldable[k], (InputSize, SizeArithmetic))
                    for k in kids if isinstance(k, fx.Node)):
-                self.foldable[call] = _Scalar(op, tuple(_recipe_value(kids, self.foldable)))
+                self.foldable[call] = SizeArithmetic(op, tuple(recipe_value(kids, self.foldable)))
             return call
         if is_literal_op(op):
             return literal_value(op)
@@ -479,18 +308,18 @@ class _Emitter:
 
     def input_size(self, given: fx.Node, dim: int) -> fx.Node:
         """``given.size(dim)`` of an input, which a folded value may read
-        (:class:`_Size`)."""
+        (:class:`InputSize`)."""
         call = self.graph.call_method("size", (given, dim))
         if given not in self.sized_inputs:
             self.sized_inputs.append(given)
-        self.foldable[call] = _Size(self.sized_inputs.index(given), dim)
+        self.foldable[call] = InputSize(self.sized_inputs.index(given), dim)
         return call
 
     def fold(self, op: str, kids: list, meta: Any) -> fx.Node | None:
         """An op of parameters, constants, literals and the inputs' sizes, computed once
         (per size) into a buffer rather than per call (:class:`FoldedConstants`); None when
         it depends on an input's values."""
-        if op != CALL and TABLE[op].kind in _NOT_FOLDED or getattr(
+        if op != CALL and TABLE[op].kind in NOT_FOLDED or getattr(
                 meta, "kind", None) != "tensor":
             return None
         nodes = [k for k in kids if isinstance(k, fx.Node)]
@@ -500,9 +329,9 @@ class _Emitter:
         if not inside or not all(k in self.foldable for k in inside):
             return None
         name = f"folded_{len(self.folded)}"
-        self.folded[name] = (op, [_recipe_value(k, self.foldable) for k in kids])
+        self.folded[name] = (op, [recipe_value(k, self.foldable) for k in kids])
         node = self.graph.get_attr(f"folded_constants.{name}")
-        self.foldable[node] = _Folded(name)
+        self.foldable[node] = FoldedRef(name)
         if op == CALL or TABLE[op].kind != "view" or not nodes or nodes[0] in self.in_buffer:
             self.in_buffer.add(node)  # computed into the buffer (a view of a parameter is not)
         return node
@@ -649,7 +478,7 @@ class _Emitter:
             if value in self.strided:
                 self.strided.add(copy)
         if (call.op == "call_function" and call.pure and call.updates is None
-                and _foldable_call(call.target)):
+                and foldable_call(call.target)):
             folded = self.fold(CALL, [call.target, args, kwargs], meta)
             if folded is not None:
                 return folded
@@ -784,32 +613,14 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
 
         graph.set_codegen(KernelNames())
     if emitter.out_spec is not None:
-        _take_structures(graph, out_spec=emitter.out_spec)
+        take_structures(graph, out_spec=emitter.out_spec)
     src = egraph.fx
     explanation = explain_sizes(graph, egraph, emitter.baked) if emitter.baked else None
     if src.guards is not None:
         require_guards(graph, src.guards)
-    _bias_into_matmul(graph, emitter.metas)
-    _update_in_place(graph, emitter.copies, emitter.allocated)
-    _arithmetic_into_update(graph, emitter.metas, emitter.view_of)
-    _scale_into_add(graph, emitter.metas)
-    _lerp_into_update(graph, emitter.metas)
+    peephole(graph, emitter.metas, emitter.copies, emitter.allocated, emitter.view_of)
     holder = nn.Module()
-    # The parameters a folded value was made from, and the folded values inside a larger
-    # one, were emitted before the op that folded them: drop the ones nothing uses.
-    for node in reversed(list(graph.nodes)):
-        if node in emitter.foldable and not node.users:
-            graph.erase_node(node)
-    if emitter.folded:
-        read = {n.target.partition(".")[2] for n in graph.nodes
-                if n.op == "get_attr" and n.target.startswith("folded_constants.")}
-        holder.folded_constants = FoldedConstants(emitter.folded, read)
-        # Before anything reads them, the folded values are brought up to date (after the
-        # exported source's guards: a folded value may read a size they check).
-        first = next(n for n in graph.nodes
-                     if n.op != "placeholder" and n.target is not check_guards)
-        with graph.inserting_before(first):
-            graph.call_module("folded_constants", tuple(emitter.sized_inputs))
+    _hold_folded(holder, graph, emitter)
     for name in emitter.attrs:
         if name in emitter.referenced:
             owner, leaf = owner_of(holder, name)
@@ -842,105 +653,24 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     return gm
 
 
-_SAVED_META = ("egraph_report", "egraph_sizes_explained", "egraph_general", "egraph_dispatch",
-               "egraph_built_shapes")
-"""What a saved emitted module keeps of its ``meta`` (torch.fx keeps none of it): the
-extraction's report, and how its code explains sizes it was not built for."""
-
-
-def keep_meta_when_saved(gm: fx.GraphModule) -> None:
-    """Make a pickled ``gm`` (``torch.save``) load with the entries of its ``meta`` in
-    :data:`_SAVED_META`, and with its code explaining sizes as before. torch.fx saves
-    a GraphModule as its code and traces that again on load, so ``meta`` and the code's
-    transforms would be lost. (Each GraphModule has a class of its own: this changes
-    ``gm``'s alone.)"""
-    def reduce(self):
-        if "egraph_dispatch" in self.meta:
-            general_of(self)  # (saved made: what makes it is not saved)
-        rebuild, args = fx.GraphModule.__reduce__(self)
-        kept = {key: self.meta[key] for key in _SAVED_META if key in self.meta}
-        return _loaded_with_meta, (rebuild, args, kept, getattr(self, "_out_spec", None))
-
-    type(gm).__reduce__ = reduce
-
-
-def _loaded_with_meta(rebuild, args: tuple, meta: dict, out_spec: Any = None
-                      ) -> fx.GraphModule:
-    gm = rebuild(*args)
-    gm.meta.update(meta)
-    if out_spec is not None:  # (tracing the saved code again made the structure a dict)
-        output = gm.graph.output_node()
-        output.args = (tuple(pytree.tree_leaves(output.args[0])),)
-        _take_structures(gm.graph, out_spec=out_spec)
-        gm.recompile()
-    if "egraph_sizes_explained" in meta:
-        explain_sizes_of(gm.graph, *meta["egraph_sizes_explained"])
-        gm.recompile()
-    if "egraph_dispatch" in meta:
-        dispatch_sizes_of(gm.graph, *meta["egraph_dispatch"])
-        gm.recompile()
-    keep_meta_when_saved(gm)
-    return gm
-
-
-def take_structured_inputs(gm: fx.GraphModule, structure: tuple[list[str], Any]) -> None:
-    """Make the emitted ``gm`` take its source's arguments (``structure``: their names and
-    the spec whose leaves are the graph's inputs, :func:`frontends.fx.exported.
-    input_structure`) in place of their leaves, as torch's unlifted module does: a
-    ``forward(self, d)`` for ``d = {"a": x, "b": y}``, not ``forward(self, d_a, d_b)``."""
-    _take_structures(gm.graph, *structure)
-    gm.recompile()
-
-
-class _Structures(_PyTreeCodeGen):
-    """torch.fx's code for structured arguments and results (that of torch's unlifted
-    module), where the arguments may be the graph's own placeholders (no input spec)."""
-
-    def process_inputs(self, *inputs: Any) -> Any:
-        return inputs if self.pytree_info.in_spec is None else super().process_inputs(*inputs)
-
-    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *,
-                   expanded_def: bool = False) -> str:
-        if self.pytree_info.in_spec is None:
-            return fx.graph.CodeGen.gen_fn_def(self, free_vars, maybe_return_annotation,
-                                               expanded_def=expanded_def)
-        return super().gen_fn_def(free_vars, maybe_return_annotation,
-                                  expanded_def=expanded_def)
-
-
-def _take_structures(graph: fx.Graph, names: list[str] | None = None, in_spec: Any = None,
-                     out_spec: Any = None) -> None:
-    """Make ``graph``'s code take structured arguments (``names``, ``in_spec``) or rebuild
-    a structured result from its flat outputs (``out_spec``), keeping what its code did
-    before: the other of the two, the names of fused kernels, the explanation of sizes."""
-    codegen = graph._codegen
-    before = getattr(codegen, "pytree_info", None)
-    if before is not None:
-        if in_spec is None:
-            names, in_spec = before.orig_args, before.in_spec
-        out_spec = out_spec or before.out_spec
-        kind = type(codegen)
-    elif type(codegen) is fx.graph.CodeGen:
-        kind = _Structures
-    else:  # (fused kernels named by their own code generation)
-        kind = type(f"{type(codegen).__name__}OfStructures", (type(codegen), _Structures), {})
-    structured = kind(_PyTreeInfo(list(names or ()), in_spec, out_spec))
-    structured._body_transformer = codegen._body_transformer  # (explain_sizes's)
-    graph.set_codegen(structured)
-
-
-def _rebuilt_alike(structure: Any) -> bool:
-    """Whether an output written into an FX graph as it is comes back as the same
-    structure: plain tuples, lists and dicts and named tuples do; a dict of another class
-    (transformers' ``ModelOutput``, an ``OrderedDict``) comes back a plain dict, and a
-    structure pytree knows of (a registered dataclass) does not come back at all."""
-    if isinstance(structure, (tuple, list)):
-        return ((type(structure) in (tuple, list, immutable_list) or hasattr(structure, "_fields"))
-                and all(map(_rebuilt_alike, structure)))
-    if isinstance(structure, dict):
-        return (type(structure) in (dict, immutable_dict)
-                and all(map(_rebuilt_alike, structure.values())))
-    return structure is None or pytree.tree_is_leaf(structure)
+def _hold_folded(holder: nn.Module, graph: fx.Graph, emitter: _Emitter) -> None:
+    """Give ``holder`` the emitted program's folded values, as a :class:`FoldedConstants`
+    its ``graph`` calls before anything reads them."""
+    # The parameters a folded value was made from, and the folded values inside a larger
+    # one, were emitted before the op that folded them: drop the ones nothing uses.
+    for node in reversed(list(graph.nodes)):
+        if node in emitter.foldable and not node.users:
+            graph.erase_node(node)
+    if not emitter.folded:
+        return
+    read = {n.target.partition(".")[2] for n in graph.nodes
+            if n.op == "get_attr" and n.target.startswith("folded_constants.")}
+    holder.folded_constants = FoldedConstants(emitter.folded, read)
+    # (after the exported source's guards: a folded value may read a size they check)
+    first = next(n for n in graph.nodes
+                 if n.op != "placeholder" and n.target is not check_guards)
+    with graph.inserting_before(first):
+        graph.call_module("folded_constants", tuple(emitter.sized_inputs))
 
 
 def _row_major(t: torch.Tensor) -> bool:
@@ -950,32 +680,6 @@ def _row_major(t: torch.Tensor) -> bool:
     strides = [st for st, n in zip(t.stride(), t.shape) if n > 1]
     return all(st > 0 for st in strides) and all(a > b for a, b in zip(strides, strides[1:]))
 
-
-def make_outputs_contiguous(gm: fx.GraphModule, indices: tuple[int, ...]) -> None:
-    """Make the outputs at ``indices`` (of the flattened output structure) contiguous, in
-    place: validation's repair for an output the source returned contiguous where ours is
-    a strided result (sdpa on a transposed query returns one), which emission's view
-    tracking cannot see.
-
-    >>> gm = torch.fx.symbolic_trace(lambda x: (x.t(), x + 1))
-    >>> make_outputs_contiguous(gm, (0,))
-    >>> gm(torch.randn(2, 3))[0].is_contiguous()
-    True
-    """
-    if not indices:
-        return
-    graph = gm.graph
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    wanted, position = set(indices), iter(range(1 << 62))
-
-    def repaired(arg):
-        if next(position) in wanted and isinstance(arg, fx.Node):
-            with graph.inserting_before(output):
-                return graph.call_method("contiguous", (arg,))
-        return arg
-
-    output.args = (fx.node.map_aggregate(output.args[0], repaired),)
-    gm.recompile()
 
 
 def _strided(*values: Any) -> bool:
@@ -992,267 +696,3 @@ def _strided(*values: Any) -> bool:
             except Exception:  # noqa: BLE001 - a data-dependent symbolic stride: unknown
                 return False
     return False
-
-
-def _broadcasts_to(shape: tuple, target: tuple) -> bool:
-    """Whether a tensor of ``shape`` broadcasts to ``target`` without growing it (symbolic
-    sizes compared as expressions, never by the example's value)."""
-    return len(shape) <= len(target) and all(
-        d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
-
-
-def _update_in_place(graph: fx.Graph, copies: set[fx.Node],
-                     allocated: set[fx.Node]) -> None:
-    """Drop the copy an in-place update writes into where what it copies is a new tensor
-    that nothing else reads. Ingest makes each update of a value the graph made on a copy,
-    since the value's class may be shared; once emitted, a value read only by the copy
-    (PyG's ``x.new_zeros(n, f).scatter_add_(0, index, src)``, an MoE layer's chain of
-    ``index_add_`` into ``torch.zeros_like(x)``) is written as the source wrote it, with no
-    copy per update. The update's result is the tensor it wrote into: new, when that was."""
-    for copy in [n for n in graph.nodes if n in copies]:
-        source = copy.args[0]
-        if source in allocated and len(source.users) == 1:
-            copy.replace_all_uses_with(source)
-            graph.erase_node(copy)
-
-
-def _writes_before(graph: fx.Graph) -> dict[fx.Node, int]:
-    """Each node -> how many calls before it may write into a tensor they are given (an
-    in-place update, a call with ``out=``, a mutating aten op, a submodule's call)."""
-    def writes(n: fx.Node) -> bool:
-        if n.op == "call_module":
-            return True
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            return n.target._schema.is_mutable
-        return n.op in ("call_function", "call_method") and (
-            is_in_place(n) or "out" in n.kwargs)
-
-    counts, seen = {}, 0
-    for n in graph.nodes:
-        counts[n] = seen
-        seen += writes(n)
-    return counts
-
-
-def _unwritten(writes: dict[fx.Node, int], moved: Sequence[Any], to: fx.Node) -> bool:
-    """Whether the reads of the calls ``moved`` may move to ``to``'s place: no call
-    between the first of them and ``to`` writes into a tensor (``m = x @ w; w.add_(1);
-    m + b`` is not ``addmm(b, x, w)`` after the update)."""
-    return all(writes[to] == writes[n] for n in moved if isinstance(n, fx.Node))
-
-
-def _plain_sums(graph: fx.Graph) -> list[fx.Node]:
-    """The ``torch.add(x, y)`` calls of ``graph`` (no ``alpha``), in order."""
-    return [n for n in graph.nodes if n.op == "call_function" and n.target is torch.add
-            and not n.kwargs and len(n.args) == 2]
-
-
-def _bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
-    """``add(matmul(a, b), c)`` of 2-D floating matrices, where nothing else reads the
-    product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
-    Conv1D) as a product and a sum, but one GEMM with the bias in its accumulator is faster
-    in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum.
-    Scaled terms, ``matmul(a, b) * alpha + c * beta`` (Muon's Newton-Schulz step, in
-    bfloat16), become ``addmm``'s ``alpha`` and ``beta``: one rounding of the sum where
-    the terms rounded three times more."""
-    def fits(product: fx.Node, bias: Any, total: fx.Node) -> bool:
-        if not (isinstance(bias, fx.Node) and isinstance(product, fx.Node)
-                and bias is not product  # p + p reads the product twice
-                and product.op == "call_function" and product.target in (torch.matmul, torch.mm)
-                and len(product.users) == 1 and not product.kwargs):
-            return False
-        described = [metas.get(n) for n in (*product.args, bias, total)]
-        if any(getattr(m, "kind", None) != "tensor" or m.shape is None for m in described):
-            return False
-        a, b, c, out = described
-        return (len(a.shape) == len(b.shape) == 2 and len(c.shape) <= 2
-                and out.shape == (a.shape[0], b.shape[1])
-                and _broadcasts_to(c.shape, out.shape)
-                and a.dtype == b.dtype == c.dtype == out.dtype and out.dtype.is_floating_point)
-
-    writes = _writes_before(graph)
-    for node in _plain_sums(graph):
-        for product_term, bias_term in (node.args, node.args[::-1]):
-            (product, alpha), (bias, beta) = _scaled(product_term), _scaled(bias_term)
-            moved = [product_term, product] + ([bias_term] if bias_term is not bias else [])
-            if fits(product, bias, node) and _unwritten(writes, moved, node):
-                scales = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
-                with graph.inserting_before(node):
-                    fused = graph.call_function(torch.addmm, (bias, *product.args), scales)
-                metas[fused] = metas[node]  # (a later sum may read it: Muon's next step)
-                writes[fused] = writes[node]
-                node.replace_all_uses_with(fused)
-                graph.erase_node(node)
-                for term in dict.fromkeys((product_term, product, bias_term)):
-                    if term is not bias:
-                        graph.erase_node(term)
-                break
-
-
-def _binary_call(node: Any, targets: Any, users: int = 1) -> bool:
-    """Whether ``node`` calls one of ``targets`` (a function or a collection of them) on
-    two arguments, without keywords, and ``users`` calls read it: a call an emission
-    fusion may replace."""
-    return (isinstance(node, fx.Node) and node.op == "call_function"
-            and (node.target in targets if isinstance(targets, (tuple, dict))
-                 else node.target is targets)
-            and len(node.args) == 2 and not node.kwargs and len(node.users) == users)
-
-
-def _scaled(term: Any) -> tuple[Any, float]:
-    """``(x, s)`` for ``term = x * s`` with ``s`` a number and nothing else reading the
-    product, else ``(term, 1)``."""
-    if _binary_call(term, torch.mul):
-        x, s = term.args
-        if not isinstance(x, fx.Node):
-            x, s = s, x
-        # (not 0: addmm ignores its input where beta is 0, where x * 0 is NaN at inf)
-        if isinstance(x, fx.Node) and isinstance(s, (int, float)) and not isinstance(
-                s, bool) and s != 0 and math.isfinite(s):
-            return x, s
-    return term, 1
-
-
-_IN_PLACE_TWINS = {torch.add: "add_", torch.mul: "mul_", torch.sub: "sub_", torch.div: "div_"}
-"""Arithmetic with an in-place method of the same computation (same rounding: one op)."""
-
-
-def _is_copy_into(node: fx.Node) -> bool:
-    """``dst.copy_(src)`` as a method or an aten call, with no other argument."""
-    return len(node.args) == 2 and not node.kwargs and (
-        (node.op == "call_method" and node.target == "copy_")
-        or (node.op == "call_function" and node.target is torch.ops.aten.copy_.default))
-
-
-def _arithmetic_into_update(graph: fx.Graph, metas: dict[fx.Node, Any],
-                            view_of: dict[fx.Node, fx.Node]) -> None:
-    """``dst.copy_(op(dst, other))`` where nothing else reads ``op``'s result, as
-    ``dst.op_(other)``: how an update in place comes out of a functional graph (dynamo's
-    ``fma`` and ``copy_`` for Adam's ``exp_avg_sq.addcmul_``, torch.export's copies into
-    mutated buffers). One pass over ``dst`` instead of two, and no new tensor. Only where
-    the result has ``dst``'s shape and dtype (no broadcast or promotion for the copy to
-    undo) and ``other`` is not another view of ``dst``'s storage (an in-place op refuses
-    an operand that partly overlaps what it writes)."""
-    writes = _writes_before(graph)
-    for copy in [n for n in graph.nodes if _is_copy_into(n)]:
-        dst, value = copy.args
-        if not _binary_call(value, _IN_PLACE_TWINS):
-            continue
-        a, other = value.args
-        if a is not dst and value.target in (torch.add, torch.mul):
-            a, other = other, a
-        written, made = metas.get(dst), metas.get(value)
-        if a is not dst or getattr(written, "kind", None) != "tensor" or getattr(
-                made, "kind", None) != "tensor" or (written.shape, written.dtype) != (
-                made.shape, made.dtype):
-            continue
-        if isinstance(other, fx.Node) and other is not dst and (
-                view_of.get(other, other) is view_of.get(dst, dst)):
-            continue
-        if not _unwritten(writes, [value], copy):
-            continue
-        with graph.inserting_before(copy):
-            update = graph.call_method(_IN_PLACE_TWINS[value.target], (dst, other))
-        writes[update] = writes[copy]
-        copy.replace_all_uses_with(update)
-        graph.erase_node(copy)
-        graph.erase_node(value)
-        if update.target == "add_":
-            _scaled_into_update(graph, metas, update, writes)
-
-
-def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.Node,
-                        writes: dict[fx.Node, int]) -> None:
-    """``dst.add_(a * b * v)`` or ``dst.add_(a / b * v)`` (``v`` a number, ``* v``
-    optional) as ``dst.addcmul_(a, b, value=v)`` or ``addcdiv_``, Adam's spelling, and
-    ``dst.add_(y * v)`` as ``dst.add_(y, alpha=v)``: one pass where the products made new
-    tensors. Only where every product has ``dst``'s dtype (``addcmul_`` computes in it,
-    where ``a * b`` of float16 operands rounds to float16 first)."""
-    dst, term = update.args
-    dtype = metas[dst].dtype
-    product, value = _scaled(term)
-    if not isinstance(term, fx.Node) or getattr(metas.get(term), "dtype", None) != dtype:
-        return
-    if _binary_call(product, (torch.mul, torch.div)) and all(
-            isinstance(a, fx.Node) for a in product.args) and getattr(
-            metas.get(product), "dtype", None) == dtype:
-        method = "addcmul_" if product.target is torch.mul else "addcdiv_"
-        args, kwargs, made = (dst, *product.args), {"value": value}, [term, product]
-    elif product is not term and _fits_alpha(product, value, term, metas):
-        method, args, kwargs, made = "add_", (dst, product), {"alpha": value}, [term]
-    else:
-        return
-    if not _unwritten(writes, made, update):
-        return
-    with graph.inserting_before(update):
-        fused = graph.call_method(method, args, {k: v for k, v in kwargs.items() if v != 1})
-    update.replace_all_uses_with(fused)
-    graph.erase_node(update)
-    for node in dict.fromkeys(made):
-        graph.erase_node(node)
-
-
-def _fits_alpha(y: Any, scale: float, scaled: fx.Node, metas: dict[fx.Node, Any]) -> bool:
-    """Whether ``y * scale`` (the node ``scaled``) may be ``add``'s ``alpha`` on ``y``:
-    a tensor of the product's dtype (no promotion by the scale), and an integer scale for
-    an integer tensor (torch refuses a floating alpha there)."""
-    meta = metas.get(y) if isinstance(y, fx.Node) else None
-    if getattr(meta, "kind", None) != "tensor" or meta.dtype != getattr(
-            metas.get(scaled), "dtype", None):
-        return False
-    return meta.dtype.is_floating_point or meta.dtype.is_complex or type(scale) is int
-
-
-def _scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
-    """``x + y * s`` (``s`` a number, nothing else reading the product) as
-    ``torch.add(x, y, alpha=s)``: one pass and no new tensor for the product, one rounding
-    where there were two (GPT-2's ``x + 0.044715 * x ** 3``; scores scaled by
-    ``1 / sqrt(d)`` plus a mask)."""
-    writes = _writes_before(graph)
-    for node in _plain_sums(graph):
-        for term, other in (node.args, node.args[::-1]):
-            y, scale = _scaled(term)
-            # (``v + v`` with ``v = y * s``: the sum reads the product twice, it must stay)
-            if y is term or other is term or not isinstance(other, fx.Node) or getattr(
-                    metas.get(other), "kind", None) != "tensor" or not _fits_alpha(
-                    y, scale, term, metas) or not _unwritten(writes, [term], node):
-                continue
-            with graph.inserting_before(node):
-                fused = graph.call_function(torch.add, (other, y), {"alpha": scale})
-            metas[fused], writes[fused] = metas.get(node), writes[node]
-            node.replace_all_uses_with(fused)
-            graph.erase_node(node)
-            graph.erase_node(term)
-            break
-
-
-def _lerp_into_update(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
-    """``dst.addcmul_(full_like(d, w), d)`` with ``d = end - dst`` (``w`` a number) as
-    ``dst.lerp_(end, w)``: dynamo's spelling of ``torch._foreach_lerp_`` (Adam's first
-    moment with ``foreach=True``), which made a tensor of ``w`` and the difference, and
-    ran three passes where ``lerp_`` runs one. Only where ``end`` has ``dst``'s dtype and
-    shape and no call between the difference and the update writes into a tensor."""
-    writes = _writes_before(graph)
-    for update in [n for n in graph.nodes if n.op == "call_method" and n.target == "addcmul_"
-                   and len(n.args) == 3 and not n.kwargs]:
-        dst, filled, difference = update.args
-        if not (_binary_call(filled, torch.full_like)
-                and _binary_call(difference, torch.sub, users=2)
-                and filled.args[0] is difference and difference.args[1] is dst
-                and isinstance(filled.args[1], (int, float))
-                and not isinstance(filled.args[1], bool)):
-            continue
-        end = difference.args[0]
-        written, given = metas.get(dst), metas.get(end) if isinstance(end, fx.Node) else None
-        if getattr(written, "kind", None) != "tensor" or getattr(given, "kind", None) != (
-                "tensor") or (written.shape, written.dtype) != (given.shape, given.dtype):
-            continue
-        if not _unwritten(writes, [difference, filled], update):
-            continue
-        with graph.inserting_before(update):
-            fused = graph.call_method("lerp_", (dst, end, filled.args[1]))
-        writes[fused] = writes[update]
-        update.replace_all_uses_with(fused)
-        graph.erase_node(update)
-        graph.erase_node(filled)
-        graph.erase_node(difference)

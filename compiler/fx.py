@@ -33,9 +33,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from backends.fx import (
-    TARGETS,
-    build_module,
+from backends.fx import TARGETS, build_module
+from backends.signature import (
     keep_meta_when_saved,
     make_outputs_contiguous,
     take_structured_inputs,

@@ -63,7 +63,7 @@ _COMPUTED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def parameter_only(egraph, cid: int) -> bool:
     """True when class ``cid`` is computed from parameters, constants and literals alone:
     emission folds such a subexpression (the concatenated weights of merged projections)
-    into a value computed once, not per call (``backends.fx.FoldedConstant``), so the cost
+    into a value computed once, not per call (``backends.folding.FoldedConstants``), so the cost
     models charge nothing for it.
 
     >>> import torch
