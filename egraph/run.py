@@ -250,14 +250,7 @@ class Runner:
         stop = None
         iteration = 0
         while stop is None:
-            if iteration >= self.iter_limit:
-                stop = "iter_limit"
-            elif len(memo) > self.node_limit:
-                stop = "node_limit"
-            elif clock() > deadline:
-                stop = "time_limit"
-            elif self._goals_met(egraph):
-                stop = "goal"
+            stop = self._limit_reached(egraph, iteration, deadline, clock)
             if stop:
                 break
             size_before = (len(memo), egraph.num_classes)
@@ -288,22 +281,8 @@ class Runner:
             t1 = clock()
             applied: dict[str, int] = {}
             if stop is None:
-                for i, (rule, matches) in enumerate(zip(rules, found)):
-                    if matches is None:
-                        continue
-                    ta, first = clock(), egraph.num_created
-                    merged, complete = rule.apply(egraph, matches, self.node_limit, deadline, clock)
-                    report.rules[rule.name].apply_time += clock() - ta
-                    if egraph.num_created > first:
-                        egraph.origins.append((first, egraph.num_created, rule.name))
-                    if merged:
-                        applied[rule.name] = merged
-                        report.rules[rule.name].applied += merged
-                    if complete:
-                        positions[i] = mark
-                    else:
-                        stop = "node_limit" if len(memo) > self.node_limit else "time_limit"
-                        break
+                applied, stop = self._apply(egraph, rules, found, positions, mark, deadline,
+                                            clock)
             t2 = clock()
             repairs = egraph.rebuild()
             t3 = clock()
@@ -325,6 +304,47 @@ class Runner:
         report.classes = egraph.num_classes
         watch.done()
         return report
+
+    def _limit_reached(self, egraph: EGraph, iteration: int, deadline: float,
+                       clock: Callable[[], float]) -> str | None:
+        """The limit that ends the run before iteration ``iteration`` (a stop reason), or
+        None to go on."""
+        if iteration >= self.iter_limit:
+            return "iter_limit"
+        if len(egraph.hashcons) > self.node_limit:
+            return "node_limit"
+        if clock() > deadline:
+            return "time_limit"
+        if self._goals_met(egraph):
+            return "goal"
+        return None
+
+    def _apply(self, egraph: EGraph, rules: list[Rewrite], found: list[list | None],
+               positions: list[tuple[int, int] | None], mark: tuple[int, int],
+               deadline: float, clock: Callable[[], float]) -> tuple[dict[str, int], str | None]:
+        """Apply each rule's matches of this iteration, recording per rule its time, its
+        merges and the e-nodes it added, and moving a rule whose application completed to
+        ``mark`` in ``positions``. Returns the merges per rule, and the limit that cut the
+        application short (None: every rule was applied)."""
+        report = egraph.report
+        applied: dict[str, int] = {}
+        for i, (rule, matches) in enumerate(zip(rules, found)):
+            if matches is None:
+                continue
+            ta, first = clock(), egraph.num_created
+            merged, complete = rule.apply(egraph, matches, self.node_limit, deadline, clock)
+            report.rules[rule.name].apply_time += clock() - ta
+            if egraph.num_created > first:
+                egraph.origins.append((first, egraph.num_created, rule.name))
+            if merged:
+                applied[rule.name] = merged
+                report.rules[rule.name].applied += merged
+            if complete:
+                positions[i] = mark
+            else:
+                over = len(egraph.hashcons) > self.node_limit
+                return applied, "node_limit" if over else "time_limit"
+        return applied, None
 
     @staticmethod
     def _trim_log(egraph: EGraph, positions: list[tuple[int, int] | None]) -> None:
