@@ -425,9 +425,9 @@ def _persistent(k: _Kernel, out: _Source) -> None:
         out(k.store(i))
 
 
-def _looped(k: _Kernel, out: _Source) -> None:
-    spec = k.spec
-    memo: dict[str, bool] = {}
+def _passes(spec: KernelSpec) -> dict[int, list[Stmt]]:
+    """The reductions of ``spec`` by the loop over the columns that computes them: a
+    reduction of a value that needs ``p`` reductions first is in pass ``p``."""
     level: dict[str, int] = {}
     passes: dict[int, list[Stmt]] = {}
     for s in spec.stmts:
@@ -439,6 +439,29 @@ def _looped(k: _Kernel, out: _Source) -> None:
             p = level[s.args[0]]
             passes.setdefault(p, []).append(s)
             level[s.name] = p + 1
+    return passes
+
+
+def _accumulate(reductions: list[Stmt], out: _Source) -> None:
+    """Fold one block of columns into each reduction's accumulator (masked lanes
+    neutral); a sum of exponentials keeps its running maximum beside its sum."""
+    for s in reductions:
+        a = s.args[0]
+        if s.kind == "sum":
+            out(f"{s.name}_acc += tl.where(mask, {a}, 0.0)")
+        elif s.kind in ("max", "min"):
+            fn = "tl.maximum" if s.kind == "max" else "tl.minimum"
+            out(f"{s.name}_acc = {fn}({s.name}_acc, tl.where(mask, {a}, "
+                f"{_NEUTRAL[s.kind]}))")
+        else:
+            out(f"{s.name}_acc, {s.name}_max = _online_sumexp({s.name}_acc, {s.name}_max, "
+                f"tl.where(mask, {a}, {_NEG_INF}))")
+
+
+def _looped(k: _Kernel, out: _Source) -> None:
+    spec = k.spec
+    memo: dict[str, bool] = {}
+    passes = _passes(spec)
     _rows(k, out)
     done: set[str] = set()
 
@@ -476,17 +499,7 @@ def _looped(k: _Kernel, out: _Source) -> None:
         out("for start in range(0, cols, BLOCK_N):")
         out.depth += 1
         loop_body([s.args[0] for s in reductions])
-        for s in reductions:
-            a = s.args[0]
-            if s.kind == "sum":
-                out(f"{s.name}_acc += tl.where(mask, {a}, 0.0)")
-            elif s.kind in ("max", "min"):
-                fn = "tl.maximum" if s.kind == "max" else "tl.minimum"
-                out(f"{s.name}_acc = {fn}({s.name}_acc, tl.where(mask, {a}, "
-                    f"{_NEUTRAL[s.kind]}))")
-            else:
-                out(f"{s.name}_acc, {s.name}_max = _online_sumexp({s.name}_acc, {s.name}_max, "
-                    f"tl.where(mask, {a}, {_NEG_INF}))")
+        _accumulate(reductions, out)
         out.depth -= 1
         for s in reductions:
             if s.kind != "sumexp":
