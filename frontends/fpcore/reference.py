@@ -1,0 +1,118 @@
+"""The exact value of an FPCore expression, rounded once to the program's precision.
+
+The expression is evaluated over the reals with mpmath at a working precision well above the
+target's, then at twice that, and so on, until two evaluations round to the same float of
+the target precision and the working precision exceeds the bits that cancelled in the
+evaluation's sums and differences by the target's (as Herbie's Rival raises its precision
+until the rounding of the result is decided). Literals are exact (``0.1`` is one tenth),
+functions leave the reals as NaN (``sqrt`` of a negative, ``x / 0``), and the result is
+the nearest float of the precision (infinite beyond its largest).
+
+>>> from frontends.fpcore.expression import Call, Number, Variable
+>>> from fractions import Fraction
+>>> e = Call("-", (Call("+", (Variable("x"), Number(Fraction(1), "1"))), Variable("x")))
+>>> correctly_rounded(e, ("x",), (1e20,), "binary64")  # (x + 1) - x is 1 over the reals
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+
+from frontends.fpcore.expression import Annotation, Call, Constant, Expr, If, Let, Number, Variable
+from frontends.fpcore.language import CONSTANTS, OPERATORS
+
+__all__ = ["MAX_BITS", "START_BITS", "correctly_rounded", "evaluate", "round_to"]
+
+START_BITS = {"binary32": 96, "binary64": 192}
+"""The first working precision (bits) per target precision."""
+MAX_BITS = 4096
+"""The working precision where the doubling stops: a result not decided by then is the
+last evaluation's rounding."""
+
+
+def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None):
+    """``expr`` over the reals at mpmath's current precision, with ``env`` the values (mpf)
+    of its free variables; booleans for comparisons and logic. ``lost`` (a one-item list)
+    adds up the bits that cancel in sums and differences (all of them where one is zero).
+
+    >>> from frontends.fpcore.expression import Call, Variable
+    >>> with mp.workprec(60):
+    ...     evaluate(Call("sqrt", (Variable("x"),)), {"x": mp.mpf(2)})
+    mpf('1.4142135623730950483')
+    """
+    if isinstance(expr, Variable):
+        return env[expr.name]
+    if isinstance(expr, Number):
+        return mp.mpf(expr.value.numerator) / expr.value.denominator
+    if isinstance(expr, Call):
+        args = [evaluate(a, env, lost) for a in expr.args]
+        if expr.op == "-" and len(args) == 1:
+            return -args[0]
+        result = OPERATORS[expr.op].real(*args)
+        if lost is not None and expr.op in ("+", "-"):
+            lost[0] += _cancelled(result, args)
+        return result
+    if isinstance(expr, If):
+        return evaluate(expr.then if evaluate(expr.cond, env, lost) else expr.orelse, env,
+                        lost)
+    if isinstance(expr, Let):
+        inner = dict(env)
+        for name, value in expr.bindings:
+            inner[name] = evaluate(value, inner if expr.sequential else env, lost)
+        return evaluate(expr.body, inner, lost)
+    if isinstance(expr, Annotation):
+        return evaluate(expr.body, env, lost)
+    if isinstance(expr, Constant):
+        return CONSTANTS[expr.name]()
+    raise TypeError(f"not an FPCore expression: {expr!r}")
+
+
+def _cancelled(result, args) -> float:
+    """Bits of the larger operand that cancelled in a sum or difference."""
+    largest = max(abs(a) for a in args)
+    if not mp.isfinite(largest) or largest == 0 or mp.isnan(result):
+        return 0.0
+    if result == 0:
+        return float(mp.mp.prec)
+    return max(0.0, float(mp.log(largest / abs(result), 2)))
+
+
+def round_to(value, precision: str) -> float:
+    """A real (mpf, or a boolean: 1.0 or 0.0) rounded to the nearest float of
+    ``precision``, as a Python float.
+
+    >>> round_to(mp.mpf(1) / 3, "binary32")
+    0.3333333432674408
+    """
+    if isinstance(value, bool):
+        return float(value)
+    result = float(value)
+    if precision == "binary32":
+        with np.errstate(over="ignore"):
+            result = float(np.float32(result))
+    return result
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def correctly_rounded(expr: Expr, names: tuple[str, ...], point: tuple[float, ...],
+                      precision: str) -> float:
+    """``expr`` at ``point`` (values of ``names``) over the reals, rounded to ``precision``
+    (see the module docstring)."""
+    bits, last = START_BITS[precision], None
+    target = 24 if precision == "binary32" else 53
+    while True:
+        lost = [0.0]
+        with mp.workprec(bits):
+            env = {n: mp.mpf(v) for n, v in zip(names, point)}
+            result = round_to(evaluate(expr, env, lost), precision)
+        decided = last is not None and _same(result, last) and bits > lost[0] + 2 * target
+        if decided or bits >= MAX_BITS:
+            return result
+        last, bits = result, 2 * bits

@@ -1,0 +1,145 @@
+"""The FPCore reader: programs, their modules and references, the precondition, bad input,
+and Herbie's whole suite read without a crash."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from frontends import fpcore
+
+SUITE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "herbie-bench"
+needs_suite = pytest.mark.skipif(not SUITE.is_dir(), reason="Herbie's suite is not there")
+
+
+def test_program_fields_and_module():
+    (p,) = fpcore.parse("""
+        (FPCore (x y)
+         :name "hypot-ish"
+         :precision binary32
+         :pre (and (<= 0 x 10) (<= 1e-3 y 1))
+         (let* ([a (* x x)] [b (+ a (* y y))]) (sqrt b)))""")
+    assert (p.name, p.arguments, p.precision) == ("hypot-ish", ("x", "y"), "binary32")
+    assert p.pre.ranges == {"x": (0.0, 10.0), "y": (1e-3, 1.0)} and p.pre.is_ranges
+    x, y = torch.tensor([3.0, 0.5]), torch.tensor([1.0, 0.25])
+    out = p.module()(x, y)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.sqrt(x * x + y * y))
+    assert p.reference(3.0, 1.0) == pytest.approx(math.sqrt(10), rel=1e-7)
+
+
+def test_default_precision_is_binary64_and_constants_fold():
+    (p,) = fpcore.parse("(FPCore (x) (* x (/ PI 2)))")
+    assert p.precision == "binary64"
+    gm = p.module()
+    assert gm(torch.tensor([2.0], dtype=torch.float64)).item() == math.pi
+    assert "1.5707963267948966" in gm.code  # PI / 2 folded exactly, rounded once
+
+
+def test_if_is_where_and_fmax_ignores_nan():
+    (p,) = fpcore.parse("(FPCore (x y) (if (< x 0) (fmax x y) (fmin x y)))")
+    gm = p.module()
+    assert "torch.where" in gm.code and "torch.fmax" in gm.code
+    nan = float("nan")
+    x = torch.tensor([-1.0, -1.0, 2.0], dtype=torch.float64)
+    y = torch.tensor([nan, -3.0, nan], dtype=torch.float64)
+    assert gm(x, y).tolist() == [-1.0, -1.0, 2.0]
+
+
+def test_reference_decides_the_rounding():
+    (p,) = fpcore.parse("(FPCore (x) (- (+ x 1) x))")
+    assert p.reference(1e300) == 1.0  # float64 itself says 0
+    x = torch.tensor([1e300, 3.0], dtype=torch.float64)
+    assert p.module()(x).tolist() == [0.0, 1.0]
+    assert p.reference(x).tolist() == [1.0, 1.0]
+    (q,) = fpcore.parse("(FPCore (x) (sqrt x))")
+    assert math.isnan(q.reference(-1.0))  # outside the reals
+
+
+def test_binary32_fma_and_cbrt_run_through_float64():
+    (p,) = fpcore.parse("(FPCore (x y z) :precision binary32 (fma x y z))")
+    x = torch.tensor([1 + 2 ** -12], dtype=torch.float32)
+    z = torch.tensor([-(1 + 2 ** -11)], dtype=torch.float32)
+    # x * x - z: the product's last bit (2^-24) survives only in a fused multiply-add
+    assert p.module()(x, x, z).item() == 2.0 ** -24
+    (c,) = fpcore.parse("(FPCore (x) :precision binary32 (cbrt x))")
+    assert c.module()(torch.tensor([-27.0])).item() == -3.0
+
+
+def test_calls_of_other_fpcores_are_inlined():
+    a, b = fpcore.parse("(FPCore sq (x) (* x x)) (FPCore (y) (+ (sq y) 1))")
+    assert b.module()(torch.tensor([3.0], dtype=torch.float64)).item() == 10.0
+
+
+def test_precondition_predicate_and_disjunction():
+    (p,) = fpcore.parse("(FPCore (x y) :pre (and (or (== x 0) (<= 1 x 2)) (< x y)) y)")
+    assert p.pre.intervals == {"x": ((0.0, 0.0), (1.0, 2.0))}
+    assert not p.pre.is_ranges
+    ok = p.pre(torch.tensor([0.0, 1.5, 1.5]), torch.tensor([1.0, 1.0, 2.0]))
+    assert ok.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("text, problem, position", [
+    ("(FPCore (x) (+ x 1)", "'(' is never closed", (1, 1)),
+    ("(FPCore (x) (+ x 1)))", "unexpected ')': nothing is open", (1, 21)),
+    ("(FPCore (x)\n  :name \"bad op\"\n  (sqr x))", "unknown operator 'sqr'", (3, 4)),
+    ("(FPCore (x) :name \"arity\" (sqrt x x))", "'sqrt' takes 1 argument, got 2", (1, 27)),
+    ("(FPCore (x) :name \"free\" (+ x y))", "undefined variable 'y'", (1, 31)),
+    ("(FPCore (x) :name \"let\" (let ([a 1]) (+ a b)))", "undefined variable 'b'", (1, 43)),
+])
+def test_malformed_input_names_benchmark_position_and_problem(text, problem, position):
+    with pytest.raises(fpcore.MalformedFPCore) as info:
+        fpcore.parse(text)
+    err = info.value
+    assert (err.problem, err.position) == (problem, position)
+    if ":name" in text:
+        assert err.benchmark == text.split('"')[1] and err.benchmark in str(err)
+
+
+@pytest.mark.parametrize("text, construct", [
+    ("(FPCore (x) (while (< x 1) ([x x (+ x 1)]) x))", "while"),
+    ("(FPCore ((v 2)) (ref v 0))", "tensor"),
+    ("(FPCore (x) (tgamma x))", "tgamma"),
+    ("(FPCore (x) (cbrt x))", "cbrt in binary64"),
+    ("(FPCore (x) :precision binary16 x)", "binary16"),
+])
+def test_unsupported_constructs_are_refused_with_the_reason(text, construct):
+    with pytest.raises(fpcore.UnsupportedFPCore, match=construct):
+        fpcore.parse(text)
+
+
+def test_read_keeps_going_past_a_bad_benchmark():
+    found = fpcore.read('(FPCore (x) :name "a" (tgamma x)) (FPCore (x) :name "b" x)')
+    assert isinstance(found[0], fpcore.UnsupportedFPCore) and found[0].benchmark == "a"
+    assert isinstance(found[1], fpcore.Program) and found[1].name == "b"
+
+
+def test_writer_round_trip():
+    (p,) = fpcore.parse("""(FPCore (x.re eps) :name "w" :pre (< 0 eps 1)
+        (let ([a (- (exp x.re) 1)]) (if (> a eps) (/ a eps) (log1p (* a a)))))""")
+    text = fpcore.write_program(p)
+    (again,) = fpcore.parse(text)
+    assert (again.name, again.arguments, again.precision) == (p.name, p.arguments,
+                                                              p.precision)
+    xs = (torch.linspace(-3, 3, 9, dtype=torch.float64), torch.full((9,), 0.5,
+                                                                    dtype=torch.float64))
+    torch.testing.assert_close(again.module()(*xs), p.module()(*xs))
+    (back,) = fpcore.parse(fpcore.write_module(p.module(), p))
+    torch.testing.assert_close(back.module()(*xs), p.module()(*xs))
+
+
+@needs_suite
+def test_whole_suite_reads_without_a_crash():
+    read, refused = 0, []
+    for path in sorted(SUITE.rglob("*.fpcore")):
+        for item in fpcore.read_file(path):
+            if isinstance(item, fpcore.FPCoreError):
+                assert item.benchmark and item.problem
+                refused.append(item)
+            else:
+                read += 1
+    assert read + len(refused) == 718
+    assert read >= 0.9 * 718, [str(e) for e in refused]
