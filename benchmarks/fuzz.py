@@ -16,8 +16,8 @@ parameters judged), and every result is judged on fresh inputs against the sourc
 evaluated in float64 (see ``tests/fuzzer.py``). Prints a progress line every ``--progress``
 programs, each failing program with its source and errors, the counts per category, the
 distinct kinds of failure with the smallest program that still shows each (a slice of the
-failing one), and the total time; writes the counts, the kinds and the command to
-``benchmarks/results/fuzz.md``.
+failing one), and the total time; writes the counts and the kinds, stamped with the run
+(``benchmarks/report.py``), to ``benchmarks/results/fuzz.md`` (``--out``).
 
 Outcome categories: ``ok``; ``fallback`` (validation refused the optimised program and
 the original came back, with the reason); ``clear-refusal`` (a documented clear error,
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import platform
 import sys
 import time
 from collections.abc import Iterator
@@ -50,9 +49,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fuzzer  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.report import RunStamp, add_out_option, write_results  # noqa: E402
 from egraph.logs import progress  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "fuzz.md"
 
 
 def _failure_lines(result: fuzzer.Result) -> list[str]:
@@ -194,14 +192,13 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", type=int, default=100, help="a progress line every N")
     ap.add_argument("--no-shrink", action="store_true",
                     help="do not cut failing programs down to a minimal slice")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (markdown)")
+    add_out_option(ap, "fuzz")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
     limits = {**fuzzer.LIMITS, "iter_limit": args.iter_limit, "node_limit": args.node_limit}
-    command = "benchmarks/fuzz.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(f"# {command}\n# torch {torch.__version__}, python {platform.python_version()}, "
-          f"limits {limits}, cost models: "
+    command = None if argv is None else [__file__, *argv]
+    print(f"{RunStamp.now(command).markdown()}\n- limits: {limits}\n- cost models: "
           f"{', '.join(n for n, _ in fuzzer.cost_models())}", flush=True)
     fuzzer.rules()  # load once, outside the timings
     results: list[fuzzer.Result] = []
@@ -253,8 +250,6 @@ def main(argv=None) -> int:
                    and o.category in ("ok", "fallback", "wrong"))
 
     lines = [
-        "# Pipeline fuzzer", "",
-        f"Command: `.venv/bin/python {command}`", "",
         f"{len(results)} programs (seed {args.seed}, programs {args.start}.."
         f"{args.start + args.n - 1}), "
         + (f"1 in {args.compile_every} also through torch.compile; " if args.compile_every
@@ -265,7 +260,7 @@ def main(argv=None) -> int:
            "torch.compile at three batch sizes (static, automatic dynamic, dynamic); "
            if args.train_every else "")
         + f"{total:.1f}s in all, {total / max(len(results), 1):.3f}s per "
-        f"program; torch {torch.__version__}, {platform.machine()}; saturation limits "
+        f"program; saturation limits "
         f"{limits}.", "",
         "Per program (its worst outcome) and per check (one extraction under one cost "
         "model, one torch.compile run, or one training mode, judged on fresh inputs):", "",
@@ -288,11 +283,9 @@ def main(argv=None) -> int:
     kinds = _kinds_report(summary, shrunk)
     lines += kinds or ["None.", ""]
     text = "\n".join(lines)
-    print("\n" + text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
-          f"; total {total:.1f}s ({total / max(len(results), 1):.3f}s per program)")
+    print("\n" + text + "\n")
+    write_results("fuzz", "Pipeline fuzzer", text, out=args.out, argv=command)
+    print(f"total {total:.1f}s ({total / max(len(results), 1):.3f}s per program)")
     return 0
 
 
