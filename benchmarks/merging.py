@@ -2,8 +2,7 @@
 library less its merging rules (two linears, matmuls or convolutions sharing an input become
 one op on concatenated weights, then a split), run times interleaved in one process.
 
-    .venv/bin/python benchmarks/merging.py [--models bert,llama] [--repeat 30]
-        [--out benchmarks/results/merging.md]
+    .venv/bin/python benchmarks/merging.py [--models bert,llama] [--repeat 30] [--out PATH]
 
 Per model: the merges the emitted program uses, the run time of eager, of the program
 without merging and with it (medians of interleaved rounds: each round times every variant
@@ -12,14 +11,14 @@ gives. Both programs come from ``torch.export`` -> ``EGraph.from_fx`` -> ``satur
 ``extract(default_cost(inputs))`` (the time on this machine's profile; the default
 extraction is DAG-aware, so a merged op is paid once, and exact on small e-graphs, so
 three projections merge when only all three together pay), validated against float64.
-``demo`` is the bundled naive transformer block of ``python -m compiler``.
+``demo`` is the bundled naive transformer block of ``python -m compiler``. The table is
+printed and written to benchmarks/results/merging.md (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus import MODELS, build  # noqa: E402
+from benchmarks.report import add_out_option, write_results  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from egraph import EGraph  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(("demo", *TRANSFORMERS)))
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
-    parser.add_argument("--out", default=None)
+    add_out_option(parser, "merging")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -105,13 +105,9 @@ def main() -> None:
         print(f"{name:16s} merges {row['merges']:2d}  eager {row['eager']:.3f} ms  without "
               f"{row['without']:.3f} ms  with {row['with']:.3f} ms  ({row['speedup']:.3f}x)",
               flush=True)
-    text = (f"# Operator merging\n\nCommand: `.venv/bin/python benchmarks/merging.py "
-            f"{' '.join(sys.argv[1:])}`\n\ntorch {torch.__version__}, {platform.machine()}, "
-            f"{torch.get_num_threads()} threads; medians of {args.repeat} interleaved "
-            f"rounds.\n\n{table(rows)}\n")
+    text = f"Medians of {args.repeat} interleaved rounds.\n\n{table(rows)}\n"
     print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_results("merging", "Operator merging", text, out=args.out)
 
 
 if __name__ == "__main__":
