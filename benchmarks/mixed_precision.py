@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.corpus import MODELS, build  # noqa: E402
+from benchmarks.report import add_out_option, write_results  # noqa: E402
 from compiler.compile import make_backend  # noqa: E402
 from egraph.logs import progress  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
@@ -122,8 +123,7 @@ def main() -> None:
     parser.add_argument("--mode", default="autocast", choices=("autocast", "cast"),
                         help="autocast: the step inside torch.autocast; cast: the model and "
                              "its floating inputs cast whole to the dtype")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"
-                                             / "mixed_precision.md"))
+    add_out_option(parser, "mixed_precision")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
@@ -140,15 +140,10 @@ def main() -> None:
         r = rows[-1]
         print(f"{name:<16} {r['status'][:70]:<70} "
               f"{r.get('ratio', float('nan')):.2f} {r['seconds']:.1f} s", flush=True)
-    text = (f"# Mixed precision: {args.mode} {args.dtype}, training steps\n\n"
-            f"torch {torch.__version__}. Command: `python benchmarks/mixed_precision.py "
-            f"--models {','.join(names)} --dtype {args.dtype} --mode {args.mode}`\n\n"
-            + table(rows))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    text = table(rows)
     print(text)
-    print(f"written to {out}")
+    write_results("mixed_precision", f"Mixed precision: {args.mode} {args.dtype}, training "
+                  "steps", text, out=args.out)
 
 
 if __name__ == "__main__":
