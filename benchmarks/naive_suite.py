@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 import time
 import warnings
@@ -43,6 +42,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import add_out_option, write_results  # noqa: E402
 from benchmarks.triton_gpu import (  # noqa: E402
     GeluMLP,
     naive_attention,
@@ -280,15 +280,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-inductor", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/naive_suite.md"))
+    add_out_option(parser, "naive_suite")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     ways = _ways(not args.no_inductor)
     lines = [
-        f"# The naive suite on the CPU ({platform.processor() or platform.machine()}, "
-        f"{args.threads} thread(s), torch {torch.__version__}; the machine is shared: read "
-        "the ratios, taken in one run)", "",
+        "The machine is shared: read the ratios, taken in one run.", "",
         "| family | spelling | eager ms | " + " | ".join(
             f"{w} ms" for w in ways if w != "eager") + " | ours / eager | best ours / eager"
         " | compile / eager |",
@@ -315,7 +313,8 @@ def main(argv: list[str] | None = None) -> None:
                f"{_geomean(inductor):.2f}x ({len(ours)} spellings).")
     print(summary)
     lines.append(summary)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_results("naive_suite", "The naive suite on the CPU", "\n".join(lines), out=args.out,
+                  argv=None if argv is None else [__file__, *argv])
 
 
 if __name__ == "__main__":
