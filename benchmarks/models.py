@@ -64,7 +64,6 @@ import ast
 import contextlib
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -95,6 +94,7 @@ from benchmarks.corpus import (  # noqa: E402
     build,
     build_generation,
 )
+from benchmarks.report import add_out_option, results_path, write_results  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
@@ -815,7 +815,7 @@ def main() -> None:
     parser.add_argument("--checkpointing", action="store_true",
                         help="the train entries (eager's and Inductor's too) with "
                              "transformers' gradient checkpointing on")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "models.md"))
+    add_out_option(parser, "models")
     args = parser.parse_args()
     global CHECKPOINTING
     CHECKPOINTING = args.checkpointing
@@ -870,25 +870,12 @@ def main() -> None:
     total = time.perf_counter() - start
     text = table(rows)
     probe = (torch.zeros(1, device=args.device),)
-    machine = (f"{torch.cuda.get_device_name()} GPU" if args.device == "cuda"
-               else f"{platform.machine()} CPU")
     header = (
-        "# Real architectures: pipeline vs eager and Inductor\n\n"
         f"Models from `transformers` {transformers.__version__}{_diffusers_version(names)} "
         "built from small configs (benchmarks/corpus.py: 2 layers, hidden 64, vocabulary "
         "1000, batch 2, sequence 8, 16x16 latents; random weights), attention "
-        f"`{args.attn}` (diffusers' models keep their sdpa processors); torch {torch.__version__}, "
-        f"{machine}, {torch.get_num_threads()} CPU threads. "
-        f"Command: `python benchmarks/models.py --models {','.join(names)} --entries "
-        f"{','.join(entries)} --train-models {args.train_models} --attn {args.attn} "
-        f"{'--cache static ' if args.cache == 'static' else ''}"
-        f"--repeat {args.repeat}{' --large' if args.large else ''}"
-        f"{' --device cuda' if args.device == 'cuda' else ''}"
-        f"{f' --autocast {args.autocast}' if args.autocast else ''}"
-        f"{f' --dtype {args.dtype}' if args.dtype else ''}"
-        f"{' --no-inductor' if args.no_inductor else ''}"
-        f"{' --checkpointing' if args.checkpointing else ''}"
-        f"{' --tf32' if args.tf32 else ''}`; the run took {total:.0f} s.\n\n"
+        f"`{args.attn}` (diffusers' models keep their sdpa processors); the run took "
+        f"{total:.0f} s.\n\n"
         f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
         "saturation limits "
         f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
@@ -907,12 +894,13 @@ def main() -> None:
                 + "\n\nRewrites applied, by rule:\n\n" + rewrites_section(rows) + "\n")
     print()
     print(text)
-    out = Path(args.out)
+    out = args.out or results_path("models")
     out.parent.mkdir(parents=True, exist_ok=True)
     charts_written = plot(rows, out)
-    out.write_text(document + "".join(f"\n![{p.stem}]({p.name})\n" for p in charts_written
-                                      if p.suffix == ".svg"))
-    for path in [out, *charts_written]:
+    write_results("models", "Real architectures: pipeline vs eager and Inductor", document,
+                  out=out, plots=[p for p in charts_written if p.suffix == ".svg"],
+                  device=args.device)
+    for path in charts_written:
         print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
