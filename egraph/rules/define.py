@@ -41,7 +41,8 @@ from typing import Any
 
 from egraph.ops import lookup
 from egraph.rewrite import Guard, MultiPattern, Rewrite
-from egraph.term import Term, walk
+from egraph.rules.pattern_program import pattern_program
+from egraph.term import Term, parse, walk
 
 __all__ = ["F", "Input", "LibraryRule", "rule", "source_of", "torch"]
 
@@ -170,10 +171,22 @@ def _check_ops(rewrite: Rewrite) -> None:
                     raise ValueError(f"rule {rewrite.name!r}: {err}") from None
 
 
+def _left_side_program(name: str, lhs: Term | str | list) -> Callable:
+    """The program ``lhs`` spells, as the example of rule ``name``."""
+    pattern = parse(lhs) if isinstance(lhs, str) else lhs
+    if not isinstance(pattern, Term):
+        raise ValueError(f"rule {name!r}: a left side of several patterns spells no one "
+                         "program; give the rule an example")
+    try:
+        return pattern_program(pattern, {"torch": torch})
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"rule {name!r}: {err}; give the rule an example") from None
+
+
 def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
-         example: Callable | tuple[Callable, ...], inputs: dict[str, Any],
-         when: Guard | None = None, description: str = "",
-         variants: bool = True) -> LibraryRule:
+         example: Callable | tuple[Callable, ...] | None = None,
+         inputs: dict[str, Any] | None = None, when: Guard | None = None,
+         description: str = "", variants: bool = True) -> LibraryRule:
     """A library rule ``lhs => rhs`` (guarded by ``when``), with the PyTorch ``example``
     it fires on (a callable, or several) and that example's ``inputs``: a shape per
     parameter, or ``(shape, domain)`` (see :class:`Input`).
@@ -189,7 +202,18 @@ def rule(name: str, lhs: Term | str | list, rhs: Term | str | Callable, *,
     >>> rule("log-exp", log(exp(x)), x, example=lambda x: torch.log(torch.exp(x)),
     ...      inputs={"x": (4, 8)}).rewrite
     Rewrite('log-exp', '(log (exp ?x))' => '?x')
+
+    Without an ``example``, the program the left side spells is the example
+    (:func:`~egraph.rules.pattern_program.pattern_program`), on inputs of shape (4, 8) from
+    any values unless ``inputs`` says otherwise:
+
+    >>> from egraph.ops import sigmoid
+    >>> rule("sigmoid-of-neg", sigmoid(-x), 1 - sigmoid(x)).example_code
+    'torch.sigmoid(torch.neg(x))'
     """
+    if example is None:
+        example = _left_side_program(name, lhs)
+        inputs = inputs or {p: (4, 8) for p in inspect.signature(example).parameters}
     examples = example if isinstance(example, tuple) else (example,)
     if not examples or not all(callable(e) for e in examples) or not inputs:
         raise ValueError(
