@@ -596,7 +596,7 @@ def test_an_exported_module_is_ingested_from_its_metadata_without_a_run(monkeypa
     """``ExportedProgram.module()`` adds a call of its input guards that carries no
     metadata; ingest still reads every other node's shape from export's metadata instead
     of running the model (on a 12-layer decoder that run cost 0.9 s of ingest)."""
-    import frontends.fx.ingest as ingest
+    import frontends.fx.metadata as metadata
 
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
     x = torch.randn(3, 8)
@@ -605,7 +605,7 @@ def test_an_exported_module_is_ingested_from_its_metadata_without_a_run(monkeypa
     def no_run(*args):
         raise AssertionError("ingest ran the model")
 
-    monkeypatch.setattr(ingest, "_run_real", no_run)
+    monkeypatch.setattr(metadata, "_run_real", no_run)
     eg = EGraph.from_fx(gm, (x,))
     torch.testing.assert_close(eg.extract(AstSize())(x), model(x))
 

@@ -2,7 +2,9 @@
 
 from frontends.fx.analysis import Meta, TensorAnalysis
 from frontends.fx.exported import ExportedModule
-from frontends.fx.ingest import FxSource, InputMismatch, UntraceableModel, from_fx, trace
+from frontends.fx.ingest import FxSource, from_fx
+from frontends.fx.mismatch import InputMismatch
+from frontends.fx.tracing import UntraceableModel, trace
 
 __all__ = ["ExportedModule", "FxSource", "InputMismatch", "Meta", "TensorAnalysis",
            "UntraceableModel", "from_fx", "trace"]

@@ -22,13 +22,13 @@ the result).
 from __future__ import annotations
 
 import copy
+import importlib
 import inspect
 import logging
 import math
 import operator
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,23 +36,19 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.fx._symbolic_trace import _assert_is_none
 
 from egraph.dims import is_symbolic
 from egraph.egraph import EGraph
 from egraph.ops.table import TABLE
-from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from egraph.term import literal
-from frontends.fx.analysis import Meta, TensorAnalysis, observed_range
+from frontends.fx.analysis import Meta, TensorAnalysis
 from frontends.fx.effects import (
-    attributes_kept,
     dispatches_functionally,
     draws_random,
     is_functional,
     is_in_place,
     out_of_place,
     recorded_key,
-    recorded_parts,
     recorded_value,
     returns_new_tensors,
     run_pure,
@@ -60,14 +56,12 @@ from frontends.fx.effects import (
     torch_owned,
     updates_an_alias,
     updates_an_input,
-    updates_inputs,
 )
 from frontends.fx.exported import (
     ExportedModule,
     InputGuards,
     argument_names,
     attribute_at,
-    deep_copy,
     export_dynamic,
     input_guards,
     input_structure,
@@ -76,6 +70,10 @@ from frontends.fx.exported import (
     written_targets,
 )
 from frontends.fx.foreach import split_foreach
+from frontends.fx.metadata import node_metas
+from frontends.fx.mismatch import check_count
+from frontends.fx.ranges import DOMAINS, declare, observe_ranges, observing
+from frontends.fx.tracing import UntraceableModel, spread_star_inputs, trace
 from frontends.fx.vocabulary import (
     IMPURE,
     SCALAR_FUNCTIONS,
@@ -84,15 +82,6 @@ from frontends.fx.vocabulary import (
     lower,
     module_op,
 )
-
-
-class UntraceableModel(ValueError):
-    """The model cannot be captured as a static graph; the message says how to proceed."""
-
-
-class InputMismatch(ValueError):
-    """The example inputs do not fit the model (their number, or a shape or dtype the first
-    op that rejects them says it cannot take); the message names them and the op."""
 
 
 @dataclass
@@ -144,442 +133,6 @@ _CLONES = (torch.clone, torch.ops.aten.clone.default, torch.ops.aten.lift_fresh_
 """Call targets that copy their input (``Tensor.clone`` is the method): the op table models
 them as the identity, but the source's result is a new tensor."""
 
-def trace(model: nn.Module, example_inputs: tuple | list | None = None) -> fx.GraphModule:
-    """``torch.fx.symbolic_trace`` with a clear error for models it cannot capture. The
-    arguments of ``forward`` that ``example_inputs`` leave out take their defaults and are
-    traced as those values (``forward(self, x, mask=None)`` given ``(x,)``: the branch on
-    ``mask is not None`` is not taken), as ``model(*example_inputs)`` runs; the module
-    traced asserts them (torch.fx's ``concrete_args``).
-
-    >>> class Scaled(nn.Module):
-    ...     def forward(self, x, mask=None, scale=2.0):
-    ...         return x * scale if mask is None else x.masked_fill(mask, 0.0)
-    >>> print(trace(Scaled(), (torch.ones(2),))(torch.ones(2)))
-    tensor([2., 2.])
-    """
-    if isinstance(model, fx.GraphModule):
-        return model
-    try:
-        concrete = _left_out(model, example_inputs)
-        tracer = _TensorDefaultsTracer(_tensor_defaulted(model))
-        with warnings.catch_warnings():
-            # (torch.fx cannot assert a tensor specialised; the tracer asserts it is None)
-            warnings.filterwarnings("ignore", "Was not able to add assertion")
-            graph = tracer.trace(model, concrete_args=concrete)
-        return fx.GraphModule(tracer.root, graph, type(model).__name__)
-    except Exception as err:
-        raise UntraceableModel(
-            f"torch.fx cannot trace {type(model).__name__}: {err}. Symbolic tracing cannot "
-            "follow data-dependent control flow (an `if` or loop on tensor values) or Python "
-            "operations that need concrete values. Capture it with "
-            "torch.export.export(model, args) and pass the program to EGraph.from_fx, or "
-            "use torch.compile(model, backend='egraph'), which splits the graph at such "
-            "points."
-        ) from err
-
-
-def spread_star_inputs(gm: fx.GraphModule, example_inputs: tuple | list | None,
-                       forward: Callable | None = None) -> fx.GraphModule:
-    """``gm`` taking one input per example where its forward takes ``*xs``
-    (``xs[0] * 2 + xs[1]``, ``torch.cat(xs)``): the count specialised to the examples', as
-    torch.export specialises it; otherwise ``gm`` itself. A new module: ``gm`` is left
-    as it is. ``forward`` (default ``gm.forward``) is the function whose signature names
-    the inputs before the star: a traced module's own, since torch.fx's code moves its
-    keyword-only inputs before the star, where a call's examples would bind to them.
-
-    >>> class Pair(nn.Module):
-    ...     def forward(self, *xs):
-    ...         return xs[0] * 2 + xs[1]
-    >>> spread = spread_star_inputs(fx.symbolic_trace(Pair()), (torch.ones(2), torch.ones(2)))
-    >>> [n.name for n in spread.graph.nodes if n.op == "placeholder"]
-    ['xs_0', 'xs_1']
-    """
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    star = next((n for n in placeholders if str(n.target).startswith("*")
-                 and not str(n.target).startswith("**")), None)
-    if star is None or example_inputs is None:
-        return gm
-    leading = [p.name for p in inspect.signature(forward or gm.forward).parameters.values()
-               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    first = [n for n in placeholders if n.target in leading]
-    if any(n.args for n in first):  # (an input with a default before them: left as is)
-        return gm
-    count = len(example_inputs) - len(first)
-    graph, env = fx.Graph(), {}
-    for node in first:
-        env[node] = graph.node_copy(node, env.__getitem__)
-    # (read whole, ``torch.cat(xs)``, it is the tuple of them)
-    env[star] = tuple(graph.placeholder(f"{str(star.target)[1:]}_{i}") for i in range(count))
-    for node in gm.graph.nodes:
-        if node in env:
-            continue
-        at = node.args[1] if node.target is operator.getitem and len(node.args) == 2 and (
-            node.args[0] is star) else None
-        if isinstance(at, int) and -count <= at < count:
-            env[node] = env[star][at]
-        else:
-            env[node] = graph.node_copy(node, env.__getitem__)
-    return fx.GraphModule(gm, graph)
-
-
-class _TensorDefaultsTracer(fx.Tracer):
-    """torch.fx's tracer for a ``forward`` whose arguments default to tensors
-    (``scale=torch.tensor(2.0)``), which the code torch.fx writes cannot spell: an argument
-    the examples give becomes an input without a default, one they leave out is traced as
-    its default tensor (a constant of the module), with an input in its place that must be
-    None (:func:`_left_out` passes the tensor as a concrete argument)."""
-
-    def __init__(self, defaulted: frozenset[str]):
-        super().__init__()
-        self.defaulted = defaulted
-
-    def create_proxy(self, kind, target, args, kwargs, *rest, **more):
-        if kind != "placeholder" or not (args and isinstance(args[0], torch.Tensor)):
-            return super().create_proxy(kind, target, args, kwargs, *rest, **more)
-        name = str(target)
-        if name in self.defaulted:  # (given by the examples: an input like any other)
-            return super().create_proxy(kind, target, (), kwargs, *rest, **more)
-        proxy = super().create_proxy(kind, target, (None,), kwargs, *rest, **more)
-        base = name.rsplit("_", 1)[0]
-        super().create_proxy("call_function", _assert_is_none, (proxy, (
-            f"{base} was traced as its default tensor; give it in the example inputs to "
-            "make it an input")), {})
-        return proxy
-
-
-def _tensor_defaulted(model: nn.Module) -> frozenset[str]:
-    """The names of the arguments of ``model.forward`` that default to a tensor."""
-    try:
-        parameters = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    return frozenset(p.name for p in parameters if isinstance(p.default, torch.Tensor))
-
-
-def _left_out(model: nn.Module, example_inputs: tuple | list | None) -> dict | None:
-    """The arguments of ``model.forward`` after the ``example_inputs`` (and its keyword-only
-    ones) that have defaults, with their defaults, and those given as None, as None (None
-    without example inputs: every argument is traced)."""
-    if example_inputs is None:
-        return None
-    try:
-        parameters = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):  # (a forward without a signature: traced as it is)
-        return None
-    positional = [p for p in parameters
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    keywords = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
-    if not any(p.kind == p.VAR_POSITIONAL for p in parameters):  # (else *xs takes the rest)
-        keywords = positional[len(example_inputs):] + keywords
-    # (plain values, which torch.fx writes into the code it generates, and tensors, which
-    # _TensorDefaultsTracer holds as constants)
-    left = {p.name: p.default for p in keywords
-            if p.default is None or type(p.default) in (bool, int, float, str)
-            or isinstance(p.default, torch.Tensor)}
-    # (None given is None traced: ``if mask is not None`` cannot branch on a proxy)
-    left.update((p.name, None) for p, x in zip(positional, example_inputs) if x is None)
-    return left or None
-
-
-def _metas(gm: fx.GraphModule, example_inputs) -> dict[str, Meta]:
-    """Meta of every FX node: from the value its tracer recorded (``node.meta["val"]`` from
-    torch.export and aot_autograd, ``"example_value"`` from dynamo), else shape
-    propagation: a run on the example inputs where they are real tensors (cheaper than
-    importing torch._dynamo, which fake tensors need), fake tensors otherwise."""
-    out: dict[str, Meta] = {}
-    key = recorded_key(gm)
-    if key is not None:
-        for n in gm.graph.nodes:
-            if key in n.meta:
-                out[n.name] = Meta.of(n.meta[key])
-            elif (parts := recorded_parts(n, key)) is not None:
-                out[n.name] = Meta("tuple", value=tuple(
-                    Meta("unknown") if v is None else Meta.of(v) for v in parts))
-        return out
-    if example_inputs is None:
-        return out
-    if _real(example_inputs):
-        run = _Propagation(gm)
-        try:
-            _run_real(run, example_inputs)
-        except Exception as err:  # noqa: BLE001 - the model rejects the inputs
-            _mismatch(gm, example_inputs, run.node, err)
-        return run.metas
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
-    run = _Propagation(gm, mode)
-    try:
-        with _quiet("torch._subclasses.fake_tensor"), state_kept():
-            run.run(*fakes)
-    except Exception as err:  # noqa: BLE001 - sorted below: a mismatch, or fake's limits
-        if not _fake_limit(err):
-            _check_inputs_fit(gm, example_inputs, run.node, err)
-        return out  # shapes stay unknown where fake propagation cannot run
-    return run.metas
-
-
-def _real(example_inputs) -> bool:
-    """True when every tensor among the inputs is a real one (not fake, not meta)."""
-    return all(not isinstance(x, torch.Tensor) or (
-        type(x) in (torch.Tensor, torch.nn.Parameter) and x.device.type != "meta")
-        for x in example_inputs)
-
-
-def _run_real(run: fx.Interpreter, example_inputs) -> None:
-    """Run the graph on copies of the real inputs, leaving the caller's RNG state and the
-    module's tensors (:func:`attributes_kept`) as they were."""
-    inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with torch.random.fork_rng(), torch.no_grad(), state_kept(), attributes_kept(run.module):
-        run.run(*inputs)
-
-
-@contextmanager
-def state_kept() -> Iterator[None]:
-    """Leave the global state that a graph's calls change as it was, however a run of the
-    graph ends: dynamo's graphs hold a vmap's entry and exit (``_vmap_increment_nesting``,
-    transformers' masks) and grad mode's changes as calls, and a run stopped between the
-    two (an op that raises on the values given) would leave the vmap level on for every
-    later tensor op of the process.
-
-    >>> with state_kept():
-    ...     level = torch._C._functorch._vmap_increment_nesting(2, "error")
-    >>> torch._C._functorch.maybe_current_level() is None
-    True
-    """
-    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
-
-    functorch = torch._C._functorch
-    level, grad = functorch.maybe_current_level(), torch.is_grad_enabled()
-    try:
-        yield
-    finally:
-        while (current := functorch.maybe_current_level()) is not None and (
-                level is None or current > level):
-            kind = retrieve_current_functorch_interpreter().key().name.lower()
-            getattr(functorch, f"_{'func' if kind == 'functionalize' else kind}"
-                               "_decrement_nesting")()
-        torch.set_grad_enabled(grad)
-
-
-class _Propagation(fx.Interpreter):
-    """Runs the graph (on fake tensors under ``mode``), keeping the meta of every node's
-    value (the user's graph and its nodes' metadata are left as they are) and the node
-    that is running."""
-
-    def __init__(self, gm: fx.GraphModule, mode=None):
-        super().__init__(gm)
-        self.mode = mode
-        self.metas: dict[str, Meta] = {}
-        self.node: fx.Node | None = None
-
-    def run_node(self, n: fx.Node):
-        self.node = n
-        if self.mode is None:
-            result = super().run_node(n)
-        else:
-            with self.mode:
-                result = super().run_node(n)
-        meta = _meta_of_value(result)
-        if meta is None and n.op == "placeholder" and type(result) in (bool, int, float, str):
-            # a number (or name) the caller passes, or its default: Python, not torch
-            meta = Meta("scalar")
-        if meta is not None:
-            self.metas[n.name] = meta
-        return result
-
-
-def _meta_of_value(value: Any) -> Meta | None:
-    """The shape and dtype of a propagated value holding tensors, else None (no observed
-    range: whether ranges are observed is :func:`from_fx`'s ``observe``)."""
-    if isinstance(value, torch.Tensor):
-        return Meta.of(value.detach().to("meta")) if value.device.type != "meta" else (
-            Meta.of(value))
-    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
-        return Meta("tuple", value=tuple(_meta_of_value(v) or Meta("unknown") for v in value))
-    return None
-
-
-def _fake_limit(err: Exception) -> bool:
-    """True for errors that say fake tensors cannot run an op (data-dependent shapes, no
-    meta kernel), not that the inputs are wrong."""
-    from torch._subclasses import fake_tensor
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-    limits = (NotImplementedError, GuardOnDataDependentSymNode,
-              fake_tensor.DataDependentOutputException,
-              fake_tensor.DynamicOutputShapeException,
-              fake_tensor.UnsupportedOperatorException,
-              fake_tensor.UnsupportedFakeTensorException)
-    return isinstance(err, limits)
-
-
-class _quiet:
-    """Drops a torch logger's records for a while (fake propagation logs every op it
-    cannot run at ERROR level, with a traceback, before raising)."""
-
-    def __init__(self, name: str):
-        self.logger = logging.getLogger(name)
-
-    def __enter__(self):
-        self.logger.addFilter(_drop)
-
-    def __exit__(self, *exc):
-        self.logger.removeFilter(_drop)
-        return False
-
-
-def _drop(record) -> bool:
-    return False
-
-
-def _check_inputs_fit(gm: fx.GraphModule, example_inputs, node: fx.Node | None,
-                      err: Exception) -> None:
-    """Raise :class:`InputMismatch` for the error fake propagation met at ``node``, after
-    confirming it on the real inputs where they are real (fake tensors cannot run some
-    ops that real ones can: then the shapes just stay unknown)."""
-    if _real(example_inputs):
-        run = _Propagation(gm)
-        try:
-            _run_real(run, example_inputs)
-        except Exception as real_err:  # noqa: BLE001 - the real op's own complaint
-            node, err = run.node, real_err
-        else:
-            return
-    _mismatch(gm, example_inputs, node, err)
-
-
-def _mismatch(gm: fx.GraphModule, example_inputs, node: fx.Node | None,
-              err: Exception) -> None:
-    """Raise :class:`InputMismatch` for ``err``, raised by ``node`` on the example inputs."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    values = dict(zip(placeholders, example_inputs))
-    used = _inputs_of(node) if node is not None else set()
-    named = [n for n in values if n in used] or list(values)
-    described = ", ".join(f"input {n.target!r} {_describe_value(values[n])}" for n in named)
-    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    where = f"{_describe_node(node)} rejects it" if node is not None else "the model rejects it"
-    raise InputMismatch(
-        f"the example inputs do not fit the model: {described}; {where}: {message}. "
-        "Pass example inputs of the shapes and dtypes the model takes."
-    ) from None
-
-
-def _inputs_of(node: fx.Node) -> set[fx.Node]:
-    """The placeholders ``node`` depends on."""
-    seen: set[fx.Node] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(n.all_input_nodes)
-    return {n for n in seen if n.op == "placeholder"}
-
-
-def _describe_value(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"of shape {tuple(x.shape)} ({str(x.dtype).removeprefix('torch.')})"
-    return f"= {x!r}"
-
-
-def _describe_node(node: fx.Node) -> str:
-    """An FX node as a reader knows it: its name and what it calls."""
-    if node.op == "call_module":
-        what = f"module {node.target!r}"
-    elif node.op == "call_method":
-        what = f"method .{node.target}()"
-    elif node.op == "call_function":
-        name = getattr(node.target, "__qualname__", None)
-        module = str(getattr(node.target, "__module__", "") or "").replace("_operator",
-                                                                             "operator")
-        what = f"{module}.{name}" if name and module and not hasattr(
-            node.target, "_schema") else str(node.target)  # aten ops: aten.mm.default
-    else:
-        what = node.op
-    return f"FX node {node.name!r} ({what})"
-
-
-class _RangeRecorder(fx.Interpreter):
-    """Runs the graph on real example inputs and keeps each tensor's observed range, and
-    the tensors themselves for the sensitivity pass."""
-
-    def __init__(self, gm: fx.GraphModule):
-        super().__init__(gm)
-        self.ranges: dict[str, dict] = {}
-        self.values: dict[str, torch.Tensor] = {}
-
-    def run_node(self, n: fx.Node):
-        result = super().run_node(n)
-        if isinstance(result, torch.Tensor):
-            self.ranges[n.name] = observed_range(result.detach())
-            self.ranges[n.name]["contiguous"] = result.is_contiguous()
-            if result.requires_grad and n.op != "output":
-                result.retain_grad()
-                self.values[n.name] = result
-        return result
-
-
-def observe_ranges(gm: fx.GraphModule, example_inputs) -> dict[str, dict]:
-    """The value range of every tensor of ``gm`` on ``example_inputs`` (run as given), and
-    its relative sensitivity ``sens``: ``max |d L / d v * v|`` with ``L = sum(out / |out|)``
-    over the outputs, i.e. how much a relative error in that value moves the outputs,
-    measured in float64 so that overflow in the working dtype does not hide it (one run,
-    one float64 forward and backward; the caller's RNG state is left as it was). Empty
-    when the graph cannot run on them."""
-    if not example_inputs or not all(not isinstance(x, torch.Tensor) or (
-            x.device.type != "meta" and type(x) is torch.Tensor) for x in example_inputs):
-        return {}
-    recorder = _RangeRecorder(gm)
-    if updates_inputs(gm.graph):  # (on copies: the caller's stay as they are)
-        example_inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
-                          for x in example_inputs]
-    try:
-        with torch.random.fork_rng(), torch.no_grad(), state_kept(), attributes_kept(gm):
-            recorder.run(*example_inputs)
-    except Exception:  # noqa: BLE001 - ranges are an optional refinement of the costs
-        return {}
-    ranges = recorder.ranges
-    for name, sens in _sensitivities(gm, example_inputs).items():
-        if name in ranges:
-            ranges[name]["sens"] = sens
-    return ranges
-
-
-def _sensitivities(gm: fx.GraphModule, example_inputs) -> dict[str, float]:
-    wide = deep_copy(gm).to(torch.float64)
-    recorder = _RangeRecorder(wide)
-    inputs = [x.detach().to(torch.float64).requires_grad_(True)
-              if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-              for x in example_inputs]
-    try:
-        with torch.random.fork_rng(), torch.enable_grad(), state_kept():
-            out = recorder.run(*inputs)
-            leaves = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
-            if not leaves:
-                return {}
-            loss = sum((o * (o.sign() / (o.abs() + 1e-300)).detach()).nan_to_num().sum()
-                       for o in leaves)
-            loss.backward()
-    except Exception:  # noqa: BLE001 - sensitivities are an optional refinement
-        return {}
-    out: dict[str, float] = {}
-    for name, value in recorder.values.items():
-        if value.grad is not None and value.numel():
-            product = value.grad * value.detach()
-            if torch.isfinite(product).all():
-                out[name] = float(product.abs().max())
-    return out
-
-
-def _tensors(out) -> list:
-    leaves: list = []
-    fx.node.map_aggregate(out, lambda a: leaves.append(a) if isinstance(a, torch.Tensor)
-                          else None)
-    return leaves
-
 
 class _Builder:
     """Walks the FX graph once and adds each node's canonical expression."""
@@ -588,23 +141,7 @@ class _Builder:
                  make_egraph: Callable[..., EGraph] = EGraph, observe: bool = True):
         self.gm = gm
         self.observe = observe  # parameters' ranges too (they inform the curvature cost)
-        self.metas = _metas(gm, example_inputs)
-        # Observed ranges of the example inputs (they inform costs, never rules); a
-        # parameter aot_autograd passes as an input is measured as parameters are, only
-        # when observing (a pass over a 12-layer decoder's weights: 0.37 s).
-        user_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"
-                       and n.name not in param_names]
-        for node, value in zip(user_inputs, example_inputs or ()):
-            traced = recorded_value(node)
-            if isinstance(value, nn.Parameter) and not observe:
-                continue
-            if isinstance(value, torch.Tensor) and node.name in self.metas:
-                self.metas[node.name] = self.metas[node.name]._replace(**observed_range(value))
-            elif node.name not in self.metas and isinstance(traced, torch.SymInt):
-                # A symbolic size dynamo passes as an input (a number in the hinted run
-                # that propagated shapes): a number from sizes, as in aot_autograd's
-                # graphs, so size arithmetic on it is emitted as Python arithmetic.
-                self.metas[node.name] = Meta.of(traced)
+        self.metas = node_metas(gm, example_inputs, param_names, observe)
         self.analysis = TensorAnalysis()
         self.eg = make_egraph(analysis=self.analysis)
         self.env: dict[fx.Node, Any] = {}
@@ -1397,9 +934,6 @@ def _on_own_device(node: fx.Node, args: tuple, kwargs: dict) -> tuple[tuple, dic
 SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
 """Ops whose parameter at that position is a whole target shape."""
 
-_MAX_OBSERVED = 1 << 22
-"""Graphs with more input and parameter elements are not run to observe ranges."""
-
 _MAX_FOLDED_BYTES = 1 << 20
 """Constant subgraphs whose result takes more bytes stay computed (they would bloat the
 module): a float32 table of 256K elements, a bool causal mask of 2 x 724 x 724."""
@@ -1510,13 +1044,6 @@ def _lower_module(b: _Builder, module: nn.Module, node: fx.Node) -> int | None:
     return b.apply(name, kids)
 
 
-DOMAINS = {"any": ANY, "finite": ANY, "positive": POS, "nonneg": NONNEG, "negative": NEG,
-           "nonpos": NONPOS, "nonzero": NONZERO, "unit": NONNEG}
-"""Input domains a user can declare, as their signs; they are proven facts for the rules'
-conditions. Every domain but ``any`` is a set of numbers: it also promises finite values
-(no inf, no NaN), which rules that drop an operand need (``x - x -> 0``)."""
-
-
 def _renamed(by_input: dict | None, names: list[str],
              program: torch.export.ExportedProgram) -> dict | None:
     """``by_input``, keyed by the module's argument ``names``, keyed instead by the names
@@ -1597,31 +1124,14 @@ def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
             f"torch.export.ExportedProgram, not {type(source).__name__}"
         )
     if example_inputs is not None:
-        _check_count(gm, example_inputs, param_names)
-    if observe is None and example_inputs is not None:
-        numel = sum(x.numel() for x in example_inputs if isinstance(x, torch.Tensor))
-        numel += sum(p.numel() for p in gm.parameters())
-        observe = numel <= _MAX_OBSERVED
+        check_count(gm, example_inputs, param_names)
+    observe = observing(gm, example_inputs, observe)
     # Without example inputs nothing is observed, but parameters are still measured.
     builder = _Builder(gm, example_inputs, param_names, make_egraph,
                        observe=observe is not False)
     if isinstance(source, torch.export.ExportedProgram):
         builder.lifted_constants = _lifted_constants(functional)
-    for name, domain in (domains or {}).items():
-        if domain not in DOMAINS:
-            raise ValueError(f"unknown domain {domain!r} for input {name!r}; "
-                             f"choose from {', '.join(DOMAINS)}")
-        if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
-            raise ValueError(f"domains names {name!r}, which is not an input of the graph")
-        meta = builder.metas.get(name, Meta("tensor"))
-        builder.metas[name] = meta._replace(sign=DOMAINS[domain], finite=domain != "any")
-    for name, (lo, hi) in (ranges or {}).items():
-        if name not in {n.name for n in gm.graph.nodes if n.op == "placeholder"}:
-            raise ValueError(f"ranges names {name!r}, which is not an input of the graph")
-        if not lo <= hi:
-            raise ValueError(f"the range of {name!r} must have lo <= hi, got {(lo, hi)}")
-        meta = builder.metas.get(name, Meta("tensor"))
-        builder.metas[name] = meta._replace(lo=float(lo), hi=float(hi))
+    declare(builder.metas, gm, domains, ranges)
     if observe and not ranges:
         builder.observed = observe_ranges(gm, example_inputs)
     # (a traced graph's updates only: where the tracer recorded values, their storages
@@ -1675,25 +1185,6 @@ def _on_leaves(gm: fx.GraphModule) -> fx.GraphModule:
     graph = fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     return fx.GraphModule(gm, graph)
-
-
-def _check_count(gm: fx.GraphModule, example_inputs, param_names: dict[str, str]) -> None:
-    """Raise :class:`InputMismatch` when the number of example inputs is not one the
-    graph takes (inputs with defaults may be left out)."""
-    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.name not in param_names]
-    if any(n.target.startswith("*") for n in inputs):
-        return  # *args: any number
-    required = [n for n in inputs if not n.args]
-    if len(required) <= len(example_inputs) <= len(inputs):
-        return
-    names = ", ".join(n.target for n in inputs)
-    takes = (f"{len(inputs)}" if len(required) == len(inputs)
-             else f"{len(required)} to {len(inputs)}")
-    raise InputMismatch(
-        f"the model takes {takes} input{'s' if len(inputs) != 1 else ''} ({names}), but "
-        f"{len(example_inputs)} example input{'s were' if len(example_inputs) != 1 else ' was'}"
-        " given; pass one example per input, in order"
-    )
 
 
 def _user_outputs(program, outputs):
@@ -1844,3 +1335,27 @@ def _from_export(program, example_inputs):
     if example_inputs is not None:  # (the graph's inputs are the leaves: {"a": x} is x)
         example_inputs = tuple(torch.utils._pytree.tree_leaves(example_inputs))
     return gm, names, example_inputs
+
+
+MOVED = {"InputMismatch": "frontends.fx.mismatch", "UntraceableModel": "frontends.fx.tracing",
+         "observe_ranges": "frontends.fx.ranges", "spread_star_inputs": "frontends.fx.tracing",
+         "state_kept": "frontends.fx.kept", "trace": "frontends.fx.tracing"}
+"""Names that moved out of this module to the passes of ingest, by their new module."""
+
+
+def __getattr__(name: str) -> Any:
+    """A name that moved (:data:`MOVED`), for one release, with a DeprecationWarning that
+    names its new path.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     from frontends.fx.ingest import state_kept
+    >>> print(caught[0].message)
+    frontends.fx.ingest.state_kept moved to frontends.fx.kept.state_kept
+    """
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to {MOVED[name]}.{name}", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(importlib.import_module(MOVED[name]), name)
