@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.corpus import Case  # noqa: E402
 from benchmarks.models import _check, _error, _wide, run_train  # noqa: E402
+from benchmarks.report import add_out_option, write_results  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.options import CODEGENS  # noqa: E402
 from compiler.validate import float64_copy, float64_reference  # noqa: E402
@@ -392,11 +393,11 @@ class SweepTable:
                 f"through compile {counts['compile']}"
                 + (f", training {counts['train']}" if train else ""))
 
-    def write(self, out: str, summary: str) -> None:
-        """Print ``summary`` and write the table with it to ``out``."""
+    def write(self, name: str, title: str, summary: str, out: Path | None) -> None:
+        """Print ``summary`` and write the table with it as the results document ``name``
+        (:func:`benchmarks.report.write_results`; ``out``: another path)."""
         print(summary)
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text("\n".join(self.lines + ["", summary, ""]))
+        write_results(name, title, "\n".join(self.lines + ["", summary]), out=out)
 
 
 def main() -> None:
@@ -414,7 +415,7 @@ def main() -> None:
     parser.add_argument("--attn", choices=("eager", "sdpa"),
                         help="the attention implementation of the export, compile and train "
                              "columns (eager: written out, as the rules must find it)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/architectures.md"))
+    add_out_option(parser, "architectures")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
@@ -429,8 +430,9 @@ def main() -> None:
                         args.codegen, args.checkpointing)
         table.add(model_type, row)
         generates += not row.get("generate", "eager").startswith("eager")
-    table.write(args.out, table.summary(len(args.types.split(",")), args.train)
-                + f", generating {table.counts['generate']} of {generates}")
+    table.write("architectures", "transformers architectures from their default configs",
+                table.summary(len(args.types.split(",")), args.train)
+                + f", generating {table.counts['generate']} of {generates}", args.out)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.architectures import SweepTable, sweep_row  # noqa: E402
+from benchmarks.report import add_out_option  # noqa: E402
 from compiler.options import CODEGENS  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 
@@ -513,7 +514,7 @@ def main() -> None:
     parser.add_argument("--codegen", choices=CODEGENS,
                         help="the backend's code generator for the compile and train "
                              "columns (default: the device's)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/diffusion.md"))
+    add_out_option(parser, "diffusion")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
@@ -523,7 +524,8 @@ def main() -> None:
         table.add(name, sweep_row(name, lambda n=name: build(n), rules,
                                   ("compile", "train") if args.train else ("compile",),
                                   args.codegen))
-    table.write(args.out, table.summary(len(names), args.train))
+    table.write("diffusion", "diffusers models outside the corpus",
+                table.summary(len(names), args.train), args.out)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.architectures import SweepTable, fused_calls, sweep_row  # noqa: E402
 from benchmarks.models import LIMITS, _error, _inference  # noqa: E402
+from benchmarks.report import add_out_option  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 
@@ -507,7 +508,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--train", action="store_true",
                         help="add a training step through the backend (gradients judged)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/research.md"))
+    add_out_option(parser, "research")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = load_rules("all")
@@ -528,8 +529,9 @@ def main() -> None:
         table.add(name, row)
     means = "; ".join(f"{key} {statistics.geometric_mean(values):.2f} in geometric mean"
                       for key, values in ratios.items() if values)
-    table.write(args.out, table.summary(len(args.models.split(",")), args.train)
-                + (f"; {means}" if means else ""))
+    table.write("research", "Research models outside transformers",
+                table.summary(len(args.models.split(",")), args.train)
+                + (f"; {means}" if means else ""), args.out)
 
 
 if __name__ == "__main__":
