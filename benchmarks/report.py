@@ -40,7 +40,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -192,6 +192,22 @@ def add_out_option(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"the results document (default: "
                              f"{results_path(name).relative_to(ROOT)})")
+
+
+def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str],
+                   float_format: str = ".3g") -> str:
+    """A Markdown table of ``rows`` with ``columns`` (the keys, as titles), floats in
+    ``float_format``.
+
+    >>> print(markdown_table([{"formula": "log1p", "bits": 5.625}], ["formula", "bits"]))
+    | formula | bits |
+    |---|---|
+    | log1p | 5.62 |
+    """
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(format(r[c], float_format) if isinstance(r[c], float)
+                                else str(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 def write_results(name: str, title: str, body: str, *, out: str | Path | None = None,
