@@ -13,7 +13,7 @@ separate test set of the same size (where the error is measured). Error is the m
 test points of ``log2(1 + |got - exact| / ulp(exact))`` in float32 (at most 24 bits;
 :func:`compiler.stability.error_bits`), against a 150-digit mpmath reference.
 
-    .venv/bin/python benchmarks/stability/hamming.py [--points 256] [--only 3.1,3.3.7]
+    .venv/bin/python benchmarks/stability/hamming.py [--points 256] [--only "problem 3.3.1"]
         [--out benchmarks/results/stability]
 
 runs both entry points on every benchmark:
@@ -22,8 +22,10 @@ runs both entry points on every benchmark:
 - ``rewriter``: ``StabilityRewriter().optimize(fn, xs)``;
 
 and prints, per benchmark, the error before and after each and the non-finite results where
-the truth is finite, then the averages. Herbie's published figures are in binary64 (bits of
-a 64-bit format) and are listed beside ours in :data:`HERBIE_BINARY64` with their sources.
+the truth is finite, then the averages; writes them with the chart (PNG and SVG), stamped
+with the run (``benchmarks/report.py``), to ``hamming.md`` in ``--out``. Herbie's published
+figures are in binary64 (bits of a 64-bit format) and are listed beside ours in
+:data:`HERBIE_BINARY64` with their sources.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import markdown_table, write_results  # noqa: E402
 
 __all__ = ["BENCHMARKS", "HERBIE_BINARY64", "Hamming", "exact_values", "improved",
            "report_hamming", "run_hamming", "sample"]
@@ -302,8 +306,8 @@ def main() -> None:
 
 
 def report_hamming(rows: list[dict], out: Path) -> None:
-    """Print the table and the averages of :func:`run_hamming`'s rows; write
-    ``hamming.md`` and the chart (PNG and SVG) to ``out``.
+    """Print the table and the averages of :func:`run_hamming`'s rows; write the chart
+    (PNG and SVG) and ``hamming.md``, the table and the averages, to ``out``.
 
     >>> import tempfile
     >>> row = {"benchmark": "problem 3.3.1", "bits_before": 5.6, "nonfinite_before": 0,
@@ -315,6 +319,7 @@ def report_hamming(rows: list[dict], out: Path) -> None:
     benchmark ...
     problem 3.3.1                5.60    0.20     0.20 ...
     rewriter: average 5.60 -> 0.20 bits; 1 of 1 improved by >= 1 bit with no new non-finite value
+    written to .../hamming.md
     """
     print(f"{'benchmark':<26}{'before':>7}{'egraph':>8}{'rewriter':>9}  non-finite "
           f"(before/egraph/rewriter)  seconds (egraph/rewriter)  Herbie binary64")
@@ -325,18 +330,16 @@ def report_hamming(rows: list[dict], out: Path) -> None:
               f"{r['seconds_egraph']:14.1f} /{r['seconds_rewriter']:6.1f}"
               f"          {r['herbie_binary64']}")
     n = len(rows)
+    averages = []
     for entry in ("egraph", "rewriter"):
         avg = sum(r[f"bits_{entry}"] for r in rows) / n
         count = sum(improved(r, entry) for r in rows)
-        print(f"{entry}: average {sum(r['bits_before'] for r in rows) / n:.2f} -> {avg:.2f} "
-              f"bits; {count} of {n} improved by >= 1 bit with no new non-finite value")
+        averages.append(f"{entry}: average {sum(r['bits_before'] for r in rows) / n:.2f} -> "
+                        f"{avg:.2f} bits; {count} of {n} improved by >= 1 bit with no new "
+                        "non-finite value")
+        print(averages[-1])
     out.mkdir(parents=True, exist_ok=True)
-    columns = ["benchmark", "bits_before", "bits_egraph", "bits_rewriter", "nonfinite_before",
-               "nonfinite_egraph", "nonfinite_rewriter", "herbie_binary64"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c])
-                                for c in columns) + " |" for r in rows]
-    (out / "hamming.md").write_text("\n".join(lines) + "\n")
+    plots = []
     try:
         from compiler import charts
 
@@ -346,8 +349,14 @@ def report_hamming(rows: list[dict], out: Path) -> None:
             title="Hamming's NMSE benchmarks in float32\nStabilityRewriter, test points",
             unit="mean bits of error (of 24)")
         charts.save(fig, out / "hamming.png", out / "hamming.svg")
+        plots.append(out / "hamming.svg")
     except ImportError as err:
         print(f"no chart: {err}")
+    columns = ["benchmark", "bits_before", "bits_egraph", "bits_rewriter", "nonfinite_before",
+               "nonfinite_egraph", "nonfinite_rewriter", "herbie_binary64"]
+    write_results("stability/hamming", "Hamming's NMSE benchmarks in float32",
+                  markdown_table(rows, columns, ".2f") + "\n\n" + "\n\n".join(averages),
+                  out=out / "hamming.md", plots=plots)
 
 
 if __name__ == "__main__":

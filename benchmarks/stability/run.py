@@ -1,4 +1,4 @@
-"""The stability experiments: one command, a results table and plots in a folder.
+"""The stability experiments: one command, results tables and plots in a folder.
 
 Plots are PNG and SVG, drawn with matplotlib (the ``plot`` extra: ``pip install .[plot]``).
 
@@ -19,6 +19,9 @@ Plots are PNG and SVG, drawn with matplotlib (the ``plot`` extra: ``pip install 
    reduction.
 4. Herbie's suite (benchmarks/stability/hamming.py): Hamming's 28 NMSE benchmarks in
    float32 through both entry points, mean bits of error on held-out points before and after.
+
+Each experiment's results document (formulas.md, blocks.md, correlation.md, hamming.md) is
+written through ``benchmarks/report.py``, stamped with the run and linking its plots.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import markdown_table, write_results  # noqa: E402
 from compiler import charts  # noqa: E402
 from compiler.stability import StabilityRewriter, error_bits  # noqa: E402
 
@@ -74,39 +78,99 @@ def run_formulas(out: Path) -> list[dict]:
     return rows
 
 
-def _write_table(path: Path, rows: list[dict], columns: list[str]) -> None:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for r in rows:
-        cells = [f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    path.write_text("\n".join(lines) + "\n")
-
-
-def _formula_charts(out: Path, rows: list[dict]) -> None:
-    """Error before and after per formula, and predicted against measured gains."""
+def _formula_charts(out: Path, rows: list[dict]) -> list[Path]:
+    """Error before and after per formula, and predicted against measured gains; the
+    charts written."""
     names = [r["formula"] for r in rows]
     fig = charts.before_after_bars(
         names, [r["bits_before"] for r in rows], [r["bits_after"] for r in rows],
         title="known unstable formulas\nmean error against a 60-digit reference",
         unit="bits of the working precision")
-    charts.save(fig, out / "formulas.png", out / "formulas.svg")
+    written = charts.save(fig, out / "formulas.png", out / "formulas.svg")
     fig = charts.scatter(
         [r["curvature_before"] - r["curvature_after"] for r in rows],
         [r["bits_before"] - r["bits_after"] for r in rows],
         title="known unstable formulas: does curvature predict the gain?",
         xlabel="predicted error reduction (curvature, bits)",
         ylabel="measured mean error reduction (bits)", points="formulas")
-    charts.save(fig, out / "formulas-correlation.png", out / "formulas-correlation.svg")
+    return written + charts.save(fig, out / "formulas-correlation.png",
+                                 out / "formulas-correlation.svg")
 
 
-def _block_chart(out: Path, rows: list[dict]) -> None:
-    """Normwise relative error before and after per block and dtype (log scale)."""
+def _block_chart(out: Path, rows: list[dict]) -> list[Path]:
+    """Normwise relative error before and after per block and dtype (log scale); the
+    charts written."""
     fig = charts.before_after_bars(
         [f"{r['block']} ({r['dtype']})" for r in rows], [r["error_before"] for r in rows],
         [r["error_after"] for r in rows], log=True,
         title="real blocks: error against float64\n(inf: a finite value became inf or nan)",
         unit="normwise relative error max|got - ref| / max|ref|")
-    charts.save(fig, out / "blocks.png", out / "blocks.svg")
+    return charts.save(fig, out / "blocks.png", out / "blocks.svg")
+
+
+def _svgs(paths: list[Path]) -> list[Path]:
+    return [path for path in paths if path.suffix == ".svg"]
+
+
+def formulas(out: Path) -> None:
+    """Experiment 1, printed and written to ``out``: formulas.md and its charts."""
+    rows = run_formulas(out)
+    plots = _formula_charts(out, rows) + [out / f"formula-{r['formula']}.svg" for r in rows]
+    fixed = [r for r in rows if r["bits_before"] - r["bits_after"] >= 1
+             and r["nonfinite_after"] == 0]
+    for r in rows:
+        print(f"{r['formula']:<34}{r['dtype']:<9}{r['bits_before']:8.2f} ->"
+              f"{r['bits_after']:6.2f} bits  non-finite {r['nonfinite_before']:>4} -> "
+              f"{r['nonfinite_after']:<4} {r['rewrite'][:60]}")
+    summary = (f"experiment 1: {len(fixed)} of {len(rows)} formulas at least 1 bit better with "
+               "no non-finite value where the truth is finite")
+    print(summary)
+    table = markdown_table(rows, ["formula", "dtype", "bits_before", "bits_after",
+                                  "nonfinite_before", "nonfinite_after", "curvature_before",
+                                  "curvature_after", "rewrite"])
+    write_results("stability/formulas", "Known unstable formulas", f"{table}\n\n{summary}",
+                  out=out / "formulas.md", plots=_svgs(plots))
+
+
+def blocks(out: Path) -> None:
+    """Experiment 2, printed and written to ``out``: blocks.md and its chart."""
+    from benchmarks.stability.blocks import run_blocks
+
+    rows = run_blocks()
+    plots = _block_chart(out, rows)
+    for r in rows:
+        print(f"{r['block']:<28}{r['dtype']:<9}{r['error_before']:10.3g} ->"
+              f"{r['error_after']:10.3g}  x{r['improvement']:<10.3g} {r['rewrites'][:50]}")
+    table = markdown_table(rows, ["block", "dtype", "error_before", "error_after",
+                                  "improvement", "rewrites"])
+    write_results("stability/blocks", "Real blocks: error against float64", table,
+                  out=out / "blocks.md", plots=_svgs(plots))
+
+
+def correlation(out: Path, graphs: int) -> None:
+    """Experiment 3 on both pools of idioms, printed and written to ``out``:
+    correlation.md, linking the points (CSV) and the charts."""
+    from benchmarks.stability.graphs import run_correlation
+
+    lines, plots = [], []
+    for idioms in ("library", "hamming"):
+        summary = run_correlation(graphs, out, idioms=idioms)
+        lines.append(
+            f"experiment 3 ({idioms} idioms): {summary['graphs']} random graphs "
+            f"({summary['failed']} refused), {summary['rewritten']} rewritten; "
+            "curvature reduction vs mean-error reduction: Pearson "
+            f"{summary['pearson_mean']:.3f}, Spearman {summary['spearman_mean']:.3f}; "
+            f"vs worst-element error reduction: Pearson {summary['pearson_worst']:.3f}, "
+            f"Spearman {summary['spearman_worst']:.3f}; {summary['worse']} graphs with "
+            "a worse mean error after; the cost model's bits at risk instead: Spearman "
+            f"{summary['risk_spearman_mean']:.3f} (mean), "
+            f"{summary['risk_spearman_worst']:.3f} (worst)")
+        print(lines[-1])
+        tag = "" if idioms == "library" else f"-{idioms}"
+        lines.append(f"The points: [correlation{tag}.csv](correlation{tag}.csv).")
+        plots += [out / f"correlation{tag}-{kind}.svg" for kind in ("mean", "worst")]
+    write_results("stability/correlation", "Does curvature predict the error reduction?",
+                  "\n\n".join(lines), out=out / "correlation.md", plots=plots)
 
 
 def main() -> None:
@@ -121,44 +185,11 @@ def main() -> None:
     torch.set_num_threads(1)
     parts = args.only.split(",")
     if "formulas" in parts:
-        rows = run_formulas(out)
-        _write_table(out / "formulas.md", rows, ["formula", "dtype", "bits_before",
-                                                  "bits_after", "nonfinite_before",
-                                                  "nonfinite_after", "curvature_before",
-                                                  "curvature_after", "rewrite"])
-        _formula_charts(out, rows)
-        fixed = [r for r in rows if r["bits_before"] - r["bits_after"] >= 1
-                 and r["nonfinite_after"] == 0]
-        for r in rows:
-            print(f"{r['formula']:<34}{r['dtype']:<9}{r['bits_before']:8.2f} ->"
-                  f"{r['bits_after']:6.2f} bits  non-finite {r['nonfinite_before']:>4} -> "
-                  f"{r['nonfinite_after']:<4} {r['rewrite'][:60]}")
-        print(f"experiment 1: {len(fixed)} of {len(rows)} formulas at least 1 bit better with "
-              "no non-finite value where the truth is finite")
+        formulas(out)
     if "blocks" in parts:
-        from benchmarks.stability.blocks import run_blocks
-
-        rows = run_blocks()
-        _write_table(out / "blocks.md", rows, ["block", "dtype", "error_before",
-                                                "error_after", "improvement", "rewrites"])
-        _block_chart(out, rows)
-        for r in rows:
-            print(f"{r['block']:<28}{r['dtype']:<9}{r['error_before']:10.3g} ->"
-                  f"{r['error_after']:10.3g}  x{r['improvement']:<10.3g} {r['rewrites'][:50]}")
+        blocks(out)
     if "correlation" in parts:
-        from benchmarks.stability.graphs import run_correlation
-
-        for idioms in ("library", "hamming"):
-            summary = run_correlation(args.graphs, out, idioms=idioms)
-            print(f"experiment 3 ({idioms} idioms): {summary['graphs']} random graphs "
-                  f"({summary['failed']} refused), {summary['rewritten']} rewritten; "
-                  "curvature reduction vs mean-error reduction: Pearson "
-                  f"{summary['pearson_mean']:.3f}, Spearman {summary['spearman_mean']:.3f}; "
-                  f"vs worst-element error reduction: Pearson {summary['pearson_worst']:.3f}, "
-                  f"Spearman {summary['spearman_worst']:.3f}; {summary['worse']} graphs with "
-                  "a worse mean error after; the cost model's bits at risk instead: Spearman "
-                  f"{summary['risk_spearman_mean']:.3f} (mean), "
-                  f"{summary['risk_spearman_worst']:.3f} (worst)")
+        correlation(out, args.graphs)
     if "hamming" in parts:
         from benchmarks.stability.hamming import report_hamming, run_hamming
 
