@@ -244,7 +244,8 @@ class StabilityRewriter:
 
     def __init__(self, rules: str = "stability,fusion", cost=None, iter_limit: int = 8,
                  node_limit: int = 50_000, time_limit: float = 30.0, accuracy: bool = True):
-        from extractors.costs import Curvature, Flops, Lexicographic
+        from extractors.costs import Flops, Lexicographic
+        from extractors.curvature import Curvature
 
         self.families = rules.split(",")
         self.accuracy = accuracy
@@ -285,7 +286,7 @@ class StabilityRewriter:
         >>> round(stable.total), round(stable.worst)  # x - max(x) rounds before the exp
         (1, 4)
         """
-        from extractors.costs import Curvature
+        from extractors.curvature import Curvature
         from frontends.fx.error_analysis import rounding_error
 
         eg, _, gm, inputs = self._graph(model, sample_inputs, ranges, None, dtype)
@@ -312,7 +313,7 @@ class StabilityRewriter:
 
         from backends.fx import build_module
         from egraph.rules import load_rules
-        from extractors.costs import Curvature
+        from extractors.curvature import Curvature
 
         eg, model, gm, inputs = self._graph(model, sample_inputs, ranges, domains, dtype)
         eg.saturate(load_rules(*self.families), **self.limits)

@@ -24,13 +24,13 @@ from egraph.extract.pareto import pareto
 from egraph.extract.serialized import Extraction, extract_serialized
 from extractors.costs import (
     CostModel,
-    Curvature,
     Flops,
     Lexicographic,
     Memory,
     PeakMemory,
     Roofline,
 )
+from extractors.curvature import Curvature
 from extractors.hardware import HARDWARE, Hardware
 
 __all__ = [

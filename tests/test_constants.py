@@ -338,7 +338,7 @@ def test_a_number_a_torch_function_refuses_is_emitted_as_a_tensor(dtype):
     number is now passed as a 0-d tensor of the operand's dtype."""
     import operator
 
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

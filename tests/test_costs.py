@@ -172,7 +172,7 @@ STABILITY_CASES = {
 
 @pytest.mark.parametrize("name", list(STABILITY_CASES))
 def test_curvature_extraction_picks_the_stable_form_and_error_drops(name):
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     fn, inputs, domains, expected = STABILITY_CASES[name]
     eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs, domains=domains)
@@ -187,7 +187,7 @@ def test_curvature_extraction_picks_the_stable_form_and_error_drops(name):
 
 
 def test_pareto_shows_the_stability_speed_trade_off():
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     fn, inputs, domains, _ = STABILITY_CASES["sqrt-diff"]
     eg = EGraph.from_fx(torch.fx.symbolic_trace(fn), inputs, domains=domains)
@@ -292,7 +292,7 @@ def test_ilp_extraction_on_an_fx_graph_is_proven_optimal_and_validated():
 
 
 def test_user_ranges_replace_observed_ones_for_curvature():
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     fn = lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)  # noqa: E731
     gm = torch.fx.symbolic_trace(fn)
@@ -348,3 +348,4 @@ def test_a_chain_of_parameter_only_ops_deeper_than_python_recursion():
         opt = eg.extract(cost)
         assert "mul" not in opt.code  # the chain is computed once, when emitted
         torch.testing.assert_close(opt(x), model(x))
+

@@ -15,7 +15,7 @@ from compiler.soundness import check_rule, sympy_proof
 from compiler.stability import StabilityRewriter, error_bits
 from egraph import EGraph
 from egraph.rules import library, load_rules
-from extractors.costs import Curvature
+from extractors.curvature import Curvature
 from frontends.fx.error_analysis import local_error
 
 

@@ -108,7 +108,7 @@ def test_diff_curvature_and_report_render():
 def test_curvature_keeps_exp_of_a_sum_rather_than_factors_that_overflow_sooner():
     from egraph import EGraph
     from egraph.rules import load_rules
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     gm = torch.fx.symbolic_trace(lambda a, b: torch.exp(a + b))
     eg = EGraph.from_fx(gm, (torch.randn(64), torch.randn(64)))

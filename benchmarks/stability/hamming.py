@@ -248,7 +248,7 @@ def run_hamming(points: int = 256, only: list[str] | None = None) -> list[dict]:
     from compiler.stability import StabilityRewriter
     from egraph.egraph import EGraph
     from egraph.rules import load_rules
-    from extractors.costs import Curvature
+    from extractors.curvature import Curvature
 
     rules = load_rules("all")
     rows = []
