@@ -15,6 +15,10 @@ class sizes. ``--lambda`` times egg's lambda-calculus suite against egg's time l
 
 Install the peers with ``bash scripts/setup_env.sh bench``. A peer that is not installed is
 reported as missing, not silently skipped.
+
+What it prints is written, stamped with the run (``benchmarks/report.py``), to
+benchmarks/results/engine.md (``engine_search_scaling.md`` with ``--search-scaling``,
+``engine_lambda.md`` with ``--lambda``; ``--out``: another path).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import egglog_math, snake_egg_math  # noqa: E402
 from benchmarks.peers.math_cases import GROWTH_ITER_LIMIT, GROWTH_RULES, GROWTH_START  # noqa: E402
+from benchmarks.report import Transcript, add_out_option, write_results  # noqa: E402
 from egraph import EGraph, Pattern, SimpleScheduler, parse  # noqa: E402
 from egraph.examples import lambda_calc  # noqa: E402
 from egraph.examples.math import CASES, rules  # noqa: E402
@@ -160,23 +165,9 @@ def fmt(value, spec: str = "") -> str:
     return format(value, spec)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--growth-nodes", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case (median kept)")
-    parser.add_argument("--skip-growth", action="store_true")
-    parser.add_argument("--search-scaling", action="store_true",
-                        help="only the nested-pattern search on large classes")
-    parser.add_argument("--lambda", dest="lambda_suite", action="store_true",
-                        help="only egg's lambda-calculus suite")
-    args = parser.parse_args()
-    if args.search_scaling:
-        search_scaling(args.repeat)
-        return
-    if args.lambda_suite:
-        lambda_suite(args.repeat)
-        return
-
+def against_peers(repeat: int, growth_nodes: int | None) -> None:
+    """egg's math suite on this engine and on each installed peer, then (unless
+    ``growth_nodes`` is None) the growth run to that many e-nodes."""
     available = {name: mod for name, mod in PEERS.items() if mod.AVAILABLE}
     for name in PEERS:
         if name not in available:
@@ -189,7 +180,7 @@ def main() -> None:
           + f"{'  proved (ours/' + '/'.join(available) + ')'}")
     sums: dict[str, list[float]] = {name: [0.0, 0.0] for name in available}
     for case in CASES.values():
-        ours = {flag: median_run(lambda c=case.name, f=flag: run_ours(c, f), args.repeat)
+        ours = {flag: median_run(lambda c=case.name, f=flag: run_ours(c, f), repeat)
                 for flag in (True, False)}
         line = (f"{case.name:<22}{ours[True]['time_s']:>13.4f}{ours[False]['time_s']:>14.4f}")
         proved = ["y" if ours[True]["proved"] else "n"]
@@ -200,7 +191,7 @@ def main() -> None:
                 continue
             peer = median_run(lambda mod=mod, case=case: mod.run_case(
                 case.start, case.goal_texts, case.iter_limit, case.node_limit,
-                case.time_limit, add_goals_first=case.add_goals_first), args.repeat)
+                case.time_limit, add_goals_first=case.add_goals_first), repeat)
             mine = ours[stops[name]]["time_s"]
             sums[name][0] += mine
             sums[name][1] += peer["time_s"]
@@ -213,21 +204,45 @@ def main() -> None:
         print(f"math suite, {how}: ours {mine:.3f} s, {name} {theirs:.3f} s, "
               f"ratio ours/{name} = {mine / theirs:.2f}")
 
-    if args.skip_growth:
+    if growth_nodes is None:
         return
     print()
-    print(f"growth run to {args.growth_nodes:,} e-nodes ({GROWTH_START}; rules "
+    print(f"growth run to {growth_nodes:,} e-nodes ({GROWTH_START}; rules "
           f"{', '.join(GROWTH_RULES)}; simple scheduler)")
-    ours = _growth_in_subprocess(args.growth_nodes)
+    ours = _growth_in_subprocess(growth_nodes)
     print(f"  ours: {ours['time_s']:.2f} s, {ours['nodes']:,} e-nodes, "
           f"{ours['nodes_per_s']:,.0f} e-nodes/s, {ours['bytes_per_node']:.0f} bytes/e-node "
           f"(process RSS), stop {ours['stop_reason']}")
     for name, mod in available.items():
-        peer = mod.run_growth(args.growth_nodes)
+        peer = mod.run_growth(growth_nodes)
         print(f"  {name}: {peer['time_s']:.2f} s, {fmt(peer.get('nodes'), ',')} e-nodes, "
               f"{fmt(peer.get('nodes_per_s'), ',.0f')} e-nodes/s; ratio ours/{name} time per "
               f"e-node = {(ours['time_s'] / ours['nodes']) / (peer['time_s'] / peer['nodes']):.2f}"
               if peer.get("nodes") else f"  {name}: {peer}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--growth-nodes", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (median kept)")
+    parser.add_argument("--skip-growth", action="store_true")
+    parser.add_argument("--search-scaling", action="store_true",
+                        help="only the nested-pattern search on large classes")
+    parser.add_argument("--lambda", dest="lambda_suite", action="store_true",
+                        help="only egg's lambda-calculus suite")
+    add_out_option(parser, "engine")
+    args = parser.parse_args()
+    with Transcript() as printed:
+        if args.search_scaling:
+            name, title = "engine_search_scaling", "Engine: a nested pattern on large classes"
+            search_scaling(args.repeat)
+        elif args.lambda_suite:
+            name, title = "engine_lambda", "Engine: egg's lambda-calculus suite"
+            lambda_suite(args.repeat)
+        else:
+            name, title = "engine", "Engine: egg's math suite and a growth run, against peers"
+            against_peers(args.repeat, None if args.skip_growth else args.growth_nodes)
+    write_results(name, title, printed.block(), out=args.out)
 
 
 if __name__ == "__main__":
