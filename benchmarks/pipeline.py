@@ -7,7 +7,8 @@ Per model it prints: ingest (from_fx), saturate (with the rules available: ``--r
 names a set of ``egraph.rules.load_rules`` once it exists, otherwise none), extract+emit,
 validation (timed separately), the pipeline total (without validation), torch.compile's
 cold compile time (Inductor, measured on the first call after a reset), and the median
-eager and optimised run times.
+eager and optimised run times. The table is written, stamped with the run
+(``benchmarks/report.py``), to benchmarks/results/pipeline.md (``--out``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.report import Transcript, add_out_option, write_results  # noqa: E402
 from compiler.cli import median_seconds  # noqa: E402
 from egraph import AstSize, EGraph  # noqa: E402
 from egraph.examples.zoo import MODELS, build  # noqa: E402
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rules", default=None, help="a rule set name for load_rules")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    add_out_option(parser, "pipeline")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -86,17 +89,20 @@ def main() -> None:
     EGraph.from_fx(torch.nn.Linear(2, 2), (torch.randn(1, 2),)).extract(AstSize())
     cols = ["ingest", "saturate", "extract", "pipeline", "validate", "inductor_cold", "eager",
             "optimised", "inductor"]
-    print(f"{'model':<20}" + "".join(f"{c:>14}" for c in cols) + f"{'opt/eager':>11}"
-          f"{'valid':>7}")
-    for name in args.models.split(","):
-        r = run(name, rules, not args.no_inductor)
-        cells = "".join(
-            (f"{r[c] * 1e3:>14.3f}" if c in ("eager", "optimised", "inductor") else
-             f"{r[c]:>14.4f}") if c in r else f"{'-':>14}" for c in cols)
-        print(f"{name:<20}{cells}{r['optimised'] / r['eager']:>11.3f}{str(r['valid']):>7}",
-              flush=True)
-    print("\nseconds, except eager/optimised/inductor: median run times in ms; pipeline = "
-          "ingest + saturate + extract/emit (validation separate)")
+    with Transcript() as printed:
+        print(f"{'model':<20}" + "".join(f"{c:>14}" for c in cols) + f"{'opt/eager':>11}"
+              f"{'valid':>7}")
+        for name in args.models.split(","):
+            r = run(name, rules, not args.no_inductor)
+            cells = "".join(
+                (f"{r[c] * 1e3:>14.3f}" if c in ("eager", "optimised", "inductor") else
+                 f"{r[c]:>14.4f}") if c in r else f"{'-':>14}" for c in cols)
+            print(f"{name:<20}{cells}{r['optimised'] / r['eager']:>11.3f}"
+                  f"{str(r['valid']):>7}", flush=True)
+        print("\nseconds, except eager/optimised/inductor: median run times in ms; pipeline = "
+              "ingest + saturate + extract/emit (validation separate)")
+    write_results("pipeline", "Pipeline: from_fx, saturate, extract and emit on the model zoo",
+                  printed.block(), out=args.out)
 
 
 if __name__ == "__main__":
