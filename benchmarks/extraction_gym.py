@@ -8,6 +8,9 @@ whether the ILP proved optimality, and the gap of ``dag``'s DAG cost to the best
 (the ILP optimum where proven). Then the geometric-mean gaps and the totals.
 
     .venv/bin/python benchmarks/extraction_gym.py [FOLDER] [--ilp-time-limit 60]
+
+What it prints is written, stamped with the run (``benchmarks/report.py``), to
+benchmarks/results/extraction_gym.md (``--out``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import Transcript, add_out_option, write_results  # noqa: E402
 from extractors import extract_serialized  # noqa: E402
 
 DEFAULT_FOLDER = Path(__file__).resolve().parents[2] / "shared" / "data" / "extraction-gym"
@@ -46,17 +50,11 @@ def geomean_gap(gaps: list[float]) -> float:
     return math.exp(sum(math.log1p(g) for g in gaps) / len(gaps)) - 1.0 if gaps else 0.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", nargs="?", type=Path, default=DEFAULT_FOLDER)
-    parser.add_argument("--ilp-time-limit", type=float, default=60.0,
-                        help="seconds per file for the ILP solver")
-    args = parser.parse_args()
-    files = sorted(args.folder.rglob("*.json"))
-    if not files:
-        sys.exit(f"no *.json files under {args.folder}")
-
-    width = max(len(str(p.relative_to(args.folder))) for p in files) + 1
+def compare(folder: Path, files: list[Path], time_limit: float) -> None:
+    """Print each method's costs and time on each of ``files`` (under ``folder``), then
+    the gaps to the best known DAG cost and the totals; ``time_limit``: the ILP's seconds
+    per file."""
+    width = max(len(str(p.relative_to(folder))) for p in files) + 1
     head = f"{'file':<{width}}{'nodes':>7}{'classes':>8}"
     for method in METHODS:
         head += f"  {method + ' tree':>10}{'DAG':>10}{'s':>7}"
@@ -64,11 +62,11 @@ def main() -> None:
     rows = []
     for path in files:
         data = json.loads(path.read_text())
-        results = {m: extract_serialized(data, m, time_limit=args.ilp_time_limit)
+        results = {m: extract_serialized(data, m, time_limit=time_limit)
                    for m in METHODS}
         ilp = results["ilp"]
         best = ilp.dag_cost if ilp.optimal else min(r.dag_cost for r in results.values())
-        row = {"file": str(path.relative_to(args.folder)), "nodes": len(data["nodes"]),
+        row = {"file": str(path.relative_to(folder)), "nodes": len(data["nodes"]),
                "classes": len({str(n["eclass"]) for n in data["nodes"].values()}),
                "results": results, "best": best, "optimal": ilp.optimal,
                "gap": {m: gap(r.dag_cost, best) for m, r in results.items()}}
@@ -90,13 +88,29 @@ def main() -> None:
     proven = [r for r in rows if r["optimal"]]
     print(f"ILP proved optimal: {len(proven)} of {len(rows)} files")
     small = [r for r in rows if r["nodes"] < 6000]
-    print(f"files under 6,000 nodes proven within {args.ilp_time_limit:g} s: "
+    print(f"files under 6,000 nodes proven within {time_limit:g} s: "
           f"{sum(1 for r in small if r['optimal'])} of {len(small)}")
     tensat = [r for r in rows if r["file"].startswith("tensat")]
     if tensat:
         largest = max(tensat, key=lambda r: r["nodes"])
         print(f"dag on the largest tensat file ({largest['file']}, {largest['nodes']} nodes): "
               f"{largest['results']['dag'].time_s:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", type=Path, default=DEFAULT_FOLDER)
+    parser.add_argument("--ilp-time-limit", type=float, default=60.0,
+                        help="seconds per file for the ILP solver")
+    add_out_option(parser, "extraction_gym")
+    args = parser.parse_args()
+    files = sorted(args.folder.rglob("*.json"))
+    if not files:
+        sys.exit(f"no *.json files under {args.folder}")
+    with Transcript() as printed:
+        compare(args.folder, files, args.ilp_time_limit)
+    write_results("extraction_gym", "Extraction: greedy, DAG-aware and ILP on "
+                  "extraction-gym's e-graphs", printed.block(), out=args.out)
 
 
 if __name__ == "__main__":
