@@ -12,6 +12,8 @@ Each row gives both programs' predicted and measured times and whether the profi
 them as the machine does, for this profile and for the same profile without its cache and
 per-element times (every byte at DRAM speed, every op at the FLOP peak: how the profile
 priced them before). Times are medians of interleaved rounds, on one thread by default.
+The table is printed and written, stamped with the run (``benchmarks/report.py``), to
+benchmarks/results/cpu_profile.md (``--out``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.report import add_out_option, write_results  # noqa: E402
 from compiler.cli import interleaved_ms  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from extractors import Roofline  # noqa: E402
@@ -142,9 +145,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=51)
     parser.add_argument("--threads", type=int, default=1)
+    add_out_option(parser, "cpu_profile")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(table(run(args.repeat)))
+    text = table(run(args.repeat))
+    print(text)
+    write_results("cpu_profile", "Does the CPU profile pick the faster program?", text,
+                  out=args.out)
 
 
 if __name__ == "__main__":
