@@ -15,6 +15,10 @@ interpreter.
 
     .venv/bin/python benchmarks/triton_gpu.py [--cases softmax,gpt2_block] [--dtypes fp32]
     .venv/bin/python benchmarks/triton_gpu.py --check        # CPU, interpreter
+
+What it prints is written, stamped with the run (``benchmarks/report.py``), to
+benchmarks/results/triton_gpu.md (``--out``); ``--json`` writes the rows as JSON too, after
+each case (a run cut short keeps the rows it finished).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.report import Transcript, add_out_option, write_results  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.examples.zoo import GPTBlock  # noqa: E402
 
@@ -254,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="correctness only, small shapes, CPU, Triton interpreter")
     parser.add_argument("--no-inductor", action="store_true")
-    parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    add_out_option(parser, "triton_gpu")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     gpu = torch.cuda.is_available() and not args.check
     if not gpu:
@@ -264,20 +270,26 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if gpu else "cpu"
     copy_bw = copy_bandwidth(device) if gpu else None
     rows = []
-    for name in args.cases.split(","):
-        for dtype in dtypes:
-            try:
-                rows.append(run_case(name, dtype, device, small=not gpu,
-                                     inductor=gpu and not args.no_inductor, copy_bw=copy_bw))
-            except Exception as exc:  # noqa: BLE001 - a row of the results, and go on
-                rows.append({"case": name, "dtype": str(dtype).removeprefix("torch."),
-                             "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-                traceback.print_exc()
-            print("\n".join(describe(rows[-1])), flush=True)
-            if args.out:
-                Path(args.out).write_text(json.dumps(rows, indent=2))
-    if gpu:
-        print("\n".join(targets([r for r in rows if "error" not in r], copy_bw)))
+    with Transcript() as printed:
+        for name in args.cases.split(","):
+            for dtype in dtypes:
+                try:
+                    rows.append(run_case(name, dtype, device, small=not gpu,
+                                         inductor=gpu and not args.no_inductor,
+                                         copy_bw=copy_bw))
+                except Exception as exc:  # noqa: BLE001 - a row of the results, and go on
+                    rows.append({"case": name, "dtype": str(dtype).removeprefix("torch."),
+                                 "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                    traceback.print_exc()
+                print("\n".join(describe(rows[-1])), flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=2))
+        if gpu:
+            print("\n".join(targets([r for r in rows if "error" not in r], copy_bw)))
+    title = ("Triton kernels: eager, Inductor and ours" if gpu else
+             "Triton kernels: correctness in Triton's interpreter on the CPU")
+    write_results("triton_gpu", title, printed.block(), out=args.out, device=device,
+                  argv=None if argv is None else [__file__, *argv])
     return 0 if all(r["ok"] for r in rows) else 1
 
 

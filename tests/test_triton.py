@@ -394,12 +394,14 @@ def test_naive_suite_with_triton_regions(name, dtype, kernels_only):
         close(rewritten(*inputs), fn(*inputs), dtype)
 
 
-def test_benchmark_correctness_part_runs_on_the_cpu(capsys):
+def test_benchmark_correctness_part_runs_on_the_cpu(capsys, tmp_path):
     from benchmarks.triton_gpu import main
 
-    assert main(["--check"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = tmp_path / "triton_gpu.md"
+    assert main(["--check", "--out", str(out)]) == 0
+    *lines, written = capsys.readouterr().out.splitlines()
     assert len(lines) == 12 and all(" ok " in line for line in lines)  # 6 cases x 2 dtypes
+    assert written == f"written to {out}" and "\n".join(lines) in out.read_text()
 
 
 def test_training_through_torch_compile_emits_kernels_for_both_graphs(kernels_only):
