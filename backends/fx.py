@@ -44,8 +44,7 @@ from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.effects import aten_name, recorded_value
 from frontends.fx.exported import attribute_at, owner_of
-from frontends.fx.ingest import (
-    SHAPE_PARAMS,
+from frontends.fx.source import (
     AttributeRef,
     ClassRef,
     ContiguousRef,
@@ -53,6 +52,7 @@ from frontends.fx.ingest import (
     OutputRef,
     WrittenRef,
 )
+from frontends.fx.terms import SHAPE_PARAMS
 from frontends.fx.vocabulary import SPECS
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from frontends.fx.exported import InputGuards, attribute_at, named_shape, owner_
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
-    from frontends.fx.ingest import FxSource
+    from frontends.fx.source import FxSource
 
 
 class SizeMismatch(RuntimeError):

@@ -53,8 +53,8 @@ from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
 from extractors.costs import Roofline
 from frontends.fx.exported import ExportedModule, is_input_guards
-from frontends.fx.ingest import FxSource
 from frontends.fx.ingest import from_fx as ingest
+from frontends.fx.source import FxSource
 
 
 class FxEGraph(EGraph):

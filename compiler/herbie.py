@@ -58,7 +58,7 @@ from compiler.regimes import Regimes, between, infer_regimes, select
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.error_analysis import local_error
-from frontends.fx.ingest import FxSource
+from frontends.fx.source import FxSource
 from frontends.fx.vocabulary import lower
 
 __all__ = ["MIN_GAIN_BITS", "REWRITES", "AccuracyReport", "Improvement", "candidates",

@@ -42,7 +42,7 @@ from frontends.fx.effects import attributes_kept, generator_state_inputs
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
-    from frontends.fx.ingest import FxSource
+    from frontends.fx.source import FxSource
 
 
 MAX_PROBED = 1 << 20

@@ -74,8 +74,8 @@ from frontends.fx.effects import (
     written_attributes,
 )
 from frontends.fx.exported import ExportedModule, attribute_at, deep_copy
-from frontends.fx.ingest import FxSource
 from frontends.fx.kept import state_kept
+from frontends.fx.source import FxSource
 
 
 class ValidationError(AssertionError):
