@@ -9,7 +9,8 @@
 # run-time figures; streams B and C check what needs a GPU but no clean timing:
 # checkpointed training and the second size (B), Inductor's pattern matcher off, the CUDA
 # tests, autocast and the diffusers rows (C). Their times share the machine with A's.
-# Each stream's log lands in OUT; the tables, at the end, in OUT/tables.tgz.
+# Each stream's log lands in OUT; the tables (each stamped with its command, date, machine
+# and commit), with their index page (benchmarks/publish.py), at the end in OUT/tables.tgz.
 set -u
 out=${1:?usage: gpu_rows.sh OUT [SECONDS]}
 budget=${2:-520}
@@ -66,5 +67,6 @@ stream_c() {
 
 stream_a & stream_b & stream_c &
 wait
+python3 benchmarks/publish.py "$tables" >>"$out/a.log" 2>&1
 tar -czf "$out/tables.tgz" -C "$tables" . 2>/dev/null
 echo "done after $((SECONDS - start)) s"
