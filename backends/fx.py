@@ -42,8 +42,9 @@ from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.effects import aten_name, recorded_value
+from frontends.fx.effects import aten_name
 from frontends.fx.exported import attribute_at, owner_of
+from frontends.fx.recorded import recorded_value
 from frontends.fx.source import (
     AttributeRef,
     ClassRef,

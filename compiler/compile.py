@@ -49,11 +49,8 @@ from compiler.signature import SYMBOLIC, expression, signature
 from compiler.validate import stand_ins
 from egraph import EGraph
 from egraph.run import Report
-from frontends.fx.effects import (
-    attributes_kept,
-    updates_an_alias,
-    updates_inputs,
-)
+from frontends.fx.effects import updates_an_alias, updates_inputs
+from frontends.fx.kept import attributes_kept
 
 log = logging.getLogger("egraph.compiler")
 

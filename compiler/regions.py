@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.signature import structure
-from frontends.fx.effects import recorded_value
+from frontends.fx.recorded import recorded_value
 
 if TYPE_CHECKING:
     from compiler.compile import GraphReport

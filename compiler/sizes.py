@@ -38,7 +38,8 @@ from compiler.validate import (
 )
 from egraph.dims import Size, is_symbolic, map_sizes, sizes_in
 from egraph.term import is_literal_op
-from frontends.fx.effects import attributes_kept, generator_state_inputs
+from frontends.fx.effects import generator_state_inputs
+from frontends.fx.kept import attributes_kept
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph

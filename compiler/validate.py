@@ -62,19 +62,16 @@ from egraph.ops.table import TABLE
 from egraph.signs import POS
 from frontends.fx.effects import (
     UNINITIALISED,
-    attributes_kept,
     generator_state,
     generator_state_inputs,
-    generators_kept,
     is_in_place,
     leaves_memory_unwritten,
     sees_rng_replays,
     updates_an_input,
     updates_inputs,
-    written_attributes,
 )
 from frontends.fx.exported import ExportedModule, attribute_at, deep_copy
-from frontends.fx.kept import state_kept
+from frontends.fx.kept import attributes_kept, generators_kept, state_kept, written_attributes
 from frontends.fx.source import FxSource
 
 

@@ -12,7 +12,8 @@ from compiler.validate import validate_module
 from egraph import AstSize, EGraph
 from egraph.rules import load_rules
 from extractors import Flops
-from frontends.fx.effects import draws_random, generators_kept, generators_of
+from frontends.fx.effects import draws_random
+from frontends.fx.kept import generators_kept, generators_of
 
 SPELLINGS = {
     "normal": lambda x, k: x + k * torch.normal(0.0, 1.0, size=x.shape),

@@ -30,13 +30,13 @@ from frontends.fx.effects import (
     is_functional,
     is_in_place,
     out_of_place,
-    recorded_value,
     returns_new_tensors,
     run_pure,
     tensor_of,
     torch_owned,
 )
 from frontends.fx.exported import attribute_at, is_input_guards
+from frontends.fx.recorded import recorded_value
 from frontends.fx.source import (
     AttributeRef,
     ClassRef,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from egraph.ops.table import UNKNOWN_VALUE
+from frontends.fx.recorded import recorded_value, same_storage, storage_key
 from frontends.fx.vocabulary import IMPURE
 
 _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
@@ -31,64 +34,6 @@ _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub,
               operator.irshift: operator.rshift}
 """Augmented assignments (``x += y``) as dynamo and symbolic tracing record them, and their
 out-of-place twins: on a tensor they update it in place, on a number they make a new one."""
-
-
-def recorded_value(arg: Any) -> Any:
-    """The value the tracer recorded for the FX node ``arg`` (torch.export's and
-    aot_autograd's ``val``, dynamo's ``example_value``), or None (nothing recorded, or
-    ``arg`` not a node).
-
-    >>> program = torch.export.export(torch.nn.Linear(2, 3), (torch.randn(4, 2),))
-    >>> [tuple(recorded_value(n).shape) for n in program.graph.nodes if n.op == "placeholder"]
-    [(3, 2), (3,), (4, 2)]
-    """
-    if not isinstance(arg, fx.Node):
-        return None
-    return arg.meta.get("val", arg.meta.get("example_value"))
-
-
-def recorded_key(gm: fx.GraphModule) -> str | None:
-    """The meta key under which the graph's tracer recorded every node's value
-    (``"val"``: torch.export, aot_autograd; ``"example_value"``: dynamo), or None (a
-    symbolic trace). A node nothing reads needs none (torch.export's module() adds an
-    unused call of its input guards, ``_guards_fn``, without one), nor one read only by
-    index where each part is recorded (aot_autograd records the parts of a
-    ``run_with_rng_state`` call, activation checkpointing's replay of a random op, not
-    the call: :func:`recorded_parts`).
-
-    >>> recorded_key(fx.symbolic_trace(lambda x: x + 1)) is None
-    True
-    >>> linear = torch.nn.Linear(2, 2)
-    >>> recorded_key(torch.export.export(linear, (torch.randn(1, 2),)).graph_module)
-    'val'
-    """
-    for key in ("val", "example_value"):
-        if all(key in n.meta or recorded_parts(n, key) is not None for n in gm.graph.nodes
-               if n.op not in ("output", "get_attr") and n.users):
-            return key
-    return None
-
-
-def recorded_parts(node: fx.Node, key: str) -> tuple | None:
-    """The recorded values of a node read only by index, by position (None at a position
-    nothing reads), or None where a user reads it whole or a part is not recorded.
-
-    >>> g = fx.Graph()
-    >>> pair = g.call_function(torch.ops.aten.max.dim, (g.placeholder("x"), 0))
-    >>> second = g.call_function(operator.getitem, (pair, 1))
-    >>> second.meta["val"] = torch.zeros(3, dtype=torch.long)
-    >>> recorded_parts(pair, "val")
-    (None, tensor([0, 0, 0]))
-    """
-    if not node.users:
-        return None
-    parts: dict[int, Any] = {}
-    for user in node.users:
-        if not (user.op == "call_function" and user.target is operator.getitem
-                and isinstance(user.args[1], int) and key in user.meta):
-            return None
-        parts[user.args[1]] = user.meta[key]
-    return tuple(parts.get(i) for i in range(max(parts) + 1))
 
 
 def generator_state_inputs(gm: fx.GraphModule) -> dict[int, torch.device]:
@@ -397,27 +342,6 @@ _TORCH_MODULES = ("torch.nn.functional", "torch.functional", "torch.linalg", "to
 ``torch._C._linalg``'s)."""
 
 
-def _storage(value: Any):
-    """A key for the storage of a tensor, real or fake; None for anything else, and for
-    a tensor without a storage of its own (the values dynamo records inside a
-    ``torch.func`` transform are functorch's batched or gradient-tracking wrappers)."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        return StorageWeakRef(value.untyped_storage())
-    except (NotImplementedError, RuntimeError):
-        return None
-
-
-def _same_storage(value: Any, key: Any) -> bool:
-    """Whether ``value`` is a tensor whose storage is the one ``key`` names (a storage key
-    compared with None raises, so a value without one is told apart first)."""
-    own = _storage(value)
-    return own is not None and own == key
-
-
 def sees_rng_replays(mode: type[TorchDispatchMode]) -> type[TorchDispatchMode]:
     """Class decorator: under a ``mode`` of this class, the calls of activation
     checkpointing's ``run_and_save_rng_state`` and ``run_with_rng_state`` (in aot graphs)
@@ -449,8 +373,8 @@ def _replayed_under(replay, mode: TorchDispatchMode, *args, **kwargs) -> Any:
 @sees_rng_replays
 class _WriteWatch(TorchDispatchMode):
     """Notes whether an aten op run under it writes into a tensor of ``storages`` (the
-    arguments' storages, as :func:`_storage` keys them), draws random numbers or updates
-    running statistics its schema does not mark."""
+    arguments' storages, as :func:`~frontends.fx.recorded.storage_key` keys them), draws
+    random numbers or updates running statistics its schema does not mark."""
 
     def __init__(self, storages: set):
         super().__init__()
@@ -466,7 +390,7 @@ class _WriteWatch(TorchDispatchMode):
             bound = list(zip(func._schema.arguments, args))
             bound += [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
             for schema, value in bound:
-                if _writes(schema) and (key := _storage(value)) is not None and (
+                if _writes(schema) and (key := storage_key(value)) is not None and (
                         key in self.storages):
                     self.pure = False
         return func(*args, **kwargs)
@@ -475,7 +399,7 @@ class _WriteWatch(TorchDispatchMode):
 def _watched(target: Callable, args: tuple, kwargs: dict) -> tuple[Any, bool]:
     """``target(*args, **kwargs)`` and whether the run was pure (:class:`_WriteWatch`)."""
     storages: set = set()
-    fx.node.map_aggregate((args, kwargs), lambda a: storages.add(_storage(a)))
+    fx.node.map_aggregate((args, kwargs), lambda a: storages.add(storage_key(a)))
     storages.discard(None)
     watch = _WriteWatch(storages)
     with watch, torch.no_grad():
@@ -576,13 +500,13 @@ def updates_an_input(n: fx.Node) -> bool:
     if not is_in_place(n) or not n.args:
         return False
     written = n.args[0] if isinstance(n.args[0], (list, tuple)) else (n.args[0],)
-    storages = [_storage(recorded_value(a)) for a in written]
+    storages = [storage_key(recorded_value(a)) for a in written]
     if any(storage is None for storage in storages):
         return True
     for p in n.graph.nodes:
         if p.op != "placeholder":
             break
-        if any(_same_storage(recorded_value(p), storage) for storage in storages):
+        if any(same_storage(recorded_value(p), storage) for storage in storages):
             return True
     return False
 
@@ -596,138 +520,6 @@ def updates_inputs(graph: fx.Graph) -> bool:
     True
     """
     return any(map(updates_an_input, graph.nodes))
-
-
-def written_attributes(gm: fx.GraphModule) -> list[torch.Tensor]:
-    """The tensors ``gm`` holds (parameters, buffers, an optimizer's state) that a call of
-    its graph changes in place: a compiled ``optimizer.step``'s ``p.add_(...)`` and
-    ``exp_avg.lerp_(...)``, BatchNorm's running statistics. The storages of the values the
-    tracer recorded tell which (as :func:`updates_an_input` tells for inputs); where none
-    is recorded, each attribute an updated value is read from through first operands.
-
-    >>> class Step(torch.nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.w, self.v = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(2))
-    ...     def forward(self, g):
-    ...         return self.w.view(2).add_(g) * self.v
-    >>> gm = fx.symbolic_trace(Step())
-    >>> [t is gm.w for t in written_attributes(gm)]
-    [True]
-    """
-    def storage(node: Any):
-        return _storage(recorded_value(node))
-
-    held = {n: value for n in gm.graph.nodes if n.op == "get_attr"
-            and isinstance(value := _attribute(gm, n.target), torch.Tensor)}
-    by_storage = {key: n for n in held if (key := storage(n)) is not None}
-    found: list[torch.Tensor] = []
-    for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method") or not n.args or not (
-                is_in_place(n) or n.kwargs.get("out") is not None):
-            continue
-        written = n.kwargs.get("out", n.args[0])
-        for target in written if isinstance(written, (list, tuple)) else (written,):
-            key = storage(target)
-            source = by_storage.get(key) if key is not None else _read_through_first(target)
-            if source in held and all(held[source] is not t for t in found):
-                found.append(held[source])
-    return found
-
-
-def _attribute(gm: fx.GraphModule, target: str) -> Any:
-    try:
-        return operator.attrgetter(target)(gm)
-    except AttributeError:
-        return None
-
-
-def _read_through_first(node: Any) -> fx.Node | None:
-    """The ``get_attr`` node a value is read from through first operands, or None."""
-    while isinstance(node, fx.Node) and node.op in ("call_function", "call_method") and (
-            node.args):
-        node = node.args[0]
-    return node if isinstance(node, fx.Node) and node.op == "get_attr" else None
-
-
-@contextlib.contextmanager
-def attributes_kept(gm: fx.GraphModule):
-    """Give the tensors the graph of ``gm`` writes into (:func:`written_attributes`) their
-    values back after the block: a run at compile time (recording values, validation)
-    must leave the caller's parameters and state as they were. Only a tensor written
-    (its version moved) is copied back: a write bumps the version, and autograd refuses
-    a backward through a tensor saved before it.
-
-    >>> class Count(nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.n = nn.Parameter(torch.zeros(1), requires_grad=False)
-    ...     def forward(self, x):
-    ...         return self.n.add_(1) + x
-    >>> gm = fx.symbolic_trace(Count())
-    >>> with attributes_kept(gm):
-    ...     _ = gm(torch.ones(1))
-    >>> gm.n.item()
-    0.0
-    """
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # (a copy made under a fake mode would be fake)
-        # (an inference tensor has no version counter: it is restored where a write was
-        # possible, inside inference mode, whatever happened)
-        saved = [(t, None if t.is_inference() else t._version, t.detach().clone())
-                 for t in written_attributes(gm)]
-    try:
-        with generators_kept(gm):
-            yield [t for t, _, _ in saved]
-    finally:
-        with unset_fake_temporarily(), torch.no_grad():
-            for t, version, value in saved:
-                if (torch.is_inference_mode_enabled() if version is None
-                        else t._version != version):
-                    t.copy_(value)
-
-
-def generators_of(*gms: nn.Module) -> list[torch.Generator]:
-    """The random number generators the graphs of ``gms`` read as attributes
-    (``torch.randn(shape, generator=self.gen)``; torch.export lifts them to constants),
-    each once; a module that is no GraphModule reads none.
-
-    >>> class Noise(nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.gen = torch.Generator().manual_seed(0)
-    ...     def forward(self, x):
-    ...         return x + torch.randn(x.shape, generator=self.gen)
-    >>> noise = Noise()
-    >>> [gen is noise.gen for gen in generators_of(fx.symbolic_trace(noise))]
-    [True]
-    """
-    found = {id(value): value for gm in gms if isinstance(gm, fx.GraphModule)
-             for node in gm.graph.nodes if node.op == "get_attr"
-             and isinstance(value := _attribute(gm, node.target), torch.Generator)}
-    return list(found.values())
-
-
-@contextlib.contextmanager
-def generators_kept(*gms: nn.Module):
-    """Give the generators the graphs of ``gms`` draw from (:func:`generators_of`) their
-    states back after the block: a run at compile time must not move the caller's
-    stream of random numbers. Yields the generators.
-
-    >>> gen = torch.Generator().manual_seed(0)
-    >>> gm = fx.symbolic_trace(lambda x: x + torch.rand(3, generator=gen))
-    >>> with generators_kept(gm):
-    ...     first = gm(torch.zeros(3))
-    >>> torch.equal(gm(torch.zeros(3)), first)          # the same draws again
-    True
-    """
-    saved = [(g, g.get_state()) for g in generators_of(*gms)]
-    try:
-        yield [g for g, _ in saved]
-    finally:
-        for g, state in saved:
-            g.set_state(state)
 
 
 def updates_an_alias(graph: fx.Graph) -> bool:
@@ -749,7 +541,7 @@ def updates_an_alias(graph: fx.Graph) -> bool:
     False
     """
     def storage(node: fx.Node):
-        return _storage(recorded_value(node))
+        return storage_key(recorded_value(node))
 
     order = {n: i for i, n in enumerate(graph.nodes)}
     sharing: dict[Any, list[fx.Node]] = {}
@@ -784,3 +576,28 @@ def tensor_of(node: Any) -> Any:
             and not _is_setitem(node)):
         node = node.args[0]
     return node
+
+
+MOVED = {**dict.fromkeys(["recorded_key", "recorded_parts"], "frontends.fx.recorded"),
+         **dict.fromkeys(["attributes_kept", "generators_kept", "generators_of",
+                          "written_attributes"], "frontends.fx.kept")}
+"""Names that moved out of this module, by their new module (``recorded_value`` moved to
+:mod:`frontends.fx.recorded` too, and is read here)."""
+
+
+def __getattr__(name: str) -> Any:
+    """A name that moved (:data:`MOVED`), for one release, with a DeprecationWarning that
+    names its new path.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     from frontends.fx.effects import attributes_kept
+    >>> print(caught[0].message)
+    frontends.fx.effects.attributes_kept moved to frontends.fx.kept.attributes_kept
+    """
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to {MOVED[name]}.{name}", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(importlib.import_module(MOVED[name]), name)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from frontends.fx.effects import recorded_key, recorded_value
+from frontends.fx.recorded import recorded_key, recorded_value
 
 PREFIX = "_foreach_"
 

@@ -42,13 +42,13 @@ import torch.fx as fx
 
 from egraph.egraph import EGraph
 from frontends.fx.builder import Builder, UpdateThroughView
-from frontends.fx.effects import recorded_key
 from frontends.fx.exported import input_guards, input_structure
 from frontends.fx.functionalise import exported_for_update
 from frontends.fx.metadata import node_metas
 from frontends.fx.mismatch import check_count
 from frontends.fx.normalise import Normalised, normalise
 from frontends.fx.ranges import DOMAINS, declare, observe_ranges, observing
+from frontends.fx.recorded import recorded_key
 from frontends.fx.source import ClassRef, FxSource
 
 __all__ = ["from_fx"]

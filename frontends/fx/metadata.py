@@ -14,9 +14,9 @@ import torch.fx as fx
 import torch.nn as nn
 
 from frontends.fx.analysis import Meta, observed_range
-from frontends.fx.effects import attributes_kept, recorded_key, recorded_parts, recorded_value
-from frontends.fx.kept import state_kept
+from frontends.fx.kept import attributes_kept, state_kept
 from frontends.fx.mismatch import explain_mismatch
+from frontends.fx.recorded import recorded_key, recorded_parts, recorded_value
 
 __all__ = ["node_metas"]
 

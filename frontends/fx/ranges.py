@@ -10,9 +10,9 @@ import torch.fx as fx
 
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
 from frontends.fx.analysis import Meta, observed_range
-from frontends.fx.effects import attributes_kept, updates_inputs
+from frontends.fx.effects import updates_inputs
 from frontends.fx.exported import deep_copy
-from frontends.fx.kept import state_kept
+from frontends.fx.kept import attributes_kept, state_kept
 
 __all__ = ["DOMAINS", "declare", "observe_ranges", "observing"]
 
