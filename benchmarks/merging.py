@@ -34,7 +34,7 @@ from compiler.compile import default_cost  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.examples.zoo import build as build_zoo  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
-from egraph.rules.tensat import MERGING  # noqa: E402
+from egraph.rules.merging import MERGING  # noqa: E402
 
 LIMITS = {"iter_limit": 10, "node_limit": 50_000, "time_limit": 10.0}
 TRANSFORMERS = tuple(m for m in MODELS if m not in ("vit", "clip_vision", "whisper_encoder"))

@@ -42,7 +42,7 @@ from typing import Any
 from egraph.ops import lookup
 from egraph.rewrite import Guard, MultiPattern, Rewrite
 from egraph.rules.pattern_program import pattern_program
-from egraph.term import Term, parse, walk
+from egraph.term import Term, literal, parse, walk
 
 __all__ = ["F", "Input", "LibraryRule", "rule", "source_of", "torch"]
 
@@ -68,6 +68,22 @@ F = _LazyModule("torch.nn.functional")
 X = {"x": (4, 8)}
 AB = {"a": (4, 8), "b": (4, 8)}
 ABC = {"a": (4, 8), "b": (4, 8), "c": (4, 8)}
+M = (4, 8)
+SAME = {"x": M, "y": M}
+IMG = (2, 4, 6, 6)  # a batch of images, and a 3x3 kernel over their channels
+KERNEL = (5, 4, 3, 3)
+
+
+def add_literal(egraph, value: Any) -> int:
+    """The class of the literal ``value``, added where missing: a right side's argument
+    such as a dim or a list of sizes.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> eg.class_nodes[add_literal(eg, (4, 4))]
+    [(('ints', (4, 4)),)]
+    """
+    return egraph.add_node(literal(value))
 
 
 @dataclass(frozen=True)

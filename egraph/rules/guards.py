@@ -76,6 +76,35 @@ def value_of(egraph, cid: int) -> Any:
     return meta.value
 
 
+def dim_of(egraph, cid: int, rank: int) -> int | None:
+    """A dim literal of a rank-``rank`` tensor as a non-negative int (a one-element tuple
+    counts), or None: not a literal dim of that rank (cat's dim is kept as written).
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> dim_of(eg, eg.add("-1"), 2) is None  # no tensor analysis: nothing is known
+    True
+    """
+    value = value_of(egraph, cid)
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value[0]
+    if type(value) is not int or not -rank <= value < rank:
+        return None
+    return value % rank
+
+
+def literal_is(var: Variable, value: Any) -> Guard:
+    """The literal ``var`` is ``value``.
+
+    >>> literal_is("g", 1).__name__
+    'g == 1'
+    """
+    @named(f"{_name(var)} == {value!r}")
+    def guard(egraph, subst) -> bool:
+        return value_of(egraph, subst[_name(var)]) == value
+    return guard
+
+
 def number_of(egraph, cid: int) -> int | float | None:
     """The value of a class that is one number at every size: a literal or folded int or
     float, or None (unknown, a bool, or a symbolic size: Python's float arithmetic on a

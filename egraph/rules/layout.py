@@ -2,7 +2,7 @@
 moved past the scale, fill, bias and softmax of attention scores (sequence-first code's);
 an einsum as the permutes, reshapes and matmul it is made of; splits of concatenations
 that cancel, and ops sharing an input merged into one on concatenated weights (TENSAT's
-operator merging, :data:`egraph.rules.tensat.MERGING`).
+operator merging, :data:`egraph.rules.merging.MERGING`).
 
 >>> next(r for r in RULES if r.name == "reshape-reshape").rewrite
 Rewrite('reshape-reshape', '(reshape (reshape ?x ?s1) ?s2)' => '(reshape ?x ?s2)')
@@ -32,7 +32,7 @@ from egraph.ops import (
 from egraph.ops.einsum_plan import plan
 from egraph.rules.define import LibraryRule, rule, torch
 from egraph.rules.guards import named, scalar, shape_of, value_of
-from egraph.rules.tensat import MERGING
+from egraph.rules.merging import MERGING
 from egraph.term import literal, vars
 
 __all__ = ["RULES"]
