@@ -53,7 +53,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from egraph.extract.graph import Cost, Graph
-from egraph.logs import progress
+from egraph.extract.highs import Rows, solve_mip
 
 #: Relative optimality gap at which a float-cost answer counts as proven optimal.
 REL_GAP = 1e-6
@@ -277,8 +277,6 @@ class _Model:
 
     def solve(self, deadline: float) -> tuple[list[int] | None, bool]:
         """``(pick, proven optimal?)`` from HiGHS; pick is None if it found nothing."""
-        import highspy
-
         g = self.graph
         members = self.members
         num = len(self.nodes)
@@ -314,45 +312,11 @@ class _Model:
         rows = self._rows(class_col, level_col, components, col_upper, deadline)
         if time.perf_counter() >= deadline:
             return None, False
-        lp = highspy.HighsLp()
-        lp.num_col_ = num_cols
-        lp.col_cost_ = col_cost
-        lp.col_lower_ = col_lower
-        lp.col_upper_ = col_upper
-        lp.integrality_ = ([highspy.HighsVarType.kInteger] * num_binary
-                           + [highspy.HighsVarType.kContinuous] * len(level_size))
-        lp.num_row_ = len(rows.lower)
-        lp.row_lower_ = np.array(rows.lower)
-        lp.row_upper_ = np.array(rows.upper)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.array(rows.starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.array(rows.index, dtype=np.int32)
-        lp.a_matrix_.value_ = np.array(rows.value)
-
-        h = _silent_highs(highspy)
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("mip_rel_gap", REL_GAP)
-        if all(isinstance(v, int) for v in g.cost):
-            h.setOptionValue("mip_abs_gap", 1.0 - 1e-6)
-        # HiGHS 1.15's symmetry handling has pruned the optimum of tensat's bert (tiny
-        # float costs, many restarts) while reporting optimality; it is not needed here.
-        h.setOptionValue("mip_detect_symmetry", False)
-        h.passModel(lp)
         warm = self._warm_start(num_cols, class_col, level_col, components)
-        if warm is not None:
-            solution = highspy.HighsSolution()
-            solution.col_value = warm
-            solution.value_valid = True
-            h.setSolution(solution)
-        seconds = max(deadline - time.perf_counter(), 0.01)
-        h.setOptionValue("time_limit", seconds)
-        with progress(total=round(seconds, 1), desc="ILP", unit="s") as bar:
-            _follow(h, bar)
-            h.run()
-        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-        if h.getInfo().primal_solution_status != 2:
+        values, optimal = solve_mip(col_cost, col_lower, col_upper, num_binary, rows, warm,
+                                    deadline, REL_GAP, all(isinstance(v, int) for v in g.cost))
+        if values is None:
             return None, False
-        values = h.getSolution().col_value
         pick = [-1] * g.num_classes
         for c in self.classes:
             pick[c] = self.nodes[max(members[c], key=lambda i: values[i])]
@@ -361,11 +325,11 @@ class _Model:
         return pick, optimal
 
     def _rows(self, class_col: dict[int, int], level_col: dict[int, int],
-              components: list[list[int]], col_upper: np.ndarray, deadline: float) -> _Rows:
+              components: list[list[int]], col_upper: np.ndarray, deadline: float) -> Rows:
         """The constraints; nodes that can be in no answer get upper bound 0."""
         members, ncls, nkids = self.members, self.ncls, self.nkids
         num = len(self.nodes)
-        rows = _Rows()
+        rows = Rows()
 
         def total(group: list[int]) -> list[int]:
             return _class_columns(group, members, ncls, class_col)
@@ -490,21 +454,6 @@ def _absorb(classes: list[int], members: dict[int, list[int]],
     return absorbed
 
 
-def _follow(h, bar) -> None:
-    """Advance ``bar`` with the solver's running time and show its gap, where the bar is
-    shown (the callback is a Python call per solver step)."""
-    if bar.disable:
-        return
-    import highspy
-
-    def step(kind, message, data_out, data_in, user) -> None:
-        bar.update(min(data_out.running_time, bar.total) - bar.n)
-        bar.set_postfix_str(f"gap {data_out.mip_gap:.2%}", refresh=False)
-
-    h.setCallback(step, None)
-    h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
-
-
 def _tolerance(value: Cost) -> Cost:
     """How far apart two costs may be and still count as equal."""
     return 0 if isinstance(value, int) else REL_GAP * abs(value)
@@ -556,24 +505,6 @@ def _path_costs(graph: Graph, members: dict[int, list[int]], below: dict) -> dic
                     if k not in above:
                         heappush(heap, (value + cost[n], k))
     return above
-
-
-class _Rows:
-    """Constraint rows in compressed sparse row form."""
-
-    def __init__(self):
-        self.starts = [0]
-        self.index: list[int] = []
-        self.value: list[float] = []
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-
-    def add(self, cols, values, lower: float, upper: float) -> None:
-        self.index.extend(cols)
-        self.value.extend(values)
-        self.starts.append(len(self.index))
-        self.lower.append(lower)
-        self.upper.append(upper)
 
 
 def _class_columns(group, members, ncls, class_col) -> list[int]:
@@ -688,35 +619,3 @@ def _strongly_connected(nodes: list[int], edges: dict[int, set[int]]) -> list[li
                             break
                     out.append(comp)
     return out
-
-
-_BANNER_PRINTED = False
-"""Whether this process has made its first ``highspy.Highs()`` (and so had its banner)."""
-
-
-def _silent_highs(highspy):
-    """A ``highspy.Highs()``: its C++ constructor prints a copyright banner to the process's
-    standard output the first time, before any option can turn output off, in the middle
-    of a user's program output; the descriptor is pointed at /dev/null while the first
-    one is made (later ones print nothing)."""
-    import os
-    import sys
-
-    global _BANNER_PRINTED
-    if _BANNER_PRINTED:
-        return highspy.Highs()
-    _BANNER_PRINTED = True
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no standard output to protect
-        return highspy.Highs()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        return highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
