@@ -19,7 +19,6 @@ True
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from egraph.enode import ENode
 from egraph.explain import CONGRUENCE, Explanation, ProofForest
 from egraph.gcpause import gc_paused
 from egraph.term import Term, Var, parse
-from egraph.unionfind import UnionFind
+from egraph.unionfind import UnionFind, canonical
 
 if TYPE_CHECKING:
     from egraph.analysis import Analysis
@@ -50,24 +49,6 @@ def _as_term(value: Term | str) -> Term:
         return value
     raise TypeError(f"expected a Term or an s-expression string, got {type(value).__name__}")
 
-
-
-def current_cache(store: weakref.WeakKeyDictionary, egraph: EGraph) -> dict:
-    """The cache ``store`` keeps for ``egraph``, emptied whenever the e-graph changed since
-    it was filled (:attr:`EGraph.version`: a new e-node or a merge); a dead e-graph's
-    cache goes with it.
-
-    >>> store = weakref.WeakKeyDictionary()
-    >>> eg = EGraph()
-    >>> current_cache(store, eg)["seen"] = 1
-    >>> current_cache(store, eg), (eg.add("a") is not None) and current_cache(store, eg)
-    ({'seen': 1}, {})
-    """
-    version = egraph.version
-    seen = store.get(egraph)
-    if seen is None or seen[0] != version:
-        seen = store[egraph] = (version, {})
-    return seen[1]
 
 class EGraph:
     """An e-graph of terms, with an optional analysis and optional explanations.
@@ -268,7 +249,7 @@ class EGraph:
             while pending:
                 nid = pending.pop()
                 old = nodes[nid]
-                new = _canonical(old, P, find)
+                new = canonical(old, P, find)
                 if new is not old and memo.get(old) == nid:
                     del memo[old]
                 other = memo.setdefault(new, nid)
@@ -289,7 +270,7 @@ class EGraph:
                 for nid in batch:
                     c = find(nid)
                     old_data = self._data[c]
-                    node = _canonical(nodes[nid], P, find)
+                    node = canonical(nodes[nid], P, find)
                     merged = analysis.merge(old_data, analysis.make(self, node))
                     if merged is not old_data and merged != old_data:
                         self._data[c] = merged
@@ -314,13 +295,13 @@ class EGraph:
             # Two equal e-nodes in one list were made equal by canonicalising one of
             # them, so a list whose e-nodes are all canonical has no duplicates either.
             for n in ns:
-                if _canonical(n, P, find) is not n:
+                if canonical(n, P, find) is not n:
                     break
             else:
                 continue
             unique: dict[tuple, None] = {}
             for n in ns:
-                t = _canonical(n, P, find)
+                t = canonical(n, P, find)
                 if t is not n:
                     # Share the hash-cons key's tuple instead of keeping a second copy.
                     nid = memo.get(t)
@@ -333,7 +314,7 @@ class EGraph:
             if plist and len(plist) > 1:
                 unique: dict[tuple, int] = {}
                 for p in plist:
-                    key = _canonical(nodes[p], P, find)
+                    key = canonical(nodes[p], P, find)
                     if key not in unique:
                         unique[key] = memo.get(key, p)
                 self._parents[c] = list(unique.values())
@@ -371,52 +352,6 @@ class EGraph:
         """
         find = self._uf.find
         return [ENode(n[0], tuple(find(c) for c in n[1:])) for n in self._cnodes[find(cid)]]
-
-    def chain_length(self, cid: int, op: str, limit: int) -> int:
-        """The most operands class ``cid`` is spelled with as a chain of ``op`` (cycles
-        aside), counted up to ``limit`` (``limit + 1``: more). An e-node of another op is
-        one operand, so ``linear(x, w, b)``, also spelled ``x @ w.T + b``, is two operands
-        of ``+``. Guards read it to keep reassociation to short chains: all the groupings
-        of an n-operand sum are 2^n - 1 classes. Safe inside guards: it never rebuilds.
-
-        >>> eg = EGraph()
-        >>> eg.chain_length(eg.add("(+ (+ x y) (+ z w))"), "+", 10)
-        4
-        >>> eg.chain_length(eg.add("(+ (+ x y) (+ z w))"), "+", 2)
-        3
-        """
-        find = self._uf.find
-        cnodes = self._cnodes
-        active: set[int] = set()
-        over = limit + 1
-
-        def length(c: int, budget: int) -> int | None:
-            """The length of class ``c``, ``over`` once it exceeds ``budget``, None where
-            ``c`` is being measured already (an e-node through it is a cycle: ``x * 1`` in
-            the class of ``x`` spells nothing longer)."""
-            if c in active:
-                return None
-            active.add(c)
-            best = 1
-            for node in cnodes[c]:
-                if node[0] != op:
-                    continue
-                total, rest = 0, len(node) - 1
-                for child in node[1:]:
-                    rest -= 1
-                    size = length(find(child), budget - total - rest)
-                    if size is None:
-                        break
-                    total += size
-                    if total + rest > budget:
-                        active.discard(c)
-                        return over
-                else:
-                    best = max(best, total)
-            active.discard(c)
-            return best
-
-        return length(find(cid), limit)
 
     def data(self, cid: int) -> Any:
         """The analysis data of class ``cid`` (None without an analysis); never rebuilds."""
@@ -725,7 +660,7 @@ class EGraph:
         # A union made by an analysis while this term was being built can leave a child
         # stale; re-canonicalise before creating anything.
         find = self._uf.find
-        canon = _canonical(node, self._uf.parents, find)
+        canon = canonical(node, self._uf.parents, find)
         if canon != node:
             nid = memo.get(canon)
             if nid is not None:
@@ -1029,27 +964,3 @@ class EGraph:
 
     def __repr__(self) -> str:
         return f"EGraph({self.num_classes} classes, {self.hashcons_size} e-nodes)"
-
-
-def _canonical(node: tuple, P: list[int], find: Callable[[int], int]) -> tuple:
-    """``node`` with canonical children; ``node`` itself when nothing changed.
-
-    ``P`` is the union-find's parent list: a child that is its own parent is canonical
-    without a call to ``find``. Specialised by arity: this is the hot path of rebuilding.
-    """
-    n = len(node)
-    if n == 3:
-        a = node[1]
-        b = node[2]
-        if P[a] == a and P[b] == b:
-            return node
-        return (node[0], find(a), find(b))
-    if n == 2:
-        a = node[1]
-        return node if P[a] == a else (node[0], find(a))
-    if n == 1:
-        return node
-    kids = node[1:]
-    if all(P[c] == c for c in kids):
-        return node
-    return (node[0], *[find(c) for c in kids])

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from egraph.egraph import current_cache
+from egraph.cache import current_cache
 from egraph.extract.program import program_order, program_roots, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions

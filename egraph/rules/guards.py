@@ -372,9 +372,57 @@ def _magnitude(egraph, cid: int) -> float | None:
     return bound if math.isfinite(bound) else None
 
 
+def chain_length(egraph, cid: int, op: str, limit: int) -> int:
+    """The most operands class ``cid`` is spelled with as a chain of ``op`` (cycles
+    aside), counted up to ``limit`` (``limit + 1``: more). An e-node of another op is
+    one operand, so ``linear(x, w, b)``, also spelled ``x @ w.T + b``, is two operands
+    of ``+``. Guards read it to keep reassociation to short chains: all the groupings
+    of an n-operand sum are 2^n - 1 classes. Safe inside guards: it never rebuilds.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph()
+    >>> chain_length(eg, eg.add("(+ (+ x y) (+ z w))"), "+", 10)
+    4
+    >>> chain_length(eg, eg.add("(+ (+ x y) (+ z w))"), "+", 2)
+    3
+    """
+    find = egraph.union_find.find
+    cnodes = egraph.class_nodes
+    active: set[int] = set()
+    over = limit + 1
+
+    def length(c: int, budget: int) -> int | None:
+        """The length of class ``c``, ``over`` once it exceeds ``budget``, None where
+        ``c`` is being measured already (an e-node through it is a cycle: ``x * 1`` in
+        the class of ``x`` spells nothing longer)."""
+        if c in active:
+            return None
+        active.add(c)
+        best = 1
+        for node in cnodes[c]:
+            if node[0] != op:
+                continue
+            total, rest = 0, len(node) - 1
+            for child in node[1:]:
+                rest -= 1
+                size = length(find(child), budget - total - rest)
+                if size is None:
+                    break
+                total += size
+                if total + rest > budget:
+                    active.discard(c)
+                    return over
+            else:
+                best = max(best, total)
+        active.discard(c)
+        return best
+
+    return length(find(cid), limit)
+
+
 def short_chain(op: str, limit: int, *names: Variable) -> Guard:
     """``?names`` joined by ``op`` make a chain of at most ``limit`` operands
-    (:meth:`~egraph.EGraph.chain_length`): a reassociation that creates their group keeps
+    (:func:`chain_length`): a reassociation that creates their group keeps
     to short chains, so a long sum (a residual stream of n blocks) gets O(n) new classes,
     not the 2^n - 1 of all its groupings.
 
@@ -391,7 +439,7 @@ def short_chain(op: str, limit: int, *names: Variable) -> Guard:
     def guard(egraph, subst) -> bool:
         budget = limit - len(names)  # every operand counts at least once
         for n in names:
-            extra = egraph.chain_length(subst[n], op, budget + 1) - 1
+            extra = chain_length(egraph, subst[n], op, budget + 1) - 1
             budget -= extra
             if budget < 0:
                 return False

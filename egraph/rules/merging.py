@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 
-from egraph.egraph import current_cache
+from egraph.cache import current_cache
 from egraph.ops import cat, conv2d, getitem, linear, split
 from egraph.rules.define import IMG, KERNEL, SAME, F, LibraryRule, M, add_literal, rule, torch
 from egraph.rules.guards import (
