@@ -6,6 +6,11 @@ An e-node is a plain tuple ``(op, child_class, ...)``. Unions only record the me
 queue the parents of the merged class; :meth:`EGraph.rebuild` restores the hash-cons and
 congruence closure in one pass over that worklist (egg's rebuilding).
 
+This module holds the tables and the operations that change them, and the door: the
+documented members the engine's passes read the tables through. What needs no more than
+the door (adding and looking up terms, saturating, extracting, explaining, exporting) is
+:class:`egraph.verbs.Verbs`, which :class:`EGraph` inherits.
+
 >>> from egraph import EGraph, parse
 >>> eg = EGraph()
 >>> a = eg.add(parse("(f x)"))
@@ -23,34 +28,20 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from egraph.enode import ENode
-from egraph.explain import CONGRUENCE, Explanation, ProofForest
-from egraph.gcpause import gc_paused
-from egraph.term import Term, Var, parse
+from egraph.explain import CONGRUENCE, ProofForest
 from egraph.unionfind import UnionFind, canonical
+from egraph.verbs import Verbs
 
 if TYPE_CHECKING:
     from egraph.analysis import Analysis
     from egraph.run import Report
 
 
-def _absent(node: tuple) -> None:
-    """The ``add`` of a look-up-only instantiator: a missing e-node stays missing."""
-    return None
-
-
 class UnsoundMerge(ValueError):
     """Raised by an analysis when two classes that cannot be equal are merged."""
 
 
-def _as_term(value: Term | str) -> Term:
-    if isinstance(value, str):
-        return parse(value)
-    if isinstance(value, Term):
-        return value
-    raise TypeError(f"expected a Term or an s-expression string, got {type(value).__name__}")
-
-
-class EGraph:
+class EGraph(Verbs):
     """An e-graph of terms, with an optional analysis and optional explanations.
 
     >>> from egraph import EGraph, ConstantFolding, parse, rewrite, AstSize
@@ -91,42 +82,6 @@ class EGraph:
         self.fx: Any = None  # for an e-graph built from FX: what emission needs of the source
 
     # -- adding -------------------------------------------------------------------------
-
-    @property
-    def explanations(self) -> bool:
-        """Whether unions are recorded for :meth:`explain` (set at construction)."""
-        return self._proofs is not None
-
-    def add(self, term: Term | str, root: bool = False) -> int:
-        """Add a ground term; returns its class id. ``root=True`` records it in :attr:`roots`.
-
-        >>> eg = EGraph()
-        >>> eg.add("(+ 1 x)") == eg.add(parse("(+ 1 x)"))
-        True
-        """
-        term = _as_term(term)
-        ids: dict[int, int] = {}
-        stack: list[tuple[Term, bool]] = [(term, False)]
-        add = self.add_node
-        while stack:
-            t, expanded = stack.pop()
-            key = id(t)
-            if key in ids:
-                continue
-            if isinstance(t, Var):
-                raise ValueError(
-                    f"cannot add the pattern variable ?{t.name} to an e-graph: add ground terms, "
-                    f"or search for patterns with Pattern.of({str(term)!r}).search(egraph)"
-                )
-            if t.args and not expanded:
-                stack.append((t, True))
-                stack.extend((a, False) for a in reversed(t.args) if id(a) not in ids)
-                continue
-            ids[key] = add(t.op, [ids[id(a)] for a in t.args])
-        cid = ids[id(term)]
-        if root:
-            self._roots.append(cid)
-        return cid
 
     def add_node(self, op: Hashable, children: Iterable[int] = ()) -> int:
         """Add one e-node ``op(children...)`` over existing class ids; returns its class id."""
@@ -326,20 +281,11 @@ class EGraph:
         """True when no union awaits :meth:`rebuild`."""
         return not (self._pending or self._analysis_pending or self._dirty)
 
-    def _clean(self) -> None:
-        if not self.is_clean:
-            self.rebuild()
-
     # -- inspecting ---------------------------------------------------------------------
 
     def find(self, cid: int) -> int:
         """The canonical id of the class ``cid`` belongs to."""
         return self._uf.find(cid)
-
-    def classes(self) -> list[int]:
-        """The canonical class ids, in creation order."""
-        self._clean()
-        return [i for i, ns in enumerate(self._cnodes) if ns is not None]
 
     def nodes(self, cid: int) -> list[ENode]:
         """The e-nodes of class ``cid``, children as canonical ids.
@@ -362,11 +308,6 @@ class EGraph:
         c = self._uf.find(cid)
         self._data[c] = value
         self._log.append(c)
-
-    def retain_nodes(self, cid: int, keep: Callable[[ENode], bool]) -> None:
-        """Drop the e-nodes of class ``cid`` for which ``keep`` is false (egg's pruning)."""
-        c = self._uf.find(cid)
-        self.set_nodes(c, [n for n in self._cnodes[c] if keep(ENode(n[0], n[1:]))])
 
     def classes_with_op(self, op: Hashable) -> frozenset[int]:
         """Canonical ids of the classes holding an e-node with operator ``op`` (kept
@@ -401,13 +342,6 @@ class EGraph:
         """Every operator that occurs in the e-graph."""
         return list(self._by_op)
 
-    def parents(self, cid: int) -> list[int]:
-        """Canonical ids of the classes with an e-node that uses class ``cid``."""
-        self._clean()
-        find = self._uf.find
-        plist = self._parents[find(cid)] or ()
-        return list(dict.fromkeys(find(p) for p in plist))
-
     @property
     def version(self) -> tuple[int, int]:
         """Changes whenever the e-graph gains an e-node or merges two classes, and never
@@ -428,98 +362,10 @@ class EGraph:
         return self._num_classes
 
     @property
-    def num_created(self) -> int:
-        """How many e-nodes were ever added, merged ones included; ids are handed out in
-        order, so the ids a step created are a range (see :meth:`created_node`).
-
-        >>> from egraph import EGraph, parse
-        >>> eg = EGraph()
-        >>> _ = eg.add(parse("(+ x 1)"))
-        >>> eg.num_created, eg.created_node(2)
-        (3, ('+', 0, 1))
-        """
-        return len(self._node)
-
-    def created_node(self, nid: int) -> tuple:
-        """The ``nid``-th e-node ever added, canonical now: ``(op, *child class ids)``."""
-        node = self._node[nid]
-        find = self.find
-        return (node[0], *[find(c) for c in node[1:]])
-
-    def added_by(self) -> dict[tuple, str]:
-        """Each e-node a rewrite added (canonical now) and the first rule that added it;
-        the e-nodes the e-graph was built with are not in it.
-
-        >>> from egraph import EGraph, parse, rewrite
-        >>> eg = EGraph()
-        >>> _ = eg.add(parse("(* a 2)"))
-        >>> _ = eg.saturate([rewrite("double", "(* ?x 2)", "(+ ?x ?x)")])
-        >>> eg.added_by()
-        {('+', 0, 0): 'double'}
-        """
-        origin: dict[tuple, str] = {}
-        for first, end, name in self.origins:
-            for nid in range(first, end):
-                origin.setdefault(self.created_node(nid), name)
-        return origin
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of e-nodes in the classes (after rebuilding; pruned nodes not counted)."""
-        self._clean()
-        return sum(len(ns) for ns in self._cnodes if ns is not None)
-
-    @property
-    def hashcons_size(self) -> int:
-        """Number of distinct e-nodes ever hash-consed (what node limits count, as in egg)."""
-        return len(self._memo)
-
-    @property
     def roots(self) -> list[int]:
         """Canonical ids of the root classes (outputs, or terms added with ``root=True``)."""
         find = self._uf.find
         return [find(r) for r in self._roots]
-
-    def lookup(self, term: Term | str) -> int | None:
-        """The class of a ground term if every part of it is in the e-graph, else None."""
-        term = _as_term(term)
-        self._clean()
-        find = self._uf.find
-        memo = self._memo
-        ids: dict[int, int] = {}
-        stack: list[tuple[Term, bool]] = [(term, False)]
-        while stack:
-            t, expanded = stack.pop()
-            if id(t) in ids:
-                continue
-            if isinstance(t, Var):
-                return None
-            if t.args and not expanded:
-                stack.append((t, True))
-                stack.extend((a, False) for a in reversed(t.args))
-                continue
-            nid = memo.get((t.op, *[ids[id(a)] for a in t.args]))
-            if nid is None:
-                return None
-            ids[id(t)] = find(nid)
-        return ids[id(term)]
-
-    def equiv(self, a: int | Term | str, b: int | Term | str) -> bool:
-        """True when ``a`` and ``b`` (ids or terms, looked up, never added) are equal.
-
-        >>> eg = EGraph()
-        >>> eg.equiv("x", "y")
-        False
-        """
-        self._clean()
-        ca, cb = self.class_of(a), self.class_of(b)
-        return ca is not None and ca == cb
-
-    def extract_term(self, cid: int) -> Term:
-        """The smallest term of class ``cid`` (AstSize, greedy)."""
-        from egraph.extract import AstSize
-
-        return self.extract(AstSize(), root=cid)[0]
 
     # -- the door -----------------------------------------------------------------------
     # What the engine's own passes use, no other module reading a private field: the
@@ -601,6 +447,15 @@ class EGraph:
         ([1], None)
         """
         return self._parents
+
+    @property
+    def proofs(self) -> ProofForest | None:
+        """Why classes merged, for :meth:`explain` (None: built without explanations).
+
+        >>> EGraph().proofs is None, EGraph(explanations=True).proofs is not None
+        (True, True)
+        """
+        return self._proofs
 
     @property
     def change_log(self) -> list[int]:
@@ -720,19 +575,6 @@ class EGraph:
             add = self.add_canonical
         return make(self._memo, self._uf.parents, self._uf.find, add)
 
-    def bind_lookup(self, make: Callable) -> Callable[[tuple], int | None]:
-        """Bind a compiled instantiator to look its instance up without adding anything:
-        the class id, or None where an e-node of it is not in the e-graph yet.
-
-        >>> from egraph import Pattern
-        >>> eg = EGraph()
-        >>> x = eg.add("x")
-        >>> look = eg.bind_lookup(Pattern.of("(f ?a)").instantiator({"a": 1}, False))
-        >>> look((x, x)), eg.num_classes
-        (None, 1)
-        """
-        return make(self._memo, self._uf.parents, self._uf.find, _absent)
-
     def op_nodes(self, c: int, op: Hashable) -> list[tuple]:
         """The e-nodes of canonical class ``c`` with operator ``op``, cached until the class
         changes; the generated matchers call it for large classes. One pass per class and
@@ -768,18 +610,15 @@ class EGraph:
         self._cnodes[c] = nodes
         self._opidx.pop(c, None)
 
-    def class_of(self, value: int | Term | str) -> int | None:
-        """The canonical class of an id, or of a term looked up (never added): None for
-        a term not in the e-graph.
+    def add_root(self, cid: int) -> None:
+        """Record class ``cid`` as the next root (see :attr:`roots`).
 
         >>> eg = EGraph()
-        >>> a = eg.add("(f x)")
-        >>> eg.class_of("(f x)") == eg.class_of(a), eg.class_of("(f y)")
-        (True, None)
+        >>> eg.add_root(eg.add("a"))
+        >>> eg.roots
+        [0]
         """
-        if isinstance(value, int) and not isinstance(value, bool):
-            return self._uf.find(value)
-        return self.lookup(value)
+        self._roots.append(cid)
 
     def set_roots(self, ids: Iterable[int]) -> None:
         """Make ``ids`` the root classes, in order (a builder's outputs; see :attr:`roots`).
@@ -848,119 +687,3 @@ class EGraph:
             return
         self._analysis_pending.extend(range(len(self._node)))
         self.rebuild()
-
-    # -- the big verbs ------------------------------------------------------------------
-
-    def saturate(self, rules, iter_limit: int = 30, node_limit: int = 10_000,
-                 time_limit: float = 5.0, scheduler=None, goals=None,
-                 incremental: bool = True) -> EGraph:
-        """Apply ``rules`` until nothing changes or a limit is hit; returns ``self``.
-
-        What happened is in :attr:`report` (stop reason, per-iteration sizes and times,
-        per-rule counts). ``goals``: pairs of terms or ids; stop once each pair is equal (a
-        side written as a pattern, with ``?vars``, holds once it matches in the other's class).
-        ``incremental``: search each rule only where the e-graph changed since its last
-        search (off: search everything every iteration).
-
-        >>> from egraph import rewrite
-        >>> eg = EGraph()
-        >>> _ = eg.add("(+ a b)", root=True)
-        >>> eg.saturate([rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)")]).report.stop_reason
-        'saturated'
-        """
-        from egraph.run import Runner
-
-        with gc_paused():
-            Runner(iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit,
-                   scheduler=scheduler, goals=goals, incremental=incremental).run(self, rules)
-        return self
-
-    @classmethod
-    def from_fx(cls, source, example_inputs=None, domains=None, ranges=None,
-                observe=None, dynamic=False) -> EGraph:
-        """An e-graph of a torch.fx GraphModule, an nn.Module (traced for you) or a
-        torch.export program; roots are the graph outputs in order. ``dynamic=True``
-        (or ``{input: {dim: (low, high)}}``) keeps the inputs' sizes symbolic, so the
-        program extracted runs at every size (see :func:`frontends.fx.from_fx`).
-
-        >>> import torch
-        >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
-        >>> [str(n) for n in eg.nodes(eg.roots[0])]
-        ['(linear #1 #3 #5)']
-        """
-        from compiler.fx import from_fx
-
-        with gc_paused():
-            return from_fx(source, example_inputs, domains=domains, ranges=ranges,
-                           observe=observe, dynamic=dynamic)
-
-    def extract(self, cost, root: int | None = None, **options):
-        """The best program under ``cost``.
-
-        On a plain e-graph: ``(term, cost)`` of ``root`` (default: the first root).
-        ``cost`` is a cost model (:class:`~egraph.extract.AstSize`, ...) or any callable
-        ``(enode, child_costs) -> cost``. On an e-graph built with :meth:`from_fx`: a
-        ``torch.fx.GraphModule`` with the source's signature, validated against the source
-        (``validate="strict" | "raise" | "off"``), its report in
-        ``gm.meta["egraph_report"]``.
-        """
-        from egraph.extract import extract
-
-        with gc_paused():
-            return extract(self, cost, root=root, **options)
-
-    def pareto(self, cost_a, cost_b, root: int | None = None, **options) -> list:
-        """The non-dominated programs under two costs, with both costs each
-        (``extractors.pareto``): terms on a plain e-graph, GraphModules from FX."""
-        from egraph.extract.pareto import pareto
-
-        return pareto(self, cost_a, cost_b, root=root, **options)
-
-    def explain(self, a: int | Term | str, b: int | Term | str) -> Explanation:
-        """The chain of rewrites that proves ``a`` equal to ``b``.
-
-        Needs ``EGraph(explanations=True)``; terms are added (with their own ids) so the
-        proof starts and ends at exactly those terms.
-
-        >>> from egraph import rewrite
-        >>> eg = EGraph(explanations=True)
-        >>> _ = eg.add("(+ a b)")
-        >>> _ = eg.saturate([rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)")])
-        >>> print(eg.explain("(+ a b)", "(+ b a)"))
-        (+ a b)
-        (+ b a)  by comm
-        """
-        if self._proofs is None:
-            raise ValueError(
-                "this e-graph records no explanations: build it with EGraph(explanations=True)"
-            )
-        ia = a if isinstance(a, int) else self.add(a)
-        ib = b if isinstance(b, int) else self.add(b)
-        self._clean()
-        if self._uf.find(ia) != self._uf.find(ib):
-            raise ValueError(f"cannot explain: {a} and {b} are not equal in this e-graph")
-        return self._proofs.explain(ia, ib)
-
-    # -- export -------------------------------------------------------------------------
-
-    def to_json(self, cost: Callable[[ENode], float] | None = None) -> dict:
-        """The e-graph in the egraph-serialize JSON format (see :mod:`egraph.serialize`)."""
-        from egraph.serialize import to_json
-
-        return to_json(self, cost)
-
-    @classmethod
-    def from_json(cls, data: dict | str, analysis: Analysis | None = None) -> EGraph:
-        """An e-graph from egraph-serialize JSON (a dict or its text); validated."""
-        from egraph.serialize import from_json
-
-        return from_json(data, cls(analysis=analysis))
-
-    def to_dot(self) -> str:
-        """Graphviz dot text of the e-graph (classes as clusters)."""
-        from egraph.dot import to_dot
-
-        return to_dot(self)
-
-    def __repr__(self) -> str:
-        return f"EGraph({self.num_classes} classes, {self.hashcons_size} e-nodes)"
