@@ -775,7 +775,7 @@ def _diffusers_version(names) -> str:
     return f" and `diffusers` {diffusers.__version__}"
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated, from: {', '.join(MODELS)}")
@@ -816,6 +816,38 @@ def main() -> None:
                         help="the train entries (eager's and Inductor's too) with "
                              "transformers' gradient checkpointing on")
     add_out_option(parser, "models")
+    return parser
+
+
+def _about(args: argparse.Namespace, names: list[str], total: float) -> str:
+    """What the run measured and how, the paragraphs before its tables (the stamp
+    names the command, the machine and the versions)."""
+    import transformers
+
+    probe = (torch.zeros(1, device=args.device),)
+    return (
+        f"Models from `transformers` {transformers.__version__}{_diffusers_version(names)} "
+        "built from small configs (benchmarks/corpus.py: 2 layers, hidden 64, vocabulary "
+        "1000, batch 2, sequence 8, 16x16 latents; random weights), attention "
+        f"`{args.attn}` (diffusers' models keep their sdpa processors); the run took "
+        f"{total:.0f} s.\n\n"
+        f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
+        "saturation limits "
+        f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
+        "(a mismatch falls back to the source and counts under fallbacks). `pipeline s`: "
+        "ingest + saturate + extract + emit + validation, summed over the graphs of the first "
+        "call (a second size compiles more: dynamic shapes); `first "
+        "call s`: the whole first call (torch.export, or dynamo and aot_autograd, "
+        "included); `Inductor cold s`: default `torch.compile` on the same model, first "
+        "call after a reset with caches disabled. Run times are medians over "
+        f"{args.repeat} interleaved rounds (each calls eager, ours and Inductor once); "
+        "ratios below 1 are faster than eager. Geometric means are over the models where "
+        "the entry point worked.\n\n"
+    )
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     global CHECKPOINTING
     CHECKPOINTING = args.checkpointing
@@ -869,27 +901,8 @@ def main() -> None:
                   flush=True)
     total = time.perf_counter() - start
     text = table(rows)
-    probe = (torch.zeros(1, device=args.device),)
-    header = (
-        f"Models from `transformers` {transformers.__version__}{_diffusers_version(names)} "
-        "built from small configs (benchmarks/corpus.py: 2 layers, hidden 64, vocabulary "
-        "1000, batch 2, sequence 8, 16x16 latents; random weights), attention "
-        f"`{args.attn}` (diffusers' models keep their sdpa processors); the run took "
-        f"{total:.0f} s.\n\n"
-        f"Rules `all`, the default cost (`{compile_backend.default_cost(probe)!r}`), "
-        "saturation limits "
-        f"{LIMITS['iter_limit']} iterations / {LIMITS['node_limit']} nodes; validation strict "
-        "(a mismatch falls back to the source and counts under fallbacks). `pipeline s`: "
-        "ingest + saturate + extract + emit + validation, summed over the graphs of the first "
-        "call (a second size compiles more: dynamic shapes); `first "
-        "call s`: the whole first call (torch.export, or dynamo and aot_autograd, "
-        "included); `Inductor cold s`: default `torch.compile` on the same model, first "
-        "call after a reset with caches disabled. Run times are medians over "
-        f"{args.repeat} interleaved rounds (each calls eager, ours and Inductor once); "
-        "ratios below 1 are faster than eager. Geometric means are over the models where "
-        "the entry point worked.\n\n"
-    )
-    document = (header + text + "\n\nPipeline seconds by phase:\n\n" + phases_section(rows)
+    document = (_about(args, names, total) + text
+                + "\n\nPipeline seconds by phase:\n\n" + phases_section(rows)
                 + "\n\nGraph breaks and fallbacks:\n\n" + reasons_section(rows)
                 + "\n\nRewrites applied, by rule:\n\n" + rewrites_section(rows) + "\n")
     print()
