@@ -165,7 +165,7 @@ def _alone(job: tuple) -> fuzzer.Result:
             return result
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="programs to run")
     ap.add_argument("--seed", type=int, default=0)
@@ -193,57 +193,38 @@ def main(argv=None) -> int:
     ap.add_argument("--no-shrink", action="store_true",
                     help="do not cut failing programs down to a minimal slice")
     add_out_option(ap, "fuzz")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error("--jobs must be at least 1")
-    limits = {**fuzzer.LIMITS, "iter_limit": args.iter_limit, "node_limit": args.node_limit}
-    command = None if argv is None else [__file__, *argv]
-    print(f"{RunStamp.now(command).markdown()}\n- limits: {limits}\n- cost models: "
-          f"{', '.join(n for n, _ in fuzzer.cost_models())}", flush=True)
-    fuzzer.rules()  # load once, outside the timings
-    results: list[fuzzer.Result] = []
-    t0 = time.perf_counter()
-    work = [(args.seed, i, args.half, args.compile_every, args.export_every, args.train_every,
-             limits) for i in range(args.start, args.start + args.n)]
-    checked = map(_check_one, work) if args.jobs == 1 else _checked_in_workers(work, args.jobs)
-    for result in progress(checked, total=args.n, desc="soak", unit="program"):
-        prog = result.program
-        results.append(result)
-        if result.failures:
-            print(f"\n=== {result.worst.upper()}: {prog.label} "
-                  f"({result.seconds:.2f}s)", flush=True)
-            print(prog.describe().rstrip())
-            print("\n".join(_failure_lines(result)), flush=True)
-        elif result.worst == "fallback":
-            o = next(o for o in result.outcomes if o.category == "fallback")
-            print(f"--- fallback: {prog.label} [{o.path}] {o.error[:300]}", flush=True)
-        done = len(results)
-        if done % args.progress == 0 or done == args.n:
-            counts = fuzzer.summarize(results)["per_program"]
-            elapsed = time.perf_counter() - t0
-            print(f"[{done:>6}/{args.n}] {elapsed:7.1f}s  {elapsed / done:.3f}s/program  "
-                  + "  ".join(f"{c}={counts[c]}" for c in fuzzer.CATEGORIES), flush=True)
-    total = time.perf_counter() - t0
-    summary = fuzzer.summarize(results)
+    return ap
+
+
+def _shrunk(summary: dict, limits: dict) -> dict:
+    """Each kind of wrong result, crash and fallback in ``summary``: its smallest
+    program, cut down further while it still shows the kind, and the cut-down
+    program's own outcome."""
     shrunk: dict = {}
-    if not args.no_shrink:
-        for key, hits in summary["kinds"].items():
-            if key[0] in ("wrong", "crash", "fallback"):
-                r, o = min(hits, key=lambda h: (len(h[0].program.stmts),
-                                                len(h[0].program.source)))
-                costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
-                compile_it = o.path.startswith("torch.compile")
-                export_it = o.path.startswith("export[")
-                train_it = o.path.startswith("train[")
-                small = fuzzer.shrink(r.program, o, costs=costs, limits=limits,
-                                      torch_compile=compile_it, torch_export=export_it,
-                                      torch_train=train_it)
-                # the cut-down program's own failure (its error and emitted code)
-                again = fuzzer.check(small, costs=costs, limits=limits,
-                                     torch_compile=compile_it, torch_export=export_it,
-                                     torch_train=train_it)
-                o = next((o2 for o2 in again.outcomes if o2.key() == key), o)
-                shrunk[key] = (r, o, small)
+    for key, hits in summary["kinds"].items():
+        if key[0] in ("wrong", "crash", "fallback"):
+            r, o = min(hits, key=lambda h: (len(h[0].program.stmts),
+                                            len(h[0].program.source)))
+            costs = [c for c in fuzzer.cost_models() if c[0] == o.path]
+            compile_it = o.path.startswith("torch.compile")
+            export_it = o.path.startswith("export[")
+            train_it = o.path.startswith("train[")
+            small = fuzzer.shrink(r.program, o, costs=costs, limits=limits,
+                                  torch_compile=compile_it, torch_export=export_it,
+                                  torch_train=train_it)
+            # the cut-down program's own failure (its error and emitted code)
+            again = fuzzer.check(small, costs=costs, limits=limits,
+                                 torch_compile=compile_it, torch_export=export_it,
+                                 torch_train=train_it)
+            o = next((o2 for o2 in again.outcomes if o2.key() == key), o)
+            shrunk[key] = (r, o, small)
+    return shrunk
+
+
+def _document(args: argparse.Namespace, results: list, summary: dict, shrunk: dict,
+              limits: dict, total: float) -> str:
+    """The results document's body: the run, the counts per category, the fallback
+    reasons and the distinct kinds."""
 
     def ran(prefix: str) -> int:
         return sum(1 for r in results for o in r.outcomes if o.path.startswith(prefix)
@@ -282,7 +263,45 @@ def main(argv=None) -> int:
               "shows the same kind (slices to one output, statements bypassed).", ""]
     kinds = _kinds_report(summary, shrunk)
     lines += kinds or ["None.", ""]
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    limits = {**fuzzer.LIMITS, "iter_limit": args.iter_limit, "node_limit": args.node_limit}
+    command = None if argv is None else [__file__, *argv]
+    print(f"{RunStamp.now(command).markdown()}\n- limits: {limits}\n- cost models: "
+          f"{', '.join(n for n, _ in fuzzer.cost_models())}", flush=True)
+    fuzzer.rules()  # load once, outside the timings
+    results: list[fuzzer.Result] = []
+    t0 = time.perf_counter()
+    work = [(args.seed, i, args.half, args.compile_every, args.export_every, args.train_every,
+             limits) for i in range(args.start, args.start + args.n)]
+    checked = map(_check_one, work) if args.jobs == 1 else _checked_in_workers(work, args.jobs)
+    for result in progress(checked, total=args.n, desc="soak", unit="program"):
+        prog = result.program
+        results.append(result)
+        if result.failures:
+            print(f"\n=== {result.worst.upper()}: {prog.label} "
+                  f"({result.seconds:.2f}s)", flush=True)
+            print(prog.describe().rstrip())
+            print("\n".join(_failure_lines(result)), flush=True)
+        elif result.worst == "fallback":
+            o = next(o for o in result.outcomes if o.category == "fallback")
+            print(f"--- fallback: {prog.label} [{o.path}] {o.error[:300]}", flush=True)
+        done = len(results)
+        if done % args.progress == 0 or done == args.n:
+            counts = fuzzer.summarize(results)["per_program"]
+            elapsed = time.perf_counter() - t0
+            print(f"[{done:>6}/{args.n}] {elapsed:7.1f}s  {elapsed / done:.3f}s/program  "
+                  + "  ".join(f"{c}={counts[c]}" for c in fuzzer.CATEGORIES), flush=True)
+    total = time.perf_counter() - t0
+    summary = fuzzer.summarize(results)
+    shrunk = {} if args.no_shrink else _shrunk(summary, limits)
+    text = _document(args, results, summary, shrunk, limits, total)
     print("\n" + text + "\n")
     write_results("fuzz", "Pipeline fuzzer", text, out=args.out, argv=command)
     print(f"total {total:.1f}s ({total / max(len(results), 1):.3f}s per program)")
