@@ -910,22 +910,24 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
             except Exception as error:  # noqa: BLE001 - an ill-typed rewrite: refuse it
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   "the optimised program raises where the original runs "
-                                  f"({type(error).__name__}: {str(error).splitlines()[0]})")
+                                  f"({type(error).__name__}: {str(error).splitlines()[0]})",
+                                  reference=kind)
             if run_state is not None:
                 left_by_new = run_state.changes()
                 differ = _effects_differ(run_state, left_by_source, left_by_new)
                 if differ:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
-                                      differ)
+                                      differ, reference=kind)
                 run_state.restore(left_by_new)  # (and the reference runs from it too)
             if len(out_before) != len(out_after):
                 return Validation(False, worst_before, float("inf"), len(input_sets),
-                                  "the output structure changed")
+                                  "the output structure changed", reference=kind)
             joined = sorted(sharing_pairs(out_after) - sharing_pairs(out_before))
             if joined:
                 return Validation(False, worst_before, float("inf"), len(input_sets),
                                   f"outputs {joined[0][0]} and {joined[0][1]} share one "
-                                  "storage where the original's are tensors of their own")
+                                  "storage where the original's are tensors of their own",
+                                  reference=kind)
             out_ref = reference(xs) if reference is not None else out_before
             if out_ref is None:
                 out_ref, kind = out_before, "original (it cannot run in float64)"
@@ -935,7 +937,7 @@ def _validate(src: FxSource, new: fx.GraphModule, trials: int, max_numel: int,
                 changed = _kind_changed(a, b) or _storage_changed(a, b, stored)
                 if changed:
                     return Validation(False, worst_before, float("inf"), len(input_sets),
-                                      f"output {index}: {changed}")
+                                      f"output {index}: {changed}", reference=kind)
                 if not isinstance(b, torch.Tensor):
                     continue
                 if b.is_contiguous() and not a.is_contiguous():

@@ -531,3 +531,22 @@ def test_validation_does_not_judge_the_elements_a_program_leaves_unwritten():
             default_cost(inputs), validate="raise")
         got = optimised(*inputs)
         torch.testing.assert_close(got[inputs[1]], _PartlyWritten()(*inputs)[inputs[1]])
+
+
+@pytest.mark.parametrize("reference", ["float64", "working"])
+def test_a_refusal_names_the_reference_of_its_mode(reference):
+    """A candidate refused before any value is judged (it raises, it changes an output's
+    dtype) is reported by the mode's reference: in working mode, not as an error against a
+    float64 reference that never ran."""
+    from compiler.validate import validate_module
+    from egraph import EGraph
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)
+    src = EGraph.from_fx(gm, (torch.randn(64),)).fx
+    kind = {"float64": "float64", "working": "working-dtype original"}[reference]
+    raising = validate_module(src, _Recorded(lambda x: x.view(3, -1)), reference=reference)
+    widened = validate_module(src, _Recorded(lambda x: (torch.exp(x) + 1).double()),
+                              reference=reference)
+    for refused in (raising, widened):
+        assert not refused.ok and refused.reference == kind
+    assert "vs float64" not in str(widened) or reference == "float64"
