@@ -87,13 +87,13 @@ def test_auto_reference_is_float64_for_small_models_and_working_for_large(monkey
     """The default: a float64 copy of a model past FLOAT64_LIMIT elements (a 12-layer
     GPT-2's 124 million) costs more than the pipeline, so such models are validated in
     their working dtype."""
-    import compiler.validate
+    import compiler.validate.reference
 
     model, x = _mlp(), torch.randn(3, 8)
     backend = make_backend()
     torch.compile(model, backend=backend)(x)
     assert backend.reports[0].extraction.validation.reference == "float64"
-    monkeypatch.setattr(compiler.validate, "FLOAT64_LIMIT", 16)
+    monkeypatch.setattr(compiler.validate.reference, "FLOAT64_LIMIT", 16)
     torch._dynamo.reset()
     backend = make_backend()
     torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
@@ -222,10 +222,10 @@ class _Recorded(torch.nn.Module):
 def side_by_side(monkeypatch):
     """Validation as on a large model with cores to spare: source and candidate in two
     threads."""
-    import compiler.validate
+    import compiler.validate.runs
 
-    monkeypatch.setattr(compiler.validate, "SIDE_BY_SIDE_NUMEL", 0)
-    monkeypatch.setattr(compiler.validate, "_cores", lambda: 2 * torch.get_num_threads())
+    monkeypatch.setattr(compiler.validate.runs, "SIDE_BY_SIDE_NUMEL", 0)
+    monkeypatch.setattr(compiler.validate.runs, "_cores", lambda: 2 * torch.get_num_threads())
 
 
 @pytest.mark.parametrize("reference", ["float64", "working"])
@@ -248,12 +248,12 @@ def test_side_by_side_validation_judges_as_one_after_the_other(side_by_side, ref
 
 
 def test_validation_runs_one_pass_at_a_time_where_torch_uses_every_core(monkeypatch):
-    import compiler.validate
+    import compiler.validate.runs
     from compiler.validate import validate_module
     from egraph import EGraph
 
-    monkeypatch.setattr(compiler.validate, "SIDE_BY_SIDE_NUMEL", 0)
-    monkeypatch.setattr(compiler.validate, "_cores", lambda: torch.get_num_threads())
+    monkeypatch.setattr(compiler.validate.runs, "SIDE_BY_SIDE_NUMEL", 0)
+    monkeypatch.setattr(compiler.validate.runs, "_cores", lambda: torch.get_num_threads())
     gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) + 1)
     src = EGraph.from_fx(gm, (torch.randn(64),)).fx
     right = _Recorded(lambda x: torch.exp(x) + 1)

@@ -296,18 +296,18 @@ def test_a_half_product_is_not_regrouped_into_subnormals_nor_factored_into_an_ov
 
 def test_validation_refuses_an_overflow_turned_into_nan():
     """a * (b - c) overflowing to inf is not a * b - a * c = inf - inf = NaN."""
-    from compiler.validate import _overflow_changed
+    from compiler.validate.judging import overflow_changed
 
     ref = torch.tensor([1e5], dtype=torch.float64)
     source = torch.tensor([float("inf")], dtype=torch.float16)
-    assert _overflow_changed(torch.tensor([float("nan")]).half(), source, ref)
-    assert not _overflow_changed(torch.tensor([float("inf")]).half(), source, ref)
-    assert not _overflow_changed(torch.tensor([1e4]).half(), source, ref)
+    assert overflow_changed(torch.tensor([float("nan")]).half(), source, ref)
+    assert not overflow_changed(torch.tensor([float("inf")]).half(), source, ref)
+    assert not overflow_changed(torch.tensor([1e4]).half(), source, ref)
     past_range = torch.tensor([1e5, -1e5], dtype=torch.float64)  # float16 holds 65504
     nan = torch.full((2,), float("nan")).half()
-    assert not _overflow_changed(torch.tensor([float("inf"), -float("inf")]).half(), nan,
+    assert not overflow_changed(torch.tensor([float("inf"), -float("inf")]).half(), nan,
                                  past_range)
-    assert _overflow_changed(torch.tensor([-float("inf"), float("inf")]).half(), nan,
+    assert overflow_changed(torch.tensor([-float("inf"), float("inf")]).half(), nan,
                              past_range)
 
 
