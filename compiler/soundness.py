@@ -314,7 +314,9 @@ def sympy_proof(rewrite: Rewrite) -> bool | None:
         return None
     difference = lhs - rhs
     for attempt in (sp.simplify, lambda e: sp.simplify(sp.expand_log(e)),
-                    lambda e: sp.simplify(e.rewrite(sp.exp)), sp.trigsimp):
+                    lambda e: sp.simplify(e.rewrite(sp.exp)), sp.trigsimp,
+                    lambda e: sp.simplify(e.rewrite(sp.erf)),
+                    lambda e: sp.simplify(e.rewrite(sp.log))):
         if attempt(difference) == 0:
             return True
     return False

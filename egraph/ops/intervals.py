@@ -54,6 +54,20 @@ def monotone(fn: Callable[[float], float]) -> IntervalRule:
     return rule
 
 
+def decreasing(fn: Callable[[float], float]) -> IntervalRule:
+    """The rule of a decreasing function of one operand: ``fn`` at both ends, swapped.
+
+    >>> decreasing(math.erfc)([(0.0, 1.0)], [], None)
+    (0.15729920705028513, 1.0)
+    """
+    increasing = monotone(fn)
+
+    def rule(kids, values, shapes) -> Interval:
+        lo, hi = increasing(kids, values, shapes)
+        return UNBOUNDED if (lo, hi) == UNBOUNDED else (hi, lo)
+    return rule
+
+
 def constant(lo: float, hi: float) -> IntervalRule:
     """The rule of an op whose values always lie in ``[lo, hi]``.
 

@@ -395,6 +395,32 @@ def _explicit_dim(m) -> bool:
     return m.dim is not None
 
 
+# -- interval rules of ops only the table uses ----------------------------------------------
+
+
+def _unit(v: float) -> float:
+    """``v`` clamped to [-1, 1], the domain of asin and acos."""
+    return max(-1.0, min(1.0, v))
+
+
+def _fmod_interval(kids, values, shapes) -> iv.Interval:
+    """|fmod(x, y)| < |y| and <= |x|, with x's sign."""
+    (x_lo, x_hi), (y_lo, y_hi) = kids[0], kids[1]
+    bound = min(max(abs(y_lo), abs(y_hi)), max(abs(x_lo), abs(x_hi)))
+    return (0.0 if x_lo >= 0 else -bound, 0.0 if x_hi <= 0 else bound)
+
+
+def _copysign_interval(kids, values, shapes) -> iv.Interval:
+    """|x|'s interval with y's sign."""
+    lo, hi = iv.magnitude(kids[:1], values, shapes)
+    y_lo, y_hi = kids[1]
+    if y_lo >= 0:
+        return (lo, hi)
+    if y_hi < 0:
+        return (-hi, -lo)
+    return (-hi, hi)
+
+
 # -- the table ---------------------------------------------------------------------------------
 
 _XY_SPELL = "torch.{0} Tensor.{0} aten.{0}.Tensor aten.{0}.Scalar"
@@ -453,6 +479,26 @@ for _name, _py in [("bitwise_and", "and"), ("bitwise_or", "or")]:
 op("atan2", "x y", "pointwise", impl="torch.atan2", flops=1,
    interval=iv.constant(-math.pi, math.pi), why={"triton": _NO_TRITON_MATH},
    spell="torch.atan2 Tensor.atan2 aten.atan2.default")
+# C's fmod: the remainder of the division truncated toward zero, with x's sign (torch.fmod;
+# ``remainder`` is Python's, with y's). Exact: the remainder is a float of the format.
+op("fmod", "x y", "pointwise", impl="torch.fmod", flops=1, exact=True, error="exact",
+   sympy="Piecewise((x - y * floor(x / y), x / y >= 0), (x - y * ceiling(x / y), True))",
+   interval=_fmod_interval, why={"triton": "C's fmod of negative operands needs care "
+                                           "(not written)"},
+   spell="torch.fmod Tensor.fmod aten.fmod.Tensor aten.fmod.Scalar")
+op("copysign", "x y", "pointwise", impl="torch.copysign", flops=1, exact=True,
+   error="exact", finite=True, sympy="Piecewise((Abs(x), y >= 0), (-Abs(x), True))",
+   interval=_copysign_interval, why={"triton": _NO_TRITON_MATH},
+   spell="torch.copysign Tensor.copysign aten.copysign.Tensor aten.copysign.Scalar")
+# C's fmax and fmin: a NaN operand is ignored (torch.maximum and minimum propagate it).
+op("fmax", "x y", "pointwise", sympy="Max(x, y)", impl="torch.fmax", flops=1, exact=True,
+   error="exact", finite=True, commutative=True, sign=signs.larger, interval=iv.larger,
+   why={"triton": "NaN-ignoring max is not written (tl.maximum's NaN rule differs)"},
+   spell="torch.fmax Tensor.fmax aten.fmax.default")
+op("fmin", "x y", "pointwise", sympy="Min(x, y)", impl="torch.fmin", flops=1, exact=True,
+   error="exact", finite=True, commutative=True, interval=iv.smaller,
+   why={"triton": "NaN-ignoring min is not written (tl.minimum's NaN rule differs)"},
+   spell="torch.fmin Tensor.fmin aten.fmin.default")
 op("floordiv", "x y", "pointwise", impl="torch.floor_divide", flops=1,
    why={"triton": "Python's floor division of negative operands needs care (not written)",
         "interval": _UNTRACKED},
@@ -505,6 +551,27 @@ op("atan", "x", "pointwise", sympy="atan(x)",
    finite=True, impl="torch.atan", flops=1, sign=signs.same,
    interval=iv.monotone(math.atan), spell=_UNARY_SPELL.format("atan") + " math.atan",
    why={"triton": "no Triton intrinsic for atan"})
+op("asin", "x", "pointwise", sympy="asin(x)", impl="torch.asin", flops=1,
+   sign=signs.same, interval=iv.monotone(lambda v: math.asin(_unit(v))),
+   spell=_UNARY_SPELL.format("asin") + " torch.arcsin Tensor.arcsin",
+   why={"triton": _NO_TRITON_MATH})
+op("acos", "x", "pointwise", sympy="acos(x)", impl="torch.acos", flops=1, sign=NONNEG,
+   interval=iv.decreasing(lambda v: math.acos(_unit(v))),
+   spell=_UNARY_SPELL.format("acos") + " torch.arccos Tensor.arccos",
+   why={"triton": _NO_TRITON_MATH})
+op("asinh", "x", "pointwise", sympy="asinh(x)", impl="torch.asinh", flops=1, finite=True,
+   sign=signs.same, interval=iv.monotone(math.asinh),
+   spell=_UNARY_SPELL.format("asinh") + " torch.arcsinh Tensor.arcsinh",
+   why={"triton": _NO_TRITON_MATH})
+op("acosh", "x", "pointwise", sympy="acosh(x)", impl="torch.acosh", flops=1, sign=NONNEG,
+   interval=iv.monotone(lambda v: math.acosh(max(v, 1.0))),
+   spell=_UNARY_SPELL.format("acosh") + " torch.arccosh Tensor.arccosh",
+   why={"triton": _NO_TRITON_MATH})
+op("atanh", "x", "pointwise", sympy="atanh(x)", impl="torch.atanh", flops=1,
+   sign=signs.same, interval=iv.monotone(
+       lambda v: math.atanh(v) if abs(v) < 1 else math.copysign(math.inf, v)),
+   spell=_UNARY_SPELL.format("atanh") + " torch.arctanh Tensor.arctanh",
+   why={"triton": _NO_TRITON_MATH})
 op("sinh", "x", "pointwise", sympy="sinh(x)", impl="torch.sinh", flops=1, sign=signs.same,
    interval=iv.monotone(math.sinh), triton="_sinh({x})",
    spell=_UNARY_SPELL.format("sinh") + " math.sinh")
@@ -531,8 +598,16 @@ op("silu", "x", "pointwise", sympy="x / (1 + exp(-x))",
    interval=iv.gated, triton="{x} * tl.sigmoid({x})",
    spell="torch.nn.functional.silu aten.silu.default",
    modules=(Module("torch.nn.SiLU", ("input",)),))
-op("erf", "x", "pointwise", finite=True, impl="torch.erf", flops=1, stable=True, sign=signs.same,
-   interval=iv.monotone(math.erf), triton="tl.erf({x})", spell=_UNARY_SPELL.format("erf"))
+op("erf", "x", "pointwise", sympy="erf(x)", finite=True, impl="torch.erf", flops=1,
+   stable=True, sign=signs.same, interval=iv.monotone(math.erf), triton="tl.erf({x})",
+   spell=_UNARY_SPELL.format("erf"))
+op("erfc", "x", "pointwise", sympy="erfc(x)", impl="torch.erfc", flops=1, finite=True,
+   stable=True, sign=NONNEG, interval=iv.decreasing(math.erfc),
+   spell=_UNARY_SPELL.format("erfc") + " torch.special.erfc", why={"triton": _NO_TRITON_MATH})
+op("log2", "x", "pointwise", sympy="log(x) / log(2)", impl="torch.log2", flops=1,
+   interval=lambda kids, values, shapes: tuple(
+       v / math.log(2) for v in iv.logarithm(kids, values, shapes)),
+   spell=_UNARY_SPELL.format("log2"), why={"triton": _NO_TRITON_MATH})
 op("log1p", "x", "pointwise", sympy="log(1 + x)",
    impl="torch.log1p", flops=1, stable=True, sign=signs.log1p,
    interval=iv.log1p, triton="_log1p({x})", spell=_UNARY_SPELL.format("log1p"))
