@@ -78,7 +78,7 @@ def _cancelled(result, args) -> float:
         return 0.0
     if result == 0:
         return float(mp.mp.prec)
-    return max(0.0, float(mp.log(largest / abs(result), 2)))
+    return float(max(0, mp.mag(largest) - mp.mag(result)))  # binary exponents: no log
 
 
 def round_to(value, precision: str) -> float:
