@@ -243,6 +243,51 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     can be), or ``"refuse"`` them with a clear error (the compile backend's choice:
     dynamo's guards already hand each graph only the sizes it was compiled for).
     """
+    _check_choices(validate, other_sizes, method)
+    if target is None:
+        target = _device_target(egraph.fx.example_inputs)
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))} "
+                         "(None: the device of the example inputs)")
+    t0 = time.perf_counter()
+    roots = program_roots(egraph)
+    chosen = _choose(egraph, cost, method, roots, time_limit)
+    picked, method, optimal, cost_before, cost_after = chosen
+    times = {"extract": time.perf_counter() - t0}
+    t1 = time.perf_counter()
+    judge = None
+    if target == "cuda":
+        judge = cost if isinstance(cost, Roofline) else Roofline()
+    gm = build_module(egraph, picked, target, judge)
+    times["emit"] = time.perf_counter() - t1
+    rewrites = {}
+    if egraph.report is not None:
+        rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
+    report = ExtractionReport(
+        cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
+        used=_rewrites_used(egraph, picked, roots),
+        optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
+        nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
+    )
+    if validate != "off" and egraph.fx.example_inputs is not None:
+        gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
+    if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
+        gm = _refined(egraph.fx, gm, report, reference)
+    if report.built_for and not report.fell_back:
+        _serve_other_sizes(egraph.fx, gm, report, other_sizes)
+    if egraph.fx.structure is not None and not report.fell_back:
+        take_structured_inputs(gm, egraph.fx.structure)
+    gm.meta["egraph_report"] = report
+    keep_meta_when_saved(gm)
+    if egraph.report is not None:
+        egraph.report.extraction = {"method": method, "cost": cost_after,
+                                    "optimal": optimal, "time": round(times["extract"], 6)}
+    return gm
+
+
+def _check_choices(validate: str, other_sizes: str, method: str) -> None:
+    """Raise a ValueError naming the choices for an argument of :func:`extract_module`
+    that is not one of them."""
     if validate not in VALIDATIONS:
         raise ValueError(f"validate={validate!r}: use one of "
                          f"{', '.join(map(repr, VALIDATIONS))}")
@@ -250,18 +295,18 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         raise ValueError(f"other_sizes={other_sizes!r}: use 'source' or 'refuse'")
     if method not in ("auto", "greedy", "dag", "ilp"):
         raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
+
+
+def _choose(egraph: FxEGraph, cost, method: str, roots: list, time_limit: float
+            ) -> tuple[dict, str, bool | None, Any, Any]:
+    """The program :func:`extract_module` emits, by ``method``: ``(picked e-node per
+    class, the method used, proven optimal or not (None: unknown), the source's cost, the
+    program's cost)``, both costs of the DAG run, each e-node once; never a program
+    dearer than the source."""
     exact = False
     if method == "auto":
         method = "dag" if getattr(cost, "additive", False) else "greedy"
         exact = method == "dag" and egraph.num_nodes <= EXACT_NODES and _solver_installed()
-    if target is None:
-        target = _device_target(egraph.fx.example_inputs)
-    if target not in TARGETS:
-        raise ValueError(f"target={target!r}: use one of {', '.join(map(repr, TARGETS))} "
-                         "(None: the device of the example inputs)")
-    times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    roots = program_roots(egraph)
     optimal = None
     if not roots:  # a program of no tensor (dynamo hands over ``return ()``)
         picked, optimal = {}, True
@@ -291,81 +336,76 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         # A tree-cost choice can be dearer as a DAG than the source (a shared value
         # recomputed in two places): never emit a program worse than the one given.
         picked, cost_after = source, cost_before
-    times["extract"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    judge = None
-    if target == "cuda":
-        judge = cost if isinstance(cost, Roofline) else Roofline()
-    gm = build_module(egraph, picked, target, judge)
-    times["emit"] = time.perf_counter() - t1
-    rewrites = {}
-    if egraph.report is not None:
-        rewrites = {name: s.applied for name, s in egraph.report.rules.items() if s.applied}
-    report = ExtractionReport(
-        cost_before=cost_before, cost_after=cost_after, method=method, rewrites=rewrites,
-        used=_rewrites_used(egraph, picked, roots),
-        optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
-        nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
-    )
-    if validate != "off" and egraph.fx.example_inputs is not None:
-        t2 = time.perf_counter()
-        result = validate_module(egraph.fx, gm, reference=reference)
-        if result.ok:
-            result = check_other_sizes(egraph, gm) or result
-        report.times["validate"] = time.perf_counter() - t2
-        report.validation = result
-        if not result.ok:
-            why = (f"{result.reason}; rewrites involved: "
-                   + (", ".join(sorted(report.used or rewrites)) or "none (emission itself)"))
-            if validate == "raise":
-                raise ValidationError(why)
-            warnings.warn(f"egraph: the optimised program failed validation ({why}); "
-                          "returning the original", stacklevel=3)
-            report.fell_back = True
-            gm = _original_module(egraph.fx)
-        else:
-            make_outputs_contiguous(gm, result.strided)
-            t3 = time.perf_counter()
-            # (a program holding literal target shapes is probed, rewritten or not:
-            # ingest reads ``reshape(-1, 6)`` as the example's ``(15, 6)``)
-            baked = "egraph_sizes_explained" in gm.meta
-            report.built_for = probe_sizes(egraph, picked, roots, gm, bool(rewrites) or baked)
-            if report.built_for is None:  # too large to probe: where it holds literal
-                # shapes, every size of its inputs (else, as the source, none)
-                report.built_for = _every_size(egraph.fx) if baked else {}
-            report.times["sizes"] = time.perf_counter() - t3
-    if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
-        # Accuracy is the objective (Curvature): Herbie's search on the validated program.
-        # It judges against a 150-digit reference, which the float64 validation above could
-        # not (float64 cancels too).
-        from compiler.herbie import improve_validated
+    return picked, method, optimal, cost_before, cost_after
 
-        t4 = time.perf_counter()
-        explained = gm.meta.get("egraph_sizes_explained")
-        gm, accuracy = improve_validated(egraph.fx, gm, reference=reference)
-        if explained is not None:  # (a new module where formulas were replaced)
-            gm.meta["egraph_sizes_explained"] = explained
-        report.accuracy_refused = accuracy.refused
-        report.times["accuracy"] = time.perf_counter() - t4
-    if report.built_for and not report.fell_back:
-        if other_sizes == "source" and _capturable(egraph.fx):
-            # (captured when first called at another size: torch.export takes longer
-            # than the whole pipeline on a small program)
-            shapes = {name: tuple(x.shape) for name, x in zip(
-                egraph.fx.inputs, egraph.fx.example_inputs) if name in report.built_for}
-            dispatch_sizes(gm, report.built_for, shapes, functools.partial(
-                general_program, egraph.fx, report.built_for))
-            report.general = True
-        else:  # the module refuses other sizes, saying why
-            require_sizes(gm, report.built_for, egraph.fx)
-    if egraph.fx.structure is not None and not report.fell_back:
-        take_structured_inputs(gm, egraph.fx.structure)
-    gm.meta["egraph_report"] = report
-    keep_meta_when_saved(gm)
-    if egraph.report is not None:
-        egraph.report.extraction = {"method": method, "cost": cost_after,
-                                    "optimal": optimal, "time": round(times["extract"], 6)}
+
+def _validated(egraph: FxEGraph, gm: fx.GraphModule, report: ExtractionReport,
+               program: tuple[dict, list], validate: str, reference: str) -> fx.GraphModule:
+    """``gm`` validated against the source (``report.validation``), with the sizes it
+    was built for (``report.built_for``); the source's module where it fails under
+    ``validate="strict"`` (``report.fell_back``)."""
+    picked, roots = program
+    t2 = time.perf_counter()
+    result = validate_module(egraph.fx, gm, reference=reference)
+    if result.ok:
+        result = check_other_sizes(egraph, gm) or result
+    report.times["validate"] = time.perf_counter() - t2
+    report.validation = result
+    if not result.ok:
+        why = (f"{result.reason}; rewrites involved: "
+               + (", ".join(sorted(report.used or report.rewrites))
+                  or "none (emission itself)"))
+        if validate == "raise":
+            raise ValidationError(why)
+        # (stacklevel: the caller of FxEGraph.extract)
+        warnings.warn(f"egraph: the optimised program failed validation ({why}); "
+                      "returning the original", stacklevel=4)
+        report.fell_back = True
+        return _original_module(egraph.fx)
+    make_outputs_contiguous(gm, result.strided)
+    t3 = time.perf_counter()
+    # (a program holding literal target shapes is probed, rewritten or not:
+    # ingest reads ``reshape(-1, 6)`` as the example's ``(15, 6)``)
+    baked = "egraph_sizes_explained" in gm.meta
+    report.built_for = probe_sizes(egraph, picked, roots, gm, bool(report.rewrites) or baked)
+    if report.built_for is None:  # too large to probe: where it holds literal
+        # shapes, every size of its inputs (else, as the source, none)
+        report.built_for = _every_size(egraph.fx) if baked else {}
+    report.times["sizes"] = time.perf_counter() - t3
     return gm
+
+
+def _refined(src: FxSource, gm: fx.GraphModule, report: ExtractionReport,
+             reference: str) -> fx.GraphModule:
+    """Accuracy is the objective (Curvature): Herbie's search on the validated program.
+    It judges against a 150-digit reference, which the float64 validation could not
+    (float64 cancels too)."""
+    from compiler.herbie import improve_validated
+
+    t4 = time.perf_counter()
+    explained = gm.meta.get("egraph_sizes_explained")
+    gm, accuracy = improve_validated(src, gm, reference=reference)
+    if explained is not None:  # (a new module where formulas were replaced)
+        gm.meta["egraph_sizes_explained"] = explained
+    report.accuracy_refused = accuracy.refused
+    report.times["accuracy"] = time.perf_counter() - t4
+    return gm
+
+
+def _serve_other_sizes(src: FxSource, gm: fx.GraphModule, report: ExtractionReport,
+                       other_sizes: str) -> None:
+    """Make ``gm``, built for the sizes ``report.built_for``, run the source's general
+    program at others (``report.general``), or refuse them saying why."""
+    if other_sizes == "source" and _capturable(src):
+        # (captured when first called at another size: torch.export takes longer
+        # than the whole pipeline on a small program)
+        shapes = {name: tuple(x.shape) for name, x in zip(src.inputs, src.example_inputs)
+                  if name in report.built_for}
+        dispatch_sizes(gm, report.built_for, shapes,
+                       functools.partial(general_program, src, report.built_for))
+        report.general = True
+    else:  # the module refuses other sizes, saying why
+        require_sizes(gm, report.built_for, src)
 
 
 def _every_size(src: FxSource) -> dict[str, dict[int, int]]:
