@@ -98,6 +98,7 @@ from benchmarks.report import add_out_option, results_path, write_results  # noq
 from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
+from compiler.specialise import SPECIALISE_AT_CALL  # noqa: E402
 from compiler.validate import float64_copy, judge  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.logs import progress  # noqa: E402
@@ -338,7 +339,7 @@ def run_compile(case: Case, rules, codegen: str = "eager") -> dict:
         # After the second size, dynamo runs the first size through the symbolic graph,
         # which compiles its program for that size at the SPECIALISE_AT_CALL-th call: made
         # here, it is not timed (with --repeat 2 it was half the median).
-        for _ in range(compile_backend.SPECIALISE_AT_CALL):
+        for _ in range(SPECIALISE_AT_CALL):
             compiled(*case.inputs)
     return row
 
@@ -361,7 +362,7 @@ def run_second(case: Case, rules, codegen: str = "eager") -> dict:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         row, compiled = _compiled_inference(case.model.eval(), second_size(case), rules,
-                                            codegen, calls=compile_backend.SPECIALISE_AT_CALL)
+                                            codegen, calls=SPECIALISE_AT_CALL)
         row["third"] = _third_size(case, compiled)
         return row
 

@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
 import warnings
@@ -41,74 +42,43 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from compiler.fx import ExtractionReport, cuda_device
-from compiler.memory import peak_bytes
+from compiler.fx import cuda_device
 from compiler.options import BackendOptions
-from compiler.regions import optimise_regions
-from compiler.signature import SYMBOLIC, expression, signature
-from compiler.validate import stand_ins
-from egraph import EGraph
-from egraph.run import Report
+from compiler.pipeline import (
+    GraphReport,
+    compile_one,
+    default_cost,
+    has_symbolic_sizes,
+    hinted_inputs,
+)
+from compiler.signature import signature
+from compiler.specialise import BySize, size_symbols, specialised
 from frontends.fx.effects import updates_an_alias, updates_inputs
 from frontends.fx.kept import attributes_kept
 
 log = logging.getLogger("egraph.compiler")
 
+_MOVED = {"compile_graph": "compiler.pipeline", "SPECIALISED_SIZES": "compiler.specialise",
+          "SPECIALISE_AT_CALL": "compiler.specialise"}
 
-@dataclass
-class GraphReport:
-    """What the backend did to one graph dynamo handed it; ``str()`` of it is the INFO
-    line the backend logs.
 
-    ``name``: which graph (``graph 0``: a graph dynamo handed the backend, run as
-    emitted or handed to Inductor; ``forward 0``, ``backward 0``: the graphs of one that
-    went through aot_autograd), ``extraction``: the emitted module's report (costs, nodes,
-    rewrites, validation), ``saturation``: the saturation run's (None without rules),
-    ``times``: seconds per phase (``gradients``: the check of a graph run as emitted under
-    autograd), ``memory``: measured peak bytes of the ``source`` and the
-    ``optimised`` module on the example inputs (with ``memory=True``), ``regions``: the
-    reports of the region bodies optimised on their own (:func:`compiler.regions.optimise_regions`).
+def __getattr__(name: str) -> Any:
+    """The names that moved out of this module, for one release, each with a
+    DeprecationWarning naming its new path.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     sizes = __getattr__("SPECIALISED_SIZES")
+    >>> sizes, str(caught[0].message)
+    (8, 'compiler.compile.SPECIALISED_SIZES moved to compiler.specialise.SPECIALISED_SIZES')
     """
-
-    name: str
-    extraction: ExtractionReport
-    saturation: Report | None = None
-    times: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, int] | None = None
-    regions: list[GraphReport] = field(default_factory=list)
-
-    @property
-    def fell_back(self) -> bool:
-        """True when validation refused the optimised program and the source was kept."""
-        return self.extraction.fell_back
-
-    @property
-    def fallback_reason(self) -> str:
-        """Why the source was kept (empty when it was not)."""
-        v = self.extraction.validation
-        return v.reason if self.fell_back and v is not None else ""
-
-    def __str__(self) -> str:
-        e = self.extraction
-        rewrites = ", ".join(f"{n} x{k}" for n, k in sorted(e.used.items())) or "none"
-        parts = [f"{self.name}: nodes {e.nodes_before} -> {e.nodes_after}",
-                 f"rewrites {rewrites}", f"cost {e.cost_before:.4g} -> {e.cost_after:.4g}"]
-        if self.saturation is not None:
-            parts.append(f"saturation {self.saturation.stop_reason} after "
-                         f"{len(self.saturation.iterations)} iterations")
-        parts.append("times " + ", ".join(f"{k} {v * 1e3:.1f} ms"
-                                          for k, v in self.times.items()))
-        v = e.validation
-        parts.append("validation " + ("off" if v is None else
-                                      f"{'passed' if v.ok else 'failed'} ({v.reference})"))
-        if self.memory is not None:
-            parts.append(f"peak memory {self.memory['source']} -> "
-                         f"{self.memory['optimised']} bytes")
-        if self.fell_back:
-            parts.append(f"fell back to the source: {self.fallback_reason}")
-        if self.regions:
-            parts.append(f"{len(self.regions)} region bodies optimised on their own")
-        return "; ".join(parts)
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to {module}.{name}", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -169,111 +139,6 @@ def capture() -> Iterator[Compilation]:
             if n > before[message]:
                 reason = message.strip().splitlines()[0] if message.strip() else message
                 seen.graph_breaks.append(GraphBreak(reason, message, n - before[message]))
-
-
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules=(),
-                  cost=None, validate: str = "strict", iter_limit: int = 10,
-                  node_limit: int = 50_000, time_limit: float = 10.0,
-                  target: str | None = None, reference: str = "auto",
-                  memory: bool = False) -> torch.fx.GraphModule:
-    """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``
-    for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise), validated against
-    the source in float64 or in its working dtype (``reference``, see
-    :mod:`compiler.validate`); with ``memory``, the peak bytes the source and the result
-    allocate are measured. The :class:`GraphReport` is ``module.meta["egraph_graph"]``.
-
-    With dynamic shapes the graph takes SymInt inputs and its tensors have symbolic sizes:
-    the e-graph keeps them symbolic (the graph's own metadata), so the program reads its
-    sizes from its inputs; validation runs on real inputs of the sizes dynamo hints.
-    """
-    options = BackendOptions(rules=rules, cost=cost, validate=validate, reference=reference,
-                             memory=memory, iter_limit=iter_limit, node_limit=node_limit,
-                             time_limit=time_limit)
-    return _compile(gm, example_inputs, options, target)
-
-
-def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-             options: BackendOptions, target: str | None = None,
-             name: str = "graph") -> torch.fx.GraphModule:
-    example_inputs = tuple(example_inputs)
-    cost = options.cost if options.cost is not None else default_cost(example_inputs)
-    # (each region body's phases are timed in its own report; their memory is not measured)
-    inner = dataclasses.replace(options, cost=cost, memory=False)
-    gm, regions = optimise_regions(gm, lambda body, inputs, at: _compile(
-        body, inputs, inner, target, name=f"{name} region {at}"))
-    clock = time.perf_counter
-    t0 = clock()
-    if any(_is_symbolic(x) for x in example_inputs):
-        eg = EGraph.from_fx(gm, hinted_inputs(example_inputs, gm), observe=False)
-    else:
-        eg = EGraph.from_fx(gm, example_inputs)
-    times = {"ingest": clock() - t0}
-    if options.rules:
-        t1 = clock()
-        eg.saturate(options.rules, **options.limits)
-        times["saturate"] = clock() - t1
-    # (dynamo's guards give each graph only sizes it was compiled for)
-    module = eg.extract(cost, validate=options.validate, target=target,
-                        reference=options.reference, other_sizes="refuse")
-    extraction = module.meta["egraph_report"]
-    report = GraphReport(name, extraction, eg.report, {**times, **extraction.times},
-                         regions=regions)
-    if options.memory:
-        report.memory = _measure_memory(gm, module, example_inputs)
-    module.meta["egraph_graph"] = report
-    log.info("%s", report)
-    return module
-
-
-def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
-                    example_inputs: tuple) -> dict[str, int]:
-    """Peak bytes of the source and the optimised module on real example inputs (copies
-    of the caller's tensors where a graph writes into its inputs: each runs once more)."""
-
-    with unset_fake_temporarily():
-        inputs = hinted_inputs(example_inputs, source)
-        writes = updates_inputs(source.graph)
-
-        def given() -> list:
-            return [x.detach().clone() if writes and isinstance(x, torch.Tensor) else x
-                    for x in inputs]
-        return {"source": peak_bytes(source, *given()),
-                "optimised": peak_bytes(module, *given())}
-
-
-def default_cost(example_inputs: Sequence[Any], fused: bool = False):
-    """The cost model fit for the device the inputs live on: the time on the measured CPU
-    profile with each op its own kernel (CPU emission calls eager torch ops; ``fused``
-    where Inductor generates the code), or on the GPU's profile with fusion regions as
-    kernels (CUDA emission fuses them into Triton kernels).
-
-    >>> default_cost((torch.randn(2),))
-    Roofline('cpu', fused=False)
-    """
-    from extractors import Roofline
-    from extractors.hardware import HARDWARE
-
-    device = cuda_device(example_inputs)
-    if device is None:
-        return Roofline("cpu", fused=fused)
-    name = torch.cuda.get_device_name(device)
-    return Roofline(next((p for p in HARDWARE if p != "cpu" and p in name), "H100"))
-
-
-def _is_symbolic(x: Any) -> bool:
-    if isinstance(x, SYMBOLIC):
-        return True
-    return isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
-
-
-def hinted_inputs(example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None = None
-                  ) -> tuple:
-    """Real values standing for the example inputs dynamo hands a backend
-    (:func:`compiler.validate.stand_ins`, requiring the gradients the inputs require):
-    SymInts by their hinted value, fake tensors (symbolic sizes too) as random tensors of
-    the hinted shape, dtype, device and layout, and those ``gm`` reads as a generator's
-    state as a valid state."""
-    return stand_ins(example_inputs, gm, grad=True)
 
 
 _NORM_BACKWARDS = {  # op: positions of its input, its weight and the saved statistics
@@ -360,7 +225,7 @@ def real_values(fake: Sequence[Any], real: Sequence[Any]) -> tuple:
         if not isinstance(f, torch.Tensor):
             out.append(f)
             continue
-        if (not isinstance(r, torch.Tensor) or _is_symbolic(f) or _is_symbolic(r)
+        if (not isinstance(r, torch.Tensor) or has_symbolic_sizes(f) or has_symbolic_sizes(r)
                 or tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype
                 or f.device != r.device):
             return fake
@@ -435,99 +300,115 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
         from egraph.rules import load_rules
 
         options = dataclasses.replace(options, rules=load_rules("all"))
-    cache: dict[tuple, Callable] = {}
-    refused: set[tuple] = set()  # graphs autograd cannot run as emitted (aot_autograd's)
-    reports: list[GraphReport] = []
-    calls: list[tuple] = []  # the real inputs of the call dynamo compiles for, while it does
+    return _Backend(options)
 
-    def compiler_for(kind: str, finish: Callable, inductor: bool = False) -> Callable:
-        """The compiler of one kind of graph; ``finish(module, gm, example_inputs)`` makes
-        the function dynamo or aot_autograd calls, or None where it cannot be used
-        (``inductor``: Inductor generates its code)."""
-        def compiler(gm: torch.fx.GraphModule, example_inputs):
-            if kind == "backward":
-                example_inputs = kernel_statistics(gm, example_inputs)
-            real = kind == "forward" and bool(calls)
-            if real:
-                example_inputs = real_values(example_inputs, calls[-1])
-                real = not any(isinstance(x, FakeTensor) for x in example_inputs)
-            # (with grad mode: a graph run as emitted is checked for gradients only there)
-            key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
-            if key in refused:
-                return None
-            if key not in cache:
-                graph = options if options.cost is not None else dataclasses.replace(
-                    options, cost=default_cost(example_inputs, fused=inductor))
-                name = f"{kind} {sum(r.name.startswith(kind) for r in reports)}"
-                # (aot_autograd's fake mode would intercept ops on the real values)
-                with unset_fake_temporarily() if real else nullcontext():
-                    # Inductor writes the kernels: it is handed torch ops, not ours
-                    module = _compile(gm, example_inputs, graph,
-                                      target="cpu" if inductor else None, name=name)
-                    compiled = finish(module, gm, example_inputs)
-                if compiled is None:
-                    refused.add(key)
-                    return None
-                if kind == "graph" and not inductor and any(map(_is_symbolic, example_inputs)):
-                    compiled = _BySize(compiled, _symbols(example_inputs),
-                                       lambda args, at, gm=gm, name=name: _kept(_specialised(
-                                           gm, args, finish, options, f"{name} at {at}")))
-                cache[key] = compiled
-                reports.extend(module.meta["egraph_graph"].regions)
-                reports.append(module.meta["egraph_graph"])
-            for seen in _captures:
-                seen.reports.append(cache[key].module.meta["egraph_graph"])
-            return cache[key]
-        return compiler
 
-    def _kept(compiled: Callable | None) -> Callable | None:
-        """A program compiled after dynamo's compile (for a size), reported as the others."""
-        if compiled is not None:
-            reports.append(compiled.module.meta["egraph_graph"])
-        return compiled
+class _Backend:
+    """The backend :func:`make_backend` makes, with its ``options``, ``cache`` and
+    ``reports``: each graph dynamo hands it goes to the code generator chosen, and on our
+    own emission, to autograd as emitted or to aot_autograd (:meth:`__call__`); each kind
+    of graph has its compiler (:meth:`_compiler`)."""
 
-    # (Inductor runs aot_autograd itself)
-    through_inductor = compiler_for("graph", _inductor_code(options.inductor_options),
-                                    inductor=True)
-    direct = compiler_for("graph", _autograd_code)
-    aot = aot_autograd(fw_compiler=compiler_for("forward", _boxed_code),
-                       bw_compiler=compiler_for("backward", _boxed_code))
+    def __init__(self, options: BackendOptions):
+        self.options = options
+        self.cache: dict[tuple, Callable] = {}
+        self.refused: set[tuple] = set()  # graphs autograd cannot run as emitted (aot's)
+        self.reports: list[GraphReport] = []
+        # the real inputs of the call dynamo compiles for, while it does
+        self.calls: list[tuple] = []
+        # (Inductor runs aot_autograd itself)
+        self.through_inductor = self._compiler(
+            "graph", _inductor_code(options.inductor_options), inductor=True)
+        self.direct = self._compiler("graph", _autograd_code)
+        self.aot = aot_autograd(fw_compiler=self._compiler("forward", _boxed_code),
+                                bw_compiler=self._compiler("backward", _boxed_code))
 
-    def backend(gm: torch.fx.GraphModule, example_inputs):
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         # (compiling runs the graph: recording values, validation; a compiled
         # optimizer.step writes into the parameters and the optimizer's state)
         with attributes_kept(gm):
-            return dispatch(gm, example_inputs)
+            return self._dispatch(gm, example_inputs)
 
-    def dispatch(gm: torch.fx.GraphModule, example_inputs):
+    def _dispatch(self, gm: torch.fx.GraphModule, example_inputs):
         """The graph to the code generator chosen, and on our own emission, to autograd
         as emitted or to aot_autograd."""
-        chosen = options.codegen or default_codegen(example_inputs)
+        chosen = self.options.codegen or default_codegen(example_inputs)
         if chosen == "inductor":
             autocast = torch._C._is_any_autocast_enabled()
             if _updates_shared_storage(gm.graph) or autocast:
                 # (traced inside the caller's autocast: its casts become the graph's own)
                 gm = functional_graph(gm, example_inputs)
             if not autocast:
-                return through_inductor(gm, example_inputs)
+                return self.through_inductor(gm, example_inputs)
             # as aot_autograd does: a graph with autocast's casts in it is compiled and
             # run with autocast off, which would cast its rewritten ops once more
             with torch._C._DisableAutocast():
-                compiled = through_inductor(gm, example_inputs)
+                compiled = self.through_inductor(gm, example_inputs)
             return _Compiled(_autocast_off(compiled), compiled.module)
         if differentiable_as_emitted(gm, example_inputs):
-            compiled = direct(gm, example_inputs)
+            compiled = self.direct(gm, example_inputs)
             if compiled is not None:
                 return compiled
-        calls.append(tuple(example_inputs))
+        self.calls.append(tuple(example_inputs))
         try:
-            return aot(gm, example_inputs)
+            return self.aot(gm, example_inputs)
         finally:
-            calls.pop()
-    backend.cache = cache
-    backend.reports = reports
-    backend.options = options
-    return backend
+            self.calls.pop()
+
+    def _compiler(self, kind: str, finish: Callable, inductor: bool = False) -> Callable:
+        """The compiler of one kind of graph; ``finish(module, gm, example_inputs)`` makes
+        the function dynamo or aot_autograd calls, or None where it cannot be used
+        (``inductor``: Inductor generates its code)."""
+        def compiler(gm: torch.fx.GraphModule, example_inputs):
+            if kind == "backward":
+                example_inputs = kernel_statistics(gm, example_inputs)
+            real = kind == "forward" and bool(self.calls)
+            if real:
+                example_inputs = real_values(example_inputs, self.calls[-1])
+                real = not any(isinstance(x, FakeTensor) for x in example_inputs)
+            # (with grad mode: a graph run as emitted is checked for gradients only there)
+            key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
+            if key in self.refused:
+                return None
+            if key not in self.cache:
+                # (aot_autograd's fake mode would intercept ops on the real values)
+                with unset_fake_temporarily() if real else nullcontext():
+                    compiled = self._compile(kind, finish, inductor, gm, example_inputs)
+                if compiled is None:
+                    self.refused.add(key)
+                    return None
+                self.cache[key] = compiled
+            for seen in _captures:
+                seen.reports.append(self.cache[key].module.meta["egraph_graph"])
+            return self.cache[key]
+        return compiler
+
+    def _compile(self, kind: str, finish: Callable, inductor: bool,
+                 gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable | None:
+        """A graph not compiled before, through the pipeline and ``finish``; with symbolic
+        sizes, specialised for the sizes it is called at (:class:`BySize`)."""
+        graph = self.options if self.options.cost is not None else dataclasses.replace(
+            self.options, cost=default_cost(example_inputs, fused=inductor))
+        name = f"{kind} {sum(r.name.startswith(kind) for r in self.reports)}"
+        # Inductor writes the kernels: it is handed torch ops, not ours
+        module = compile_one(gm, example_inputs, graph, target="cpu" if inductor else None,
+                             name=name)
+        compiled = finish(module, gm, example_inputs)
+        if compiled is None:
+            return None
+        if kind == "graph" and not inductor and any(map(has_symbolic_sizes, example_inputs)):
+            compiled = BySize(compiled, size_symbols(example_inputs),
+                              lambda args, at: self._kept(specialised(
+                                  gm, args, finish, self.options, f"{name} at {at}")))
+        self.reports.extend(module.meta["egraph_graph"].regions)
+        self.reports.append(module.meta["egraph_graph"])
+        return compiled
+
+    def _kept(self, compiled: Callable | None) -> Callable | None:
+        """A program compiled after dynamo's compile (for a size), reported as the others."""
+        if compiled is not None:
+            self.reports.append(compiled.module.meta["egraph_graph"])
+        return compiled
 
 
 def functional_graph(gm: torch.fx.GraphModule,
@@ -665,110 +546,6 @@ class _Compiled:
 
     def __call__(self, *args):
         return self.run(*args)
-
-
-SPECIALISED_SIZES = 8
-"""How many sizes a graph with symbolic sizes is specialised for (:class:`_BySize`), as
-many as dynamo recompiles a frame for."""
-SPECIALISE_AT_CALL = 2
-"""The call at a size that specialises the graph for it: a size met once (each step of a
-generation's growing cache) is not worth a compile."""
-
-
-class _BySize:
-    """What runs for a graph with symbolic sizes that the emitted module runs (dynamo's
-    automatic dynamic shapes after a second sequence length, or ``dynamic=True``). The
-    symbolic program has the rewrites that hold for every size (the analysis carries
-    sizes as expressions); at one size more apply (a mask built from ``arange(T)`` folds
-    to a constant, a condition on a size's value is decided), so each of the first
-    :data:`SPECIALISED_SIZES` sizes it is called with :data:`SPECIALISE_AT_CALL` times
-    gets its own program (``specialise(args, sizes)``: the graph at those sizes, or None);
-    the symbolic ``general`` program runs the others and any size a specialised one could
-    not serve. ``module`` is the general program's."""
-
-    def __init__(self, general: _Compiled, symbols: list[tuple[str, int, int | None]],
-                 specialise: Callable[[tuple, str], Any]):
-        self.general, self.symbols, self.specialise = general, symbols, specialise
-        self.module = general.module
-        self.sizes: dict[tuple, Callable] = {}
-        self.calls: Counter = Counter()
-
-    def __call__(self, *args):
-        # (dynamo's guards fix every other size: the symbolic ones tell the programs apart)
-        key = tuple(args[i] if dim is None else args[i].shape[dim]
-                    for _, i, dim in self.symbols)
-        run = self.sizes.get(key)
-        if run is not None:
-            return run(*args)
-        if len(self.sizes) < SPECIALISED_SIZES:
-            self.calls[key] += 1
-            if self.calls[key] >= SPECIALISE_AT_CALL:
-                at = ", ".join(f"{name}={value}"
-                               for (name, _, _), value in zip(self.symbols, key))
-                self.sizes[key] = self.specialise(args, at) or self.general
-                return self.sizes[key](*args)
-        return self.general(*args)
-
-
-def _symbols(example_inputs: Sequence[Any]) -> list[tuple[str, int, int | None]]:
-    """Where a graph's symbolic sizes are: ``(expression, input, dim)`` for a tensor's
-    symbolic dim, ``(expression, input, None)`` for a symbolic number."""
-    found: dict[str, tuple[str, int, int | None]] = {}
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, SYMBOLIC):
-            found.setdefault(expression(x), (expression(x), i, None))
-        elif isinstance(x, torch.Tensor):
-            for d, size in enumerate(x.shape):
-                if isinstance(size, torch.SymInt):
-                    found.setdefault(expression(size), (expression(size), i, d))
-    return list(found.values())
-
-
-def _specialised(gm: torch.fx.GraphModule, args: tuple, finish: Callable,
-                 options: BackendOptions, name: str) -> Callable | None:
-    """The program for ``gm`` at the concrete sizes of ``args`` (a call's real inputs):
-    the graph's values propagated again on fake tensors of those sizes, then the whole
-    pipeline; None where that fails (the symbolic program then serves these sizes)."""
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    for node in graph.nodes:
-        node.meta.pop("example_value", None)
-        node.meta.pop("val", None)
-    static = torch.fx.GraphModule(gm, graph)
-    try:
-        with unset_fake_temporarily():
-            FakeTensorProp(static, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
-            _bake_sizes(static.graph, args)
-            module = _compile(static, args, options, name=name)
-            return finish(module, static, args)
-    except Exception as err:  # noqa: BLE001 - the symbolic program serves these sizes
-        log.info("%s: not specialised: %s: %s", name, type(err).__name__, err)
-        return None
-
-
-def _bake_sizes(graph: torch.fx.Graph, args: tuple) -> None:
-    """Make every size ``graph`` reads a constant: its number inputs (dynamo's SymInts)
-    and the calls whose values, propagated on fake tensors, are numbers or tuples of them
-    (``x.size(1)``, ``h.shape[:-1] + (nf,)``); a number no fake tensor knows (``x.item()``)
-    would have stopped the propagation. The rules then see the shapes the program has."""
-    inputs = [n for n in graph.nodes if n.op == "placeholder"]
-    known = {n: v for n, v in zip(inputs, args) if isinstance(v, (int, float, bool))}
-    for node in graph.nodes:
-        value = node.meta.get("val")
-        if node.op in ("call_function", "call_method") and (
-                isinstance(value, (int, float, bool)) or isinstance(value, tuple) and value
-                and all(isinstance(v, int) for v in value)):
-            known[node] = tuple(value) if isinstance(value, tuple) else value
-    for node, value in known.items():
-        for user in list(node.users):
-            user.args, user.kwargs = torch.fx.node.map_aggregate(
-                (user.args, user.kwargs), lambda a, n=node, v=value: v if a is n else a)
-    # (only the size computations go: an in-place call nothing reads by its result stays)
-    for node in reversed(list(known)):
-        if node.op != "placeholder" and not node.users:
-            graph.erase_node(node)
 
 
 _backends: dict[str, Callable] = {}

@@ -258,3 +258,21 @@ def test_torch_compiles_mode_reaches_inductor_or_is_named_where_it_cannot(monkey
     torch._dynamo.reset()
     with pytest.raises(Exception, match="max-autotune"):
         torch.compile(torch.tanh, backend="egraph", mode="fastest")(x)
+    with pytest.raises(Exception, match="max-autotune"):
+        torch.compile(torch.tanh, backend="egraph", mode="fastest")(x)
+
+
+def test_names_moved_out_of_the_backend_module_still_import_with_a_warning():
+    """The one-graph pipeline and the by-size dispatch have modules of their own; their
+    names are still found at the old path for one release, with a warning naming the
+    new one."""
+    import compiler.compile
+    from compiler.pipeline import compile_graph
+    from compiler.specialise import SPECIALISED_SIZES
+
+    with pytest.warns(DeprecationWarning, match="compiler.pipeline.compile_graph"):
+        assert compiler.compile.compile_graph is compile_graph
+    with pytest.warns(DeprecationWarning, match="compiler.specialise.SPECIALISED_SIZES"):
+        assert compiler.compile.SPECIALISED_SIZES == SPECIALISED_SIZES
+    with pytest.raises(AttributeError):
+        compiler.compile.no_such_name  # noqa: B018

@@ -9,8 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from compiler.compile import capture, compile_graph, make_backend
+from compiler.compile import capture, make_backend
 from compiler.memory import peak_bytes
+from compiler.pipeline import compile_graph
 from compiler.validate import ValidationError, working_tolerance
 from egraph import rewrite
 from egraph.rules import load_rules

@@ -19,7 +19,6 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from backends.sizes import SizeMismatch
-from compiler import compile as backend_module
 from compiler.compile import hinted_inputs, make_backend
 from egraph import AstSize, EGraph, rewrite
 from egraph.dims import Size
@@ -169,7 +168,9 @@ def test_a_size_met_again_gets_the_rewrites_of_a_static_compile(monkeypatch):
     constants there, and rules that need a size's value apply): the rewrites of the
     first, static compile, with eager's outputs and gradients; past ``SPECIALISED_SIZES``
     sizes the symbolic program serves."""
-    monkeypatch.setattr(backend_module, "SPECIALISED_SIZES", 2)
+    import compiler.specialise
+
+    monkeypatch.setattr(compiler.specialise, "SPECIALISED_SIZES", 2)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = Block()

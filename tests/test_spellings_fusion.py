@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.naive_suite import ManualSoftmaxCausal, NanoGPTCausal
-from compiler.compile import compile_graph, default_cost, make_backend
+from compiler.compile import default_cost, make_backend
+from compiler.pipeline import compile_graph
 from egraph import EGraph, Pattern
 from egraph.rules import load_rules
 from extractors import Roofline

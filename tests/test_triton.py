@@ -408,7 +408,7 @@ def test_training_through_torch_compile_emits_kernels_for_both_graphs(kernels_on
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
-    from compiler.compile import compile_graph
+    from compiler.pipeline import compile_graph
 
     graphs = []
 
