@@ -223,6 +223,7 @@ class Builder(TermBuilder):
     # -- the walk -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Add every node of the graph in order, then the effect chain's last call."""
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 constant = self.lifted_constants.get(node.name)
@@ -356,6 +357,8 @@ class Builder(TermBuilder):
         return self.gm.get_submodule(node.target)
 
     def get_attr(self, node: fx.Node) -> int | AttributeRef:
+        """The class of a read of an attribute: a parameter leaf for a tensor, a literal,
+        or a reference to any other object; after an update in place, the update."""
         names = self.aliases.get(node.target)
         if names:  # (read after an update in place: the updated value)
             latest = self.env[names[-1]]
@@ -370,6 +373,8 @@ class Builder(TermBuilder):
         return AttributeRef(node.target)
 
     def call(self, node: fx.Node) -> int:
+        """The class of a call: its canonical expression where the vocabulary models it,
+        else an opaque call."""
         if _updates_a_leaf(node, self._module(node)):
             # an update of an input, parameter or buffer (``x.add_(1)``, BatchNorm's
             # ``num_batches_tracked``): the caller's tensor must change, so the call stays

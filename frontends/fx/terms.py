@@ -61,6 +61,8 @@ class TermBuilder:
     # -- leaves ---------------------------------------------------------------------------
 
     def literal(self, value: Any) -> int:
+        """The class of a literal: a dtype, device or layout leaf, a tuple of ints (a
+        shape), a tuple or slice of classes, a constant tensor, or a tagged number."""
         eg = self.eg
         if isinstance(value, torch.dtype):
             return eg.add_node(("dtype", str(value).removeprefix("torch.")))
@@ -83,6 +85,7 @@ class TermBuilder:
         return eg.add_node(literal(value))
 
     def constant(self, tensor: torch.Tensor) -> int:
+        """The class of a constant leaf holding ``tensor`` (kept in :attr:`constants`)."""
         name = f"_egraph_const{len(self.constants)}"
         self.constants[name] = tensor
         self.analysis.leaves[f"const:{name}"] = Meta.of(tensor)
@@ -117,6 +120,7 @@ class TermBuilder:
                                          self.literal(dtype), self.literal(device)])
 
     def leaf(self, kind: str, name: str, meta: Meta | None) -> int:
+        """The class of the leaf ``(kind "name")`` (an input, a parameter), with its meta."""
         if meta is not None:
             self.analysis.leaves[f"{kind}:{name}"] = meta
         return self.eg.add_node(kind, [self.eg.add_node(literal(name))])
@@ -133,6 +137,7 @@ class TermBuilder:
     # -- expressions ----------------------------------------------------------------------
 
     def expr(self, lowered: tuple[str, list]) -> int:
+        """The class of a lowered expression (:func:`is_expression`), nested ones first."""
         name, values = lowered
         kids = [self.expr(v) if is_expression(v) else self.value(v) for v in values]
         if name == "identity":
