@@ -132,7 +132,7 @@ class _Propagation(fx.Interpreter):
 
 def _meta_of_value(value: Any) -> Meta | None:
     """The shape and dtype of a propagated value holding tensors, else None (no observed
-    range: whether ranges are observed is :func:`from_fx`'s ``observe``)."""
+    range: whether ranges are observed is :func:`frontends.fx.ingest.from_fx`'s ``observe``)."""
     if isinstance(value, torch.Tensor):
         return Meta.of(value.detach().to("meta")) if value.device.type != "meta" else (
             Meta.of(value))
