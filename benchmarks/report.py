@@ -111,8 +111,8 @@ def _quoted(field: str, value: str) -> str:
 
 def typed_command(argv: Sequence[str] | None = None) -> str:
     """The command line of this run as typed from the checkout: the interpreter, then
-    ``argv`` (the script and its arguments; ``sys.argv`` by default), paths inside the
-    checkout relative to it.
+    ``argv`` (the script and its arguments; ``sys.argv`` by default), the interpreter and
+    the script relative to the checkout where they are inside it.
 
     >>> typed_command([str(ROOT / "benchmarks" / "fuzz.py"), "--n", "10"]).split()[1:]
     ['benchmarks/fuzz.py', '--n', '10']
