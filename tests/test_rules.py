@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from compiler.soundness import check_rule, mutants, sympy_proof
 from egraph import AstSize, EGraph, Pattern, vars
 from egraph.egraph import UnsoundMerge
-from egraph.ops import exp, log, log1p
+from egraph.ops import exp, log, log1p, softmax
 from egraph.rules import FAMILIES, library, load_rules, rule
 from egraph.rules.guards import floating
 from egraph.term import Term
@@ -42,6 +42,34 @@ def test_families_load_and_compose():
         load_rules("speed")
 
 
+def test_a_family_is_a_module_of_the_package_found_when_it_is_imported(tmp_path):
+    """A new family is one module: written beside the others, it is loaded by name or by
+    'all' as its LOADED says, after the families of a smaller ORDER."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import egraph.rules
+
+    package = tmp_path / "egraph"
+    (package / "rules").mkdir(parents=True)
+    source = Path(egraph.rules.__file__).parent
+    for path in source.glob("*.py"):
+        (package / "rules" / path.name).write_text(path.read_text())
+    (package / "rules" / "odd.py").write_text(
+        "from egraph.ops import tanh\nfrom egraph.rules.define import rule\n"
+        "from egraph.term import vars\n(x,) = vars('x')\nLOADED = 'all'\nORDER = 4\n"
+        "RULES = [rule('tanh-neg', tanh(-x), -tanh(x))]\n")
+    check = (f"import egraph.rules as r; assert r.__file__.startswith({str(tmp_path)!r}); "
+             "assert list(r.FAMILIES)[-1] == 'odd' and r.FAMILIES['odd'][0].family == 'odd'; "
+             "assert r.load_rules('all')[-1].name == 'tanh-neg'; print('ok')")
+    # (the copied package is found first; the rest of egraph comes from the tree)
+    bootstrap = f"import egraph; egraph.__path__.insert(0, {str(package)!r}); "
+    done = subprocess.run([sys.executable, "-c", bootstrap + check], capture_output=True,
+                          text=True, cwd=Path(egraph.rules.__file__).parents[2])
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_families_are_plain_lists_with_unique_names():
     assert all(isinstance(rules, list) for rules in FAMILIES.values())
     names = [r.name for r in RULES]
@@ -56,9 +84,13 @@ def test_the_library_is_written_as_python_term_patterns_without_literal_guards()
 
 
 def test_a_rule_without_a_soundness_example_cannot_be_made():
-    (x,) = vars("x")
+    """A rule is made only with an example to run: its own, or the program its left side
+    spells (tests/test_rule_examples.py)."""
+    x, d = vars("x d")
+    with pytest.raises(ValueError, match="attribute 'dim'.*give the rule an example"):
+        rule("unchecked", softmax(x, d), x)
     with pytest.raises(ValueError, match="needs a PyTorch example"):
-        rule("unchecked", log(exp(x)), x, example=None, inputs={})
+        rule("unchecked", log(exp(x)), x, example=lambda x: x, inputs={})
     with pytest.raises(ValueError, match=r"takes \(a\) but the inputs declare \(x\)"):
         rule("mismatched", log(exp(x)), x, example=lambda a: a, inputs={"x": (4,)})
 

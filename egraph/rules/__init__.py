@@ -16,6 +16,11 @@ True
 >>> sorted(FAMILIES)
 ['algebra', 'fusion', 'layout', 'stability']
 
+A family is a module of this package holding ``RULES``, ``LOADED`` (``'all'``: loaded by
+``load_rules('all')``; ``'by name'``: only when named) and ``ORDER`` (its place in
+``load_rules('all')``; then by name): a new family is one new module, found when the package
+is imported.
+
 Every rule carries PyTorch examples (callables over its ``inputs``) on which it fires; the
 test suite runs each through :func:`compiler.soundness.check_rule` (random instances,
 float64 reference). A rule of your own is one ``rule(...)`` line in a family's list, or a
@@ -24,30 +29,45 @@ list of your own passed to ``saturate`` next to ``load_rules(...)``.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import replace
 
 from egraph.rewrite import Rewrite
-from egraph.rules import algebra, fusion, herbie, layout, stability, tensat
 from egraph.rules.define import Input, LibraryRule, rule
 
 __all__ = ["FAMILIES", "OPT_IN", "Input", "LibraryRule", "library", "load_rules", "rule"]
 
-FAMILIES: dict[str, list[LibraryRule]] = {
-    name: [replace(r, family=name) for r in module.RULES]
-    for name, module in (("algebra", algebra), ("stability", stability), ("fusion", fusion),
-                         ("layout", layout))
-}
-"""Each family's rules, in order, with their family set."""
 
-OPT_IN: dict[str, list[LibraryRule]] = {
-    "herbie": [replace(r, family="herbie") for r in herbie.RULES],
-    "tensat": [replace(r, family="tensat") for r in tensat.RULES],
-}
-"""Families loaded only by name, not by ``'all'``: ``herbie`` (Herbie's rule database, for
-the accuracy search on one localised formula; its flips and fraction rules multiply every sum
-of a model) and ``tensat`` (TASO's axioms as TENSAT uses them; they distribute every matmul
-and concatenation, more than doubling saturation time; its operator merging is in
-``layout``)."""
+def _family_modules() -> list:
+    """The modules of this package that are rule families (they hold ``RULES``), in their
+    ``ORDER``: a new family is a new module, found here."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "RULES"):
+            if getattr(module, "LOADED", None) not in ("all", "by name"):
+                raise ValueError(f"rule family {info.name!r}: set LOADED = 'all' (loaded by "
+                                 "load_rules('all')) or 'by name' in its module")
+            found.append(module)
+    return sorted(found, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
+
+
+def _named(loaded: str) -> dict[str, list[LibraryRule]]:
+    return {m.__name__.rpartition(".")[2]: [replace(r, family=m.__name__.rpartition(".")[2])
+                                            for r in m.RULES]
+            for m in _family_modules() if m.LOADED == loaded}
+
+
+FAMILIES: dict[str, list[LibraryRule]] = _named("all")
+"""Each family's rules, in order, with their family set: the modules with ``LOADED = 'all'``."""
+
+OPT_IN: dict[str, list[LibraryRule]] = _named("by name")
+"""Families loaded only by name, not by ``'all'`` (``LOADED = 'by name'``): ``herbie``
+(Herbie's rule database, for the accuracy search on one localised formula; its flips and
+fraction rules multiply every sum of a model) and ``tensat`` (TASO's axioms as TENSAT uses
+them; they distribute every matmul and concatenation, more than doubling saturation time;
+its operator merging is in ``layout``)."""
 
 
 def _check_unique() -> None:

@@ -68,6 +68,9 @@ from egraph.term import literal, vars
 
 __all__ = ["RULES"]
 
+LOADED = "all"
+ORDER = 0
+
 a, b, c, s, w, x, d, k, d1, d2, m, n, t = vars("a b c s w x d k d1 d2 m n t")
 CHAIN = {"a": (4, 8), "b": (8, 3), "c": (3, 5)}
 CHAIN_LIMIT = 3

@@ -66,6 +66,9 @@ from egraph.term import Term, literal, vars
 
 __all__ = ["RULES"]
 
+LOADED = "all"
+ORDER = 2
+
 (x, w, b, d, s, e, eps, q, k, v, i, j, c, r, st, pa, di, g, mu, sigma2, ga, be, m, p) = vars(
     "x w b d s e eps q k v i j c r st pa di g mu sigma2 ga be m p")
 

@@ -26,6 +26,11 @@ from egraph.term import vars
 
 __all__ = ["RULES"]
 
+# Loaded only by name (its flips and fraction rules multiply every sum of a model: for the accuracy
+# search on one localised formula).
+LOADED = "by name"
+ORDER = 10
+
 a, b, c, d, x = vars("a b c d x")
 ABCD = {"a": (4, 8), "b": (4, 8), "c": (4, 8), "d": (4, 8)}
 POS_AB = {"a": ((4, 8), "positive"), "b": ((4, 8), "positive")}

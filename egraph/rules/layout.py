@@ -37,6 +37,9 @@ from egraph.term import literal, vars
 
 __all__ = ["RULES"]
 
+LOADED = "all"
+ORDER = 3
+
 a, b, c, e, m, x, i, j, p, q, s, s1, s2, d = vars("a b c e m x i j p q s s1 s2 d")
 
 

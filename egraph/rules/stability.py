@@ -57,6 +57,9 @@ from egraph.term import vars
 
 __all__ = ["RULES"]
 
+LOADED = "all"
+ORDER = 1
+
 a, b, x, y, d, i, k = vars("a b x y d i k")
 POS_AB = {"a": ((4, 8), "positive"), "b": ((4, 8), "positive")}
 BOTH_POSITIVE = all_of(positive(a), positive(b))

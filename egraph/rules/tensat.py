@@ -57,6 +57,11 @@ from egraph.term import vars
 
 __all__ = ["RULES"]
 
+# Loaded only by name (TASO's axioms distribute every matmul and concatenation, more than
+# doubling saturation time; its operator merging is in ``layout``).
+LOADED = "by name"
+ORDER = 11
+
 (b, d, d0, d1, i, j, s, w, x, y, z, w1, w2, b1, b2) = vars(
     "b d d0 d1 i j s w x y z w1 w2 b1 b2")
 
