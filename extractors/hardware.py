@@ -143,6 +143,10 @@ HARDWARE: dict[str, Hardware] = {
     "H200": Hardware("H200", 67e12, 989e12, 67e12, 4.8e12, 4e-6),
     # NVIDIA A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, 2.04 TB/s HBM2e.
     "A100": Hardware("A100", 19.5e12, 312e12, 19.5e12, 2.04e12, 5e-6),
+    # NVIDIA T4 (the GPU of many free notebooks): 65 TFLOP/s fp16 on tensor cores, 8.1
+    # TFLOP/s fp32 (Turing has no TF32), 320 GB/s GDDR6. (bfloat16 has no tensor cores
+    # there: the half peak flatters it.)
+    "T4": Hardware("T4", 8.1e12, 65e12, 8.1e12, 320e9, 5e-6),
     # The 2-core CI machine (measured): 48.8 GFLOP/s fp32 matmul, 12.2 GFLOP/s elementwise
     # in cache, 11.1 GB/s copy of 128 MiB (6.1 in an earlier round, 10.4-12.1 in three runs
     # of this one), 2.5 us per op (merged matrix products: see above).

@@ -60,6 +60,31 @@ def test_roofline_is_memory_bound_for_elementwise_and_compute_bound_for_big_matm
         Roofline("TPU9")
 
 
+def test_a_t4_prices_half_precision_products_on_its_tensor_cores_and_fuses_passes():
+    """The T4's profile: its fp16 tensor cores are eight times its fp32 peak, and at 320
+    GB/s three passes of a naive softmax cost it three times one."""
+    t4 = HARDWARE["T4"]
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    fp32 = Roofline("T4").program_cost(_eg(lambda a, b: a @ b, a, b))
+    fp16 = Roofline("T4").program_cost(_eg(lambda a, b: a @ b, a.half(), b.half()))
+    assert fp32 == pytest.approx(2 * 2048**3 / t4.matrix_fp32 + t4.launch_overhead)
+    assert fp32 / fp16 > 7
+    eg = _eg(lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), torch.randn(4096, 512))
+    opt = eg.saturate(load_rules("all"), iter_limit=4).extract(Roofline("T4"))
+    assert "softmax" in opt.code
+
+
+def test_the_default_cost_on_a_t4_is_the_t4_profile(monkeypatch):
+    import sys
+
+    from compiler.compile import default_cost
+
+    home = sys.modules[default_cost.__module__]
+    monkeypatch.setattr(home, "cuda_device", lambda inputs: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Tesla T4")
+    assert repr(default_cost((torch.randn(2),))).startswith("Roofline('T4'")
+
+
 def test_an_op_the_cpu_runs_as_several_kernels_pays_for_each():
     """On the CPU torch runs rms_norm as its formula written out (seven kernels, four
     passes over the data): one call costs four times its bytes and seven launches there,
