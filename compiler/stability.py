@@ -350,9 +350,8 @@ class StabilityRewriter:
             opt, after, refused = self._herbie(eg, opt, samples, kept, after)
         dtype_used = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                            and x.is_floating_point()), torch.float32)
-        ref_model = _float64(model)
         with torch.no_grad():
-            ref = _flat(ref_model(*[_as64(x) for x in inputs]))
+            ref = _reference(model, gm, inputs, dtype_used)
             got_before = _flat(model(*inputs))
             got_after = _flat(opt(*inputs))
         nan = math.nan
@@ -426,6 +425,21 @@ class _Predictor:
             return rounding_error(build_module(self.eg, choice), self.samples)
         except Exception:  # noqa: BLE001 - a program the analysis cannot run is not judged
             return None
+
+
+def _reference(model, gm, inputs, dtype) -> list:
+    """The outputs' reference: ``model`` in float64, or for a float64 program its exact
+    values (:mod:`frontends.fx.exact`): float64 cannot judge itself."""
+    import torch
+
+    if dtype == torch.float64:
+        from frontends.fx.exact import exact_outputs
+
+        try:
+            return exact_outputs(gm, inputs)
+        except Exception:  # noqa: BLE001 - a graph the reals cannot run: float64 judges
+            pass
+    return _flat(_float64(model)(*[_as64(x) for x in inputs]))
 
 
 def _as_graph_module(model):

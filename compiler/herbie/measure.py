@@ -20,6 +20,7 @@ import sympy as sp
 import torch
 
 from compiler.herbie.emit import evaluate
+from frontends.fx.exact import BITS as EXACT_BITS
 
 __all__ = ["at_points", "error_in_bits", "exact_values", "mantissa_bits", "representable",
            "scores"]
@@ -29,8 +30,9 @@ _DIGITS = 150  # of the mpmath reference (see benchmarks/stability/hamming.py)
 
 def exact_values(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Tensor]
            ) -> torch.Tensor:
-    """``expr`` at each sample point in mpmath (``_DIGITS`` digits), as float64 (NaN
-    where it is not a real number).
+    """``expr`` at each sample point in mpmath (``_DIGITS`` digits; for float64 samples
+    :data:`frontends.fx.exact.BITS` bits, where sums of float64 values are exact), as
+    float64 (NaN where it is not a real number).
 
     >>> x = sp.Symbol("x", real=True)
     >>> exact_values(sp.log(x), [x], [torch.tensor([1.0, -1.0])])
@@ -39,7 +41,8 @@ def exact_values(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Te
     f = sp.lambdify(symbols, expr, modules="mpmath")
     cols = [s.double().tolist() for s in samples]
     out = []
-    with mp.workdps(_DIGITS):
+    wide = any(s.dtype == torch.float64 for s in samples)
+    with mp.workprec(EXACT_BITS) if wide else mp.workdps(_DIGITS):
         for point in zip(*cols):
             try:
                 v = f(*[mp.mpf(p) for p in point])

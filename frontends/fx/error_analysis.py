@@ -137,7 +137,9 @@ def local_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None = 
     its exact arguments rounded to ``dtype``, against the op on the exact arguments (float64
     throughout the graph), per node name. Error that arrives with the arguments does not
     count, so the ops that score high are where precision is lost (a subtraction that
-    cancels, an ``exp`` that overflows), and rewriting can concentrate there.
+    cancels, an ``exp`` that overflows), and rewriting can concentrate there. A float64
+    program is judged against the reals (:mod:`frontends.fx.exact`, mpmath): its exact
+    arguments are real numbers, rounded to float64.
 
     >>> import torch
     >>> gm = torch.fx.symbolic_trace(lambda x: torch.sqrt(x + 1) - torch.sqrt(x))
@@ -152,11 +154,55 @@ def local_error(gm: fx.GraphModule, example_inputs, dtype: torch.dtype | None = 
     if dtype is None:
         dtype = next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                       and x.is_floating_point()), torch.float32)
+    if dtype == torch.float64:
+        return _local_error_against_reals(gm, inputs)
     wide = deep_copy(gm).to(torch.float64)
     tracer = _LocalTracer(wide, dtype)
     with torch.random.fork_rng(), torch.no_grad():
         tracer.run(*[x.detach().to(torch.float64) if _floating(x) else x for x in inputs])
     return tracer.local
+
+
+def _local_error_against_reals(gm: fx.GraphModule, inputs) -> dict[str, LocalError]:
+    """:func:`local_error` of a float64 program: each op run in float64 on its exact
+    arguments rounded, against its exact result rounded (mpmath)."""
+    import numpy as np
+
+    from frontends.fx.exact import ExactInterpreter, rounded
+
+    exact = ExactInterpreter(gm)
+    with torch.random.fork_rng(), torch.no_grad():
+        exact.run(*inputs)
+    measure = _ErrorTracer(gm, torch.float64)
+
+    def as_float(a):
+        value = exact.values.get(a.name) if isinstance(a, fx.Node) else a
+        if isinstance(value, np.ndarray):
+            return rounded(value) if value.dtype == object else torch.from_numpy(value)
+        return float(value) if type(value).__name__ == "mpf" else value
+
+    local: dict[str, LocalError] = {}
+    for n in gm.graph.nodes:
+        value = exact.values.get(n.name)
+        if n.op not in ("call_function", "call_method") or not (
+                isinstance(value, np.ndarray) and value.dtype == object and value.size):
+            continue
+        args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), as_float)
+        try:
+            with torch.no_grad():
+                got = (getattr(args[0], n.target)(*args[1:], **kwargs)
+                       if n.op == "call_method" else n.target(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - an op float64 does not run: no verdict
+            continue
+        truth = rounded(value)
+        if not _floating(got) or got.shape != truth.shape:
+            continue
+        err = torch.where(torch.isfinite(got), (got.to(torch.float64) - truth).abs(), math.inf)
+        bits = measure.bits(truth, err)[torch.isfinite(truth)]
+        if bits.numel():
+            local[n.name] = LocalError(measure._op_name(n), float(bits.mean()),
+                                       float(bits.max()))
+    return local
 
 
 class _LocalTracer(fx.Interpreter):
