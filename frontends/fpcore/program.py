@@ -21,7 +21,7 @@ import torch
 
 from frontends.fpcore.errors import FPCoreError
 from frontends.fpcore.expression import Expr
-from frontends.fpcore.module import DTYPES, build_module, python_names
+from frontends.fpcore.module import DTYPES, build_module
 from frontends.fpcore.precondition import Precondition
 from frontends.fpcore.reference import correctly_rounded
 
@@ -59,10 +59,12 @@ class Program:
         """The torch dtype of its precision."""
         return DTYPES[self.precision]
 
-    @property
+    @cached_property
     def parameters(self) -> tuple[str, ...]:
-        """The module's parameter names: the arguments as Python identifiers."""
-        return python_names(self.arguments)
+        """The names of the module's inputs (its placeholders), in argument order: the
+        arguments as Python identifiers, as torch.fx names them (``cosTheta`` is
+        ``cos_theta``); what ``ranges`` are keyed by."""
+        return tuple(n.name for n in self.module().graph.nodes if n.op == "placeholder")
 
     def ranges(self) -> dict[str, tuple[float, float]] | None:
         """The declared ranges by parameter name, as the entry points take them."""

@@ -94,7 +94,9 @@ def _number(value) -> Expr:
         return Constant("INFINITY") if value > 0 else Call("-", (Constant("INFINITY"),))
     if isinstance(value, int):
         return Number(Fraction(value), str(value))
-    return Number(Fraction(value), repr(float(value)))
+    if not isinstance(value, float):
+        raise UnwritableModule(f"{value!r}: not a number FPCore can say")
+    return Number(Fraction(value), repr(value))
 
 
 def module_expression(module: fx.GraphModule, arguments: tuple[str, ...]) -> Expr:
