@@ -117,3 +117,22 @@ def test_curvature_keeps_exp_of_a_sum_rather_than_factors_that_overflow_sooner()
     assert eg.report.rules["exp-add"].applied  # exp(a) * exp(b) was there to choose
     far = (torch.full((4,), 100.0), torch.full((4,), -50.0))  # exp(100) overflows float32
     assert torch.allclose(opt(*far), torch.exp(torch.tensor(50.0)).expand(4))
+
+
+def test_a_log_cosh_loss_stays_finite_where_cosh_overflows():
+    """Keras' LogCosh loss as users write it, ``log(cosh(pred - target))``: cosh overflows
+    float32 past 89 though the loss is about |pred - target|."""
+    from egraph import EGraph
+    from egraph.rules import load_rules
+    from extractors import Curvature
+
+    def log_cosh(pred, target):
+        return torch.log(torch.cosh(pred - target)).mean()
+
+    pred, target = torch.randn(64) * 10, torch.randn(64)
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(log_cosh), (pred, target))
+    opt = eg.saturate(load_rules("all"), iter_limit=4).extract(Curvature())
+    wide = pred * 20, target
+    assert not torch.isfinite(log_cosh(*wide))
+    truth = log_cosh(*(t.double() for t in wide))
+    assert torch.isfinite(opt(*wide)) and abs(opt(*wide).double() - truth) <= 1e-5 * truth

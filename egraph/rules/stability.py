@@ -17,6 +17,7 @@ from egraph.ops import (
     amax,
     clamp,
     cos,
+    cosh,
     erf,
     erfc,
     exp,
@@ -185,6 +186,9 @@ RULES: list[LibraryRule] = [
     rule("logaddexp", log(exp(a) + exp(b)), logaddexp(a, b),
          example=lambda a, b: torch.log(torch.exp(a) + torch.exp(b)), inputs=AB,
          description="log(exp(a) + exp(b)) overflows; logaddexp shifts by the max"),
+    rule("log-cosh", log(cosh(x)), logaddexp(x, -x) - math.log(2), when=floating(x),
+         description="cosh overflows for |x| > 89 in float32 though log(cosh(x)) is about "
+                     "|x|: logaddexp(x, -x) - log 2 (Keras' LogCosh loss) does not"),
     rule("hypot", sqrt(a * a + b * b), hypot(a, b),
          example=lambda a, b: torch.sqrt(a * a + b * b), inputs=AB,
          description="sqrt(a^2 + b^2) overflows; hypot scales"),
