@@ -17,7 +17,7 @@ mean and worst over the test points. Where a benchmark gives an ``:alt`` (a know
 form) that reads, it is measured on the same points.
 
     .venv/bin/python benchmarks/stability/fpbench.py [--suite PATH] [--only TEXT]
-        [--files GLOB] [--limit N] [--train 256] [--test 1024] [--jobs 1]
+        [--files GLOB] [--every N] [--limit N] [--train 256] [--test 1024] [--jobs 1]
         [--time-limit 60] [--out benchmarks/results/fpbench.md]
 
 writes ``fpbench.md`` (the per-benchmark table, the per-file and suite summaries against
@@ -315,6 +315,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="benchmarks whose file or name has this")
     parser.add_argument("--files", default="**/*.fpcore", help="a glob under the suite")
     parser.add_argument("--limit", type=int, default=0, help="at most this many benchmarks")
+    parser.add_argument("--every", type=int, default=1,
+                        help="every n-th benchmark of the suite: a sample across its files")
     parser.add_argument("--train", type=int, default=256)
     parser.add_argument("--test", type=int, default=1024)
     parser.add_argument("--jobs", type=int, default=1)
@@ -323,6 +325,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     chosen = [b for b in benchmarks(args.suite, args.files) if args.only in b[0]]
+    chosen = chosen[:: args.every]
     chosen = chosen[: args.limit] if args.limit else chosen
     work = [(args.suite, f, i, args.train, args.test, args.time_limit) for f, i in chosen]
     rows = []
