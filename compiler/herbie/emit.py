@@ -26,7 +26,7 @@ _TORCH = {sp.exp: torch.exp, sp.log: torch.log, sp.sin: torch.sin, sp.cos: torch
           sp.tan: torch.tan, sp.atan: torch.atan, sp.sinh: torch.sinh, sp.cosh: torch.cosh,
           sp.tanh: torch.tanh, sp.asin: torch.asin, sp.acos: torch.acos,
           sp.asinh: torch.asinh, sp.acosh: torch.acosh, sp.atanh: torch.atanh,
-          sp.Abs: torch.abs, sp.sign: torch.sign}
+          sp.Abs: torch.abs, sp.sign: torch.sign, sp.erf: torch.erf, sp.erfc: torch.erfc}
 
 
 def evaluate(expr: sp.Expr, env: dict, memo: dict | None = None):

@@ -28,14 +28,6 @@ __all__ = ["Formula", "drop_unused", "formulas", "node_values", "sympy_number", 
 _VOCABULARY: dict[str, Callable] = {
     name: sympy_form(name) for name, entry in TABLE.items()
     if entry.kind == "pointwise" and entry.sympy is not None}
-# Elementwise torch functions the vocabulary does not model (opaque to the e-graph), by name.
-
-
-_OUTSIDE: dict[str, Callable] = {
-    "asin": sp.asin, "acos": sp.acos, "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh,
-}
-# sympy functions back to torch.
-
 
 _MAX_OPS = 40  # ops of one formula; larger formulas are cut into pieces at their leaves
 
@@ -73,16 +65,11 @@ def to_sympy(node: fx.Node):
         return None
     method = node.op == "call_method"
     lowered = lower(node.target, node.args, node.kwargs, method=method)
-    if lowered is not None:
-        op, args = lowered[0], list(lowered[1])
-        builder = _VOCABULARY.get(op)
-        return None if builder is None or len(args) != len(TABLE[op].params) else (
-            builder, args)
-    name = node.target if method else getattr(node.target, "__name__", "")
-    if name in _OUTSIDE and (method or getattr(torch, name, None) is node.target) and len(
-            node.args) == 1 and not node.kwargs:
-        return _OUTSIDE[name], list(node.args)
-    return None
+    if lowered is None:
+        return None
+    op, args = lowered[0], list(lowered[1])
+    builder = _VOCABULARY.get(op)
+    return None if builder is None or len(args) != len(TABLE[op].params) else (builder, args)
 
 
 def sympy_number(value) -> sp.Expr | None:
