@@ -374,3 +374,32 @@ def test_a_chain_of_parameter_only_ops_deeper_than_python_recursion():
         assert "mul" not in opt.code  # the chain is computed once, when emitted
         torch.testing.assert_close(opt(x), model(x))
 
+
+
+def test_herbie_cost_prices_as_herbie_2_does_in_both_formats():
+    """Herbie 2.0's units: variables 64, * 256, / 640, a comparison 256 in its operands'
+    format, an if 1; binary32 half of binary64; a libm call 6400."""
+    from extractors.herbie_cost import HerbieCost
+
+    def ratio(a, b, c):
+        return a * b / c
+
+    def pick(x, y):
+        return torch.where(x < y, x, y)
+
+    x64 = torch.rand(8, dtype=torch.float64)
+    assert HerbieCost().program_cost(_eg(ratio, x64, x64, x64)) == 3 * 64 + 256 + 640
+    assert HerbieCost().program_cost(_eg(ratio, *[x64.float()] * 3)) == (3 * 64 + 256 + 640) // 2
+    assert HerbieCost().program_cost(_eg(pick, x64, x64)) == 2 * 64 + 256 + 1
+    assert HerbieCost().program_cost(_eg(lambda x: torch.exp(x), x64)) == 64 + 6400
+
+
+def test_herbie_cost_chooses_herbies_cheaper_forms():
+    """A square root for ``x ** 0.5`` (640 against pow's 6400) and a product for ``x ** 2``."""
+    from extractors.herbie_cost import HerbieCost
+
+    x = torch.rand(8, dtype=torch.float64) + 0.5
+    eg = _eg(lambda x: x ** 0.5 + x ** 2, x)
+    opt = eg.saturate(load_rules("all"), iter_limit=4).extract(HerbieCost())
+    assert "sqrt" in opt.code and "pow" not in opt.code
+    torch.testing.assert_close(opt(x), x ** 0.5 + x ** 2)
