@@ -133,32 +133,8 @@ def run_benchmark(suite: Path, file: str, index: int, train: int = 256, test: in
         source = errors(gm(*tests), exact, program.precision)
     row.update(ran=True, bits_before=source.mean, worst_before=source.worst,
                nonfinite_before=source.nonfinite)
-    ranges = program.ranges()
     for entry in ENTRIES:
-        began = time.perf_counter()
-        result, note = gm, ""
-        if program.arguments:
-            previous = signal.signal(signal.SIGALRM, _alarm)
-            signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds / 2))
-            try:
-                result = _run_entry(entry, gm, xs, ranges, seconds)
-            except _OutOfTime:
-                note = "out of time: the program as it was"
-            except Exception as err:  # noqa: BLE001 - a failure is a row, not a crash
-                note = f"failed ({type(err).__name__}: {str(err)[:120]}): the program as it was"
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-        with torch.no_grad():
-            after = errors(result(*tests), exact, program.precision)
-        try:
-            rewritten = fpcore.write_module(result, program)
-        except (fpcore.UnwritableModule, KeyError, ValueError) as err:
-            rewritten = f"; not written as FPCore: {err}"
-        row.update({f"bits_{entry}": after.mean, f"worst_{entry}": after.worst,
-                    f"nonfinite_{entry}": after.nonfinite,
-                    f"seconds_{entry}": time.perf_counter() - began,
-                    f"note_{entry}": note, f"fpcore_{entry}": rewritten})
+        row.update(_entry(entry, program, gm, xs, tests, exact, seconds))
     alt = next((a for a in program.alternatives if not isinstance(a, fpcore.FPCoreError)),
                None)
     if alt is not None:
@@ -170,6 +146,39 @@ def run_benchmark(suite: Path, file: str, index: int, train: int = 256, test: in
             pass
     row["seconds"] = time.perf_counter() - start
     return row
+
+
+def _entry(entry: str, program, gm, train, tests, exact, seconds: float) -> dict:
+    """One entry point on one benchmark, within ``seconds / 2``: the row's columns of that
+    entry (error after, non-finite results, time, what went wrong, the program as FPCore).
+    """
+    from compiler.sampling import errors
+    from frontends import fpcore
+
+    began = time.perf_counter()
+    result, note = gm, ""
+    if program.arguments:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds / 2))
+        try:
+            result = _run_entry(entry, gm, train, program.ranges(), seconds)
+        except _OutOfTime:
+            note = "out of time: the program as it was"
+        except Exception as err:  # noqa: BLE001 - a failure is a row, not a crash
+            note = f"failed ({type(err).__name__}: {str(err)[:120]}): the program as it was"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    with torch.no_grad():
+        after = errors(result(*tests), exact, program.precision)
+    try:
+        rewritten = fpcore.write_module(result, program)
+    except (fpcore.UnwritableModule, KeyError, ValueError) as err:
+        rewritten = f"; not written as FPCore: {err}"
+    return {f"bits_{entry}": after.mean, f"worst_{entry}": after.worst,
+            f"nonfinite_{entry}": after.nonfinite,
+            f"seconds_{entry}": time.perf_counter() - began, f"note_{entry}": note,
+            f"fpcore_{entry}": rewritten}
 
 
 def improved(row: dict, entry: str) -> bool:
