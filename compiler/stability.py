@@ -111,6 +111,12 @@ class StabilityReport:
     risk_after: float = 0.0
     accuracy_refused: str | None = None
 
+    @property
+    def reference(self) -> str:
+        """What the errors are measured against: float64, or for a float64 program the
+        reals (:mod:`frontends.fx.exact`)."""
+        return "the reals" if self.dtype == "float64" else "float64"
+
     def __str__(self) -> str:
         lines = [str(r) for r in self.rewrites] or ["no rewrite: the program is already stable"]
         lines += [f"not applied (predicted less accurate): {r}" for r in self.rejected]
@@ -118,7 +124,7 @@ class StabilityReport:
             lines.append(f"the accuracy search's program was not kept: {self.accuracy_refused}")
         lines.append(
             f"total curvature {self.curvature_before:.1f} -> {self.curvature_after:.1f} bits; "
-            f"max relative error in {self.dtype} vs float64 {self.error_before:.3g} -> "
+            f"max relative error in {self.dtype} vs {self.reference} {self.error_before:.3g} -> "
             f"{self.error_after:.3g}; mean error {self.bits_before:.2f} -> "
             f"{self.bits_after:.2f} bits")
         return "\n".join(lines)
@@ -147,7 +153,8 @@ class StabilityReport:
         charts.before_after_bars(
             ["mean", "worst element"], [self.bits_before, self.worst_bits_before],
             [self.bits_after, self.worst_bits_after],
-            title=f"measured error in {self.dtype} vs float64", unit=f"bits of {self.dtype}",
+            title=f"measured error in {self.dtype} vs {self.reference}",
+            unit=f"bits of {self.dtype}",
             ax=measured)
         fig = curvature.figure
         fig.suptitle(f"max relative error {self.error_before:.3g} -> {self.error_after:.3g}")
