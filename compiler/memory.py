@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from frontends.fx.effects import sees_rng_replays
 
-__all__ = ["peak_bytes"]
+__all__ = ["peak_bytes", "saved_bytes"]
 
 
 @sees_rng_replays
@@ -101,3 +101,33 @@ def peak_bytes(fn: Callable[..., Any], *args: Any) -> int:
             out = fn(*args)
         del out
         return mode.peak
+
+
+def saved_bytes(fn: Callable[..., Any], *args: Any) -> int:
+    """The bytes of activations autograd keeps for the backward pass of ``fn(*args)``: the
+    storages of the tensors saved for backward (each once, views and repeats counted with
+    their storage), not counting the inputs' and parameters' own, which exist anyway.
+    Saved-tensor hooks see what every graph saves, compiled ones (aot_autograd's forward,
+    Inductor's) included, so the figure compares a training step across backends. The
+    forward runs with grad enabled; its output is dropped (nothing is backpropagated).
+
+    >>> w = torch.randn(64, 64, requires_grad=True)
+    >>> x = torch.randn(8, 64)
+    >>> saved_bytes(lambda x: (x @ w).tanh().sum(), x)  # tanh keeps its output
+    2048
+    """
+    given = {_address(a) for a in args if isinstance(a, torch.Tensor)}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = _address(t)
+        if key and key not in given and not isinstance(t, torch.nn.Parameter) and not (
+                t.is_leaf and t.requires_grad):
+            kept[key] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    del out
+    return sum(kept.values())
+

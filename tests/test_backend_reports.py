@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.compile import capture, make_backend
-from compiler.memory import peak_bytes
+from compiler.memory import peak_bytes, saved_bytes
 from compiler.pipeline import compile_graph
 from compiler.validate import ValidationError, working_tolerance
 from egraph import rewrite
@@ -203,6 +203,24 @@ def test_peak_bytes_counts_what_is_live_at_once():
 
     assert peak_bytes(chain, x) == 2 * 1024 * 4
     assert peak_bytes(lambda x: x.view(32, 32).t(), x) == 0  # views allocate nothing
+
+
+def test_saved_bytes_counts_the_activations_a_step_keeps_for_its_backward():
+    """What autograd saves, each storage once, without the inputs and parameters; a
+    compiled step's saves are seen too (aot_autograd's forward saves through the same
+    hooks), so backends compare."""
+    w = torch.nn.Parameter(torch.randn(256, 256))
+    x = torch.randn(64, 256)
+
+    def step(x):
+        h = (x @ w).tanh()  # tanh keeps its output; the product keeps x and w (not counted)
+        return (h * h.view(-1).view(64, 256)).sum()  # the view shares h's storage
+
+    assert saved_bytes(step, x) == 64 * 256 * 4
+    compiled = torch.compile(step, backend="aot_eager")
+    assert saved_bytes(compiled, x) == 64 * 256 * 4
+    with torch.no_grad():
+        assert saved_bytes(lambda x: (x @ w).tanh().sum(), x) > 0  # (grad on while it runs)
 
 
 class _Recorded(torch.nn.Module):
