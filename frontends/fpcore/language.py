@@ -78,6 +78,15 @@ def _divide(x, y):
 def _power(x, y):
     if x < 0 and not mp.isint(y):
         return mp.nan
+    if x != 0 and mp.isfinite(x) and mp.isfinite(y) and abs(x) != 1:
+        # a result past 2^(+-2^20) is infinite or zero in every precision covered: no need
+        # to compute its digits (3^(2^1000) exactly would never end)
+        with mp.workprec(30):
+            scale = y * mp.log(abs(x), 2)
+        if abs(scale) > 2 ** 20:
+            negative = x < 0 and mp.isint(y) and int(y) % 2 == 1
+            magnitude = mp.inf if scale > 0 else mp.mpf(0)
+            return -magnitude if negative else magnitude
     return mp.power(x, y)
 
 
