@@ -123,11 +123,19 @@ def run_benchmark(suite: Path, file: str, index: int, train: int = 256, test: in
     row.update(benchmark=program.name, parsed=True, precision=program.precision,
                arguments=len(program.arguments))
     torch.manual_seed(0)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds / 4))
     try:
         (xs, _), (tests, exact) = train_and_test(program, train, test)
     except SamplingError as err:
         row["reason"] = f"not sampled: {err}"
         return row
+    except _OutOfTime:
+        row["reason"] = f"not sampled within {seconds / 4:.0f} s (the exact reference)"
+        return row
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     gm = program.module()
     with torch.no_grad():
         source = errors(gm(*tests), exact, program.precision)
