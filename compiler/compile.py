@@ -26,7 +26,6 @@ True
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import time
 import warnings
@@ -53,6 +52,7 @@ from compiler.pipeline import (
 )
 from compiler.signature import signature
 from compiler.specialise import BySize, size_symbols, specialised
+from egraph.moved import moved_names
 from frontends.fx.effects import updates_an_alias, updates_inputs
 from frontends.fx.kept import attributes_kept
 
@@ -62,23 +62,7 @@ _MOVED = {"compile_graph": "compiler.pipeline", "SPECIALISED_SIZES": "compiler.s
           "SPECIALISE_AT_CALL": "compiler.specialise"}
 
 
-def __getattr__(name: str) -> Any:
-    """The names that moved out of this module, for one release, each with a
-    DeprecationWarning naming its new path.
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     sizes = __getattr__("SPECIALISED_SIZES")
-    >>> sizes, str(caught[0].message)
-    (8, 'compiler.compile.SPECIALISED_SIZES moved to compiler.specialise.SPECIALISED_SIZES')
-    """
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} moved to {module}.{name}", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(importlib.import_module(module), name)
+__getattr__ = moved_names(__name__, _MOVED)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import add_out_option, markdown_table, results_path, write_results  # noqa: E402
+from benchmarks.stability.hamming import improved  # noqa: E402
 
 __all__ = ["ENTRIES", "SUITE", "benchmarks", "improved", "main", "run_benchmark",
            "summarise", "worse"]
@@ -188,17 +189,6 @@ def _entry(entry: str, program, gm, train, tests, exact, seconds: float) -> dict
             f"nonfinite_{entry}": after.nonfinite,
             f"seconds_{entry}": time.perf_counter() - began, f"note_{entry}": note,
             f"fpcore_{entry}": rewritten}
-
-
-def improved(row: dict, entry: str) -> bool:
-    """At least one bit better on the test points, with no new non-finite result.
-
-    >>> improved({"bits_before": 5.6, "nonfinite_before": 0, "bits_egraph": 0.2,
-    ...           "nonfinite_egraph": 0}, "egraph")
-    True
-    """
-    return (row["bits_before"] - row[f"bits_{entry}"] >= 1
-            and row[f"nonfinite_{entry}"] <= row["nonfinite_before"])
 
 
 def worse(row: dict, entry: str) -> bool:

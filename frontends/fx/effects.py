@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import operator
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from egraph.moved import moved_names
 from egraph.ops.table import UNKNOWN_VALUE
 from frontends.fx.recorded import recorded_value, same_storage, storage_key
 from frontends.fx.vocabulary import IMPURE
@@ -585,19 +584,4 @@ MOVED = {**dict.fromkeys(["recorded_key", "recorded_parts"], "frontends.fx.recor
 :mod:`frontends.fx.recorded` too, and is read here)."""
 
 
-def __getattr__(name: str) -> Any:
-    """A name that moved (:data:`MOVED`), for one release, with a DeprecationWarning that
-    names its new path.
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     from frontends.fx.effects import attributes_kept
-    >>> print(caught[0].message)
-    frontends.fx.effects.attributes_kept moved to frontends.fx.kept.attributes_kept
-    """
-    if name not in MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} moved to {MOVED[name]}.{name}", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(importlib.import_module(MOVED[name]), name)
+__getattr__ = moved_names(__name__, MOVED)

@@ -32,15 +32,13 @@ the result).
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.fx as fx
 
 from egraph.egraph import EGraph
+from egraph.moved import moved_names
 from frontends.fx.builder import Builder, UpdateThroughView
 from frontends.fx.exported import input_guards, input_structure
 from frontends.fx.functionalise import exported_for_update
@@ -163,19 +161,4 @@ MOVED = {
 """Names that moved out of this module to the passes of ingest, by their new module."""
 
 
-def __getattr__(name: str) -> Any:
-    """A name that moved (:data:`MOVED`), for one release, with a DeprecationWarning that
-    names its new path.
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     from frontends.fx.ingest import state_kept
-    >>> print(caught[0].message)
-    frontends.fx.ingest.state_kept moved to frontends.fx.kept.state_kept
-    """
-    if name not in MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} moved to {MOVED[name]}.{name}", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(importlib.import_module(MOVED[name]), name)
+__getattr__ = moved_names(__name__, MOVED)
