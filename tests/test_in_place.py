@@ -244,7 +244,7 @@ def test_an_update_in_place_is_emitted_in_place(foreach):
         optimizer = torch.optim.Adam(model.parameters(), lr=0.1, foreach=foreach)
         return model, optimizer
 
-    emitted, original = [], compile_module._compile
+    emitted, original = [], compile_module.compile_one
 
     def keep(*args, **kwargs):
         emitted.append(original(*args, **kwargs))
@@ -252,7 +252,7 @@ def test_an_update_in_place_is_emitted_in_place(foreach):
 
     (eager, eager_opt), (mine, my_opt) = model_and_step(), model_and_step()
     torch._dynamo.reset()
-    compile_module._compile = keep
+    compile_module.compile_one = keep
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -261,7 +261,7 @@ def test_an_update_in_place_is_emitted_in_place(foreach):
                 step()
                 eager_opt.step()
     finally:
-        compile_module._compile = original
+        compile_module.compile_one = original
     for a, b in zip(mine.parameters(), eager.parameters()):
         torch.testing.assert_close(a, b)
         for key in ("exp_avg", "exp_avg_sq"):
