@@ -50,7 +50,7 @@ from compiler.pipeline import (
     has_symbolic_sizes,
     hinted_inputs,
 )
-from compiler.signature import signature
+from compiler.signature import signature, sizeless_signature
 from compiler.specialise import BySize, size_symbols, specialised
 from egraph.moved import moved_names
 from frontends.fx.effects import updates_an_alias, updates_inputs
@@ -296,7 +296,8 @@ class _Backend:
     def __init__(self, options: BackendOptions):
         self.options = options
         self.cache: dict[tuple, Callable] = {}
-        self.refused: set[tuple] = set()  # graphs autograd cannot run as emitted (aot's)
+        # graphs autograd cannot run as emitted (aot's), by signature and at every size
+        self.refused: set[tuple] = set()
         self.reports: list[GraphReport] = []
         # the real inputs of the call dynamo compiles for, while it does
         self.calls: list[tuple] = []
@@ -352,14 +353,17 @@ class _Backend:
                 real = not any(isinstance(x, FakeTensor) for x in example_inputs)
             # (with grad mode: a graph run as emitted is checked for gradients only there)
             key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
-            if key in self.refused:
+            # (gradients that differ on the user's values at one size: refused at any
+            # size, since a recompile's own values may not show it; fuzz seed 58, 3500)
+            program = (kind, torch.is_grad_enabled(), *sizeless_signature(gm, example_inputs))
+            if key in self.refused or program in self.refused:
                 return None
             if key not in self.cache:
                 # (aot_autograd's fake mode would intercept ops on the real values)
                 with unset_fake_temporarily() if real else nullcontext():
                     compiled = self._compile(kind, finish, inductor, gm, example_inputs)
                 if compiled is None:
-                    self.refused.add(key)
+                    self.refused.update((key, program))
                     return None
                 self.cache[key] = compiled
             for seen in _captures:

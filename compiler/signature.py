@@ -32,6 +32,46 @@ def signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
     return gm.code, _held(gm), _input_specs(example_inputs)
 
 
+def sizeless_signature(gm: torch.fx.GraphModule, example_inputs) -> tuple:
+    """What makes two graphs one program at different sizes: the ops that make tensors, in
+    order, with their non-tensor arguments, what the graph reads by attribute, and its
+    tensor inputs' ranks, dtypes and devices. Dynamo's recompile of a frame for a new batch
+    size (automatic dynamic shapes) has the static graph's ops plus size inputs and size
+    arithmetic; the backend keeps, under this key, what it learned about the program at
+    any one size (a rewrite whose gradients differ on the user's values at one size is not
+    run under autograd at another).
+
+    >>> def f(x):
+    ...     return (x * 2).softmax(-1)
+    >>> gm = torch.fx.symbolic_trace(f)
+    >>> sizeless_signature(gm, (torch.ones(3, 4),)) == sizeless_signature(gm, (torch.ones(7, 4),))
+    True
+    >>> sizeless_signature(gm, (torch.ones(3, 4),)) == sizeless_signature(gm, (torch.ones(3),))
+    False
+    """
+    ops = []
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if node.op in ("placeholder", "output") or (
+                value is not None and not isinstance(value, torch.Tensor)):
+            continue  # (sizes, and the arithmetic on them, differ between the two graphs)
+        constants = torch.fx.node.map_aggregate((node.args, node.kwargs), _leaf)
+        ops.append((node.op, str(node.target), repr(constants)))
+    ranks = tuple((x.dim(), x.dtype, x.device.type) for x in example_inputs
+                  if isinstance(x, torch.Tensor))
+    return tuple(ops), _held(gm), ranks
+
+
+def _leaf(argument: Any) -> Any:
+    """An argument that may be the same at every size, else None: a node, a symbolic
+    number, or an integer (a size where the other graph has a symbolic one; the key then
+    also joins graphs that differ only in a dim, which costs them the direct path only)."""
+    if isinstance(argument, (torch.fx.Node, *SYMBOLIC)) or (
+            isinstance(argument, int) and not isinstance(argument, bool)):
+        return None
+    return argument
+
+
 def _input_specs(inputs: Sequence[Any]) -> tuple:
     """Each input's kind: a tensor's sizes (symbolic ones by expression), dtype and device
     type; a symbolic number's type and expression; anything else by its repr."""
