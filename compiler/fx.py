@@ -251,7 +251,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
                          "(None: the device of the example inputs)")
     t0 = time.perf_counter()
     roots = program_roots(egraph)
-    chosen = _choose(egraph, cost, method, roots, time_limit)
+    chosen = choose_program(egraph, cost, method, roots, time_limit)
     picked, method, optimal, cost_before, cost_after = chosen
     times = {"extract": time.perf_counter() - t0}
     t1 = time.perf_counter()
@@ -297,12 +297,23 @@ def _check_choices(validate: str, other_sizes: str, method: str) -> None:
         raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
 
 
-def _choose(egraph: FxEGraph, cost, method: str, roots: list, time_limit: float
-            ) -> tuple[dict, str, bool | None, Any, Any]:
-    """The program :func:`extract_module` emits, by ``method``: ``(picked e-node per
-    class, the method used, proven optimal or not (None: unknown), the source's cost, the
-    program's cost)``, both costs of the DAG run, each e-node once; never a program
-    dearer than the source."""
+def choose_program(egraph: FxEGraph, cost, method: str = "auto", roots: list | None = None,
+                   time_limit: float = 60.0) -> tuple[dict, str, bool | None, Any, Any]:
+    """The program :func:`extract_module` emits, by ``method`` (its choices), before
+    emission: ``(picked e-node per class, the method used, proven optimal or not (None:
+    unknown), the source's cost, the program's cost)``, both costs of the DAG run, each
+    e-node once; never a program dearer than the source. ``roots``: default
+    :func:`~egraph.extract.program_roots`. Benchmarks that time the programs several cost
+    models pick call it to get exactly the program extraction would emit.
+
+    >>> from extractors import Flops
+    >>> eg = from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2), (torch.randn(3),))
+    >>> picked, method, optimal, before, after = choose_program(eg, Flops())
+    >>> method, optimal, before == after
+    ('ilp', True, True)
+    """
+    if roots is None:
+        roots = program_roots(egraph)
     exact = False
     if method == "auto":
         method = "dag" if getattr(cost, "additive", False) else "greedy"
