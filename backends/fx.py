@@ -76,6 +76,12 @@ TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
 kernels, which run as eager torch ops on CPU tensors)."""
 
+EMITTED_CLASS = "egraph_class"
+"""The ``node.meta`` key of each emitted FX node that computes the value of a class: that
+class's id (canonical when emitted). A node a peephole pass fused from several keeps the
+key of the one whose value it gives (:mod:`backends.passes`). Benchmarks that profile a
+program node by node attribute each node's time to the chosen e-node of its class."""
+
 
 def _plain_matmul(a: tuple | None, b: tuple | None):
     """``torch.mm`` for a product of matrices, ``torch.bmm`` for batches of matrices of the
@@ -239,6 +245,7 @@ class _Emitter:
             stack.pop()
             self.values[c] = value = self.emit(node, self.eg.data(c))
             if isinstance(value, fx.Node):
+                value.meta.setdefault(EMITTED_CLASS, c)
                 self.metas[value] = self.eg.data(c)
                 self.note_storage(node[0], [self.values[self.find(k)] for k in node[1:]],
                                   value)
@@ -594,8 +601,12 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     >>> from egraph.extract import source_program
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
     ...                     (torch.randn(3),))
-    >>> print(build_module(eg, source_program(eg)).code.strip().splitlines()[-2].strip())
+    >>> gm = build_module(eg, source_program(eg))
+    >>> print(gm.code.strip().splitlines()[-2].strip())
     mul = torch.mul(exp, 2);  exp = None
+    >>> [eg.nodes(n.meta[EMITTED_CLASS])[0].op for n in gm.graph.nodes
+    ...  if n.op == "call_function"]  # the class each call computes
+    ['exp', 'mul']
     >>> list(build_module(eg, source_program(eg), target="cuda").meta["triton_kernels"])
     ... # doctest: +ELLIPSIS
     ['fused_exp_mul_...']

@@ -17,7 +17,8 @@ rule by those two checks:
   ``addcmul_``/``addcdiv_``/``alpha``): the functional result read once, no write between;
 - :func:`lerp_into_update` (dynamo's ``foreach_lerp`` spelling -> ``lerp_``): same.
 
-:func:`peephole` runs them in that order.
+:func:`peephole` runs them in that order. A fused call takes the ``node.meta`` of the
+call whose value it gives (the class it computes, :data:`backends.fx.EMITTED_CLASS`).
 
 >>> import torch.fx as fx
 >>> g = fx.Graph()
@@ -129,7 +130,7 @@ def bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                     fused = graph.call_function(torch.addmm, (bias, *product.args), scales)
                 metas[fused] = metas[node]  # (a later sum may read it: Muon's next step)
                 writes[fused] = writes[node]
-                node.replace_all_uses_with(fused)
+                node.replace_all_uses_with(fused, propagate_meta=True)
                 graph.erase_node(node)
                 for term in dict.fromkeys((product_term, product, bias_term)):
                     if term is not bias:
@@ -234,7 +235,7 @@ def _scaled_into_update(graph: fx.Graph, metas: dict[fx.Node, Any], update: fx.N
         return
     with graph.inserting_before(update):
         fused = graph.call_method(method, args, {k: v for k, v in kwargs.items() if v != 1})
-    update.replace_all_uses_with(fused)
+    update.replace_all_uses_with(fused, propagate_meta=True)
     graph.erase_node(update)
     for node in dict.fromkeys(made):
         graph.erase_node(node)
@@ -268,7 +269,7 @@ def scale_into_add(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
             with graph.inserting_before(node):
                 fused = graph.call_function(torch.add, (other, y), {"alpha": scale})
             metas[fused], writes[fused] = metas.get(node), writes[node]
-            node.replace_all_uses_with(fused)
+            node.replace_all_uses_with(fused, propagate_meta=True)
             graph.erase_node(node)
             graph.erase_node(term)
             break
@@ -300,7 +301,7 @@ def lerp_into_update(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
         with graph.inserting_before(update):
             fused = graph.call_method("lerp_", (dst, end, filled.args[1]))
         writes[fused] = writes[update]
-        update.replace_all_uses_with(fused)
+        update.replace_all_uses_with(fused, propagate_meta=True)
         graph.erase_node(update)
         graph.erase_node(filled)
         graph.erase_node(difference)

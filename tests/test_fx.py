@@ -1966,3 +1966,22 @@ def test_a_product_of_a_strided_value_is_returned_without_a_copy():
     for got, want in zip(opt(h), model(h)):
         torch.testing.assert_close(got, want)
         assert got.is_contiguous()
+
+
+def test_emitted_calls_name_their_class():
+    """Each call of an emitted module names the class whose value it computes
+    (``backends.fx.EMITTED_CLASS``), a call the peephole passes fused from two (``x @ w +
+    b`` as ``addmm``, ``y + 0.5 * z`` as ``add`` with ``alpha``) the class of its result:
+    what a profile of the program attributes each call's time to."""
+    from backends.fx import EMITTED_CLASS, build_module
+    from egraph.extract import source_program
+
+    def f(x, w, b, z):
+        return x @ w + b, x + 0.5 * z
+
+    inputs = (torch.randn(4, 3), torch.randn(3, 5), torch.randn(5), torch.randn(4, 3))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(f), inputs)
+    gm = build_module(eg, source_program(eg))
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert [n.target for n in calls] == [torch.addmm, torch.add]
+    assert [n.meta[EMITTED_CLASS] for n in calls] == [eg.find(r) for r in eg.roots]
