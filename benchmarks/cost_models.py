@@ -1,0 +1,630 @@
+"""Do the cost models rank a model's programs as the clock does? Whole programs of a
+saturated e-graph, priced by every cost model and timed on the model's real inputs.
+
+    .venv/bin/python benchmarks/cost_models.py [--models gpt2,resnet50] [--programs 24]
+                                               [--rounds 60] [--seed 0] [--quick]
+
+``benchmarks/cpu_profile.py`` checks the CPU profile on pairs of programs; this checks each
+cost model on the programs one model's e-graph holds. Per model (random weights, batch 1:
+GPT-2 small at 128 tokens, ResNet-50 at 224x224; ``--quick``: the tiny configs of
+``benchmarks/corpus.py``, few programs and rounds):
+
+1. torch.export, ``EGraph.from_fx``, ``saturate(load_rules("all"))`` within :data:`LIMITS`
+   (the export entry of ``benchmarks/models.py``).
+2. ``--programs`` distinct programs (distinct emitted code), found in this order: the
+   source; each cost model's choice (:func:`cost_models`) by the pipeline's method
+   (:func:`compiler.fx.choose_program`: what ``extract`` emits) and by greedy and DAG
+   extraction where those differ; the Pareto frontier of the default cost and Curvature
+   (on e-graphs of at most :data:`PARETO_NODES` e-nodes); neighbours of the default's
+   program, one class's e-node changed to another that keeps the program acyclic (the
+   sub-programs it adds taken from the default's greedy choice), drawn in a seeded order;
+   random extractions (:class:`RandomCost`). Each is emitted (``backends.fx.build_module``)
+   and validated against the source (``compiler.validate``); one that fails is listed and
+   left out.
+3. Timed: medians of interleaved rounds (every program once per round, in a seeded
+   shuffled order, after a warm-up round), the source emitted twice; rounds are added
+   until the medians of the two copies differ by under 1% (:func:`steady_medians`), up to
+   ``--rounds``.
+4. Per cost model: its price of every program (``egraph.extract.program.dag_cost``: each
+   chosen e-node once, or the model's own whole-program cost), Spearman's rank
+   correlation of the prices with the measured times (:func:`spearman`), and its regret:
+   the time of the program it extracts over the fastest measured, minus 1.
+5. The e-graph in extraction-gym's JSON (``egraph.serialize.to_json``) with measured
+   node costs in seconds (:func:`measured_node_costs`): every timed program is run again
+   node by node, each call's time charged to the e-node chosen for the class it computes
+   (``backends.fx.EMITTED_CLASS``), an e-node's cost the median over the programs that
+   ran it; an e-node no program ran is priced by the default cost model, scaled by the
+   measured-to-priced ratio of its op. So the DAG cost of a timed program in the file is
+   close to its measured time less Python's per-call overhead, and an extraction
+   algorithm run on the file is judged by measured costs where they exist.
+
+``--quick`` (``.venv/bin/python benchmarks/cost_models.py --quick``, under a minute) runs
+the same steps on the tiny configs; ``--threads 1`` on a machine other jobs keep busy (two
+intra-op threads wait on each other there, and tiny programs' times mean nothing).
+
+Everything lands beside the results document (``benchmarks/results/cost_models.md``, or
+``--out``): in the folder of its name without the suffix, ``<model>.json`` (the e-graph)
+and ``<model>/<number>.py`` (each program's code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backends.fx import EMITTED_CLASS, build_module  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    add_out_option,
+    markdown_table,
+    results_path,
+    write_results,
+)
+from compiler.compile import default_cost  # noqa: E402
+from compiler.fx import choose_program  # noqa: E402
+from compiler.validate import validate_module  # noqa: E402
+from egraph import EGraph  # noqa: E402
+from egraph.extract import best_nodes, choose, program_order, program_roots  # noqa: E402
+from egraph.extract.pareto import pareto  # noqa: E402
+from egraph.extract.program import dag_cost, is_acyclic, source_program  # noqa: E402
+from egraph.rules import load_rules  # noqa: E402
+from egraph.serialize import to_json  # noqa: E402
+from extractors import (  # noqa: E402
+    AstSize,
+    CostModel,
+    Curvature,
+    Flops,
+    Memory,
+    PeakMemory,
+    Roofline,
+)
+
+LIMITS = dict(iter_limit=10, node_limit=50_000, time_limit=120.0)
+"""Saturation limits: those of ``benchmarks/models.py``'s export entry."""
+METHODS = ("auto", "greedy", "dag")
+"""How each cost model's programs are extracted: ``auto`` is the pipeline's (the program
+the model is judged by), the others where they give another program."""
+PARETO_NODES = 20_000
+"""The largest e-graph whose Pareto frontier is computed: its tree-cost frontiers are
+built to a fixed point over every class, in Python."""
+PARETO_LIMIT = 4
+"""Points kept per class on the Pareto frontier."""
+SPREAD = 0.01
+"""Timing stops once the two copies of the source differ by less than this."""
+MIN_ROUNDS = 5
+PROFILE_RUNS = 3
+"""Node-by-node profiles of each program, whose median times are its e-nodes'."""
+SUBJECTS = ("gpt2", "resnet50")
+
+
+# --- the models ------------------------------------------------------------------------
+
+def build_subject(name: str, quick: bool = False) -> tuple[torch.nn.Module, tuple]:
+    """Model ``name`` (one of :data:`SUBJECTS`) with random weights in eval mode and its
+    inputs: GPT-2 small (``GPT2Config()``, eager attention, no cache) on 128 token ids,
+    ResNet-50 (``ResNetConfig()``) on one 224x224 image; ``quick``: the tiny configs of
+    ``benchmarks/corpus.py`` (``gpt2``, ``resnet``)."""
+    from benchmarks.corpus import TensorModel, build
+
+    if name not in SUBJECTS:
+        raise KeyError(f"unknown model {name!r}; choose from {', '.join(SUBJECTS)}")
+    if quick:
+        case = build({"gpt2": "gpt2", "resnet50": "resnet"}[name])
+        return case.model, case.inputs
+    import transformers
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    if name == "gpt2":
+        config = transformers.GPT2Config(use_cache=False)
+        config._attn_implementation = "eager"
+        model = TensorModel(transformers.GPT2LMHeadModel(config), ("input_ids",), ("logits",))
+        inputs = (torch.randint(3, config.vocab_size, (1, 128), generator=g),)
+    else:
+        model = TensorModel(transformers.ResNetForImageClassification(
+            transformers.ResNetConfig()), ("pixel_values",), ("logits",))
+        inputs = (torch.randn(1, 3, 224, 224, generator=g),)
+    return model.eval(), inputs
+
+
+def saturated(model: torch.nn.Module, inputs: tuple, rules=None) -> EGraph:
+    """``model``'s e-graph as the pipeline's export entry makes it: torch.export, ingest,
+    saturation with ``rules`` (default: the whole library) within :data:`LIMITS`."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, inputs)
+        eg = EGraph.from_fx(program, inputs)
+        eg.saturate(load_rules("all") if rules is None else rules, **LIMITS)
+    return eg
+
+
+def cost_models(inputs: tuple) -> dict[str, Any]:
+    """The cost models judged, by name: the pipeline's default for the inputs' device
+    (on the CPU, the CPU profile with each op its own kernel), the CPU profile with
+    fusion regions as kernels (Inductor's code generation), AstSize, Flops, Memory,
+    PeakMemory and Curvature."""
+    return {"default": default_cost(inputs), "cpu fused": Roofline("cpu"),
+            "AstSize": AstSize(), "Flops": Flops(), "Memory": Memory(),
+            "PeakMemory": PeakMemory(), "Curvature": Curvature()}
+
+
+# --- the programs ----------------------------------------------------------------------
+
+@dataclass
+class Program:
+    """One distinct program of the e-graph: who found it, its choice (class -> e-node),
+    the emitted module, and, once measured, its time and each cost model's price."""
+
+    found_by: list[str]
+    choice: dict[int, tuple]
+    module: fx.GraphModule
+    ms: float | None = None
+    prices: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def code(self) -> str:
+        return self.module.code
+
+
+class RandomCost(CostModel):
+    """Seeded random node costs, for random valid programs: DAG extraction under them
+    picks one e-node per class and never a cycle. Each e-node's draw is a hash of the
+    seed, its class and itself, so it does not depend on the order costs are asked in.
+    Without ``base`` a cost is uniform in (0, 1); with it, ``base``'s cost times
+    ``exp(spread * z)``, z a standard normal draw (a program near ``base``'s choice).
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> c = eg.roots[0]
+    >>> cost = RandomCost(7)
+    >>> 0 < cost.node_cost(eg, c, eg.class_nodes[c][0]) == RandomCost(7).node_cost(
+    ...     eg, c, eg.class_nodes[c][0]) < 1
+    True
+    """
+
+    def __init__(self, seed: int, base: CostModel | None = None, spread: float = 1.0):
+        self.seed, self.base, self.spread = seed, base, spread
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> float:
+        digest = hashlib.blake2b(repr((self.seed, cid, node)).encode(), digest_size=8)
+        u = (int.from_bytes(digest.digest(), "big") + 0.5) / 2.0 ** 64
+        if self.base is None:
+            return u
+        z = statistics.NormalDist().inv_cdf(u)
+        return self.base.node_cost(egraph, cid, node) * math.exp(self.spread * z)
+
+    def __repr__(self) -> str:
+        return f"RandomCost({self.seed}{'' if self.base is None else f', {self.base!r}'})"
+
+
+class Collection:
+    """The distinct programs found so far (by emitted code), and those left out."""
+
+    def __init__(self, egraph: EGraph, limit: float):
+        self.eg, self.limit = egraph, limit
+        self.programs: list[Program] = []
+        self.by_code: dict[str, Program] = {}
+        self.left_out: list[tuple[str, str]] = []  # (found by, why)
+
+    @property
+    def full(self) -> bool:
+        return len(self.programs) >= self.limit
+
+    def offer(self, label: str, choice: dict[int, tuple]) -> Program | None:
+        """Emit ``choice``; keep it where its code is new and it passes validation (or
+        name ``label`` among the finders of the program with that code)."""
+        try:
+            module = build_module(self.eg, choice)
+        except Exception as exc:  # noqa: BLE001 - a program emission refuses is left out
+            self.left_out.append((label, f"emission: {type(exc).__name__}: {exc}"[:160]))
+            return None
+        known = self.by_code.get(module.code)
+        if known is not None:
+            known.found_by.append(label)
+            return known
+        if self.full:
+            return None
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            verdict = validate_module(self.eg.fx, module, trials=0)
+        if not verdict.ok:
+            self.left_out.append((label, f"validation: {verdict.reason}"[:160]))
+            return None
+        program = self.by_code[module.code] = Program([label], choice, module)
+        self.programs.append(program)
+        return program
+
+
+def collect_programs(egraph: EGraph, costs: dict[str, Any], limit: int, seed: int = 0
+                     ) -> tuple[Collection, dict[str, Program]]:
+    """At least the source and each cost model's choice, then Pareto points, neighbours
+    of the default's program and random extractions until ``limit`` distinct programs
+    (the module docstring says how each is found). Returns the collection and, per cost
+    model, the program its pipeline method extracts."""
+    found = Collection(egraph, math.inf)  # every cost model's choice is kept
+    roots = program_roots(egraph)
+    source = source_program(egraph)
+    found.offer("source", source)
+    chosen: dict[str, Program] = {}
+    for name, cost in costs.items():
+        for method in METHODS:
+            choice = choose_program(egraph, cost, method, roots)[0]
+            label = name if method == "auto" else f"{name} {method}"
+            program = found.offer(label, choice)
+            if method == "auto" and program is not None:
+                chosen[name] = program
+    found.limit = max(limit, len(found.programs))
+    if egraph.num_nodes <= PARETO_NODES:
+        frontier = pareto(egraph, costs["default"], costs["Curvature"], limit=PARETO_LIMIT,
+                          build=lambda choice, root: None)
+        for i, point in enumerate(frontier):
+            choice = {**source, **point.choice}
+            if is_acyclic(egraph, choice, roots):
+                found.offer(f"pareto {i}", choice)
+    base = chosen["default"].choice if "default" in chosen else source
+    left = found.limit - len(found.programs)
+    _offer_neighbours(found, base, costs["default"], roots, found.limit - left // 2, seed)
+    draw = 0
+    while not found.full and draw < 4 * limit:
+        cost = RandomCost(seed * 1000 + draw, costs["default"] if draw % 2 else None)
+        choice = choose(egraph, cost, "dag", roots)[0]
+        found.offer(f"random {draw}" if draw % 2 == 0 else f"jittered default {draw}",
+                    choice)
+        draw += 1
+    return found, chosen
+
+
+def _offer_neighbours(found: Collection, base: dict[int, tuple], cost, roots: list[int],
+                      until: int, seed: int) -> None:
+    """Offer the one-class changes of ``base`` that keep it acyclic, in a seeded order,
+    until ``until`` programs are found."""
+    eg = found.eg
+    filler = {c: v[1] for c, v in best_nodes(eg, cost).items()}
+    candidates = [(c, alt) for c in program_order(eg, base, roots)
+                  for alt in eg.class_nodes[c] if alt != base[c]]
+    random.Random(seed).shuffle(candidates)
+    for c, alt in candidates:
+        if len(found.programs) >= until:
+            return
+        trial = {**filler, **base, c: alt}
+        if is_acyclic(eg, trial, roots):
+            found.offer(f"neighbour {alt[0]} in {c}", trial)
+
+
+# --- timing ----------------------------------------------------------------------------
+
+def steady_medians(fns: dict[str, Callable[[], Any]], twins: tuple[str, str],
+                   spread: float = SPREAD, cap: int = 60, min_rounds: int = MIN_ROUNDS,
+                   seed: int = 0) -> tuple[dict[str, float], int, float]:
+    """Median milliseconds of each function over interleaved rounds (each round calls
+    every function once, in an order shuffled with ``seed``: the state a call leaves the
+    caches in falls on all alike), after a warm-up round; rounds are added until the
+    medians of ``twins`` (two copies of one program) differ by less than ``spread``
+    (relatively), at least ``min_rounds`` and at most ``cap``. Returns the medians, the
+    rounds run and the twins' last spread.
+
+    >>> medians, rounds, _ = steady_medians({"a": lambda: None, "b": lambda: None},
+    ...                                     ("a", "b"), spread=10.0, cap=4, min_rounds=2)
+    >>> sorted(medians), rounds
+    (['a', 'b'], 2)
+    """
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    order = list(fns)
+    shuffle = random.Random(seed).shuffle
+    rounds, gap = 0, math.inf
+    while rounds < max(cap, 1):
+        shuffle(order)
+        for key in order:
+            start = time.perf_counter()
+            fns[key]()
+            times[key].append(time.perf_counter() - start)
+        rounds += 1
+        a, b = (statistics.median(times[k]) for k in twins)
+        gap = abs(a - b) / min(a, b) if min(a, b) > 0 else 0.0
+        if rounds >= min_rounds and gap < spread:
+            break
+    return {k: statistics.median(ts) * 1e3 for k, ts in times.items()}, rounds, gap
+
+
+class _NodeTimer(fx.Interpreter):
+    """Runs a module node by node, adding each call's seconds to the class it computes
+    (``backends.fx.EMITTED_CLASS``; None for calls of no class)."""
+
+    def __init__(self, module: fx.GraphModule):
+        super().__init__(module)
+        self.seconds: dict[int | None, float] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return super().run_node(n)
+        start = time.perf_counter()
+        value = super().run_node(n)
+        key = n.meta.get(EMITTED_CLASS)
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        return value
+
+
+def class_seconds(module: fx.GraphModule, inputs: Sequence, runs: int = PROFILE_RUNS
+                  ) -> dict[int | None, float]:
+    """Seconds each class's calls take in a run of ``module`` on ``inputs`` (the median of
+    ``runs`` runs after a first), key None for calls of no class.
+
+    >>> from egraph import EGraph
+    >>> from egraph.extract import source_program
+    >>> x = torch.randn(8)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2), (x,))
+    >>> seconds = class_seconds(build_module(eg, source_program(eg)), (x,))
+    >>> sorted(eg.nodes(c)[0].op for c in seconds)
+    ['exp', 'mul']
+    """
+    profiles = []
+    with torch.no_grad():
+        for _ in range(runs + 1):
+            timer = _NodeTimer(module)
+            timer.run(*inputs)
+            profiles.append(timer.seconds)
+    kept = profiles[1:] or profiles
+    return {k: statistics.median(p.get(k, 0.0) for p in kept) for k in kept[0]}
+
+
+# --- judging ---------------------------------------------------------------------------
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks of ``values``, ties sharing the mean of their ranks.
+
+    >>> ranks([30, 10, 20, 10])
+    [4.0, 1.5, 3.0, 1.5]
+    """
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's correlation of the ranks (:func:`ranks`,
+    ties averaged); NaN where either side is constant or has fewer than 2 values.
+
+    >>> spearman([1, 2, 3, 4], [10, 20, 30, 45]), spearman([1, 2, 3], [3, 2, 1])
+    (1.0, -1.0)
+    >>> round(spearman([1, 2, 2, 3], [1, 3, 2, 4]), 4)  # 3 / sqrt(10)
+    0.9487
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} prices for {len(ys)} times")
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(rx)
+    if n < 2:
+        return math.nan
+    mx, my = sum(rx) / n, sum(ry) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else math.nan
+
+
+def price(egraph: EGraph, cost, choice: dict[int, tuple]) -> float:
+    """A cost model's price of a program: each chosen e-node reached from the roots
+    counted once, or the model's own whole-program cost
+    (:func:`egraph.extract.program.dag_cost`)."""
+    return float(dag_cost(egraph, cost, choice))
+
+
+# --- measured node costs ---------------------------------------------------------------
+
+def measured_node_costs(egraph: EGraph, programs: Sequence[Program], inputs: Sequence,
+                        estimate: CostModel) -> tuple[dict[tuple, float], dict[str, int]]:
+    """Seconds of every e-node ``(op, child class, ...)``, and how many were measured,
+    estimated or free.
+
+    Measured: each timed program is profiled node by node (:func:`class_seconds`), each
+    call's time the chosen e-node's of the class it computes; an e-node's time is the
+    median over the programs that ran it. A call emission fused from several (``addmm``
+    for a product and a sum) is charged to the e-node whose value it gives, its partners
+    to nothing; e-nodes a program chose that made no call (views folded away, literals,
+    leaves, parameter-only values computed once) cost 0 there. Estimated: an e-node no
+    program ran costs ``estimate``'s price of it times the median ratio of measured to
+    estimated seconds over the measured e-nodes of its op (of all ops where its op has
+    none).
+    """
+    runs: dict[tuple, list[float]] = {}
+    for program in programs:
+        seconds = class_seconds(program.module, inputs)
+        for c in program_order(egraph, program.choice):
+            node = program.choice[c]
+            runs.setdefault(node, []).append(seconds.get(c, 0.0))
+    measured = {node: statistics.median(ts) for node, ts in runs.items()}
+    predicted = {}
+    ratios: dict[Any, list[float]] = {}
+    for c in egraph.classes():
+        for node in egraph.class_nodes[c]:
+            predicted[node] = guess = float(estimate.node_cost(egraph, c, node))
+            if node in measured and guess > 0 and measured[node] > 0:
+                ratios.setdefault(node[0], []).append(measured[node] / guess)
+    every = [r for rs in ratios.values() for r in rs]
+    overall = statistics.median(every) if every else 1.0
+    costs, counts = {}, {"measured": 0, "estimated": 0, "free": 0}
+    for node, guess in predicted.items():
+        if node in measured:
+            costs[node] = measured[node]
+            counts["measured"] += 1
+        elif guess > 0:
+            rs = ratios.get(node[0])
+            costs[node] = guess * (statistics.median(rs) if rs else overall)
+            counts["estimated"] += 1
+        else:
+            costs[node] = 0.0
+            counts["free"] += 1
+    return costs, counts
+
+
+def gym_json(egraph: EGraph, node_seconds: dict[tuple, float]) -> dict:
+    """``egraph`` in extraction-gym's JSON (``egraph.serialize.to_json``), each e-node's
+    cost its seconds in ``node_seconds``."""
+    return to_json(egraph, cost=lambda enode: node_seconds.get(
+        (enode.op, *enode.children), 0.0))
+
+
+# --- one model -------------------------------------------------------------------------
+
+@dataclass
+class ModelResult:
+    """What the harness found on one model."""
+
+    name: str
+    classes: int
+    nodes: int
+    stop_reason: str
+    programs: list[Program]
+    left_out: list[tuple[str, str]]
+    chosen: dict[str, Program]
+    rounds: int
+    twin_spread: float
+    judged: dict[str, dict[str, float]]  # cost model -> spearman, regret
+    counts: dict[str, int]
+    gym: dict
+    seconds: dict[str, float]
+
+
+def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 24,
+              rounds: int = 60, seed: int = 0, rules=None,
+              min_rounds: int = MIN_ROUNDS) -> ModelResult:
+    """The harness on one model (the module docstring's steps 1 to 5)."""
+    clock = time.perf_counter
+    t0 = clock()
+    eg = saturated(model, inputs, rules)
+    t1 = clock()
+    costs = cost_models(inputs)
+    found, chosen = collect_programs(eg, costs, programs, seed)
+    t2 = clock()
+    kept = found.programs
+    twin = build_module(eg, kept[0].choice)  # the source again: the timing's yardstick
+    fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}
+    fns["twin"] = lambda: twin(*inputs)
+    with torch.no_grad():
+        medians, ran, gap = steady_medians(fns, (0, "twin"), cap=rounds,
+                                           min_rounds=min(min_rounds, rounds), seed=seed)
+    t3 = clock()
+    for i, program in enumerate(kept):
+        program.ms = medians[i]
+        program.prices = {n: price(eg, cost, program.choice) for n, cost in costs.items()}
+    fastest = min(p.ms for p in kept)
+    times = [p.ms for p in kept]
+    judged = {}
+    for n in costs:
+        mine = chosen.get(n)
+        judged[n] = {"spearman": spearman([p.prices[n] for p in kept], times),
+                     "regret": mine.ms / fastest - 1 if mine is not None else math.nan}
+    node_seconds, counts = measured_node_costs(eg, kept, inputs, costs["default"])
+    gym = gym_json(eg, node_seconds)
+    t4 = clock()
+    return ModelResult(name, eg.num_classes, eg.num_nodes, eg.report.stop_reason, kept,
+                       found.left_out, chosen, ran, gap, judged, counts, gym,
+                       {"saturate": t1 - t0, "programs": t2 - t1, "timing": t3 - t2,
+                        "node costs": t4 - t3})
+
+
+# --- the report ------------------------------------------------------------------------
+
+def _finders(program: Program, width: int = 3) -> str:
+    names = program.found_by
+    more = f" (+{len(names) - width})" if len(names) > width else ""
+    return ", ".join(names[:width]) + more
+
+
+def section(result: ModelResult, costs: Sequence[str]) -> str:
+    """The Markdown section of one model: the cost models' table, then the programs'."""
+    fastest = min(p.ms for p in result.programs)
+    number = {id(p): i for i, p in enumerate(result.programs)}
+    rows = [{"cost model": n, "Spearman": result.judged[n]["spearman"],
+             "regret": result.judged[n]["regret"],
+             "its program": number.get(id(result.chosen.get(n)), "-")} for n in costs]
+    lines = [f"## {result.name}", "",
+             f"E-graph: {result.classes} classes, {result.nodes} e-nodes "
+             f"({result.stop_reason}). {len(result.programs)} distinct programs, "
+             f"{len(result.left_out)} left out; {result.rounds} timing rounds, the source's "
+             f"two copies {result.twin_spread:.2%} apart. Node costs: "
+             + ", ".join(f"{v} {k}" for k, v in result.counts.items()) + ". Seconds: "
+             + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()) + ".", "",
+             markdown_table(rows, ["cost model", "Spearman", "regret", "its program"]), ""]
+    rows = [{"#": i, "found by": _finders(p), "ms": p.ms, "/ fastest": p.ms / fastest,
+             **{n: p.prices[n] for n in costs}} for i, p in enumerate(result.programs)]
+    lines.append(markdown_table(rows, ["#", "found by", "ms", "/ fastest", *costs]))
+    if result.left_out:
+        lines += ["", "Left out:", ""] + [f"- {who}: {why}" for who, why in result.left_out]
+    return "\n".join(lines)
+
+
+def write_artifacts(result: ModelResult, folder: Path) -> None:
+    """``<model>.json`` (the e-graph with measured costs) and ``<model>/<n>.py`` (each
+    program's code) under ``folder``."""
+    code = folder / result.name
+    code.mkdir(parents=True, exist_ok=True)
+    (folder / f"{result.name}.json").write_text(json.dumps(result.gym))
+    for i, program in enumerate(result.programs):
+        (code / f"{i:02d}.py").write_text(
+            f"# found by: {', '.join(program.found_by)}\n{program.code}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(SUBJECTS))
+    parser.add_argument("--programs", type=int, default=None,
+                        help="distinct programs per model (default 24; --quick 8)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="the most timing rounds (default 60; --quick 8)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--quick", action="store_true",
+                        help="the corpus's tiny configs, few programs and rounds")
+    add_out_option(parser, "cost_models")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    programs = args.programs or (8 if args.quick else 24)
+    rounds = args.rounds or (8 if args.quick else 60)
+    out = args.out if args.out is not None else results_path("cost_models")
+    folder = out.with_suffix("")
+    sections = []
+    for name in args.models.split(","):
+        model, inputs = build_subject(name, args.quick)
+        result = run_model(name, model, inputs, programs, rounds, args.seed,
+                           min_rounds=2 if args.quick else MIN_ROUNDS)
+        write_artifacts(result, folder)
+        sections.append(section(result, list(cost_models(inputs))))
+        print(sections[-1], flush=True)
+    where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    body = (f"Each model's e-graph with measured node costs, in extraction-gym's JSON: "
+            f"`{where}/<model>.json`; each program's code: `{where}/<model>/<n>.py`.\n\n"
+            + "\n\n".join(sections))
+    write_results("cost_models", "Cost models against the clock, on whole programs", body,
+                  out=out)
+
+
+if __name__ == "__main__":
+    main()
