@@ -327,3 +327,26 @@ def test_phases_pause_the_cyclic_collector_and_restore_the_callers_setting():
         assert not gc.isenabled()  # a caller's choice to keep it off stands
     finally:
         gc.enable()
+
+
+def test_pareto_points_are_made_of_the_points_their_children_had():
+    """A frontier point keeps the points of its children it was made from. The children's
+    frontiers are pruned again after their parents read them (here within two iterations
+    of associativity, commutativity and distributivity): points that named their
+    children's points by index then named other points, whose costs did not add up to
+    theirs, or none (an IndexError on GPT-2 small's e-graph)."""
+    from egraph.extract.pareto import frontiers, pareto
+
+    eg = EGraph()
+    eg.add("(+ (+ (* c (+ c d)) (+ (* c c) c)) c)", root=True)
+    eg.saturate([rewrite("assoc", "(+ ?x (+ ?y ?z))", "(+ (+ ?x ?y) ?z)"),
+                 rewrite("comm", "(+ ?x ?y)", "(+ ?y ?x)"),
+                 rewrite("dist", "(* ?x (+ ?y ?z))", "(+ (* ?x ?y) (* ?x ?z))"),
+                 rewrite("fact", "(+ (* ?x ?y) (* ?x ?z))", "(* ?x (+ ?y ?z))")],
+                iter_limit=2)
+    for points in frontiers(eg, AstSize(), AstDepth(), limit=2).values():
+        for size, depth, _, kids in points:
+            assert size == 1 + sum(point[0] for _, point in kids)
+            assert depth == 1 + max((point[1] for _, point in kids), default=0)
+    assert all(eg.equiv(eg.roots[0], p.program)
+               for p in pareto(eg, AstSize(), AstDepth(), limit=2))

@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from egraph.egraph import EGraph
 
 Point = tuple
-"""A frontier point: ``(cost_a, cost_b, e-node, ((child class, point index), ...))``."""
+"""A frontier point: ``(cost_a, cost_b, e-node, ((child class, child point), ...))``. A
+point holds the points of its children it was made from, not their places in the
+children's frontiers: those are pruned again as the frontiers improve, and an index
+would then name another point, or none."""
 
 
 @dataclass
@@ -86,7 +89,7 @@ def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[Point]]:
                     pts = [front[k][i] for k, i in zip(kids, pick)]
                     a = fa(c, node, [p[0] for p in pts])
                     b = fb(c, node, [p[1] for p in pts])
-                    candidates.append((a, b, node, tuple(zip(kids, pick))))
+                    candidates.append((a, b, node, tuple(zip(kids, pts))))
             pruned = _prune(candidates, limit)
             if [(p[0], p[1]) for p in pruned] != [(p[0], p[1]) for p in front.get(c, [])]:
                 front[c] = pruned
@@ -94,16 +97,15 @@ def frontiers(egraph, cost_a, cost_b, limit: int = 8) -> dict[int, list[Point]]:
     return front
 
 
-def _choice(front: dict[int, list[Point]], root: int, index: int) -> dict[int, tuple]:
+def _choice(root: int, point: Point) -> dict[int, tuple]:
     """One e-node per class following a root point (a class reached twice keeps the first
     point's e-node, so the program is a DAG)."""
     choice: dict[int, tuple] = {}
-    stack = [(root, index)]
+    stack = [(root, point)]
     while stack:
-        c, i = stack.pop()
+        c, point = stack.pop()
         if c in choice:
             continue
-        point = front[c][i]
         choice[c] = point[2]
         stack.extend(point[3])
     return choice
@@ -124,7 +126,7 @@ def pareto(egraph: EGraph, cost_a, cost_b, root: int | None = None, limit: int =
         def build(choice, root):
             return build_term(egraph, {c: (None, n) for c, n in choice.items()}, root)
     out = []
-    for i, point in enumerate(front[root]):
-        choice = _choice(front, root, i)
+    for point in front[root]:
+        choice = _choice(root, point)
         out.append(ParetoPoint(build(choice, root), (point[0], point[1]), choice))
     return out
