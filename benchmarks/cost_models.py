@@ -5,9 +5,10 @@ saturated e-graph, priced by every cost model and timed on the model's real inpu
                                                [--rounds 60] [--seed 0] [--quick]
 
 ``benchmarks/cpu_profile.py`` checks the CPU profile on pairs of programs; this checks each
-cost model on the programs one model's e-graph holds. Per model (random weights, batch 1:
-GPT-2 small at 128 tokens, ResNet-50 at 224x224; ``--quick``: the tiny configs of
-``benchmarks/corpus.py``, few programs and rounds):
+cost model on the programs one model's e-graph holds. Per model of the real-size corpus
+(``benchmarks/real_size.py``: random weights, batch 1, sequences of 128 tokens, images at
+224x224; by default GPT-2 small and ResNet-50; ``--quick``: their tiny configs, few
+programs and rounds):
 
 1. torch.export, ``EGraph.from_fx``, ``saturate(load_rules("all"))`` within :data:`LIMITS`
    (the export entry of ``benchmarks/models.py``).
@@ -70,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.fx import EMITTED_CLASS, build_module  # noqa: E402
+from benchmarks import real_size  # noqa: E402
 from benchmarks.report import (  # noqa: E402
     add_out_option,
     markdown_table,
@@ -111,36 +113,16 @@ MIN_ROUNDS = 5
 PROFILE_RUNS = 3
 """Node-by-node profiles of each program, whose median times are its e-nodes'."""
 SUBJECTS = ("gpt2", "resnet50")
+"""The models run by default (``--models all``: every entry of ``benchmarks/real_size.py``)."""
 
 
 # --- the models ------------------------------------------------------------------------
 
 def build_subject(name: str, quick: bool = False) -> tuple[torch.nn.Module, tuple]:
-    """Model ``name`` (one of :data:`SUBJECTS`) with random weights in eval mode and its
-    inputs: GPT-2 small (``GPT2Config()``, eager attention, no cache) on 128 token ids,
-    ResNet-50 (``ResNetConfig()``) on one 224x224 image; ``quick``: the tiny configs of
-    ``benchmarks/corpus.py`` (``gpt2``, ``resnet``)."""
-    from benchmarks.corpus import TensorModel, build
-
-    if name not in SUBJECTS:
-        raise KeyError(f"unknown model {name!r}; choose from {', '.join(SUBJECTS)}")
-    if quick:
-        case = build({"gpt2": "gpt2", "resnet50": "resnet"}[name])
-        return case.model, case.inputs
-    import transformers
-
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(0)
-    if name == "gpt2":
-        config = transformers.GPT2Config(use_cache=False)
-        config._attn_implementation = "eager"
-        model = TensorModel(transformers.GPT2LMHeadModel(config), ("input_ids",), ("logits",))
-        inputs = (torch.randint(3, config.vocab_size, (1, 128), generator=g),)
-    else:
-        model = TensorModel(transformers.ResNetForImageClassification(
-            transformers.ResNetConfig()), ("pixel_values",), ("logits",))
-        inputs = (torch.randn(1, 3, 224, 224, generator=g),)
-    return model.eval(), inputs
+    """Real-size corpus entry ``name`` (``benchmarks/real_size.py``) with its inputs at
+    batch 1 and sequence 128 (images at their config's size); ``quick``: its tiny config."""
+    case = real_size.build(name, batch=1, seq=128, tiny=quick)
+    return case.model, case.inputs
 
 
 def saturated(model: torch.nn.Module, inputs: tuple, rules=None) -> EGraph:
@@ -593,7 +575,8 @@ def write_artifacts(result: ModelResult, folder: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(SUBJECTS))
+    parser.add_argument("--models", default=",".join(SUBJECTS),
+                        help=f"comma-separated, or all: {', '.join(real_size.MODELS)}")
     parser.add_argument("--programs", type=int, default=None,
                         help="distinct programs per model (default 24; --quick 8)")
     parser.add_argument("--rounds", type=int, default=None,
@@ -601,7 +584,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--quick", action="store_true",
-                        help="the corpus's tiny configs, few programs and rounds")
+                        help="the models' tiny configs, few programs and rounds")
     add_out_option(parser, "cost_models")
     args = parser.parse_args()
     if args.threads:
@@ -611,7 +594,8 @@ def main() -> None:
     out = args.out if args.out is not None else results_path("cost_models")
     folder = out.with_suffix("")
     sections = []
-    for name in args.models.split(","):
+    names = real_size.MODELS if args.models == "all" else args.models.split(",")
+    for name in names:
         model, inputs = build_subject(name, args.quick)
         result = run_model(name, model, inputs, programs, rounds, args.seed,
                            min_rounds=2 if args.quick else MIN_ROUNDS)
