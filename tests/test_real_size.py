@@ -3,10 +3,11 @@
 Every entry is built from its tiny config and run eagerly, through torch.export ->
 ``EGraph.from_fx`` -> saturate -> extract, and through ``torch.compile`` with the egraph
 backend, with validation raising: the builders, their inputs and the wrappers work, and
-each architecture goes through the pipeline without a fallback. The published sizes are
-for benchmarks only (a Llama-3.2-1B-shaped decoder and Stable Diffusion's UNet do
-not belong in a test run). The whole module is skipped when transformers or diffusers is
-not installed.
+each architecture goes through the pipeline without a fallback. One tiny cell goes through
+benchmarks/speed.py's compile, check and timing, and into its tables. The published sizes
+are for benchmarks/speed.py only (a Llama-3.2-1B-shaped decoder and Stable Diffusion's
+UNet do not belong in a test run). The whole module is skipped when transformers or
+diffusers is not installed.
 """
 
 from __future__ import annotations
@@ -70,3 +71,23 @@ def test_each_entry_copies_a_published_config():
         if entry.takes_seq and positions is not None:
             assert positions >= max(real_size.SEQUENCES), entry.name
 
+
+def test_a_cell_of_the_speed_table_and_its_tables():
+    """benchmarks/speed.py on one tiny cell through the egraph backend: compiled, checked
+    against eager, timed; then the tables it writes."""
+    from benchmarks import speed
+
+    cell = speed.run_cell("bert", 1, SEQ, ["egraph"], rounds=1, tiny=True)
+    result = cell.entries["egraph"]
+    assert result.ok and result.graphs >= 1 and result.ms > 0 and result.first_s > 0
+    assert cell.speedup("egraph") > 0
+    image = speed.Cell("resnet50", 1, None, eager_ms=4.0,
+                       entries={"egraph": speed.Entry(first_s=1.0, difference=0.0, ms=2.0)})
+    failed = speed.Cell("vit", 1, None, eager_ms=1.0,
+                        entries={"egraph": speed.Entry(error="RuntimeError: no")})
+    cells = [cell, image, failed]
+    assert "error" in speed.speed_table(cells, ["egraph"])
+    means = speed.geomean_table(cells, ["egraph"])
+    assert "| 1 x 16 | 2/3 |" in means    # bert and resnet50 (fixed size) at sequence 16
+    assert "1.0" in speed.first_call_table(cells, ["egraph"])
+    assert "vit 1 egraph: RuntimeError: no" in speed.checks_section(cells, ["egraph"])
