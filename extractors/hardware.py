@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa", "masked_attention"}
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
@@ -159,7 +159,7 @@ HARDWARE: dict[str, Hardware] = {
             ("sin", 1.73e-9), ("cos", 2.23e-9), ("log1p", 2.22e-9), ("expm1", 2.32e-9),
             ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
             ("softmax", 1.14e-9), ("log_softmax", 1.09e-9), ("logsumexp", 1.57e-9)),
-        extern_seconds=(("sdpa", 10e-6),)),
+        extern_seconds=(("sdpa", 10e-6), ("masked_attention", 10e-6))),
 }
 # The CPU's cache and element times (python -m extractors.hardware, one thread, three runs
 # under the shared machine's changing load): a 4 MiB copy at 45-57 GB/s against 10-12 GB/s
@@ -242,7 +242,8 @@ def measure_cpu(threads: int = 1) -> Hardware:
     return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead,
                     cache_bytes=CACHE_BYTES, cache_bandwidth=cache_bandwidth,
                     element_seconds=element_seconds,
-                    extern_seconds=(("sdpa", max(attention - overhead, 0.0)),))
+                    extern_seconds=tuple((op, max(attention - overhead, 0.0))
+                                         for op in ("sdpa", "masked_attention")))
 
 
 def _element_kernels(torch) -> dict:

@@ -342,6 +342,11 @@ def _sdpa_flops(n: int, kids: list) -> float:
     return 4.0 * scores * q[-1] + 5.0 * scores
 
 
+def _masked_attention_flops(n: int, kids: list) -> float:
+    mask = _shape(kids[3])
+    return _sdpa_flops(n, kids) + (math.prod(mask) if mask else 0.0)
+
+
 def pair(value):
     """A 2-D pooling size in normal form (``2`` and ``[2]`` are ``(2, 2)``).
 
@@ -849,6 +854,14 @@ op("sdpa", "q k v mask causal scale gqa", "library", attributes="causal scale gq
    spell="torch.nn.functional.scaled_dot_product_attention"
    " aten.scaled_dot_product_attention.default",
    why={"triton": _NO_KERNEL})
+# Attention with the scores filled with -inf where ``dropped`` is set, as written; run as
+# causal sdpa while the mask is the causal one, a check made at run time (a buffer's mask
+# may change after compiling). It reads the mask besides what sdpa does.
+op("masked_attention", "q k v dropped scale", "library", attributes="scale",
+   impl="frontends.fx.kernels.masked_attention", flops=_masked_attention_flops,
+   error="mixing", stable=True, interval=iv.operand(2),
+   why={"triton": _NO_KERNEL, "spellings": "the fusion rules make it from attention written "
+        "out with a mask; a tracer reads its kernel's torch calls"})
 op("cat", "dim *xs", "library", finite=True, attributes="dim", impl="torch.cat",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), normalize=_norm_cat, exact=True,
    error="exact",

@@ -23,13 +23,22 @@ products, chosen the same way.
 >>> y = grouped_mm(x, w, offs)
 >>> torch.equal(y[:2], x[:2] @ w[0]), torch.equal(y[2:], x[2:] @ w[1])
 (True, True)
+
+``masked_attention(q, k, v, dropped, scale)``: attention with the scores filled with -inf
+where the bool mask ``dropped`` is set, ``softmax(q @ k.T * scale).masked_fill(...) @ v``
+as written (a row with every score dropped is NaN). When ``dropped`` holds exactly the
+entries above the diagonal (nanoGPT's ``bias == 0``, a buffer the caller may change) it runs
+as causal ``scaled_dot_product_attention``, reading no mask; the check is made at run time
+and remembered per mask tensor and version, so a mask updated in place or replaced is seen.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-__all__ = ["grouped_mm", "setitem"]
+__all__ = ["grouped_mm", "masked_attention", "setitem"]
 
 _LIBRARY = torch.library.Library("egraph", "DEF")
 _LIBRARY.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
@@ -196,3 +205,59 @@ def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
     written = x.clone()
     written[index] = value
     return written
+
+
+# id of a mask tensor -> (a weak reference to it, its version and storage when checked,
+# whether it was causal); an entry leaves with its tensor
+_CAUSAL_SEEN: dict[int, tuple[weakref.ref, int, int, bool]] = {}
+
+
+def _drops_above_diagonal(dropped: torch.Tensor, rows: int, cols: int) -> bool:
+    """Whether the bool mask ``dropped`` is set exactly above the diagonal of every
+    ``(rows, cols)`` matrix of scores it broadcasts to (sdpa's ``is_causal``, aligned at
+    the top left), checked once per tensor and version."""
+    if dropped.dtype != torch.bool or dropped.dim() < 2 or (
+            tuple(dropped.shape[-2:]) != (rows, cols)):
+        return False
+    tracked = not dropped.is_inference()  # (an inference tensor keeps no version)
+    key = id(dropped)
+    seen = _CAUSAL_SEEN.get(key) if tracked else None
+    if seen is not None and seen[0]() is dropped and seen[1:3] == (
+            dropped._version, dropped.data_ptr()):
+        return seen[3]
+    above = torch.ones(rows, cols, dtype=torch.bool, device=dropped.device).triu(1)
+    causal = torch.equal(dropped, above.expand(dropped.shape))
+    if tracked:
+        _CAUSAL_SEEN[key] = (weakref.ref(dropped, lambda _, key=key: _CAUSAL_SEEN.pop(key, None)),
+                             dropped._version, dropped.data_ptr(), causal)
+    return causal
+
+
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropped: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """``softmax((q @ k.T * scale).masked_fill(dropped, -inf)) @ v`` (see the module
+    docstring): causal sdpa while ``dropped`` is the causal mask, sdpa under the mask
+    otherwise. Under a tracer, whose tensors hold no values to check, it is the general
+    form.
+
+    >>> q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    >>> above = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    >>> naive = torch.softmax((q @ k.transpose(-2, -1) * 0.5).masked_fill(above, -torch.inf),
+    ...                       -1) @ v
+    >>> torch.allclose(masked_attention(q, k, v, above, 0.5), naive, atol=1e-6)
+    True
+    >>> above[0, 1] = False  # changed in place: no longer causal, still right
+    >>> naive = torch.softmax((q @ k.transpose(-2, -1) * 0.5).masked_fill(above, -torch.inf),
+    ...                       -1) @ v
+    >>> torch.allclose(masked_attention(q, k, v, above, 0.5), naive, atol=1e-6)
+    True
+    """
+    rows, cols = q.shape[-2], k.shape[-2]
+    if not _traced(q, k, v, dropped) and _drops_above_diagonal(dropped, rows, cols):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                scale=scale)
+    kept = ~dropped
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=kept,
+                                                           scale=scale)
+    # (sdpa gives 0 for a row with nothing kept, the written form NaN: 0/0)
+    return out / kept.to(out.dtype).amax(-1, keepdim=True)

@@ -1,0 +1,107 @@
+"""A causal mask held in a buffer (nanoGPT's ``bias``): attention that runs as causal sdpa
+while the mask is the causal one, checked at run time, and as written otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from frontends.fx.kernels import masked_attention
+
+
+def _written(q, k, v, dropped, scale):
+    return torch.softmax((q @ k.transpose(-2, -1) * scale).masked_fill(dropped, -torch.inf),
+                         -1) @ v
+
+
+@pytest.fixture
+def causal_calls(monkeypatch):
+    """The ``is_causal`` of every sdpa call made while the test runs."""
+    calls: list[bool] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("is_causal", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    return calls
+
+
+def _qkv(t=16, s=None):
+    torch.manual_seed(0)
+    return (torch.randn(2, 3, t, 8), torch.randn(2, 3, s or t, 8), torch.randn(2, 3, s or t, 8))
+
+
+def test_masked_attention_runs_causal_sdpa_on_the_causal_mask_and_sdpa_under_any_other(
+        causal_calls):
+    q, k, v = _qkv()
+    above = torch.ones(1, 1, 16, 16, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(masked_attention(q, k, v, above, 0.3),
+                               _written(q, k, v, above, 0.3))
+    window = above | torch.ones(16, 16, dtype=torch.bool).tril(-4)  # a sliding window
+    torch.testing.assert_close(masked_attention(q, k, v, window, 0.3),
+                               _written(q, k, v, window, 0.3))
+    assert causal_calls == [True, False]
+
+
+def test_masked_attention_keeps_the_written_nan_of_a_row_with_nothing_kept():
+    q, k, v = _qkv()
+    dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    dropped[3] = True
+    got = masked_attention(q, k, v, dropped, 0.3)
+    assert got[:, :, 3].isnan().all() and not got[:, :, 4].isnan().any()
+    torch.testing.assert_close(got, _written(q, k, v, dropped, 0.3), equal_nan=True)
+
+
+def test_masked_attention_sees_a_mask_changed_in_place_after_its_check(causal_calls):
+    q, k, v = _qkv()
+    dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    masked_attention(q, k, v, dropped, 0.3)
+    masked_attention(q, k, v, dropped, 0.3)  # (remembered: checked once)
+    dropped[5, 2] = True
+    torch.testing.assert_close(masked_attention(q, k, v, dropped, 0.3),
+                               _written(q, k, v, dropped, 0.3))
+    assert causal_calls == [True, True, False]
+
+
+def test_masked_attention_with_more_keys_than_queries_is_causal_at_the_top_left(causal_calls):
+    q, k, v = _qkv(t=4, s=16)
+    top_left = torch.ones(4, 16, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(masked_attention(q, k, v, top_left, 0.3),
+                               _written(q, k, v, top_left, 0.3))
+    lower_right = torch.ones(4, 16, dtype=torch.bool).triu(13)  # a cache's last four rows
+    torch.testing.assert_close(masked_attention(q, k, v, lower_right, 0.3),
+                               _written(q, k, v, lower_right, 0.3))
+    assert causal_calls == [True, False]
+
+
+def test_masked_attention_checks_inference_tensors_every_call(causal_calls):
+    q, k, v = _qkv()
+    with torch.inference_mode():
+        dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
+        masked_attention(q, k, v, dropped, 0.3)
+        dropped[5, 2] = True  # (an inference tensor keeps no version counter)
+        torch.testing.assert_close(masked_attention(q, k, v, dropped, 0.3),
+                                   _written(q, k, v, dropped, 0.3))
+    assert causal_calls == [True, False]
+
+
+def test_masked_attention_is_the_general_form_under_a_tracer():
+    q, k, v = _qkv()
+    dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    traced = torch.fx.experimental.proxy_tensor.make_fx(masked_attention)(q, k, v, dropped, 0.3)
+    calls = [n for n in traced.graph.nodes if "scaled_dot_product" in str(n.target)]
+    assert calls and all(not n.kwargs.get("is_causal", False) for n in calls)
+    dropped[5, 2] = True
+    torch.testing.assert_close(traced(q, k, v, dropped, 0.3), _written(q, k, v, dropped, 0.3))
+
+
+def test_masked_attention_gradients_are_the_written_forms():
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    grads = torch.autograd.grad(masked_attention(q, k, v, dropped, 0.3).sum(), (q, k, v))
+    expected = torch.autograd.grad(_written(q, k, v, dropped, 0.3).sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
