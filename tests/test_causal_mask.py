@@ -105,3 +105,33 @@ def test_masked_attention_gradients_are_the_written_forms():
     expected = torch.autograd.grad(_written(q, k, v, dropped, 0.3).sum(), (q, k, v))
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want)
+
+
+# -- nanoGPT's decoder, at small sizes ---------------------------------------------------------
+
+def _decoder(softmax="manual", block=16, layers=2):
+    from benchmarks.nanogpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=block, vocab_size=64, n_layer=layers, n_head=2,
+                         n_embd=16, softmax=softmax)).eval()
+
+
+def test_ingest_observes_the_causal_buffer_of_an_exported_decoder_and_of_a_dynamo_graph():
+    from egraph import EGraph
+
+    model, idx = _decoder(), torch.randint(0, 64, (1, 16))
+    eg = EGraph.from_fx(torch.export.export(model, (idx,)), example_inputs=(idx,))
+    observed = {eg.data(c).triangle for c in eg.classes_with_op("param")}
+    assert observed == {None, "tril"}
+
+    seen = []
+
+    def backend(gm, inputs):
+        eg = EGraph.from_fx(gm, inputs)
+        seen.extend(eg.data(c).triangle for c in eg.classes_with_op("input"))
+        return gm
+
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(idx)
+    assert seen.count("tril") == 2 and set(seen) == {None, "tril"}

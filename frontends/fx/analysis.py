@@ -54,7 +54,10 @@ class Meta(NamedTuple):
     recomputes it from its input and runs on other sizes. ``finite``: every value is
     proven finite, whatever the inputs hold (an integer tensor, a finite number, an op
     the op table says cannot overflow applied to finite values): rules whose right side
-    drops an operand (``x - x -> 0``) need it, as inf - inf is NaN."""
+    drops an operand (``x - x -> 0``) need it, as inf - inf is NaN. ``triangle``: the
+    example value is a causal mask (:func:`triangle_of`); like ``lo``/``hi`` it is observed,
+    so a rule may let it choose the form it writes but never rest on it (nanoGPT's mask
+    buffer becomes attention that checks the mask at run time)."""
 
     kind: str
     shape: tuple | None = None
@@ -68,6 +71,7 @@ class Meta(NamedTuple):
     exact: Any = None
     from_size: bool = False
     finite: bool = False
+    triangle: str | None = None
 
     @classmethod
     def of(cls, value: Any, observe: bool = True) -> Meta:
@@ -80,7 +84,8 @@ class Meta(NamedTuple):
             shape = tuple(size_of(s) for s in value.shape)
             meta = cls("tensor", None if None in shape else shape, value.dtype,
                        finite=_exact_dtype(value.dtype))
-            return meta._replace(**observed_range(value)) if observe else meta
+            return meta._replace(**observed_range(value),
+                                 triangle=triangle_of(value)) if observe else meta
         if isinstance(value, (tuple, list)):
             return cls("tuple", value=tuple(cls.of(v, observe) for v in value))
         if isinstance(value, torch.SymInt):
@@ -198,6 +203,31 @@ def observed_range(value: torch.Tensor) -> dict:
                 return {}
             lo, hi = float(value.min()), float(value.max())
         return {"lo": lo, "hi": hi, "small": float(value.abs().min())}
+
+
+def triangle_of(value: torch.Tensor) -> str | None:
+    """Which causal mask a real tensor holds in every matrix of its last two dims:
+    ``"tril"``, 1 (or True) on and below the diagonal and 0 (False) above (nanoGPT's ``bias``
+    buffer, the entries sdpa's ``is_causal`` keeps), ``"triu"``, 1 only above it (the
+    entries it drops); None for any other values, and for fake or meta tensors.
+
+    >>> ones = torch.ones(1, 1, 4, 4)
+    >>> triangle_of(ones.tril()), triangle_of(ones.bool().triu(1)), triangle_of(ones)
+    ('tril', 'triu', None)
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if (value.dim() < 2 or min(value.shape[-2:]) < 2 or value.is_complex()
+            or isinstance(value, FakeTensor) or value.device.type == "meta"
+            or torch._C._functorch.is_functorch_wrapped_tensor(value)):
+        return None
+    first = value[(0,) * (value.dim() - 2)]
+    name = {(1, 0): "tril", (0, 1): "triu"}.get((int(first[0, 0] != 0), int(first[0, 1] != 0)))
+    if name is None or int(first[1, 0] != 0) != (name == "tril"):
+        return None  # (the corner of a weight or an activation: no pass over it)
+    ones = torch.ones(value.shape[-2:], dtype=torch.bool, device=value.device)
+    expected = ones.tril() if name == "tril" else ones.triu(1)
+    return name if torch.equal(value, expected.to(value.dtype).expand(value.shape)) else None
 
 
 def literal_value(op: tuple) -> Any:
@@ -500,12 +530,13 @@ class TensorAnalysis(Analysis):
             small = _tighter(a.small, b.small, max)
             sens = a.sens if a.sens == a.sens else b.sens  # measured on the source, if any
             finite = a.finite or b.finite
-            if (base.sign, base.lo, base.hi, base.small, base.finite) == (
-                    sign, lo, hi, small, finite) and (
+            triangle = a.triangle or b.triangle  # (a leaf's, merged with a view of it)
+            if (base.sign, base.lo, base.hi, base.small, base.finite, base.triangle) == (
+                    sign, lo, hi, small, finite, triangle) and (
                     base.sens == sens or base.sens != base.sens and sens != sens):
                 return base
             return base._replace(sign=sign, lo=lo, hi=hi, small=small, sens=sens,
-                                 finite=finite)
+                                 finite=finite, triangle=triangle)
         if a.kind in ("literal", "scalar") and b.kind in ("literal", "scalar"):
             if a.exact is not None and b.exact is not None:
                 if a.exact != b.exact:

@@ -113,7 +113,8 @@ def _built(normalised: Normalised, observe: bool | None, make_egraph: Callable[.
     if example_inputs is not None:
         check_count(gm, example_inputs, normalised.param_names)
     # Without example inputs nothing is observed, but parameters are still measured.
-    metas = node_metas(gm, example_inputs, normalised.param_names, observe is not False)
+    metas = node_metas(gm, example_inputs, normalised.param_names, observe is not False,
+                       normalised.module)
     declare(metas, gm, normalised.domains, normalised.ranges)
     observed = observe_ranges(gm, example_inputs) if observe and not normalised.ranges else {}
     builder = Builder(gm, metas, normalised.param_names, make_egraph,

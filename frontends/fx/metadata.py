@@ -13,7 +13,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from frontends.fx.analysis import Meta, observed_range
+from frontends.fx.analysis import Meta, observed_range, triangle_of
+from frontends.fx.exported import attribute_at
 from frontends.fx.kept import attributes_kept, state_kept
 from frontends.fx.mismatch import explain_mismatch
 from frontends.fx.recorded import recorded_key, recorded_parts, recorded_value
@@ -22,10 +23,12 @@ __all__ = ["node_metas"]
 
 
 def node_metas(gm: fx.GraphModule, example_inputs, param_names: dict[str, str],
-               observe: bool = True) -> dict[str, Meta]:
+               observe: bool = True, module: nn.Module | None = None) -> dict[str, Meta]:
     """Meta of every FX node of ``gm`` (by name), with the observed ranges of the example
-    inputs (they inform costs, never rules); ``param_names`` are the inputs that hold
-    parameters, and a parameter aot_autograd passes as an input is measured as parameters
+    inputs (they inform costs, never rules) and the causal masks among them
+    (:func:`~frontends.fx.analysis.triangle_of`); ``param_names`` are the inputs that hold
+    parameters (by their names in ``module``, whose buffers are checked for causal masks
+    too), and a parameter aot_autograd passes as an input is measured as parameters
     are, only when ``observe`` (a pass over a 12-layer decoder's weights: 0.37 s).
 
     >>> gm = fx.symbolic_trace(lambda x: x.sum(0))
@@ -41,12 +44,17 @@ def node_metas(gm: fx.GraphModule, example_inputs, param_names: dict[str, str],
         if isinstance(value, nn.Parameter) and not observe:
             continue
         if isinstance(value, torch.Tensor) and node.name in metas:
-            metas[node.name] = metas[node.name]._replace(**observed_range(value))
+            metas[node.name] = metas[node.name]._replace(**observed_range(value),
+                                                         triangle=triangle_of(value))
         elif node.name not in metas and isinstance(traced, torch.SymInt):
             # A symbolic size dynamo passes as an input (a number in the hinted run
             # that propagated shapes): a number from sizes, as in aot_autograd's
             # graphs, so size arithmetic on it is emitted as Python arithmetic.
             metas[node.name] = Meta.of(traced)
+    for name, target in param_names.items():
+        value = attribute_at(module, target) if module is not None and name in metas else None
+        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+            metas[name] = metas[name]._replace(triangle=triangle_of(value))
     return metas
 
 
