@@ -56,7 +56,9 @@ def _values(spec: Input, gen, scale: float, dtype, in_domain: bool):
     shape, domain = spec.shape, spec.domain if in_domain else "any"
     if spec.domain.startswith("index:"):
         return torch.randint(0, int(spec.domain.split(":")[1]), shape, generator=gen)
-    if spec.domain == "bool":
+    if spec.domain == "causal" and in_domain:
+        return torch.ones(shape, dtype=torch.bool).tril()
+    if spec.domain in ("bool", "causal"):
         return torch.randint(0, 2, shape, generator=gen).bool()
     base = torch.randn(shape, generator=gen, dtype=torch.float64)
     if domain == "positive":
@@ -165,7 +167,7 @@ def check_rule(rule: LibraryRule, examples: int = 100, dtype=None,
         gen = torch.Generator().manual_seed(seed)
         inputs = [_values(rule.inputs[n], gen, scale, dtype, in_domain) for n in names]
         domains = {n: rule.inputs[n].domain for n in names
-                   if in_domain and rule.inputs[n].domain not in ("any", "bool")
+                   if in_domain and rule.inputs[n].domain not in ("any", "bool", "causal")
                    and not rule.inputs[n].domain.startswith("index")}
         placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         eg = EGraph.from_fx(gm, tuple(inputs), domains={placeholders[names.index(n)]: d

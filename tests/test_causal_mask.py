@@ -3,6 +3,8 @@ while the mask is the causal one, checked at run time, and as written otherwise.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -135,3 +137,94 @@ def test_ingest_observes_the_causal_buffer_of_an_exported_decoder_and_of_a_dynam
     with torch.no_grad():
         torch.compile(model, backend=backend)(idx)
     assert seen.count("tril") == 2 and set(seen) == {None, "tril"}
+
+
+class BufferAttention(torch.nn.Module):
+    """nanoGPT's attention over given q, k, v: ``bias[:, :, offset:offset + T, :T]``."""
+
+    def __init__(self, bias: torch.Tensor, offset: int = 0):
+        super().__init__()
+        self.register_buffer("bias", bias)
+        self.offset = offset
+
+    def forward(self, q, k, v):
+        t = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, self.offset:self.offset + t, :t] == 0,
+                              float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+
+def _extracted(model, inputs):
+    from compiler.compile import default_cost
+    from egraph import EGraph
+    from egraph.rules import load_rules
+
+    eg = EGraph.from_fx(torch.export.export(model, inputs), example_inputs=inputs)
+    eg.saturate(load_rules("all"))
+    module = eg.extract(default_cost(inputs), validate="raise")
+    fired = getattr(eg.report.rules.get("sdpa-causal-checked"), "applied", 0)
+    return module, fired
+
+
+@pytest.mark.parametrize("softmax", ["manual", "F"])
+def test_the_decoders_attention_becomes_causal_sdpa_with_eagers_result(softmax, causal_calls):
+    model, idx = _decoder(softmax), torch.randint(0, 64, (1, 16))
+    module, fired = _extracted(model, (idx,))
+    assert fired > 0
+    code = module.code
+    assert code.count("masked_attention(") == 2 and "scaled_dot_product_attention" not in code
+    causal_calls.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(module(idx), model(idx))
+    assert causal_calls == [True, True]
+
+
+def _tril(size=16):
+    return torch.ones(size, size).tril().view(1, 1, size, size)
+
+
+@pytest.mark.parametrize("bias, offset", [
+    (_tril() - torch.ones(16, 16).tril(-4), 0),  # a sliding window, not causal
+    (torch.ones(1, 1, 16, 16).triu(), 0),       # the mirror image
+    (_tril(32), 4),                              # rows 4..19 of it: the offset form
+], ids=["window", "upper", "offset"])
+def test_a_mask_that_is_not_the_causal_one_does_not_fire(bias, offset):
+    q, k, v = _qkv()
+    model = BufferAttention(bias, offset)
+    module, fired = _extracted(model, (q, k, v))
+    assert fired == 0 and "masked_attention" not in module.code
+    with torch.no_grad():
+        torch.testing.assert_close(module(q, k, v), model(q, k, v))
+
+
+def test_the_extracted_program_follows_a_buffer_changed_after_extraction(causal_calls):
+    q, k, v = _qkv()
+    model = BufferAttention(_tril())
+    module, fired = _extracted(model, (q, k, v))
+    assert fired > 0
+    window = _tril() - torch.ones(16, 16).tril(-4)
+    with torch.no_grad():
+        module.get_buffer("bias").copy_(window)
+        model.bias.copy_(window)
+        causal_calls.clear()
+        torch.testing.assert_close(module(q, k, v), model(q, k, v))
+    assert causal_calls == [False]
+
+
+def test_torch_compile_follows_a_buffer_changed_after_compiling(causal_calls):
+    from compiler.compile import capture, make_backend
+
+    model, idx = _decoder(), torch.randint(0, 64, (1, 16))
+    with torch.no_grad(), capture() as seen:
+        compiled = torch.compile(model, backend=make_backend())
+        torch.testing.assert_close(compiled(idx), model(idx))
+        assert "sdpa-causal-checked" in str(seen)
+        causal_calls.clear()
+        compiled(idx)
+        assert causal_calls == [True, True]
+        for block in model.transformer.h:
+            block.attn.bias[..., 9, 3] = 0.0  # a user's edit of the buffer, in place
+        causal_calls.clear()
+        torch.testing.assert_close(compiled(idx), model(idx))
+        assert causal_calls == [False, False]

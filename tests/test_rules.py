@@ -229,6 +229,8 @@ def test_naive_pytorch_code_reaches_the_stable_or_fused_form(rule):
             inputs.append(torch.randint(0, int(spec.domain[6:]), spec.shape))
         elif spec.domain == "bool":
             inputs.append(torch.rand(spec.shape) > 0.5)
+        elif spec.domain == "causal":
+            inputs.append(torch.ones(spec.shape, dtype=torch.bool).tril())
         else:
             inputs.append(torch.rand(spec.shape) + 0.5)
     gm = torch.fx.symbolic_trace(fn)

@@ -90,7 +90,9 @@ def add_literal(egraph, value: Any) -> int:
 class Input:
     """An example input: a shape, and the domain its values come from (and that is
     declared to the analysis as proven): ``any``, ``positive``, ``nonneg``, ``negative``,
-    ``nonzero``, ``unit`` (0..1), ``bool``, or ``index:N`` (integers below N).
+    ``nonzero``, ``unit`` (0..1), ``bool``, ``causal`` (a bool mask, True on and below the
+    diagonal: observed, never declared; outside its domain any bool mask), or ``index:N``
+    (integers below N).
 
     >>> Input((4, 8), "positive")
     Input(shape=(4, 8), domain='positive')

@@ -321,6 +321,71 @@ def _above_diagonal(egraph, cid: int, reshaped: bool = True) -> bool:
     return False
 
 
+_FLIPPED = {"tril": "triu", "triu": "tril"}
+
+
+def _observed_triangle(egraph, cid: int, depth: int = 8) -> str | None:
+    """Which causal mask the class held in the example (``"tril"``: ones on and below the
+    diagonal of its last two dims, ``"triu"``: ones above it; the analysis observes it on
+    buffers and inputs), followed through the top-left slices, comparisons with 0,
+    negations, casts and views that keep the last two dims (nanoGPT's ``bias[:, :, :T,
+    :T] == 0``). Observed, not proven: a rule it selects must check at run time."""
+    found = getattr(egraph.data(cid), "triangle", None)
+    if found is not None or depth == 0:
+        return found
+    shape = shape_of(egraph, cid)
+    for n in egraph.nodes(cid):
+        if not n.children:
+            continue
+        inner_shape = shape_of(egraph, n.children[0])
+        if n.op in ("to", "reshape", "expand", "unsqueeze") and (
+                shape is not None and inner_shape is not None
+                and shape[-2:] == inner_shape[-2:]):
+            flip = False
+        elif n.op == "getitem" and _top_left(value_of(egraph, n.children[1]), inner_shape):
+            flip = False
+        elif n.op in ("eq", "ne") and value_of(egraph, n.children[1]) == 0:
+            flip = n.op == "eq"
+        elif n.op in ("bitwise_not", "logical_not"):
+            flip = True
+        else:
+            continue
+        inner = _observed_triangle(egraph, n.children[0], depth - 1)
+        if inner is not None:
+            return _FLIPPED[inner] if flip else inner
+    return None
+
+
+def _top_left(index, shape: tuple | None) -> bool:
+    """Whether indexing a tensor of ``shape`` with ``index`` (a slice or a tuple of slices
+    and ints) keeps a top-left block of each matrix of its last two dims."""
+    index = index if isinstance(index, tuple) else (index,)
+    if shape is None or len(index) > len(shape) or not all(
+            isinstance(i, slice) or type(i) is int for i in index):
+        return False
+    return all(isinstance(i, slice) and i.start in (None, 0) and i.step in (None, 1)
+               for i in index[len(shape) - 2:])
+
+
+@named("m drops the entries above the diagonal in the example (checked at run time)")
+def _observed_causal(egraph, subst) -> bool:
+    return _observed_triangle(egraph, subst["m"]) == "triu"
+
+
+@named("the fill c is -inf")
+def _neg_inf_fill(egraph, subst) -> bool:
+    return value_of(egraph, subst["c"]) == -math.inf
+
+
+@named("masked_attention(q, k, v, m, scale)")
+def _masked_attention(egraph, subst):
+    scale = number_of(egraph, subst["s"])
+    if scale is None or scale == 0:
+        return None
+    return egraph.add_node("masked_attention", [subst["q"], subst["k"], subst["v"], subst["m"],
+                                                egraph.add_node(literal(float(scale)))])
+
+
 DROPPED_BELOW = -1e9
 """A fill at or below this (or, in float16, at or below half its lowest) takes its entry
 out of a softmax, as -inf does: HF's ``finfo.min``, x-transformers' ``-finfo.max``, the
@@ -520,6 +585,17 @@ RULES: list[LibraryRule] = [
                "scale 1",
                lambda q, k, v: torch.softmax(_causal_scores(q @ k.transpose(-2, -1)), -1) @ v,
                when=(_additive_causal,)),
+    _attention("sdpa-causal-checked", masked_fill(QK * s, m, c), _masked_attention,
+               "scores filled with -inf where a mask that was causal when compiled is set "
+               "(nanoGPT's bias buffer, which the caller may change): masked attention, run "
+               "as causal sdpa while a check at run time finds the mask causal",
+               (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
+                                                 .masked_fill(~m, float("-inf")), -1) @ v,
+                lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) * 0.5)
+                                                 .masked_fill(m.float() == 0, float("-inf")),
+                                                 -1) @ v),
+               when=(_neg_inf_fill, boolean(m), _mask_fits, _observed_causal),
+               inputs={"m": ((6, 6), "causal")}),
     _attention("sdpa-masked", masked_fill(QK * s, m, c), _sdpa("dropped", False),
                "scores filled with -inf (or finfo.min, -1e9) where a bool mask is set: sdpa "
                "keeping the rest",
