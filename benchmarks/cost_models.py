@@ -19,8 +19,9 @@ programs and rounds):
    (on e-graphs of at most :data:`PARETO_NODES` e-nodes); neighbours of the default's
    program, one class's e-node changed to another that keeps the program acyclic (the
    sub-programs it adds taken from the default's greedy choice), drawn in a seeded order;
-   random extractions (:class:`RandomCost`). Each is emitted (``backends.fx.build_module``)
-   and validated against the source (``compiler.validate``); one that fails is listed and
+   random extractions (:class:`RandomCost`), then more neighbours where those repeat
+   programs. Each is emitted (``backends.fx.build_module``) and validated against the
+   source on the example inputs (``compiler.validate``); one that fails is listed and
    left out.
 3. Timed: medians of interleaved rounds (every program once per round, in a seeded
    shuffled order, after a warm-up round), the source emitted twice; rounds are added
@@ -224,7 +225,11 @@ class Collection:
             return None
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            verdict = validate_module(self.eg.fx, module, trials=0)
+            try:
+                verdict = validate_module(self.eg.fx, module, trials=0)
+            except Exception as exc:  # noqa: BLE001 - a program that cannot run is left out
+                self.left_out.append((label, f"run: {type(exc).__name__}: {exc}"[:160]))
+                return None
         if not verdict.ok:
             self.left_out.append((label, f"validation: {verdict.reason}"[:160]))
             return None
@@ -269,6 +274,8 @@ def collect_programs(egraph: EGraph, costs: dict[str, Any], limit: int, seed: in
         found.offer(f"random {draw}" if draw % 2 == 0 else f"jittered default {draw}",
                     choice)
         draw += 1
+    if not found.full:  # random draws that repeat earlier programs: more neighbours
+        _offer_neighbours(found, base, costs["default"], roots, found.limit, seed)
     return found, chosen
 
 
