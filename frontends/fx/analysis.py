@@ -225,9 +225,17 @@ def triangle_of(value: torch.Tensor) -> str | None:
     name = {(1, 0): "tril", (0, 1): "triu"}.get((int(first[0, 0] != 0), int(first[0, 1] != 0)))
     if name is None or int(first[1, 0] != 0) != (name == "tril"):
         return None  # (the corner of a weight or an activation: no pass over it)
-    ones = torch.ones(value.shape[-2:], dtype=torch.bool, device=value.device)
-    expected = ones.tril() if name == "tril" else ones.triu(1)
-    return name if torch.equal(value, expected.to(value.dtype).expand(value.shape)) else None
+    expected = _triangle(name, *value.shape[-2:], value.dtype, value.device)
+    return name if torch.equal(value, expected.expand(value.shape)) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _triangle(name: str, rows: int, cols: int, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """``ones(rows, cols).tril()`` or ``.triu(1)`` in ``dtype``: made once for a decoder's
+    layers, whose buffers are alike (making one costs more than comparing with it)."""
+    ones = torch.ones(rows, cols, dtype=torch.bool, device=device)
+    return (ones.tril() if name == "tril" else ones.triu(1)).to(dtype)
 
 
 def literal_value(op: tuple) -> Any:
