@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,13 +102,15 @@ past which an entry point's outputs are marked as differing."""
 class Entry:
     """One entry point on one cell: its first call's seconds, the largest normwise
     difference of its outputs from eager's, what the egraph backends compiled (graphs,
-    graph breaks, fallbacks to the source) and its median ms; ``error`` when it raised."""
+    graph breaks, fallbacks to the source, and the rules whose rewrites the emitted
+    programs ``used``, with how often) and its median ms; ``error`` when it raised."""
 
     first_s: float | None = None
     difference: float | None = None
     graphs: int = 0
     breaks: int = 0
     fallbacks: list[str] = field(default_factory=list)
+    used: Counter[str] = field(default_factory=Counter)
     ms: float | None = None
     error: str = ""
 
@@ -170,10 +173,13 @@ def _compiled(entry: str, model: torch.nn.Module, inputs: tuple, want: Any,
     result.graphs = len(seen.reports)
     result.breaks = sum(b.count for b in seen.graph_breaks)
     result.fallbacks = [r.fallback_reason for r in seen.reports if r.fell_back]
+    reports = [r.extraction for r in seen.reports]
     if entry == "export":
-        report = program.meta["egraph_report"]
+        reports = [program.meta["egraph_report"]]
         result.graphs = 1
-        result.fallbacks = [report.validation.reason] if report.fell_back else []
+        result.fallbacks = [r.validation.reason for r in reports if r.fell_back]
+    for report in reports:
+        result.used.update(report.used)
     return lambda: program(*inputs)
 
 
@@ -308,7 +314,8 @@ def first_call_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
 
 def checks_section(cells: Sequence[Cell], entries: Sequence[str]) -> str:
     """Per cell and entry point: the normwise difference from eager, the graphs the egraph
-    backends compiled, dynamo's graph breaks, and each error or fallback with its reason."""
+    backends compiled, dynamo's graph breaks, the rewrites the emitted programs use, and
+    each error or fallback with its reason."""
     lines = []
     for c in cells:
         if c.error:
@@ -321,8 +328,10 @@ def checks_section(cells: Sequence[Cell], entries: Sequence[str]) -> str:
                 lines.append(f"- {c.model} {_size(c)} {e}: {r.error}")
                 continue
             status = "ok" if r.ok else "FAILED"
+            used = ", ".join(f"{rule} x{n}" for rule, n in sorted(r.used.items())) or "none"
             lines.append(f"- {c.model} {_size(c)} {e}: {status}, difference "
                          f"{r.difference:.1e}, {r.graphs} graphs, {r.breaks} breaks"
+                         + (f", rewrites used: {used}" if r.graphs else "")
                          + "".join(f"; fell back: {f}" for f in r.fallbacks))
     return "\n".join(lines)
 
