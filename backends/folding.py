@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from backends.sizes import check_guards
 from frontends.fx.analysis import SCALAR_OPS
 from frontends.fx.vocabulary import SPECS
 
@@ -194,3 +195,25 @@ def _reads_size(kid: Any) -> bool:
     leaves: list = []
     fx.node.map_aggregate(kid, leaves.append)
     return any(isinstance(v, (InputSize, SizeArithmetic)) for v in leaves)
+
+
+def hold_folded(holder: nn.Module, graph: fx.Graph, foldable: Any, folded: dict,
+                sized_inputs: list) -> None:
+    """Give ``holder`` an emitted program's ``folded`` recipes, as a
+    :class:`FoldedConstants` its ``graph`` calls (with the ``sized_inputs`` whose sizes
+    they read) before anything reads them; the ``foldable`` nodes (parameters a folded
+    value was made from, folded values inside a larger one, emitted before the op that
+    folded them) that nothing uses are dropped."""
+    for node in reversed(list(graph.nodes)):
+        if node in foldable and not node.users:
+            graph.erase_node(node)
+    if not folded:
+        return
+    read = {n.target.partition(".")[2] for n in graph.nodes
+            if n.op == "get_attr" and n.target.startswith("folded_constants.")}
+    holder.folded_constants = FoldedConstants(folded, read)
+    # (after the exported source's guards: a folded value may read a size they check)
+    first = next(n for n in graph.nodes
+                 if n.op != "placeholder" and n.target is not check_guards)
+    with graph.inserting_before(first):
+        graph.call_module("folded_constants", tuple(sized_inputs))

@@ -28,16 +28,16 @@ import torch.utils._pytree as pytree
 from backends.folding import (
     CALL,
     NOT_FOLDED,
-    FoldedConstants,
     FoldedRef,
     InputSize,
     SizeArithmetic,
     foldable_call,
+    hold_folded,
     recipe_value,
 )
 from backends.passes import peephole
 from backends.signature import rebuilt_alike, take_structures
-from backends.sizes import check_guards, explain_sizes, require_guards
+from backends.sizes import explain_sizes, require_guards
 from egraph.dims import is_symbolic
 from egraph.ops.table import TABLE
 from egraph.term import is_literal_op
@@ -632,7 +632,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         require_guards(graph, src.guards)
     peephole(graph, emitter.metas, emitter.copies, emitter.allocated, emitter.view_of)
     holder = nn.Module()
-    _hold_folded(holder, graph, emitter)
+    hold_folded(holder, graph, emitter.foldable, emitter.folded, emitter.sized_inputs)
     for name in emitter.attrs:
         if name in emitter.referenced:
             owner, leaf = owner_of(holder, name)
@@ -663,26 +663,6 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
     if explanation is not None:
         gm.meta["egraph_sizes_explained"] = explanation
     return gm
-
-
-def _hold_folded(holder: nn.Module, graph: fx.Graph, emitter: _Emitter) -> None:
-    """Give ``holder`` the emitted program's folded values, as a :class:`FoldedConstants`
-    its ``graph`` calls before anything reads them."""
-    # The parameters a folded value was made from, and the folded values inside a larger
-    # one, were emitted before the op that folded them: drop the ones nothing uses.
-    for node in reversed(list(graph.nodes)):
-        if node in emitter.foldable and not node.users:
-            graph.erase_node(node)
-    if not emitter.folded:
-        return
-    read = {n.target.partition(".")[2] for n in graph.nodes
-            if n.op == "get_attr" and n.target.startswith("folded_constants.")}
-    holder.folded_constants = FoldedConstants(emitter.folded, read)
-    # (after the exported source's guards: a folded value may read a size they check)
-    first = next(n for n in graph.nodes
-                 if n.op != "placeholder" and n.target is not check_guards)
-    with graph.inserting_before(first):
-        graph.call_module("folded_constants", tuple(emitter.sized_inputs))
 
 
 def _row_major(t: torch.Tensor) -> bool:

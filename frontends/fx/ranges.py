@@ -9,10 +9,11 @@ import torch
 import torch.fx as fx
 
 from egraph.signs import ANY, NEG, NONNEG, NONPOS, NONZERO, POS
-from frontends.fx.analysis import Meta, observed_range
+from frontends.fx.analysis import Meta
 from frontends.fx.effects import updates_inputs
 from frontends.fx.exported import deep_copy
 from frontends.fx.kept import attributes_kept, state_kept
+from frontends.fx.observed import observed_range
 
 __all__ = ["DOMAINS", "declare", "observe_ranges", "observing"]
 
