@@ -73,10 +73,15 @@ def _through_search(program) -> tuple | None:
     return before, after, text
 
 
-# The e-graph entry's known regressions on this sample (Curvature prices from the few
-# training points: a reassociation (x / y) * z -> (x * z) / y that overflows elsewhere, a
-# rewrite that loses bits on a range the samples missed). The issue's target is none.
-KNOWN_WORSE = 6
+# The e-graph entry's known regressions on this sample, all from training on 16 points
+# (Herbie trains on 256): the accuracy search's (x * z) / y for (x / y) * z in "fabs
+# fraction 1" (3.25 -> 0.05 bits on the training points, none of which overflows x * z; 2
+# of the 32 test points do); a regime split in CirclePacking's "place" (4.6 -> 1.3 bits on
+# the training points, 3.0 -> 6.2 on the test points); three more non-finite test results
+# in d2DELTA-dDelta2, whose mean error drops. Whether the last two show depends on the
+# search's time limits. The issue's target is none. (Five more were test points whose
+# reference had lost the bits a sum absorbed: frontends/fpcore/reference.py.)
+KNOWN_WORSE = 3
 
 
 def test_fifty_benchmarks_through_reader_search_and_validation():

@@ -63,6 +63,7 @@ from compiler.herbie.measure import (
     at_points,
     error_in_bits,
     exact_values,
+    program_error,
     representable,
     scores,
 )
@@ -71,10 +72,12 @@ from compiler.herbie.rewriting import REWRITES, candidates, rule_candidates
 from compiler.regimes import infer_regimes
 from compiler.series import SeriesTimeout
 from frontends.fx.error_analysis import local_error
+from frontends.fx.exported import ExportedModule
 from frontends.fx.source import FxSource
 
 __all__ = ["MIN_GAIN_BITS", "REWRITES", "AccuracyReport", "Improvement", "candidates",
-           "improve_accuracy", "improve_validated", "rule_candidates", "to_sympy"]
+           "improve_accuracy", "improve_validated", "less_accurate_than_source",
+           "rule_candidates", "to_sympy"]
 
 MIN_GAIN_BITS = 1.0
 """A formula is replaced only when the candidate is this many bits more accurate on average
@@ -182,10 +185,14 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     the search did not see). A program split into regimes that validation refuses is
     searched again without branches (regimes chosen on one input can be wrong on inputs
     the samples did not combine: Hamming's 3.4.2 splits on ``eps`` where accuracy
-    depends on ``a * eps``). Returns the program to use and the search's report, whose
-    ``refused`` says why a rewrite was not kept. ``example_inputs``: the samples of the
-    search (default: the source's examples). Both entry points, extraction under
-    ``Curvature`` and :class:`compiler.stability.StabilityRewriter`, use this.
+    depends on ``a * eps``). Where the result is less accurate on the samples than the
+    source itself (:func:`less_accurate_than_source`: an extraction by estimated error
+    that reassociated ``(x / y) * z`` into ``(x * z) / y``, which overflows), the source
+    is searched instead, as Herbie keeps the input program among its candidates. Returns
+    the program to use and the search's report, whose ``refused`` says why a rewrite was
+    not kept. ``example_inputs``: the samples of the search (default: the source's
+    examples). Both entry points, extraction under ``Curvature`` and
+    :class:`compiler.stability.StabilityRewriter`, use this.
 
     >>> import torch
     >>> from egraph import EGraph
@@ -195,9 +202,23 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     >>> report.refused is None and len(report.improvements)
     1
     """
+    samples = source.example_inputs if example_inputs is None else example_inputs
+    found, report = _searched(source, gm, samples, reference)
+    worse = less_accurate_than_source(source, found, samples)
+    if worse is None:
+        return found, report
+    original = fx.GraphModule(source.graph_module, source.graph_module.graph)
+    found, report = _searched(source, original, samples, reference)
+    report.refused = f"{worse}: the original was searched instead"
+    return found, report
+
+
+def _searched(source: FxSource, gm: fx.GraphModule, samples,
+              reference: str) -> tuple[fx.GraphModule, AccuracyReport]:
+    """:func:`improve_accuracy` on ``gm``, kept where validation agrees (see
+    :func:`improve_validated`)."""
     from compiler.validate import validate_module
 
-    samples = source.example_inputs if example_inputs is None else example_inputs
     refused = None
     for max_regimes in (4, 1):
         improved = improve_accuracy(gm, samples, max_regimes=max_regimes)
@@ -212,6 +233,45 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
             break  # no branch to give up
     report.refused = refused
     return gm, report
+
+
+def less_accurate_than_source(source: FxSource, gm: fx.GraphModule, samples) -> str | None:
+    """Why ``gm`` is a worse program than ``source``'s for accuracy on the ``samples``
+    (more non-finite results where the truth is finite, or more mean bits of error,
+    :func:`~compiler.herbie.measure.program_error`, both against the reals: float64
+    cancels too, in ``sqrt(x + 1) - sqrt(x)`` past 1e16), or None where it is not, or
+    where the program is too large to run over the reals
+    (:data:`compiler.validate.EXACT_LIMIT`) or draws.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> x = torch.tensor([1e308, 2.0, -3.0], dtype=torch.float64)
+    >>> source = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: (x / 4) * 2), (x,)).fx
+    >>> less_accurate_than_source(source, torch.fx.symbolic_trace(lambda x: x * 0.5), (x,))
+    >>> less_accurate_than_source(source, torch.fx.symbolic_trace(lambda x: (x * 2) / 4), (x,))
+    'less accurate than the original on the samples (0 -> 1 non-finite results)'
+    """
+    from compiler.validate import program_numel
+    from compiler.validate.reference import EXACT_LIMIT, exact_reference
+    from compiler.validate.runs import flat_outputs
+
+    graph, samples = source.graph_module, tuple(samples)
+    if source.random or isinstance(source.module, ExportedModule) or (
+            program_numel(graph, samples) > EXACT_LIMIT):
+        return None  # (an exported graph takes its parameters as inputs too)
+    with torch.no_grad():
+        truth = exact_reference(graph)(samples)
+        if truth is None:
+            return None
+        before = program_error(flat_outputs(graph(*samples)), truth)
+        after = program_error(flat_outputs(gm(*samples)), truth)
+    if after[1] > before[1]:
+        return (f"less accurate than the original on the samples ({before[1]} -> "
+                f"{after[1]} non-finite results)")
+    if after[0] > before[0] + MIN_GAIN_BITS / 2:
+        return (f"less accurate than the original on the samples ({before[0]:.2f} -> "
+                f"{after[0]:.2f} mean bits of error)")
+    return None
 
 
 def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_regimes: int,

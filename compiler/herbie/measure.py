@@ -83,6 +83,28 @@ def error_in_bits(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) ->
         nan=float(mantissa))
 
 
+def program_error(outputs: list, reference: list) -> tuple[float, int]:
+    """A whole program's error on its sample inputs: the mean bits of error of every
+    floating output element whose reference is a finite number of the output's dtype
+    (:func:`error_in_bits`), and how many of those the program makes non-finite.
+
+    >>> exact = [torch.tensor([1.0, 2.0], dtype=torch.float64)]
+    >>> program_error([torch.tensor([1.0, math.inf])], exact)
+    (12.0, 1)
+    """
+    bits, nonfinite = [], 0
+    for got, exact in zip(outputs, reference):
+        if not (isinstance(got, torch.Tensor) and got.is_floating_point()
+                and isinstance(exact, torch.Tensor)):
+            continue
+        exact = exact.double().reshape(got.shape)
+        judged = representable(exact, got.dtype)
+        bits.append(error_in_bits(got[judged], exact[judged], got.dtype))
+        nonfinite += int((~torch.isfinite(got[judged])).sum())
+    every = torch.cat(bits) if bits else torch.zeros(0)
+    return (float(every.mean()) if every.numel() else 0.0), nonfinite
+
+
 def at_points(value, exact: torch.Tensor) -> torch.Tensor:
     """A program's value (a tensor, or a number where it is constant) at each point of
     ``exact``, in float64.

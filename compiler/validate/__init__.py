@@ -90,13 +90,16 @@ from compiler.validate.judging import (
     working_tolerance,
 )
 from compiler.validate.reference import (
+    EXACT_LIMIT,
     FLOAT64_LIMIT,
     REFERENCES,
+    exact_reference,
     float64_copy,
     float64_reference,
     reference_mode,
     reference_spread,
     rounding_samples,
+    works_in_float64,
 )
 from compiler.validate.runs import (
     SIDE_BY_SIDE_NUMEL,
@@ -109,6 +112,7 @@ from compiler.validate.runs import (
 from compiler.validate.state import State, caller_state_kept, effects_differ
 from compiler.validate.verdict import SOURCE_REFERENCES, Validation, ValidationError, Verdict
 from frontends.fx.effects import leaves_memory_unwritten
+from frontends.fx.exported import ExportedModule
 from frontends.fx.kept import generators_kept
 from frontends.fx.source import FxSource
 
@@ -190,12 +194,20 @@ class _Validator:
         invented = all(x is not y for x, y in zip(inputs, src.example_inputs)
                        if isinstance(y, torch.Tensor))
         self.normwise_slack = NORMWISE_SLACK["invented" if invented else "given"]
+        # (a graph that works in float64 is judged against the reals: float64 cannot
+        # judge itself)
+        self.exact = (not self.random and not self.working and state is None
+                      and not isinstance(self.original, ExportedModule)
+                      and self.numel <= EXACT_LIMIT
+                      and works_in_float64(src.graph_module, inputs))
         self.reference = (None if self.random or self.working
+                          else exact_reference(src.graph_module) if self.exact
                           else float64_reference(self.original, state is not None))
         # where working mode needs a second opinion: the source in float64, made once
         self.float64_source = None
         self.verdict = Verdict("same-seed original" if self.random else
-                               "working-dtype original" if self.working else "float64", 0)
+                               "working-dtype original" if self.working else
+                               "the reals" if self.exact else "float64", 0)
 
     def run(self, sets: list[tuple[tuple, bool]]) -> Validation:
         """The verdict on ``sets`` (:func:`input_sets`): refused at the first output that
@@ -259,6 +271,11 @@ class _Validator:
             return self.verdict.refuse(f"outputs {joined[0][0]} and {joined[0][1]} share one "
                                        "storage where the original's are tensors of their own")
         reference = self.reference(run.xs) if self.reference is not None else run.before
+        if self.exact and not _like(reference, run.before):
+            # (an op the reals cannot take, an output of another kind: float64 judges)
+            self.exact, self.verdict.reference = False, "float64"
+            self.reference = float64_reference(self.original, self.state is not None)
+            reference = self.reference(run.xs)
         if reference is None:
             reference, self.verdict.reference = (run.before,
                                                  "original (it cannot run in float64)")
@@ -380,7 +397,8 @@ class _Validator:
             return errors
         # Before refusing: is the difference within what float64 resolves?
         if run.spread is None:
-            run.spread = reference_spread(self.src.graph_module, run.xs, run.reference)
+            run.spread = ([None] * len(run.reference) if self.exact  # (it resolves all)
+                          else reference_spread(self.src.graph_module, run.xs, run.reference))
         unresolved = run.spread[index]
         if unresolved is not None:
             errors = (*relative_errors(b, r, unresolved, failed),
@@ -397,6 +415,13 @@ class _Validator:
                 _sample_errors(sample[index] if index < len(sample) else None,
                                b, r, unresolved, failed)))
         return e_before, n_before, e_after, n_after
+
+
+def _like(reference: list | None, outputs: list) -> bool:
+    """Whether ``reference`` gives a float64 tensor of each output's shape."""
+    return reference is not None and len(reference) == len(outputs) and all(
+        isinstance(o, torch.Tensor) and o.dtype == torch.float64 and r.shape == o.shape
+        for r, o in zip(reference, outputs))
 
 
 def _sample_errors(run: Any, source: torch.Tensor, ref: torch.Tensor,

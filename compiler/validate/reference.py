@@ -25,9 +25,9 @@ from frontends.fx.effects import is_in_place, updates_inputs
 from frontends.fx.exported import ExportedModule, deep_copy
 from frontends.fx.kept import attributes_kept, state_kept
 
-__all__ = ["FLOAT64_LIMIT", "REFERENCES", "Float64Interpreter", "float64_copy",
-           "float64_reference", "reference_mode", "reference_spread", "rounding_samples",
-           "to_float64"]
+__all__ = ["EXACT_LIMIT", "FLOAT64_LIMIT", "REFERENCES", "Float64Interpreter", "exact_reference",
+           "float64_copy", "float64_reference", "reference_mode", "reference_spread",
+           "rounding_samples", "to_float64", "works_in_float64"]
 
 
 def to_float64(x: Any) -> Any:
@@ -293,6 +293,58 @@ def float64_reference(original: nn.Module, effects: bool = False):
                 return flat_outputs(wide(*xs))
         except Exception:  # noqa: BLE001 - a program that cannot run in float64
             return None
+
+    return run
+
+
+EXACT_LIMIT = 1 << 12
+"""Up to this many elements of inputs, a graph that works in float64 is judged against its
+value over the reals (:func:`exact_reference`), not against itself: an mpmath evaluation
+costs tens of microseconds an element and op, a few hundred milliseconds for an FPCore
+benchmark's sample."""
+
+
+def works_in_float64(graph: fx.GraphModule, inputs: tuple) -> bool:
+    """Whether ``graph`` computes in float64: every tensor it is given or holds is float64
+    (no integer or lower-precision input, whose promotion would hide the working dtype).
+
+    >>> g = torch.fx.symbolic_trace(lambda x: x * 2)
+    >>> wide = torch.ones(2, dtype=torch.float64)
+    >>> works_in_float64(g, (wide,)), works_in_float64(g, (torch.ones(2),))
+    (True, False)
+    """
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    tensors += list(graph.parameters()) + list(graph.buffers())
+    return bool(tensors) and all(t.dtype == torch.float64 for t in tensors)
+
+
+def exact_reference(graph: fx.GraphModule):
+    """A function from inputs to the flat outputs of ``graph`` over the reals
+    (:class:`frontends.fx.exact.ExactInterpreter`), each rounded to the nearest float64:
+    the reference for a program that works in float64, whose error float64 cannot show
+    (Herbie judges binary64 formulas the same way). None where the graph cannot be run so
+    or an output is not a float64 tensor.
+
+    >>> g = torch.fx.symbolic_trace(lambda x: (x + 1) - x)
+    >>> x = torch.tensor([1e300], dtype=torch.float64)
+    >>> g(x).item(), exact_reference(g)((x,))[0].item()
+    (0.0, 1.0)
+    """
+    import numpy as np
+    from mpmath import mpf
+
+    from frontends.fx.exact import ExactInterpreter, rounded
+
+    def run(xs: tuple) -> list | None:
+        try:
+            with torch.no_grad(), state_kept():
+                out = flat_outputs(ExactInterpreter(graph).run(*xs))
+        except Exception:  # noqa: BLE001 - an op the interpreter cannot take: float64 then
+            return None
+        if not all(isinstance(v, mpf) or (isinstance(v, np.ndarray) and v.dtype == object)
+                   for v in out):
+            return None
+        return [rounded(v) for v in out]
 
     return run
 

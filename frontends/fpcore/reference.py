@@ -4,7 +4,10 @@ The expression is evaluated over the reals with mpmath at a working precision we
 target's, then at twice that, and so on, until two evaluations round to the same float of
 the target precision and the working precision exceeds the bits that cancelled in the
 evaluation's sums and differences by the target's (as Herbie's Rival raises its precision
-until the rounding of the result is decided). Literals are exact (``0.1`` is one tenth),
+until the rounding of the result is decided): the bits that cancel, and those of a smaller
+operand that a sum absorbs (``1 - eps`` for ``eps`` of 1e-163 is 1 at 192 bits, and
+``log((1 - eps) / (1 + eps))`` then 0, decided at every precision until the sum keeps
+``eps``). Literals are exact (``0.1`` is one tenth),
 functions leave the reals as NaN (``sqrt`` of a negative, ``x / 0``), and the result is
 the nearest float of the precision (infinite beyond its largest).
 
@@ -54,7 +57,7 @@ def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None
             return -args[0]
         result = OPERATORS[expr.op].real(*args)
         if lost is not None and expr.op in ("+", "-"):
-            lost[0] += _cancelled(result, args)
+            lost[0] += _lost(result, args)
         return result
     if isinstance(expr, If):
         return evaluate(expr.then if evaluate(expr.cond, env, lost) else expr.orelse, env,
@@ -71,14 +74,26 @@ def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None
     raise TypeError(f"not an FPCore expression: {expr!r}")
 
 
-def _cancelled(result, args) -> float:
-    """Bits of the larger operand that cancelled in a sum or difference."""
-    largest = max(abs(a) for a in args)
+def _lost(result, args) -> float:
+    """Bits a sum or difference loses at the working precision: those of the larger
+    operand that cancel, or the exponent gap to the smaller operand, whose bits the sum
+    keeps only past it.
+
+    >>> with mp.workprec(192):
+    ...     _lost(mp.mpf(1) - mp.mpf("1e-163"), [mp.mpf(1), mp.mpf("1e-163")]) > 500
+    True
+    """
+    sizes = [abs(a) for a in args]
+    largest = max(sizes)
     if not mp.isfinite(largest) or largest == 0 or mp.isnan(result):
         return 0.0
     if result == 0:
         return float(mp.mp.prec)
-    return float(max(0, mp.mag(largest) - mp.mag(result)))  # binary exponents: no log
+    smallest = min(sizes)
+    absorbed = mp.mag(largest) - mp.mag(smallest) if smallest != 0 else 0
+    # (binary exponents; a gap past MAX_BITS is no more decided than MAX_BITS itself, and
+    # a double exponential's is too large for a float)
+    return float(min(2 * MAX_BITS, max(0, mp.mag(largest) - mp.mag(result), absorbed)))
 
 
 def round_to(value, precision: str) -> float:
