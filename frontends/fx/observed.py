@@ -42,24 +42,31 @@ def triangle_of(value: torch.Tensor) -> str | None:
     """Which causal mask a real tensor holds in every matrix of its last two dims:
     ``"tril"``, 1 (or True) on and below the diagonal and 0 (False) above (nanoGPT's ``bias``
     buffer, the entries sdpa's ``is_causal`` keeps), ``"triu"``, 1 only above it (the
-    entries it drops); None for any other values, and for fake or meta tensors.
+    entries it drops); None for any other values, and for fake or meta tensors or symbolic
+    sizes.
 
     >>> ones = torch.ones(1, 1, 4, 4)
     >>> triangle_of(ones.tril()), triangle_of(ones.bool().triu(1)), triangle_of(ones)
     ('tril', 'triu', None)
     """
-    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
+    # (a symbolic size compared here would guard it to its example's value)
+    if not all(type(s) is int for s in value.shape):
+        return None
     if (value.dim() < 2 or min(value.shape[-2:]) < 2 or value.is_complex()
             or isinstance(value, FakeTensor) or value.device.type == "meta"
             or torch._C._functorch.is_functorch_wrapped_tensor(value)):
         return None
-    first = value[(0,) * (value.dim() - 2)]
-    name = {(1, 0): "tril", (0, 1): "triu"}.get((int(first[0, 0] != 0), int(first[0, 1] != 0)))
-    if name is None or int(first[1, 0] != 0) != (name == "tril"):
-        return None  # (the corner of a weight or an activation: no pass over it)
-    expected = _triangle(name, *value.shape[-2:], value.dtype, value.device)
-    return name if torch.equal(value, expected.expand(value.shape)) else None
+    # (a real value inside torch.compile's fake mode is read as the real tensor it is)
+    with torch.no_grad(), unset_fake_temporarily():
+        first = value[(0,) * (value.dim() - 2)]
+        name = {(1, 0): "tril", (0, 1): "triu"}.get(
+            (int(first[0, 0] != 0), int(first[0, 1] != 0)))
+        if name is None or int(first[1, 0] != 0) != (name == "tril"):
+            return None  # (the corner of a weight or an activation: no pass over it)
+        expected = _triangle(name, *value.shape[-2:], value.dtype, value.device)
+        return name if torch.equal(value, expected.expand(value.shape)) else None
 
 
 @functools.lru_cache(maxsize=8)
