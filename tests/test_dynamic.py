@@ -180,7 +180,8 @@ def test_a_size_met_again_gets_the_rewrites_of_a_static_compile(monkeypatch):
     for length in (5, 7, 7, 6, 6, 4, 4, 7):
         _check_train_step(model, reference, compiled, _input("block", 2, length))
     static, general, *specialised = backend.reports
-    assert "sdpa-masked" in static.extraction.used and "sdpa-masked" in general.extraction.used
+    assert "sdpa-causal-checked" in static.extraction.used
+    assert "sdpa-causal-checked" in general.extraction.used
     assert [r.name.split("=")[-1] for r in specialised] == ["7", "6"]  # (4: past the limit)
     for report in specialised:
         assert report.extraction.used == static.extraction.used
