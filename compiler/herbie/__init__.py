@@ -241,7 +241,7 @@ def less_accurate_than_source(source: FxSource, gm: fx.GraphModule, samples) -> 
     :func:`~compiler.herbie.measure.program_error`, both against the reals: float64
     cancels too, in ``sqrt(x + 1) - sqrt(x)`` past 1e16), or None where it is not, or
     where the program is too large to run over the reals
-    (:data:`compiler.validate.EXACT_LIMIT`) or draws.
+    (:data:`compiler.validate.reference.EXACT_LIMIT`) or draws.
 
     >>> import torch
     >>> from egraph import EGraph
