@@ -1,106 +1,134 @@
 """Measured memory: the peak bytes a program allocates while it runs.
 
 On CUDA the caching allocator's own figure (``torch.cuda.max_memory_allocated`` above what
-was allocated before the run). On the CPU, where torch keeps no such statistic, every
-tensor storage an operation creates is counted from its creation until the last tensor
-that uses it is freed (a dispatch mode sees each op; views share their base's storage).
-Inputs and parameters, allocated before the run, are not counted: the same convention as
-the :class:`~extractors.costs.PeakMemory` estimate, which this figure checks.
+was allocated before the run). On the CPU, where torch keeps no such statistic, the
+allocator itself is watched: with the profiler's memory events on, torch's CPU allocator
+reports every block it hands out and takes back, whoever asks for it (an op's output, the
+temporaries inside an op, a buffer Inductor's generated code allocates with
+``empty_strided_cpu``, a workspace oneDNN takes through torch's allocator). The events in
+the order they happened give the bytes live after each; the peak is their maximum.
+Blocks allocated before the run (inputs, parameters) are not counted, nor are their frees:
+the same convention as the :class:`~extractors.costs.PeakMemory` estimate, which this
+figure checks. Memory a library takes from the system's ``malloc`` behind torch's back (a
+BLAS's own packing buffers) is not seen. Below: exp(x) and the product, 256 KiB each, and
+the number 2, which becomes a float64 tensor and then a float32 copy of it (12 bytes).
 
 >>> import torch
->>> x = torch.randn(256, 256)                   # 256 KiB
->>> peak_bytes(lambda x: (x.exp() * 2).sum(), x)  # exp(x) and the product, 256 KiB each
-524288
+>>> x = torch.randn(256, 256)
+>>> peak_bytes(lambda x: (x.exp() * 2).sum(), x)
+524300
+
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile
 
-from frontends.fx.effects import sees_rng_replays
-
-__all__ = ["peak_bytes", "saved_bytes"]
+__all__ = ["peak_bytes", "saved_bytes", "training_peak_bytes"]
 
 
-@sees_rng_replays
-class _LiveStorages(TorchDispatchMode):
-    """Counts the bytes of the storages the ops create, while a tensor holds them."""
+def peak_bytes(fn: Callable[..., Any], *args: Any) -> int:
+    """The peak bytes allocated while ``fn(*args)`` runs without autograd, beyond what
+    was allocated before (its outputs included, as they are live at the end). Every
+    allocation counts: outputs, temporaries inside ops, a compiled program's buffers, the
+    small tensors a Python number becomes. A compiled function compiles on its first
+    call: measure a later one.
 
-    def __init__(self) -> None:
-        super().__init__()
-        # storage address -> weak refs of the tensors using it (a list: weak refs to live
-        # tensors compare by the tensors' ==), and how many of them are alive
-        self.holders: dict[int, list[weakref.ref]] = {}
-        self.alive: dict[int, int] = {}
-        self.sizes: dict[int, int] = {}
-        self.known: set[int] = set()  # storages that existed before the run
-        self.live = 0
-        self.peak = 0
+    >>> x = torch.randn(1024)                          # 4 KiB
+    >>> def chain(x):
+    ...     a = x.exp()
+    ...     b = a.tanh()
+    ...     del a                                      # freed before c is made
+    ...     return b.sigmoid()
+    >>> peak_bytes(chain, x)                           # two 4 KiB tensors at most
+    8192
+    """
+    with torch.no_grad():
+        return allocated_peak(lambda: fn(*args), args)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        before = set()
-        fx.node.map_aggregate((args, kwargs or {}), lambda a: before.add(_address(a))
-                              if isinstance(a, torch.Tensor) else None)
-        out = func(*args, **(kwargs or {}))
-        found: list[torch.Tensor] = []
-        fx.node.map_aggregate(out, lambda a: found.append(a)
-                              if isinstance(a, torch.Tensor) else None)
-        for t in found:
-            key = _address(t)
-            if key in self.holders:
-                self.holders[key].append(weakref.ref(t, self._dropper(key)))
-                self.alive[key] += 1
-            elif key not in before and key not in self.known and key:
-                size = t.untyped_storage().nbytes()
-                self.holders[key] = [weakref.ref(t, self._dropper(key))]
-                self.alive[key] = 1
-                self.sizes[key] = size
-                self.live += size
-                self.peak = max(self.peak, self.live)
-        # pre-existing storages (inputs, parameters); a freed intermediate's address may be
-        # reused by a new storage, which then counts
-        self.known.update(before - self.holders.keys())
-        return out
 
-    def _dropper(self, key: int) -> Callable[[weakref.ref], None]:
-        def drop(ref: weakref.ref) -> None:
-            if key not in self.alive:
-                return
-            self.alive[key] -= 1
-            if not self.alive[key]:
-                del self.holders[key], self.alive[key]
-                self.live -= self.sizes.pop(key)
-        return drop
+def training_peak_bytes(loss: Callable[..., torch.Tensor], *args: Any) -> int:
+    """The peak bytes allocated by one training step: ``loss(*args)`` with autograd on,
+    then its backward, beyond what was allocated before. Parameters and inputs are not
+    counted; the activations kept for the backward, the backward's temporaries and the
+    gradients are (a gradient is allocated whether it lands in an empty ``.grad`` or is
+    added into one already there).
+
+    >>> w = torch.nn.Parameter(torch.randn(64, 64))    # 16 KiB
+    >>> x = torch.randn(64, 64)
+    >>> training_peak_bytes(lambda x: (x @ w).tanh().sum(), x)
+    32776
+
+    tanh keeps its output (16 KiB) for the backward, which computes the gradient through
+    tanh (16 KiB) before it frees it, then w's gradient from that; the loss and the
+    gradient it starts from are 4 bytes each.
+    """
+    def step() -> None:
+        loss(*args).backward()
+
+    with torch.enable_grad():
+        return allocated_peak(step, args)
+
+
+def allocated_peak(run: Callable[[], Any], args: tuple = ()) -> int:
+    """The peak bytes allocated while ``run()`` runs, beyond what was allocated before,
+    on the device of the first CUDA tensor among ``args`` (the CPU where there is none):
+    what :func:`peak_bytes` and :func:`training_peak_bytes` measure.
+
+    >>> allocated_peak(lambda: torch.empty(1000, dtype=torch.float64))
+    8000
+    """
+    cuda = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
+    if cuda:
+        torch.cuda.synchronize(cuda[0])
+        torch.cuda.reset_peak_memory_stats(cuda[0])
+        base = torch.cuda.memory_allocated(cuda[0])
+        out = run()
+        torch.cuda.synchronize(cuda[0])
+        peak = torch.cuda.max_memory_allocated(cuda[0]) - base
+        del out
+        return peak
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = run()
+        del out  # (inside: the allocator forgets the block's size once it is freed)
+    return _running_peak(prof.profiler.kineto_results.experimental_event_tree())
+
+
+def _running_peak(events: list) -> int:
+    """The most bytes live at once among the CPU allocations in the profiler's ``events``
+    (a tree), in the order they happened; a free of a block allocated before counts
+    nothing."""
+    blocks = sorted((e for e in _walk(events) if e.tag.name == "Allocation"
+                     and e.extra_fields.device.type == "cpu"),
+                    key=lambda e: e.start_time_ns)
+    sizes: dict[int, int] = {}
+    live = peak = 0
+    for event in blocks:
+        block = event.extra_fields
+        if block.alloc_size > 0:
+            live += block.alloc_size - sizes.get(block.ptr, 0)
+            sizes[block.ptr] = block.alloc_size
+            peak = max(peak, live)
+        else:
+            live -= sizes.pop(block.ptr, 0)
+    return peak
 
 
 def _address(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def peak_bytes(fn: Callable[..., Any], *args: Any) -> int:
-    """The peak bytes allocated while ``fn(*args)`` runs without autograd, beyond what
-    was allocated before (its outputs included, as they are live at the end)."""
-    cuda = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
-    with torch.no_grad():
-        if cuda:
-            torch.cuda.synchronize(cuda[0])
-            torch.cuda.reset_peak_memory_stats(cuda[0])
-            base = torch.cuda.memory_allocated(cuda[0])
-            out = fn(*args)
-            torch.cuda.synchronize(cuda[0])
-            peak = torch.cuda.max_memory_allocated(cuda[0]) - base
-            del out
-            return peak
-        with _LiveStorages() as mode:
-            out = fn(*args)
-        del out
-        return mode.peak
+def _walk(events: list) -> Iterator:
+    """Every event of the profiler's tree, each before its children."""
+    stack = list(reversed(events))
+    while stack:
+        event = stack.pop()
+        yield event
+        stack.extend(reversed(event.children))
 
 
 def saved_bytes(fn: Callable[..., Any], *args: Any) -> int:
