@@ -20,6 +20,8 @@ extraction minimise the sum of those.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from egraph.extract.program import node_costs, program_roots
@@ -27,6 +29,7 @@ from egraph.extract.tree import best_nodes, build_term, canonical_nodes
 
 if TYPE_CHECKING:
     from egraph.egraph import EGraph
+    from egraph.extract.graph import Graph
     from egraph.term import Term
 
 METHODS = ("greedy", "dag", "ilp")
@@ -44,48 +47,108 @@ def choose(egraph: EGraph, cost, method: str, roots: list[int] | None = None,
     :func:`~egraph.extract.program.program_roots`). Ties go to the e-nodes of ``prefer``
     (class -> e-nodes, such as the source program's): every other e-node costs
     :data:`TIE` more, relatively, so a rewrite that does not pay is not made."""
-    # The solver needs numpy and highspy: imported when used, so the engine imports neither.
-    from egraph.extract.graph import Graph
     from egraph.extract.serialized import extract_graph
 
-    egraph.rebuild()
-    find = egraph.find
-    cnodes = egraph.class_nodes
-    if roots is None:
-        roots = program_roots(egraph)
-    if not roots:
-        raise ValueError("no root to extract: pass root=<class id> or add a term with root=True")
-    node_cost = node_costs(egraph, cost)
-    preferred = None if prefer is None else canonical_nodes(egraph, prefer)
-    index: dict[int, int] = {}
-    stack = [find(r) for r in roots]
-    while stack:
-        c = stack.pop()
-        if c not in index:
-            index[c] = len(index)
-            stack.extend(find(k) for node in cnodes[c] for k in node[1:])
-    reached = list(index)
-    classes = []
-    for c in reached:
-        nodes = []
-        for node in cnodes[c]:
-            value = node_cost(c, node)
-            if not isinstance(value, (int, float)) or value < 0 or value != value:
-                raise ValueError(
-                    f"{method} extraction needs a finite, non-negative number per e-node; "
-                    f"{cost!r} gave {value!r} (lexicographic costs: use method='greedy', or a "
-                    "weighted sum)")
-            if preferred is not None and (node[0], *map(find, node[1:])) not in preferred:
-                value = value * (1 + TIE)
-            nodes.append((value, tuple([index[find(k)] for k in node[1:]])))
-        classes.append(nodes)
-    graph = Graph.of(classes, [index[find(r)] for r in roots], tuple(map(str, reached)))
-    pick, optimal = extract_graph(graph, method, time_limit)
-    choice = {}
-    for c in reversed(graph.order(pick)):  # each class before its children
-        cls = reached[c]
-        choice[cls] = cnodes[cls][pick[c] - graph.class_nodes[c][0]]
-    return choice, graph.dag_cost(pick), optimal
+    program = ProgramGraph.of(egraph, cost, method, roots, prefer)
+    pick, optimal = extract_graph(program.graph, method, time_limit)
+    return program.choice(pick), program.graph.dag_cost(pick), optimal
+
+
+@dataclass(frozen=True)
+class ProgramGraph:
+    """The classes of a live e-graph reachable from its program's roots, as the
+    :class:`~egraph.extract.graph.Graph` the serialized extractors work on: ``classes[i]``
+    is graph class ``i``'s canonical class id, ``nodes[n]`` graph node ``n``'s e-node.
+
+    >>> from egraph import EGraph, AstSize
+    >>> eg = EGraph()
+    >>> root = eg.add("(f (g x))", root=True)
+    >>> program = ProgramGraph.of(eg, AstSize())
+    >>> program.classes, program.nodes
+    ((2, 1, 0), (('f', 1), ('g', 0), ('x',)))
+    """
+
+    graph: Graph
+    classes: tuple[int, ...]
+    nodes: tuple[tuple, ...]
+
+    @classmethod
+    def of(cls, egraph: EGraph, cost, method: str = "dag", roots: list[int] | None = None,
+           prefer: dict[int, list[tuple]] | None = None) -> ProgramGraph:
+        """The program graph of ``roots`` (default:
+        :func:`~egraph.extract.program.program_roots`), each e-node with its own cost
+        under ``cost`` (``prefer``: as :func:`choose`); ``method`` names the extraction in
+        errors."""
+        # The solver needs numpy and highspy: imported when used, so the engine imports
+        # neither.
+        from egraph.extract.graph import Graph
+
+        egraph.rebuild()
+        find = egraph.find
+        cnodes = egraph.class_nodes
+        if roots is None:
+            roots = program_roots(egraph)
+        if not roots:
+            raise ValueError(
+                "no root to extract: pass root=<class id> or add a term with root=True")
+        node_cost = node_costs(egraph, cost)
+        preferred = None if prefer is None else canonical_nodes(egraph, prefer)
+        index: dict[int, int] = {}
+        stack = [find(r) for r in roots]
+        while stack:
+            c = stack.pop()
+            if c not in index:
+                index[c] = len(index)
+                stack.extend(find(k) for node in cnodes[c] for k in node[1:])
+        reached = list(index)
+        classes = []
+        kept: list[tuple] = []
+        for c in reached:
+            nodes = []
+            for node in cnodes[c]:
+                value = node_cost(c, node)
+                if not isinstance(value, (int, float)) or value < 0 or value != value:
+                    raise ValueError(
+                        f"{method} extraction needs a finite, non-negative number per e-node; "
+                        f"{cost!r} gave {value!r} (lexicographic costs: use method='greedy', "
+                        "or a weighted sum)")
+                if preferred is not None and (node[0], *map(find, node[1:])) not in preferred:
+                    value = value * (1 + TIE)
+                nodes.append((value, tuple([index[find(k)] for k in node[1:]])))
+                kept.append(node)
+            classes.append(nodes)
+        graph = Graph.of(classes, [index[find(r)] for r in roots], tuple(map(str, reached)))
+        return cls(graph, tuple(reached), tuple(kept))
+
+    def restricted(self, keep: Callable[[int], bool],
+                   costs: Sequence[float] | None = None) -> ProgramGraph:
+        """The same classes with only the graph nodes ``keep`` accepts (a class left with
+        none makes every program through it impossible), each costing ``costs[n]``
+        instead where given (another objective over the same e-nodes).
+
+        >>> from egraph import EGraph, AstSize
+        >>> eg = EGraph()
+        >>> root = eg.add("(f (g x))", root=True)
+        >>> program = ProgramGraph.of(eg, AstSize())
+        >>> program.restricted(lambda n: program.nodes[n][0] != "g").graph.class_nodes
+        ((0,), (), (1,))
+        """
+        from egraph.extract.graph import Graph
+
+        graph = self.graph
+        values = graph.cost if costs is None else costs
+        classes, nodes = [], []
+        for members in graph.class_nodes:
+            kept = [n for n in members if keep(n)]
+            classes.append([(values[n], graph.children[n]) for n in kept])
+            nodes.extend(self.nodes[n] for n in kept)
+        return ProgramGraph(Graph.of(classes, graph.roots, graph.class_ids), self.classes,
+                            tuple(nodes))
+
+    def choice(self, pick: list[int]) -> dict[int, tuple]:
+        """The choice (class -> e-node, each class before its children) ``pick`` makes."""
+        return {self.classes[c]: self.nodes[pick[c]]
+                for c in reversed(self.graph.order(pick))}
 
 
 def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy",
@@ -94,6 +157,7 @@ def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy
 
     ``method="greedy"``: tree cost, bottom-up (:func:`~egraph.extract.tree.best_nodes`).
     ``"dag"`` and ``"ilp"`` count a shared subterm once (:func:`choose`; ILP on HiGHS).
+
 
     >>> from egraph import EGraph, AstSize
     >>> eg = EGraph()
@@ -128,3 +192,4 @@ def extract(egraph: EGraph, cost, root: int | None = None, method: str = "greedy
             "time": round(time.perf_counter() - start, 6),
         }
     return term, value
+
