@@ -45,13 +45,14 @@ from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs, runs_
 from compiler.validate import Validation, ValidationError, validate_module
 from egraph.egraph import EGraph
 from egraph.extract import best_nodes, cheaper, choose, program_roots, source_program
+from egraph.extract.budget import BudgetedProgram, check_budget, within_budget
 from egraph.extract.local_search import improve
 from egraph.extract.pareto import ParetoPoint
 from egraph.extract.pareto import pareto as pareto_frontier
 from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
-from extractors.costs import Roofline
+from extractors.costs import PeakMemory, Roofline
 from frontends.fx.exported import ExportedModule, is_input_guards
 from frontends.fx.ingest import from_fx as ingest
 from frontends.fx.source import FxSource
@@ -95,7 +96,10 @@ class FxEGraph(EGraph):
     def pareto(self, cost_a, cost_b, root: int | None = None, limit: int = 8,
                validate: str = "strict") -> list[ParetoPoint]:
         """The non-dominated programs under two costs, each a GraphModule (validated
-        unless ``validate="off"``, the result in ``gm.meta["egraph_validation"]``)."""
+        unless ``validate="off"``, the result in ``gm.meta["egraph_validation"]``); a
+        whole-program second cost such as :class:`~extractors.costs.PeakMemory` is
+        measured on each whole program (``pareto(Roofline("cpu"), PeakMemory())``: time
+        against peak memory)."""
         source = source_program(self)
 
         def build(choice: dict[int, tuple], root: int) -> fx.GraphModule:
@@ -105,7 +109,8 @@ class FxEGraph(EGraph):
                 gm.meta["egraph_validation"] = validate_module(self.fx, gm)
             return gm
 
-        return pareto_frontier(self, cost_a, cost_b, root=root, limit=limit, build=build)
+        return pareto_frontier(self, cost_a, cost_b, root=root, limit=limit, build=build,
+                               starts=[source])
 
 
 def from_fx(source, example_inputs=None, domains: dict[str, str] | None = None,
@@ -150,6 +155,7 @@ class ExtractionReport:
     built_for: dict[str, dict[int, int]] = field(default_factory=dict)
     general: bool = False  # other sizes than built_for's run the source's form
     accuracy_refused: str | None = None
+    memory: BudgetedProgram | None = None  # under a memory budget: the peak and its bounds
 
     def __str__(self) -> str:
         lines = [
@@ -161,6 +167,8 @@ class ExtractionReport:
                               ("rewrites applied", self.rewrites)):
             lines.append(f"{label}: " + (", ".join(
                 f"{name} x{n}" for name, n in sorted(counts.items())) or "none"))
+        if self.memory is not None:
+            lines.append(str(self.memory))
         if self.validation is not None:
             lines.append(str(self.validation))
         if self.kernels:
@@ -223,7 +231,8 @@ def _solver_installed() -> bool:
 
 def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
-                   reference: str = "auto", other_sizes: str = "source") -> fx.GraphModule:
+                   reference: str = "auto", other_sizes: str = "source",
+                   memory_budget: float | None = None, memory=None) -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
     extraction policy of :meth:`FxEGraph.extract`.
 
@@ -242,8 +251,16 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     others: run the ``"source"``'s program, captured with its sizes symbolic (where it
     can be), or ``"refuse"`` them with a clear error (the compile backend's choice:
     dynamo's guards already hand each graph only the sizes it was compiled for).
+    ``memory_budget`` (bytes): the cheapest program whose peak under ``memory`` (default
+    :class:`~extractors.costs.PeakMemory`) fits, by the DAG heuristic and ILP bound of
+    :func:`egraph.extract.budget.within_budget` (``report.memory``: the peak, the bounds,
+    the search's time); a budget no program meets raises
+    :class:`~egraph.extract.budget.MemoryBudgetError`.
     """
     _check_choices(validate, other_sizes, method)
+    if memory_budget is not None:
+        check_budget(memory_budget)
+        memory = PeakMemory() if memory is None else memory
     if target is None:
         target = _device_target(egraph.fx.example_inputs)
     if target not in TARGETS:
@@ -253,6 +270,13 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     roots = program_roots(egraph)
     chosen = choose_program(egraph, cost, method, roots, time_limit)
     picked, method, optimal, cost_before, cost_after = chosen
+    budgeted = None
+    if memory_budget is not None:
+        budgeted = within_budget(egraph, cost, memory, memory_budget,
+                                 [picked, source_program(egraph, cost)],
+                                 prefer=egraph.initial, time_limit=min(time_limit, 1.0))
+        picked, cost_after = budgeted.choice, budgeted.cost
+        method, optimal = "budget", budgeted.optimal
     times = {"extract": time.perf_counter() - t0}
     t1 = time.perf_counter()
     judge = None
@@ -268,6 +292,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         used=_rewrites_used(egraph, picked, roots),
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
+        memory=budgeted,
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
@@ -281,7 +306,8 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     keep_meta_when_saved(gm)
     if egraph.report is not None:
         egraph.report.extraction = {"method": method, "cost": cost_after,
-                                    "optimal": optimal, "time": round(times["extract"], 6)}
+                                    "optimal": optimal, "time": round(times["extract"], 6),
+                                    "memory": budgeted}
     return gm
 
 

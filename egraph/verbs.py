@@ -276,10 +276,20 @@ class Verbs:
         ``torch.fx.GraphModule`` with the source's signature, validated against the source
         (``validate="strict" | "raise" | "off"``), its report in
         ``gm.meta["egraph_report"]``.
+
+        ``memory_budget=bytes``: the cheapest program whose peak memory fits the budget
+        (a DAG heuristic checked by an ILP bound, :mod:`egraph.extract.budget`); the peak
+        is measured by ``memory=`` (a model with ``program_cost`` and ``node_cost``),
+        ``extractors.PeakMemory`` by default on an e-graph built from FX.
         """
         from egraph.extract import extract
 
         with gc_paused():
+            budget, memory = options.pop("memory_budget", None), options.pop("memory", None)
+            if budget is not None:
+                from egraph.extract.budget import extract_within
+
+                return extract_within(self, cost, root, budget, memory, **options)
             return extract(self, cost, root=root, **options)
 
     def pareto(self, cost_a, cost_b, root: int | None = None, **options) -> list:

@@ -112,19 +112,32 @@ def _choice(root: int, point: Point) -> dict[int, tuple]:
 
 
 def pareto(egraph: EGraph, cost_a, cost_b, root: int | None = None, limit: int = 8,
-           build: Callable[[dict[int, tuple], int], Any] | None = None) -> list[ParetoPoint]:
+           build: Callable[[dict[int, tuple], int], Any] | None = None,
+           starts: list[dict[int, tuple]] | None = None) -> list[ParetoPoint]:
     """The non-dominated programs of ``root`` (default: the first root) under two costs.
 
     Each program is ``build(choice, root)``; by default the term the choice spells
     (an e-graph built from PyTorch builds validated GraphModules instead).
+
+    A second cost of the whole program (``cost_b.local`` False, such as peak memory,
+    with ``program_cost`` and ``node_cost``) is not a tree sum: the points are then the
+    programs of every root that :func:`egraph.extract.budget.frontier` finds, each with
+    its DAG cost under ``cost_a`` and ``cost_b.program_cost`` (``starts``: programs to
+    measure too, such as the source).
     """
     root = egraph.find(root if root is not None else egraph.roots[0])
-    front = frontiers(egraph, cost_a, cost_b, limit)
-    if root not in front:
-        raise ValueError(f"class {root} has no finite program")
     if build is None:
         def build(choice, root):
             return build_term(egraph, {c: (None, n) for c, n in choice.items()}, root)
+    if not getattr(cost_b, "local", True):
+        from egraph.extract.budget import frontier
+
+        programs = frontier(egraph, cost_a, cost_b, starts, limit=limit)
+        return [ParetoPoint(build(p.choice, root), (p.cost, p.peak), p.choice)
+                for p in programs]
+    front = frontiers(egraph, cost_a, cost_b, limit)
+    if root not in front:
+        raise ValueError(f"class {root} has no finite program")
     out = []
     for point in front[root]:
         choice = _choice(root, point)
