@@ -43,6 +43,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.fx import cuda_device
 from compiler.options import BackendOptions
+from compiler.partition import BudgetedPartition
 from compiler.pipeline import (
     GraphReport,
     compile_one,
@@ -255,7 +256,8 @@ def default_inductor_options(example_inputs: Sequence[Any]) -> dict:
 
 def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str | None = None,
                  reference: str = "auto", memory: bool = False,
-                 inductor_options: dict | None = None, **limits) -> Callable:
+                 inductor_options: dict | None = None, memory_budget: float | None = None,
+                 memory_budget_bytes: int | None = None, **limits) -> Callable:
     """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
     for none), cost model (default: :func:`default_cost` for the inputs' device), validation
     (``validate`` as in ``extract``; ``reference``: the source in ``"float64"``, in its
@@ -264,6 +266,11 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     inputs' device; ``inductor_options``: Inductor config patches for ``codegen="inductor"``, over
     :func:`default_inductor_options`); ``memory=True`` measures each graph's peak memory;
     ``limits`` bound saturation (``iter_limit``, ``node_limit``, ``time_limit``).
+    ``memory_budget`` (a fraction in (0, 1] of what torch's min-cut partitioner saves) or
+    ``memory_budget_bytes`` bounds what a training graph saves for its backward: the
+    backward recomputes the rest, chosen by :class:`compiler.partition.BudgetedPartition`
+    (with ``codegen="inductor"`` too, as Inductor's partitioner); each graph's report says
+    what was saved and recomputed (``report.saved``).
 
     Repeated compiles of the same graph (a recompile, a second model with the same
     architecture) hit a cache instead of saturating again. ``backend.cache`` maps each
@@ -279,7 +286,7 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     options = BackendOptions.of({
         "rules": rules, "cost": cost, "validate": validate, "codegen": codegen,
         "reference": reference, "memory": memory, "inductor_options": inductor_options,
-        **limits})
+        "memory_budget": memory_budget, "memory_budget_bytes": memory_budget_bytes, **limits})
     if options.rules is None:
         from egraph.rules import load_rules
 
@@ -301,12 +308,24 @@ class _Backend:
         self.reports: list[GraphReport] = []
         # the real inputs of the call dynamo compiles for, while it does
         self.calls: list[tuple] = []
+        # what a training graph saves for its backward, under the budget (None: the
+        # partitioners' own choice: aot_autograd's min-cut, Inductor's)
+        budget = options.budget
+        self.partitions = None if budget is None else (
+            BudgetedPartition(budget), BudgetedPartition(budget, fused=True))
+        self.decided = [0, 0]  # (each partition's decisions given to a report so far)
+        inductor_options = options.inductor_options
+        if budget is not None:
+            inductor_options = {**(inductor_options or {}),
+                                "custom_partitioner_fn": self.partitions[1]}
         # (Inductor runs aot_autograd itself)
         self.through_inductor = self._compiler(
-            "graph", _inductor_code(options.inductor_options), inductor=True)
+            "graph", _inductor_code(inductor_options), inductor=True)
         self.direct = self._compiler("graph", _autograd_code)
         self.aot = aot_autograd(fw_compiler=self._compiler("forward", _boxed_code),
-                                bw_compiler=self._compiler("backward", _boxed_code))
+                                bw_compiler=self._compiler("backward", _boxed_code),
+                                **({} if budget is None else
+                                   {"partition_fn": self.partitions[0]}))
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         # (compiling runs the graph: recording values, validation; a compiled
@@ -330,7 +349,9 @@ class _Backend:
             with torch._C._DisableAutocast():
                 compiled = self.through_inductor(gm, example_inputs)
             return _Compiled(_autocast_off(compiled), compiled.module)
-        if differentiable_as_emitted(gm, example_inputs):
+        # (a budget is kept by a partition of the joint graph: aot_autograd's)
+        if differentiable_as_emitted(gm, example_inputs) and not (
+                self.partitions and _trains(example_inputs)):
             compiled = self.direct(gm, example_inputs)
             if compiled is not None:
                 return compiled
@@ -384,6 +405,7 @@ class _Backend:
         compiled = finish(module, gm, example_inputs)
         if compiled is None:
             return None
+        self._give_decision(module.meta["egraph_graph"])
         if kind == "graph" and not inductor and any(map(has_symbolic_sizes, example_inputs)):
             compiled = BySize(compiled, size_symbols(example_inputs),
                               lambda args, at: self._kept(specialised(
@@ -391,6 +413,14 @@ class _Backend:
         self.reports.extend(module.meta["egraph_graph"].regions)
         self.reports.append(module.meta["egraph_graph"])
         return compiled
+
+    def _give_decision(self, report: GraphReport) -> None:
+        """The report of a graph whose joint graph was just partitioned under the budget
+        (a forward, or a graph Inductor compiled) gets the partition's decision."""
+        for i, partition in enumerate(self.partitions or ()):
+            if len(partition.decisions) > self.decided[i]:
+                self.decided[i] = len(partition.decisions)
+                report.saved = partition.decisions[-1]
 
     def _kept(self, compiled: Callable | None) -> Callable | None:
         """A program compiled after dynamo's compile (for a size), reported as the others."""
@@ -438,9 +468,22 @@ def _inductor_code(options: Mapping[str, Any] | None) -> Callable:
         from torch._inductor.compile_fx import compile_fx
 
         patches = {**default_inductor_options(example_inputs), **(options or {})}
-        return _Compiled(compile_fx(module, list(example_inputs), config_patches=patches),
-                         module)
+        partition = patches.get("custom_partitioner_fn")
+        with partition.keeping(_parameter_inputs(module, example_inputs)) if isinstance(
+                partition, BudgetedPartition) else nullcontext():
+            return _Compiled(compile_fx(module, list(example_inputs), config_patches=patches),
+                             module)
     return finish
+
+
+def _parameter_inputs(module: torch.nn.Module, example_inputs: Sequence[Any]) -> list[int]:
+    """The places of the parameters among the inputs aot_autograd gives the joint graph of
+    ``module`` called on ``example_inputs``: its own parameters and buffers (lifted first),
+    then the inputs that are parameters of the model dynamo traced."""
+    lifted = len([*module.named_parameters(remove_duplicate=False),
+                  *module.named_buffers(remove_duplicate=False)])
+    return [*range(lifted), *(lifted + i for i, x in enumerate(example_inputs) if isinstance(
+        x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None))]
 
 
 def _boxed_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
@@ -515,6 +558,12 @@ def _updates_shared_storage(graph: torch.fx.Graph) -> bool:
     make the update out of place under one name only, so the graph is made functional
     first (aot_autograd's functionalisation, or :func:`functional_graph` for Inductor)."""
     return updates_an_alias(graph) or updates_inputs(graph)
+
+
+def _trains(example_inputs: Sequence[Any]) -> bool:
+    """Whether a graph is compiled for training: grad is on and an input needs it."""
+    return torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def _autocast_off(run: Callable) -> Callable:

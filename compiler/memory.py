@@ -22,7 +22,7 @@ the number 2, which becomes a float64 tensor and then a float32 copy of it (12 b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -131,10 +131,14 @@ def _walk(events: list) -> Iterator:
         stack.extend(reversed(event.children))
 
 
-def saved_bytes(fn: Callable[..., Any], *args: Any) -> int:
+def saved_bytes(fn: Callable[..., Any], *args: Any,
+                parameters: Iterable[torch.Tensor] = ()) -> int:
     """The bytes of activations autograd keeps for the backward pass of ``fn(*args)``: the
     storages of the tensors saved for backward (each once, views and repeats counted with
-    their storage), not counting the inputs' and parameters' own, which exist anyway.
+    their storage), not counting the inputs' and parameters' own (nor a view's of them),
+    which exist anyway: pass the model's ``parameters`` too, so that a view of one that a
+    compiled graph saves (a transposed weight, which aot_autograd hands back detached) is
+    not counted either.
     Saved-tensor hooks see what every graph saves, compiled ones (aot_autograd's forward,
     Inductor's) included, so the figure compares a training step across backends. The
     forward runs with grad enabled; its output is dropped (nothing is backpropagated).
@@ -144,7 +148,7 @@ def saved_bytes(fn: Callable[..., Any], *args: Any) -> int:
     >>> saved_bytes(lambda x: (x @ w).tanh().sum(), x)  # tanh keeps its output
     2048
     """
-    given = {_address(a) for a in args if isinstance(a, torch.Tensor)}
+    given = {_address(a) for a in (*args, *parameters) if isinstance(a, torch.Tensor)}
     kept: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:

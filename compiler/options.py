@@ -4,10 +4,12 @@ handed whole to each graph's compile.
 
 >>> BackendOptions(codegen="inductor", iter_limit=4).limits
 {'iter_limit': 4, 'node_limit': 50000, 'time_limit': 10.0}
->>> BackendOptions.of({"memory_budget": 0.5})  # doctest: +ELLIPSIS
+>>> BackendOptions.of({"memory_budget": 0.5}).budget
+MemoryBudget(fraction=0.5, bytes=None)
+>>> BackendOptions.of({"memory_limit": 0.5})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-TypeError: unknown egraph backend option 'memory_budget'; the options are: rules, cost, ...
+TypeError: unknown egraph backend option 'memory_limit'; the options are: rules, cost, ...
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.partition import MemoryBudget
 from compiler.validate import REFERENCES
 
 CODEGENS = ("eager", "inductor")
@@ -39,8 +42,10 @@ class BackendOptions:
     ``reference`` (:data:`compiler.validate.REFERENCES`), the ``codegen``
     (:data:`CODEGENS`; None: the default for the inputs' device) with Inductor's config
     patches
-    ``inductor_options``, ``memory`` (measure each graph's peak memory) and the
-    saturation limits.
+    ``inductor_options``, ``memory`` (measure each graph's peak memory), the saturation
+    limits, and a training graph's memory budget (:attr:`budget`): ``memory_budget``, a
+    fraction in (0, 1] of what torch's min-cut partitioner saves for the backward, or
+    ``memory_budget_bytes``.
 
     >>> BackendOptions(validate="sometimes")
     Traceback (most recent call last):
@@ -58,6 +63,8 @@ class BackendOptions:
     iter_limit: int = 10
     node_limit: int = 50_000
     time_limit: float = 10.0
+    memory_budget: float | None = None
+    memory_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("validate", VALIDATIONS), ("reference", REFERENCES),
@@ -74,6 +81,7 @@ class BackendOptions:
                                                                  Mapping):
             raise TypeError(f"inductor_options={self.inductor_options!r}: a mapping of "
                             "Inductor config names to values")
+        self.budget  # noqa: B018  (checks the budget)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> BackendOptions:
@@ -88,6 +96,15 @@ class BackendOptions:
             raise TypeError(f"unknown egraph backend option {unknown[0]!r}; the options "
                             f"are: {', '.join(names)}")
         return cls(**options)
+
+    @property
+    def budget(self) -> MemoryBudget | None:
+        """What a training graph may save for its backward (None: no budget: as emitted,
+        or as aot_autograd's min-cut partitioner chooses); see
+        :class:`compiler.partition.BudgetedPartition`."""
+        if self.memory_budget is None and self.memory_budget_bytes is None:
+            return None
+        return MemoryBudget(self.memory_budget, self.memory_budget_bytes)
 
     @property
     def limits(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from compiler.options import BackendOptions
+from compiler.partition import SavedForBackward
 from compiler.regions import optimise_regions
 from compiler.signature import SYMBOLIC
 from compiler.validate import stand_ins
@@ -50,7 +51,9 @@ class GraphReport:
     ``times``: seconds per phase (``gradients``: the check of a graph run as emitted under
     autograd), ``memory``: measured peak bytes of the ``source`` and the
     ``optimised`` module on the example inputs (with ``memory=True``), ``regions``: the
-    reports of the region bodies optimised on their own (:func:`compiler.regions.optimise_regions`).
+    reports of the region bodies optimised on their own (:func:`compiler.regions.optimise_regions`),
+    ``saved``: what a training graph saves for its backward and what it recomputes, where
+    a memory budget chose it (:class:`compiler.partition.SavedForBackward`).
     """
 
     name: str
@@ -59,6 +62,7 @@ class GraphReport:
     times: dict[str, float] = field(default_factory=dict)
     memory: dict[str, int] | None = None
     regions: list[GraphReport] = field(default_factory=list)
+    saved: SavedForBackward | None = None
 
     @property
     def fell_back(self) -> bool:
@@ -91,6 +95,8 @@ class GraphReport:
             parts.append(f"fell back to the source: {self.fallback_reason}")
         if self.regions:
             parts.append(f"{len(self.regions)} region bodies optimised on their own")
+        if self.saved is not None:
+            parts.append(f"for the backward: {self.saved}")
         return "; ".join(parts)
 
 

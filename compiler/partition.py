@@ -1,0 +1,430 @@
+"""What a training graph saves for its backward pass, and what the backward recomputes,
+chosen under a memory budget.
+
+aot_autograd traces a graph's forward and backward into one joint graph and then splits
+it: every value the backward reads from the forward is either *saved* (an output of the
+forward graph, alive until the backward runs) or *recomputed* (copied into the backward
+graph, from saved values and the inputs). :class:`BudgetedPartition` makes that choice as
+an extraction: a mixed-integer program (HiGHS) over the forward's values, one pair of 0/1
+choices for each (saved, recomputed), that minimises the estimated time of the
+recomputation while the saved bytes stay within the budget:
+
+- a value the backward reads is saved or recomputed;
+- a recomputed value's inputs are saved, recomputed, or inputs of the graph (parameters
+  and inputs exist anyway and cost nothing to keep);
+- random ops are never recomputed (their output is saved: a replay would draw anew),
+  nor ops that change a tensor in place; a value a user's ``torch.utils.checkpoint``
+  region marks for recomputation is not saved;
+- a view costs the bytes of the storage it keeps alive (a view of a parameter, nothing).
+
+The budget is bytes, or a fraction of what torch's own min-cut partitioner (Inductor's
+default) saves for the same joint graph, as ``torch._functorch.config.
+activation_memory_budget`` means it. The equivalent forms the e-graph chose for the
+forward (a fused attention that saves a row statistic, not a probability matrix) are
+what the partition starts from.
+
+>>> import torch
+>>> from torch._dynamo.backends.common import aot_autograd
+>>> from torch._functorch.aot_autograd import make_boxed_func
+>>> choice = BudgetedPartition(MemoryBudget(fraction=0.5))
+>>> backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), partition_fn=choice)
+>>> linear = torch.nn.Linear(64, 64, bias=False)
+>>> f = torch.compile(lambda x: linear(x).tanh().sin().sum(), backend=backend)
+>>> x = torch.randn(32, 64)
+>>> f(x).backward()
+>>> decision = choice.decisions[-1]  # x (8 KiB) must stay; min-cut keeps tanh's 8 KiB too
+>>> decision.least_bytes, decision.min_cut_bytes, decision.budget_bytes
+(8192, 16384, 12288)
+>>> decision.saved_bytes, "mm" in decision.recomputed  # tanh does not fit: recomputed
+(8192, True)
+>>> w = linear.weight.detach().requires_grad_()
+>>> expected = torch.func.grad(lambda w: (x @ w.t()).tanh().sin().sum())(w)
+>>> torch.allclose(linear.weight.grad, expected, atol=1e-5)
+True
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+__all__ = ["BudgetedPartition", "MemoryBudget", "SavedForBackward", "UnmetMemoryBudget"]
+
+SOLVE_SECONDS = 2.0
+"""The time the mixed-integer program may take; past it, its best answer so far is used
+(and the report gives its distance from the bound)."""
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """The activations a training graph may save for its backward: a ``fraction`` in
+    (0, 1] of what torch's min-cut partitioner saves, or ``bytes``.
+
+    >>> MemoryBudget(fraction=0.5), MemoryBudget(bytes=1 << 20).bytes
+    (MemoryBudget(fraction=0.5, bytes=None), 1048576)
+    >>> MemoryBudget(fraction=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: memory_budget=1.5: a fraction in (0, 1] of what torch's min-cut partitioner saves
+    """
+
+    fraction: float | None = None
+    bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.fraction is None) == (self.bytes is None):
+            raise ValueError("a memory budget is a fraction (memory_budget) or a number of "
+                             "bytes (memory_budget_bytes), one of them")
+        if self.fraction is not None and (
+                isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float))
+                or not 0 < self.fraction <= 1):
+            raise ValueError(f"memory_budget={self.fraction!r}: a fraction in (0, 1] of "
+                             "what torch's min-cut partitioner saves")
+        if self.bytes is not None and (isinstance(self.bytes, bool)
+                                       or not isinstance(self.bytes, int) or self.bytes < 0):
+            raise ValueError(f"memory_budget_bytes={self.bytes!r}: a number of bytes, an "
+                             "integer >= 0")
+
+    def of(self, min_cut: int, least: int) -> int:
+        """The budget in bytes, for a graph whose min-cut partition saves ``min_cut`` bytes
+        and whose every partition saves at least ``least``: a fraction is of the part a
+        partition can choose, as torch's ``activation_memory_budget`` is (0 would save
+        the least, 1 as much as the min-cut partitioner).
+
+        >>> MemoryBudget(fraction=0.5).of(1000, 200), MemoryBudget(bytes=300).of(1000, 200)
+        (600, 300)
+        """
+        if self.bytes is not None:
+            return self.bytes
+        return least + int(self.fraction * max(min_cut - least, 0))
+
+
+class UnmetMemoryBudget(ValueError):
+    """No choice of what to save meets the budget: the error names the least that can be
+    saved."""
+
+
+@dataclass
+class SavedForBackward:
+    """One partition's choice: ``saved`` and ``recomputed`` values (name -> bytes), the
+    ``budget_bytes``, what torch's min-cut partitioner saves (``min_cut_bytes``), the least
+    any partition can save (``least_bytes``), the estimated seconds the recomputation adds
+    (``recompute_seconds``), the solver's time, and whether its answer is proven optimal
+    (else it is the best found in :data:`SOLVE_SECONDS`)."""
+
+    saved: dict[str, int]
+    recomputed: dict[str, int]
+    budget_bytes: int
+    min_cut_bytes: int
+    least_bytes: int
+    recompute_seconds: float
+    solve_seconds: float
+    optimal: bool
+
+    @property
+    def saved_bytes(self) -> int:
+        """The bytes of the saved values (views counted with the storage they keep)."""
+        return sum(self.saved.values())
+
+    def __str__(self) -> str:
+        mib = 1 / (1 << 20)
+        return (f"saved {len(self.saved)} values, {self.saved_bytes * mib:.2f} MiB (budget "
+                f"{self.budget_bytes * mib:.2f}, min-cut {self.min_cut_bytes * mib:.2f}, least "
+                f"{self.least_bytes * mib:.2f}); recomputed {len(self.recomputed)} values, "
+                f"{sum(self.recomputed.values()) * mib:.2f} MiB, about "
+                f"{self.recompute_seconds * 1e3:.3f} ms; solved in "
+                f"{self.solve_seconds * 1e3:.0f} ms"
+                + ("" if self.optimal else ", not proven optimal"))
+
+
+class BudgetedPartition(CustomPartitionerFn):
+    """A ``partition_fn`` for aot_autograd (and Inductor's ``custom_partitioner_fn``):
+    the joint graph split so that the forward saves at most ``budget``, recomputing in
+    the backward what it does not save, at the least estimated time (see the module's
+    docstring). ``fused``: the backward's code fuses a recomputed pointwise op into the
+    kernel that reads it (Inductor's), so it costs its arithmetic only. Each call's choice
+    is appended to ``decisions``."""
+
+    def __init__(self, budget: MemoryBudget, fused: bool = False):
+        self.budget = budget
+        self.fused = fused
+        self.decisions: list[SavedForBackward] = []
+        self.kept_inputs: tuple[int, ...] = ()
+
+    @contextmanager
+    def keeping(self, indices: Iterable[int]) -> Iterator[None]:
+        """Within the block, the joint graph's inputs at ``indices`` are parameters (free to
+        keep) besides those aot_autograd marks: where it cannot tell (a graph that did not
+        come from dynamo, as the emitted module handed to Inductor)."""
+        self.kept_inputs = tuple(indices)
+        try:
+            yield
+        finally:
+            self.kept_inputs = ()
+
+    def __call__(self, joint_module: fx.GraphModule, joint_inputs: Sequence[Any], *,
+                 num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
+                 **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        from torch._functorch import config as functorch_config
+        from torch._functorch import partitioners as p
+
+        joint_module.graph.eliminate_dead_code()
+        joint_module.recompile()
+        if functorch_config.cse:
+            joint_module.graph = p.fx_graph_cse(joint_module.graph)
+        if p.has_recomputable_ops(joint_module):
+            joint_module = p.cleanup_recompute_tags(joint_module, is_default_partition=False)
+        p.force_save_collectives(joint_module)
+        p.force_save_effectful_ops(joint_module)
+        p.force_save_bw_mutation_src(joint_module)
+        static = sorted({*(static_lifetime_input_indices or ()), *self.kept_inputs})
+        info = p.classify_nodes(joint_module, static, num_fwd_outputs)
+        if not info.required_bw_nodes:
+            return p.default_partition(
+                joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static,
+                static_lifetime_input_nodes=info.static_lifetime_input_nodes)
+        _, gradients, _, _ = p._extract_fwd_bwd_outputs(joint_module,
+                                                        num_fwd_outputs=num_fwd_outputs)
+        saved = self._choose(joint_module.graph, info, gradients)
+        sym = [n for n in saved if p.is_sym_node(n)]
+        fw, bw = p._extract_fwd_bwd_modules(
+            joint_module, [n for n in saved if not p.is_sym_node(n)], saved_sym_nodes=sym,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_nodes=info.static_lifetime_input_nodes)
+        bw = p.reordering_to_mimic_autograd_engine(bw)
+        return p.raise_getitems(fw), p.raise_getitems(bw)
+
+    def _choose(self, graph: fx.Graph, info, gradients: list) -> list[fx.Node]:
+        """The values the forward saves (see the module's docstring)."""
+        from torch._functorch import partitioners as p
+
+        for node in reversed(graph.nodes):  # (what the min-cut solver reads)
+            if node.op != "output" and not info.is_required_fw(node):
+                node.dist_from_bw = 0
+            else:
+                node.dist_from_bw = min((u.dist_from_bw + 1 for u in node.users),
+                                        default=int(1e9))
+        started = time.perf_counter()
+        problem = _Problem(graph, info, gradients, self.fused)
+        min_cut = problem.bytes_of(p.choose_saved_values_set(graph, info, memory_budget=1.0))
+        least = problem.least()
+        budget = self.budget.of(min_cut, least)
+        if least > budget:
+            raise UnmetMemoryBudget(
+                f"memory budget {budget} bytes: no partition of this graph saves so little "
+                f"for its backward; the least it can save is {least} bytes (inputs it "
+                f"reads, random ops' outputs, values no op recomputes): raise the budget to "
+                f"at least that, or give it as a fraction (memory_budget)")
+        chosen, optimal = problem.solve(budget)
+        decision = SavedForBackward(
+            saved={n.name: b for n, b in problem.sizes(chosen["saved"])},
+            recomputed={n.name: b for n, b in problem.sizes(chosen["recomputed"])},
+            budget_bytes=budget, min_cut_bytes=min_cut, least_bytes=least,
+            recompute_seconds=sum(problem.seconds[n] for n in chosen["recomputed"]),
+            solve_seconds=time.perf_counter() - started, optimal=optimal)
+        self.decisions.append(decision)
+        return chosen["saved"] + problem.free_inputs_read(chosen["recomputed"])
+
+    def uuid(self) -> Any:
+        """The key Inductor's caches file this partitioner's programs under."""
+        from torch._inductor.custom_graph_pass import get_hash_for_files
+
+        return (get_hash_for_files((__file__,)), self.budget, self.fused)
+
+
+class _Problem:
+    """The choice of what to save, as a mixed-integer program over a joint graph's
+    forward values (:class:`BudgetedPartition`): a pair of 0/1 columns for each value,
+    saved and recomputed. The values are the forward's ops and the inputs that are not
+    parameters (an activation from an earlier graph costs its bytes when saved, and
+    cannot be recomputed here); parameters cost nothing to keep."""
+
+    def __init__(self, graph: fx.Graph, info, gradients: list, fused: bool):
+        from torch._functorch import partitioners as p
+
+        self.backward = bw = info.required_bw_nodes
+        self.free = {n for n in graph.nodes if n.op == "placeholder" and (
+            n in info.static_lifetime_input_nodes or p._is_fwd_seed_offset(n))}
+        self.values = [n for n in graph.nodes if n not in bw and n not in self.free and (
+            n.op == "call_function" or n.op == "placeholder" and p._is_primal(n))]
+        self.index = {n: i for i, n in enumerate(self.values)}
+        # (the output node counts as backward's: it returns the gradients)
+        self.read = [n for n in self.values if n in gradients or any(
+            u in bw and u.op != "output" for u in n.users)]
+        self.seconds = {n: _seconds(n, fused) for n in self.values}
+        self.recomputable = {n: _recomputable(n) for n in self.values}
+        # (a value a checkpoint region marks is recomputed, unless it cannot be)
+        self.savable = {n: (isinstance(n.meta.get("val"), torch.Tensor) or p.is_sym_node(n))
+                        and not (p.must_recompute(n) and self.recomputable[n])
+                        for n in self.values}
+        self.size = np.array([float(self.nbytes(v)) for v in self.values])
+        self.rows, self.budget_row = self._rows()
+        self.upper = np.concatenate([[float(self.savable[v]) for v in self.values],
+                                     [float(self.recomputable[v]) for v in self.values]])
+
+    def _base(self, node: fx.Node) -> fx.Node | None:
+        """The value whose storage ``node`` uses (None: a parameter's, which is free)."""
+        while isinstance(node.args[0] if node.args else None, fx.Node) and (
+                getattr(node.target, "is_view", False) or node.target is operator.getitem
+                and getattr(node.args[0].target, "is_view", False)):  # (a split's part)
+            node = node.args[0]
+        return node if node in self.index else None
+
+    def nbytes(self, node: fx.Node) -> int:
+        """The bytes saving ``node`` keeps alive (a view: its base's storage)."""
+        base = self._base(node)
+        return 0 if base is None else _nbytes(base.meta.get("val"))
+
+    def bytes_of(self, nodes: Iterable[fx.Node]) -> int:
+        """The bytes saving ``nodes`` keeps alive (each storage once)."""
+        bases = {self._base(n) for n in nodes} - {None}
+        return sum(_nbytes(b.meta.get("val")) for b in bases)
+
+    def sizes(self, nodes: Iterable[fx.Node]) -> list[tuple[fx.Node, int]]:
+        return [(n, self.nbytes(n)) for n in nodes]
+
+    def free_inputs_read(self, recomputed: list[fx.Node]) -> list[fx.Node]:
+        """The parameters the backward reads, itself or to recompute: saved beside the
+        chosen values (they exist anyway)."""
+        readers = [*recomputed, *(n for n in self.backward if n.op != "output")]
+        return list({a: None for n in readers for a in n.all_input_nodes if a in self.free})
+
+    def _rows(self):
+        """The constraints, and the index of the budget's row (its bound set per solve):
+        a value the backward reads is saved or recomputed; a recomputed value's inputs
+        are saved or recomputed."""
+        from egraph.extract.highs import Rows
+
+        n = len(self.values)
+        rows = Rows()
+        for v in self.read:
+            rows.add([self.index[v], n + self.index[v]], [1.0, 1.0], 1.0, 2.0)
+        for v in self.values:
+            for a in v.all_input_nodes:
+                if a in self.index:
+                    rows.add([n + self.index[v], self.index[a], n + self.index[a]],
+                             [1.0, -1.0, -1.0], -math.inf, 0.0)
+        budget_row = len(rows.lower)
+        rows.add(list(range(n)), list(self.size), -math.inf, math.inf)
+        return rows, budget_row
+
+    def _run(self, cost: np.ndarray, budget: float, rel_gap: float):
+        from egraph.extract.highs import solve_mip
+
+        self.rows.upper[self.budget_row] = budget
+        return solve_mip(cost, np.zeros(len(cost)), self.upper, len(cost), self.rows, None,
+                         time.perf_counter() + SOLVE_SECONDS, rel_gap, False)
+
+    def least(self) -> int:
+        """The least bytes any partition saves."""
+        values, _ = self._run(np.concatenate([self.size, np.zeros(len(self.values))]),
+                              math.inf, 1e-6)
+        if values is None:  # (the solver's deadline)
+            return self.bytes_of(self.read)
+        return int(round(float(self.size @ np.array(values[:len(self.values)]))))
+
+    def solve(self, budget: int) -> tuple[dict[str, list[fx.Node]], bool]:
+        """``({"saved": [...], "recomputed": [...]}, optimal?)``: the least recomputation
+        time within ``budget`` bytes (of choices of equal time, the one saving least)."""
+        seconds = np.array([self.seconds[v] for v in self.values])
+        tie = 1e-6 * (seconds.max(initial=0.0) or 1.0) / max(self.size.sum(), 1.0)
+        values, optimal = self._run(np.concatenate([self.size * tie, seconds]),
+                                    budget + 0.5, 1e-4)
+        if values is None:
+            raise UnmetMemoryBudget(f"memory budget {budget} bytes: the solver found no "
+                                    f"partition within it in {SOLVE_SECONDS} s")
+        return self._needed(values), optimal
+
+    def _needed(self, values: Sequence[float]) -> dict[str, list[fx.Node]]:
+        """The solver's choice, cut to what the backward needs: the values it reads, and
+        for each one recomputed and not saved, the values its recomputation reads."""
+        saved: dict[fx.Node, None] = {}
+        recomputed: dict[fx.Node, None] = {}
+        stack = list(self.read)
+        while stack:
+            v = stack.pop()
+            if v in saved or v in recomputed:
+                continue
+            i = self.index[v]
+            if values[i] > 0.5:
+                saved[v] = None
+            else:
+                recomputed[v] = None
+                stack.extend(a for a in v.all_input_nodes if a in self.index)
+        return {"saved": sorted(saved, key=self.index.get),
+                "recomputed": sorted(recomputed, key=self.index.get)}
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes of a tensor value (its hint where its size is symbolic)."""
+    if not isinstance(value, torch.Tensor):
+        return 0
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return optimization_hint(value.numel(), fallback=4096) * value.dtype.itemsize
+
+
+def _recomputable(node: fx.Node) -> bool:
+    """Whether the backward may compute ``node`` again: not a random op (a replay would draw
+    anew), not an op that changes a tensor in place or has effects."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+            return False
+    elif isinstance(target, torch._ops.HigherOrderOperator):
+        return False
+    return node.op == "call_function"
+
+
+_MATRIX = {"mm": lambda a, b: 2 * a[0] * a[1] * b[1],
+           "addmm": lambda c, a, b: 2 * a[0] * a[1] * b[1],
+           "bmm": lambda a, b: 2 * a[0] * a[1] * a[2] * b[2],
+           "baddbmm": lambda c, a, b: 2 * a[0] * a[1] * a[2] * b[2]}
+
+
+def _seconds(node: fx.Node, fused: bool) -> float:
+    """The estimated time of computing ``node`` once more in the backward, on the
+    hardware profile of its device: a roofline of its FLOPs and the bytes it moves, with a
+    launch; a pointwise op in fused code costs its arithmetic only (it runs inside the
+    kernel that reads it). Views and sizes cost next to nothing."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    from extractors.hardware import HARDWARE
+
+    value = node.meta.get("val")
+    target = node.target
+    if not isinstance(value, torch.Tensor) or getattr(target, "is_view", False):
+        return 1e-9
+    hw = HARDWARE["cpu" if value.device.type == "cpu" else "H100"]
+    out = _nbytes(value)
+    elements = out / value.dtype.itemsize
+    name = getattr(getattr(target, "_overloadpacket", None), "__name__", str(target))
+    shapes = [[optimization_hint(s, fallback=4096) for s in a.meta["val"].shape]
+              for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    flops = elements
+    if name in _MATRIX and len(shapes) == len(_MATRIX[name].__code__.co_varnames):
+        flops = _MATRIX[name](*shapes)
+    elif name == "convolution":
+        weight = shapes[1]
+        flops = 2 * elements * math.prod(weight[1:])
+    elif "scaled_dot_product" in name:
+        q, k = shapes[0], shapes[1]
+        flops = 4 * math.prod(q) * k[-2]
+    compute = flops / hw.peak_flops("matmul" if flops > elements else "add", value.dtype)
+    compute = max(compute, hw.element_time(name, elements))
+    if fused and isinstance(target, torch._ops.OpOverload) and (
+            torch.Tag.pointwise in target.tags):
+        return compute + 1e-9
+    moved = out + sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes)
+    return max(compute, hw.moving(moved)) + hw.launch_overhead
