@@ -52,7 +52,8 @@ from egraph.extract.pareto import pareto as pareto_frontier
 from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
-from extractors.costs import PeakMemory, Roofline
+from extractors import PeakMemory
+from extractors.costs import Roofline
 from frontends.fx.exported import ExportedModule, is_input_guards
 from frontends.fx.ingest import from_fx as ingest
 from frontends.fx.source import FxSource
@@ -174,7 +175,8 @@ class ExtractionReport:
         if self.kernels:
             lines.append("fused kernels: " + ", ".join(self.kernels))
         if self.fell_back:
-            lines.append("validation failed: the original program was returned")
+            lines.append("validation failed: the original program was returned" + (
+                "" if self.memory is None else ", whose peak the memory budget does not hold"))
         if self.accuracy_refused:
             lines.append(f"the accuracy search's program was not kept: {self.accuracy_refused}")
         if self.built_for:
