@@ -273,7 +273,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     chosen = choose_program(egraph, cost, method, roots, time_limit)
     picked, method, optimal, cost_before, cost_after = chosen
     budgeted = None
-    if memory_budget is not None:
+    if memory_budget is not None and roots:
         budgeted = within_budget(egraph, cost, memory, memory_budget,
                                  [picked, source_program(egraph, cost)],
                                  prefer=egraph.initial, time_limit=min(time_limit, 1.0))

@@ -207,6 +207,15 @@ def test_a_corpus_model_refuses_budgets_out_of_range_and_unmet(bert):
         eg.extract(cost, memory_budget=1)
 
 
+def test_a_lexicographic_cost_under_a_budget_is_refused_with_the_fix(bert):
+    from extractors import Flops, Lexicographic
+    from extractors.curvature import Curvature
+
+    _, eg, _ = bert
+    with pytest.raises(ValueError, match="weigh its parts into one sum"):
+        eg.extract(Lexicographic(Curvature(), Flops()), memory_budget=2**20)
+
+
 def test_the_peak_frontier_of_a_corpus_model_is_non_dominated(bert):
     from extractors import PeakMemory
 

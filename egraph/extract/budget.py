@@ -163,6 +163,11 @@ class _Search:
     once; the footprints and the threshold searches that make them."""
 
     def __init__(self, egraph: EGraph, cost, memory, prefer=None, time_limit: float = 1.0):
+        if not getattr(cost, "additive", True):
+            raise ValueError(
+                f"a memory budget needs a cost that gives each e-node a number; {cost!r} "
+                "compares tuples in order: weigh its parts into one sum instead "
+                "(Curvature() + 1e-3 * Flops())")
         self.egraph, self.cost, self.memory = egraph, cost, memory
         self.time_limit = time_limit
         self.roots = program_roots(egraph)
