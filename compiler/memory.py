@@ -1,32 +1,27 @@
 """Measured memory: the peak bytes a program allocates while it runs.
 
-On CUDA the caching allocator's own figure (``torch.cuda.max_memory_allocated`` above what
-was allocated before the run). On the CPU, where torch keeps no such statistic, the
-allocator itself is watched: with the profiler's memory events on, torch's CPU allocator
-reports every block it hands out and takes back, whoever asks for it (an op's output, the
-temporaries inside an op, a buffer Inductor's generated code allocates with
-``empty_strided_cpu``, a workspace oneDNN takes through torch's allocator). The events in
-the order they happened give the bytes live after each; the peak is their maximum.
-Blocks allocated before the run (inputs, parameters) are not counted, nor are their frees:
-the same convention as the :class:`~extractors.costs.PeakMemory` estimate, which this
-figure checks. Memory a library takes from the system's ``malloc`` behind torch's back (a
-BLAS's own packing buffers) is not seen. Below: exp(x) and the product, 256 KiB each, and
-the number 2, which becomes a float64 tensor and then a float32 copy of it (12 bytes).
+Every allocation counts (:mod:`extractors.allocator`: on CUDA the caching allocator's
+figure; on the CPU each block torch's allocator hands out and takes back, an op's result,
+its temporaries, the buffers Inductor's code allocates outside the dispatcher). Blocks
+allocated before the run (inputs, parameters) are not counted: the convention of the
+:class:`~extractors.peak.PeakMemory` estimate, which this figure checks. Below: exp(x)
+and the product, 256 KiB each, and the number 2, which becomes a float64 tensor and then a
+float32 copy of it (12 bytes).
 
 >>> import torch
 >>> x = torch.randn(256, 256)
 >>> peak_bytes(lambda x: (x.exp() * 2).sum(), x)
 524300
-
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+
+from extractors.allocator import allocated_peak
 
 __all__ = ["peak_bytes", "saved_bytes", "training_peak_bytes"]
 
@@ -74,61 +69,8 @@ def training_peak_bytes(loss: Callable[..., torch.Tensor], *args: Any) -> int:
         return allocated_peak(step, args)
 
 
-def allocated_peak(run: Callable[[], Any], args: tuple = ()) -> int:
-    """The peak bytes allocated while ``run()`` runs, beyond what was allocated before,
-    on the device of the first CUDA tensor among ``args`` (the CPU where there is none):
-    what :func:`peak_bytes` and :func:`training_peak_bytes` measure.
-
-    >>> allocated_peak(lambda: torch.empty(1000, dtype=torch.float64))
-    8000
-    """
-    cuda = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
-    if cuda:
-        torch.cuda.synchronize(cuda[0])
-        torch.cuda.reset_peak_memory_stats(cuda[0])
-        base = torch.cuda.memory_allocated(cuda[0])
-        out = run()
-        torch.cuda.synchronize(cuda[0])
-        peak = torch.cuda.max_memory_allocated(cuda[0]) - base
-        del out
-        return peak
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = run()
-        del out  # (inside: the allocator forgets the block's size once it is freed)
-    return _running_peak(prof.profiler.kineto_results.experimental_event_tree())
-
-
-def _running_peak(events: list) -> int:
-    """The most bytes live at once among the CPU allocations in the profiler's ``events``
-    (a tree), in the order they happened; a free of a block allocated before counts
-    nothing."""
-    blocks = sorted((e for e in _walk(events) if e.tag.name == "Allocation"
-                     and e.extra_fields.device.type == "cpu"),
-                    key=lambda e: e.start_time_ns)
-    sizes: dict[int, int] = {}
-    live = peak = 0
-    for event in blocks:
-        block = event.extra_fields
-        if block.alloc_size > 0:
-            live += block.alloc_size - sizes.get(block.ptr, 0)
-            sizes[block.ptr] = block.alloc_size
-            peak = max(peak, live)
-        else:
-            live -= sizes.pop(block.ptr, 0)
-    return peak
-
-
 def _address(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
-
-
-def _walk(events: list) -> Iterator:
-    """Every event of the profiler's tree, each before its children."""
-    stack = list(reversed(events))
-    while stack:
-        event = stack.pop()
-        yield event
-        stack.extend(reversed(event.children))
 
 
 def saved_bytes(fn: Callable[..., Any], *args: Any,
