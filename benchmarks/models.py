@@ -51,7 +51,7 @@ call's seconds (torch.export or dynamo and aot_autograd included), Inductor's co
 compile seconds on the same model in the same run (default ``torch.compile`` after
 ``torch._dynamo.reset()``, caches disabled), and median run times in ms of eager, ours and
 Inductor (one intra-op thread unless ``--threads``). For the ``export`` entry, peak memory
-in KiB: the :class:`~extractors.costs.PeakMemory` estimate of the source program beside
+in KiB: the :class:`~extractors.peak.PeakMemory` estimate of the source program beside
 the measured peak bytes allocated by a run of the source and of ours
 (:func:`compiler.memory.peak_bytes`). Geometric means close each entry point. The table
 is printed and written to benchmarks/results/models.md (``--out``).

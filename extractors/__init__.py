@@ -27,11 +27,11 @@ from extractors.costs import (
     Flops,
     Lexicographic,
     Memory,
-    PeakMemory,
     Roofline,
 )
 from extractors.curvature import Curvature
 from extractors.hardware import HARDWARE, Hardware
+from extractors.peak import PeakMemory
 
 __all__ = [
     "HARDWARE",

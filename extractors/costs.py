@@ -12,6 +12,8 @@ sums (``Flops() + 1e-3 * Memory()``) and lexicographic order (``Lexicographic(a,
 * :class:`Roofline`: time on a hardware profile, each op a kernel:
   ``max(flops / peak, bytes / bandwidth) + launch overhead``.
 
+Peak memory, which is not a sum over e-nodes, is :class:`extractors.peak.PeakMemory`.
+
 >>> import torch
 >>> from egraph import EGraph
 >>> eg = EGraph.from_fx(torch.nn.Linear(64, 32), (torch.randn(8, 64),))
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egraph.cache import current_cache
-from egraph.extract.program import program_order, program_roots, source_program
+from egraph.extract.program import program_order, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
 from extractors.hardware import HARDWARE, Hardware
@@ -452,46 +454,3 @@ class Roofline(CostModel):
 
     def __repr__(self) -> str:
         return f"Roofline({self.hardware.name!r}{'' if self.fused else ', fused=False'})"
-
-
-class PeakMemory(CostModel):
-    """Peak bytes of live tensors when the program runs in order, each value freed after
-    its last use (inputs and parameters not counted). Not a sum over e-nodes: extraction
-    uses the bytes each op writes as its proxy, then improves the choice under the peak."""
-
-    local = False
-
-    def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        if len(node) == 1 or node[0] in _VIEWS or node[0] in ("input", "param", "const"):
-            return 0.0
-        return float(_bytes(_meta(egraph, cid))) + 1e-6
-
-    def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
-        if choice is None:
-            choice = source_program(egraph)
-        order, roots = program_order(egraph, choice), program_roots(egraph)
-        find = egraph.find
-        last_use: dict[int, int] = {}
-        for i, c in enumerate(order):
-            for k in choice[c][1:]:
-                last_use[find(k)] = i
-        for r in roots:
-            last_use[r] = len(order)
-        live = peak = 0.0
-        owner: dict[int, int] = {}  # a view keeps its base alive: count bytes once
-        for i, c in enumerate(order):
-            node = choice[c]
-            size = self.node_cost(egraph, c, node)
-            if node[0] in _VIEWS and len(node) > 1:
-                owner[c] = owner.get(find(node[1]), find(node[1]))
-            live += size
-            peak = max(peak, live)
-            for k in {find(k) for k in node[1:]}:
-                base = owner.get(k, k)
-                if last_use.get(k) == i and last_use.get(base, -1) <= i:
-                    live -= self.node_cost(egraph, base, choice[base])
-        return peak
-
-    def __repr__(self) -> str:
-        return "PeakMemory()"
-

@@ -253,7 +253,7 @@ def test_matmul_is_its_own_kernel_and_its_epilogue_fuses_after_it():
 
 
 def test_peak_memory_frees_values_after_their_last_use():
-    from extractors.costs import PeakMemory
+    from extractors.peak import PeakMemory
 
     x = torch.randn(256, 256)
     eg = _eg(lambda x: ((torch.exp(x) * 2) + 1).sum(), x)

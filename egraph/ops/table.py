@@ -110,6 +110,13 @@ class OpDef:
     for the soundness proofs of rules (:mod:`compiler.soundness`) and the accuracy search
     (:mod:`compiler.herbie`); None where it has none (reductions, views, comparisons).
     :func:`sympy_form` builds it."""
+    workspace: Callable[[list, Any], int] | str | None = None
+    """The bytes one call allocates and frees inside itself beyond its result, on the CPU
+    (:class:`~extractors.peak.PeakMemory` counts them at the call): a rule ``(parameter
+    values, result) -> bytes`` over the operands as meta tensors (sizes, strides, dtypes;
+    attributes as their values), or ``"measured"``: the call run once at those sizes and
+    layouts on this CPU (convolutions and attention, whose kernels choose an algorithm by
+    size). None: nothing beyond its result."""
     why: dict[str, str] = field(default_factory=dict)
     """Why a fact an op of its kind usually has is missing (``{"triton": "..."}``)."""
 
@@ -293,6 +300,49 @@ def _norm_padding_idx(values: list, metas: list) -> list:
 
 def _reduce_call(x, dim, keepdim):
     return (x,), {"dim": dim, "keepdim": keepdim}
+
+
+# -- workspaces: what a call allocates and frees inside itself on the CPU -------------------
+# (measured with torch's allocator, compiler.memory.peak_bytes, against the result's bytes)
+
+
+def _row_statistics(values: list, result: Any) -> int:
+    """layer_norm: a float32 mean and inverse deviation per normalised row."""
+    x, shape = values[0], values[1]
+    return 2 * 4 * (x.numel() // max(math.prod(shape), 1))
+
+
+def _channel_statistics(values: list, result: Any) -> int:
+    """batch_norm in inference: a float32 scale and shift per channel."""
+    x = values[0]
+    return 2 * 4 * (x.shape[1] if x.dim() > 1 else 1)
+
+
+def _window_indices(values: list, result: Any) -> int:
+    """max_pool2d: the int64 index of each window's maximum, computed and dropped."""
+    return 8 * result.numel()
+
+
+def _contiguous_copy(values: list, result: Any) -> int:
+    """softmax, log_softmax: a contiguous copy of a strided operand first."""
+    x = values[0]
+    return 0 if x.is_contiguous() else x.numel() * x.element_size()
+
+
+def _batch_copies(values: list, result: Any) -> int:
+    """matmul of batches of matrices: torch.matmul views both operands as one batch of
+    matrices, copying each whose batch dims do not merge into one (the heads of a
+    transposed ``(batch, heads, rows, cols)`` layout, a broadcast operand)."""
+    x, y = values[0], values[1]
+    if x.dim() < 3 or y.dim() < 3:
+        return 0
+    batch = tuple(result.shape[:-2])
+    copied = 0
+    for t in (x, y):
+        matrix = tuple(t.shape[-2:])
+        if not t.expand(*batch, *matrix).reshape(-1, *matrix)._is_view():
+            copied += math.prod(batch) * math.prod(matrix) * t.element_size()
+    return copied
 
 
 # -- FLOP rules of library kernels ----------------------------------------------------------
@@ -726,25 +776,29 @@ op("softmax", "x dim", "reduction", finite=True, attributes="dim", impl="torch.s
    spell="torch.softmax:torch_softmax torch.nn.functional.softmax"
    " Tensor.softmax:torch_softmax"
    " aten._softmax.default:aten_softmax_half aten.softmax.int:aten_softmax",
-   modules=(Module("torch.nn.Softmax", ("input", "dim"), _explicit_dim),))
+   modules=(Module("torch.nn.Softmax", ("input", "dim"), _explicit_dim),),
+   workspace=_contiguous_copy)
 op("log_softmax", "x dim", "reduction", attributes="dim", impl="torch.log_softmax",
    call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=NONPOS, interval=iv.log_softmax, triton="@log_softmax",
    spell="torch.log_softmax:torch_softmax torch.nn.functional.log_softmax"
    " Tensor.log_softmax:torch_softmax"
    " aten._log_softmax.default:aten_softmax_half aten.log_softmax.int:aten_softmax",
-   modules=(Module("torch.nn.LogSoftmax", ("input", "dim"), _explicit_dim),))
+   modules=(Module("torch.nn.LogSoftmax", ("input", "dim"), _explicit_dim),),
+   workspace=_contiguous_copy)
 op("layer_norm", "x shape weight bias eps", "reduction", attributes="shape eps",
    impl="torch.nn.functional.layer_norm", flops=8, error="mixing", stable=True,
    interval=iv.normalised(bias=True), triton="@layer_norm",
    spell="torch.nn.functional.layer_norm torch.layer_norm aten.layer_norm.default",
    modules=(Module("torch.nn.LayerNorm", ("input", "normalized_shape", "weight", "bias",
-                                          "eps")),))
+                                          "eps")),),
+   workspace=_row_statistics)
 op("rms_norm", "x shape weight eps", "reduction", attributes="shape eps",
    impl="torch.nn.functional.rms_norm", flops=5, error="mixing", stable=True,
    interval=iv.normalised(bias=False), triton="@rms_norm",
    spell="torch.nn.functional.rms_norm",
-   modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),))
+   modules=(Module("torch.nn.RMSNorm", ("input", "normalized_shape", "weight", "eps")),),
+   workspace="measured")
 op("max_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim", impl="torch.max",
    normalize=_norm_dim(1), flops=1, exact=True, error="exact",
    spell="torch.max:max Tensor.max:max aten.max.dim:max aten.max.default:max",
@@ -768,7 +822,8 @@ op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops, contigu
    error="multilinear", interval=iv.contraction,
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
    " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
-   why={"triton": _NO_KERNEL})
+   why={"triton": _NO_KERNEL},
+   workspace=_batch_copies)
 # einsum stays the source's one call beside the ops it is made of (the rules einsum-product
 # and einsum-sum add them to its class, egraph.ops.einsum_plan plans them): extraction takes
 # whichever the cost model prices lower (on the CPU the ops: einsum's own planning costs two
@@ -776,7 +831,8 @@ op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops, contigu
 op("einsum", "equation *operands", "library", attributes="equation", impl="torch.einsum",
    flops=_einsum_flops, error="multilinear", interval=iv.einsum_contraction,
    spell="torch.einsum torch.functional.einsum aten.einsum.default",
-   why={"triton": _NO_KERNEL})
+   why={"triton": _NO_KERNEL},
+   workspace="measured")
 op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", contiguous=True,
    flops=_linear_flops, error="multilinear", interval=iv.contraction,
    spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
@@ -788,7 +844,8 @@ op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
    contiguous=True, flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
    spell="ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
    " ops.transformers.grouped_mm_fallback.default:grouped_mm_fallback",
-   why={"triton": _NO_KERNEL})
+   why={"triton": _NO_KERNEL},
+   workspace="measured")
 op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
    impl="torch.nn.functional.batch_norm",
    call=lambda x, m, v, w, b, eps: ((x, m, v, w, b), {"training": False, "eps": eps}),
@@ -799,7 +856,8 @@ op("batch_norm", "x mean var weight bias eps", "library", attributes="eps",
             Module("torch.nn.BatchNorm2d", ("input", "running_mean", "running_var",
                                             "weight", "bias", "eps"), _inference_statistics)),
    why={"triton": _NO_KERNEL,
-        "interval": "depends on the running statistics' values (not tracked)"})
+        "interval": "depends on the running statistics' values (not tracked)"},
+   workspace=_channel_statistics)
 # padding_idx changes only the gradient (that row gets none), but the emitted module may be
 # trained, so it is kept: None, or the non-negative row index.
 op("embedding", "indices weight padding_idx", "library", finite=True, attributes="padding_idx",
@@ -812,7 +870,7 @@ op("embedding", "indices weight padding_idx", "library", finite=True, attributes
                    _plain_embedding),),
    why={"triton": _NO_KERNEL})
 for _name in ("conv1d", "conv2d"):
-    op(_name, "x weight bias stride padding dilation groups", "library",
+    op(_name, "x weight bias stride padding dilation groups", "library", workspace="measured",
        attributes="stride padding dilation groups", impl=f"torch.nn.functional.{_name}",
        flops=_conv_flops, error="multilinear", interval=iv.convolution,
        spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv aten.{_name}.default:conv",
@@ -832,7 +890,8 @@ op("max_pool2d", "x kernel stride padding dilation ceil_mode", "library", finite
    modules=(Module("torch.nn.MaxPool2d", ("input", "kernel_size", "stride", "padding",
                                           "dilation", "ceil_mode"),
                    lambda m: not m.return_indices),),
-   why={"triton": _NO_KERNEL})
+   why={"triton": _NO_KERNEL},
+   workspace=_window_indices)
 op("avg_pool2d", "x kernel stride padding ceil_mode count_include_pad divisor", "library",
    attributes="kernel stride padding ceil_mode count_include_pad divisor",
    impl="torch.nn.functional.avg_pool2d", normalize=_norm_pool(3), flops=_pool_flops,
@@ -853,7 +912,8 @@ op("sdpa", "q k v mask causal scale gqa", "library", attributes="causal scale gq
    flops=_sdpa_flops, error="mixing", stable=True, interval=iv.operand(2),
    spell="torch.nn.functional.scaled_dot_product_attention"
    " aten.scaled_dot_product_attention.default",
-   why={"triton": _NO_KERNEL})
+   why={"triton": _NO_KERNEL},
+   workspace="measured")
 # Attention with the scores filled with -inf where ``dropped`` is set, as written; run as
 # causal sdpa while the mask is the causal one, a check made at run time (a buffer's mask
 # may change after compiling). It reads the mask besides what sdpa does.
@@ -861,7 +921,8 @@ op("masked_attention", "q k v dropped scale", "library", attributes="scale",
    impl="frontends.fx.kernels.masked_attention", flops=_masked_attention_flops,
    error="mixing", stable=True, interval=iv.operand(2),
    why={"triton": _NO_KERNEL, "spellings": "the fusion rules make it from attention written "
-        "out with a mask; a tracer reads its kernel's torch calls"})
+        "out with a mask; a tracer reads its kernel's torch calls"},
+   workspace="measured")
 op("cat", "dim *xs", "library", finite=True, attributes="dim", impl="torch.cat",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), normalize=_norm_cat, exact=True,
    error="exact",
