@@ -22,10 +22,12 @@ an ILP bound:
   budget is a lower bound on the optimum under the budget, for a cost that is a sum over
   e-nodes; where its program fits, it is that optimum (``optimal``). The least threshold
   at which any program exists bounds every program's peak from below (``peak_bound``).
+  Whatever the memory model, the unbudgeted optimum bounds the cost from below.
 
 The bounds hold for a model that counts each value from its e-node's run to its last
-reader's; a program measured below its own footprint shows a model that does not: then no
-bound is claimed and the thresholds are searched as a heuristic only.
+reader's; a program measured below its own footprint shows a model that does not: then
+the cost is bounded by the unbudgeted optimum only, no peak bound is claimed, and the
+thresholds are searched as a heuristic.
 
 >>> from egraph import EGraph, AstSize
 >>> class Bytes:  # 'big' holds 100 bytes, everything else 1: a toy peak
@@ -116,9 +118,10 @@ class Program:
 class BudgetedProgram(Program):
     """The program :func:`within_budget` chose, and how far from optimal it can be.
 
-    ``cost_bound``: no program within the budget costs less (None where not proven: a cost
-    that is not a sum over e-nodes, the solver out of time, a model the footprints do not
-    bound); ``optimal``: the cost equals the bound. ``peak_bound``: no program peaks
+    ``cost_bound``: no program within the budget costs less (the footprints' ILP bound, or
+    the unbudgeted optimum where the model breaks the footprints; None where not proven: a
+    cost that is not a sum over e-nodes, the solver out of time); ``optimal``: the cost
+    equals the bound. ``peak_bound``: no program peaks
     lower. ``candidates``: the programs measured; ``seconds``: the search's time.
     """
 
@@ -168,7 +171,7 @@ class _Search:
                 f"a memory budget needs a cost that gives each e-node a number; {cost!r} "
                 "compares tuples in order: weigh its parts into one sum instead "
                 "(Curvature() + 1e-3 * Flops())")
-        self.egraph, self.cost, self.memory = egraph, cost, memory
+        self.egraph, self.cost, self.memory, self.prefer = egraph, cost, memory, prefer
         self.time_limit = time_limit
         self.roots = program_roots(egraph)
         self.program = ProgramGraph.of(egraph, cost, "budgeted", self.roots, prefer)
@@ -219,6 +222,18 @@ class _Search:
         except ValueError:  # no acyclic program among those e-nodes
             return None, None, None
         return self.measure(program.choice(pick)), program.graph.dag_cost(pick), optimal
+
+    def exact(self, threshold: float) -> tuple[Program | None, Any]:
+        """The ILP's cheapest program among the e-nodes whose footprint is at most
+        ``threshold``, and its cost as a lower bound on every program of those e-nodes
+        (None where the cost is not a sum over e-nodes or the solver proved nothing)."""
+        if not self.additive:
+            return None, None
+        found, value, proven = self.extract(threshold, method="ilp")
+        if not proven:
+            return found, None
+        # (the e-nodes ``prefer`` leaves out cost a tie's surcharge more in the graph)
+        return found, value if self.prefer is None else value / (1 + TIE)
 
     def exists(self, threshold: float) -> bool:
         from egraph.extract.greedy import greedy_tree
@@ -334,11 +349,7 @@ def within_budget(egraph: EGraph, cost, memory, budget: float,
     if anchor.peak > budget:
         search.weighted(anchor)
         search.thresholds(least, budget if bounded else math.inf, budget)
-    cost_bound, exact = None, None
-    if bounded and search.additive:
-        exact, value, proven = search.extract(budget, method="ilp")
-        if proven:  # (the e-nodes ``prefer`` leaves out cost a tie's surcharge more)
-            cost_bound = value if prefer is None else value / (1 + TIE)
+    exact, cost_bound = search.exact(budget) if bounded else (None, None)
     best = search.within(budget)
     if best is not None and best is not anchor:
         best = search.descend(best, budget)
@@ -347,8 +358,8 @@ def within_budget(egraph: EGraph, cost, memory, budget: float,
     if best is None:
         smallest = min(p.peak for p in search.measured.values())
         raise MemoryBudgetError(budget, smallest, peak_bound)
-    if not bounded:
-        cost_bound = None
+    if not bounded:  # the footprints bound nothing: the unbudgeted optimum still does
+        exact, cost_bound = search.exact(math.inf)
     optimal = bool(cost_bound is not None and exact is not None and exact.peak <= budget
                    and not cheaper(exact.cost, best.cost))
     return BudgetedProgram(best.choice, best.cost, best.peak, budget, cost_bound, optimal,
