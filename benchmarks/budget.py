@@ -6,7 +6,7 @@
 Per model (the corpus of ``benchmarks/corpus.py``; ``--real`` adds entries of
 ``benchmarks/real_size.py`` at batch 1 and ``--seq``, such as GPT-2 small): torch.export ->
 ``EGraph.from_fx`` -> ``saturate(load_rules("all"))`` -> the program the default cost picks
-(:func:`compiler.fx.choose_program`), its peak under :class:`~extractors.costs.PeakMemory`,
+(:func:`compiler.fx.choose_program`), its peak under :class:`~extractors.peak.PeakMemory`,
 then :func:`egraph.extract.budget.within_budget` at each fraction of that peak, as
 ``extract(cost, memory_budget=...)`` runs it. Columns: the peak found, its cost over the
 unbudgeted program's, how far it is above the ILP bound on the optimum (``optimal``: the

@@ -1,5 +1,7 @@
-"""Measured peak memory (compiler.memory) against cases whose bytes are known by hand."""
+"""Measured peak memory (compiler.memory) against cases counted by hand, and the PeakMemory
+estimate (extractors.peak) against the measured peak of emitted programs."""
 
+import pytest
 import torch
 
 from compiler.memory import peak_bytes, training_peak_bytes
@@ -110,3 +112,18 @@ def test_peak_memory_counts_what_emission_fuses_once():
     x, w, b = torch.randn(16, 32), torch.randn(32, 64), torch.randn(64)
     estimate, measured = _estimate_and_measure(lambda x, w, b: x @ w + b, x, w, b)
     assert estimate == measured == 16 * 64 * 4
+
+
+def test_the_estimate_is_within_15_percent_of_the_measured_peak_on_corpus_models(tmp_path):
+    """benchmarks/peak_memory.py --quick: GPT-2 and BERT through the pipeline, the
+    PeakMemory estimate of the program extraction picks against the peak the emitted
+    program reaches when it runs."""
+    pytest.importorskip("transformers")
+    from benchmarks import peak_memory
+
+    out = tmp_path / "peak_memory.md"
+    rows = peak_memory.main(["--quick", "--out", str(out)])
+    assert [r["model"] for r in rows] == list(peak_memory.QUICK)
+    for row in rows:
+        assert abs(row["ratio"] - 1) <= peak_memory.TOLERANCE, row
+    assert "| gpt2 |" in out.read_text()
