@@ -19,12 +19,15 @@ COSTS = {"wide": 1, "cube": 2, "half": 3, "tile": 4, "use": 1, "join": 1, "sum":
 
 class LiveBytes:
     """A toy peak: each value lives from its e-node's run to its last reader's (roots to
-    the end), with the bytes of :data:`SIZES` by op (leaves hold none)."""
+    the end), with the bytes of ``sizes`` by op (leaves hold none)."""
 
     local = False  # a whole-program cost
 
+    def __init__(self, sizes=SIZES):
+        self.sizes = sizes
+
     def node_cost(self, egraph, cid, node):
-        return SIZES.get(node[0], 0)
+        return self.sizes.get(node[0], 0)
 
     def program_cost(self, egraph, choice):
         order = program_order(egraph, choice)
@@ -40,8 +43,17 @@ class LiveBytes:
         return peak
 
 
-def op_cost(enode, child_costs):
-    return COSTS.get(enode.op, 0) + sum(child_costs)
+class OpCost:
+    """A tree cost of ``costs`` by op (leaves free)."""
+
+    def __init__(self, costs=COSTS):
+        self.costs = costs
+
+    def __call__(self, enode, child_costs):
+        return self.costs.get(enode.op, 0) + sum(child_costs)
+
+
+op_cost = OpCost()
 
 
 def alternatives() -> EGraph:
@@ -55,7 +67,7 @@ def alternatives() -> EGraph:
     return eg
 
 
-def every_program(eg: EGraph):
+def every_program(eg: EGraph, sizes=SIZES, costs=COSTS):
     """(cost, peak) of every acyclic program of ``eg``, by enumeration."""
     classes = eg.classes()
     roots = program_roots(eg)
@@ -64,8 +76,8 @@ def every_program(eg: EGraph):
         if not is_acyclic(eg, choice, roots):
             continue
         reached = {c: choice[c] for c in program_order(eg, choice)}
-        cost = sum(COSTS.get(n[0], 0) for n in reached.values())
-        yield cost, LiveBytes().program_cost(eg, reached), reached
+        cost = sum(costs.get(n[0], 0) for n in reached.values())
+        yield cost, LiveBytes(sizes).program_cost(eg, reached), reached
 
 
 def test_the_budget_forces_the_narrow_program():
@@ -233,3 +245,39 @@ def test_the_peak_frontier_of_a_corpus_model_is_non_dominated(bert):
     for a, b in costs:
         assert not any(a2 <= a and b2 <= b and (a2, b2) != (a, b) for a2, b2 in costs)
     assert all(b == PeakMemory().program_cost(eg, p.choice) for p, (_, b) in zip(points, costs))
+
+
+@st.composite
+def random_egraphs(draw):
+    """Small e-graphs of ops f, g, h, k (one or two operands) over leaves x and y, with
+    some classes merged, and bytes and costs per op."""
+    eg = EGraph()
+    classes = [eg.add("x"), eg.add("y")]
+    for _ in range(draw(st.integers(2, 6))):
+        op = draw(st.sampled_from("fghk"))
+        kids = draw(st.lists(st.sampled_from(classes), min_size=1, max_size=2))
+        classes.append(eg.add_node(op, kids))
+    root = classes[-1]
+    eg.add_root(root)
+    for _ in range(draw(st.integers(1, 3))):
+        a, b = draw(st.sampled_from(classes[2:])), draw(st.sampled_from(classes[2:]))
+        eg.union(a, b)
+    eg.rebuild()
+    sizes = {op: draw(st.integers(1, 100)) for op in "fghk"}
+    costs = {op: draw(st.integers(1, 20)) for op in "fghk"}
+    return eg, sizes, costs
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_egraphs(), st.floats(min_value=0.0, max_value=1.0))
+def test_on_random_egraphs_the_program_fits_and_the_bounds_hold(drawn, fraction):
+    eg, sizes, costs = drawn
+    programs = [(c, p) for c, p, _ in every_program(eg, sizes, costs)]
+    least, most = min(p for _, p in programs), max(p for _, p in programs)
+    budget = least + fraction * (most - least)
+    found = within_budget(eg, OpCost(costs), LiveBytes(sizes), budget)
+    optimum = min(c for c, p in programs if p <= budget)
+    assert found.peak <= budget and found.cost >= min(c for c, _ in programs)
+    assert found.cost_bound is None or found.cost_bound <= optimum
+    assert found.peak_bound is None or found.peak_bound <= least
+    assert not found.optimal or found.cost == optimum
