@@ -116,25 +116,23 @@ class UnmetMemoryBudget(ValueError):
 
 @dataclass
 class SavedForBackward:
-    """One partition's choice: ``saved`` and ``recomputed`` values (name -> bytes), the
-    ``budget_bytes``, what torch's min-cut partitioner saves (``min_cut_bytes``), the least
-    any partition can save (``least_bytes``), the estimated seconds the recomputation adds
-    (``recompute_seconds``), the solver's time, and whether its answer is proven optimal
-    (else it is the best found in :data:`SOLVE_SECONDS`)."""
+    """One partition's choice: ``saved`` and ``recomputed`` values (name -> bytes; a view's
+    are its storage's), the bytes the saved values keep alive (``saved_bytes``: each storage
+    once), the ``budget_bytes``, what torch's min-cut partitioner saves
+    (``min_cut_bytes``), the least any partition can save (``least_bytes``), the
+    estimated seconds the recomputation adds (``recompute_seconds``), the solver's time,
+    and whether its answer is proven optimal (else it is the best found in
+    :data:`SOLVE_SECONDS`)."""
 
     saved: dict[str, int]
     recomputed: dict[str, int]
+    saved_bytes: int
     budget_bytes: int
     min_cut_bytes: int
     least_bytes: int
     recompute_seconds: float
     solve_seconds: float
     optimal: bool
-
-    @property
-    def saved_bytes(self) -> int:
-        """The bytes of the saved values (views counted with the storage they keep)."""
-        return sum(self.saved.values())
 
     def __str__(self) -> str:
         mib = 1 / (1 << 20)
@@ -230,7 +228,8 @@ class BudgetedPartition(CustomPartitionerFn):
         decision = SavedForBackward(
             saved={n.name: b for n, b in problem.sizes(chosen["saved"])},
             recomputed={n.name: b for n, b in problem.sizes(chosen["recomputed"])},
-            budget_bytes=budget, min_cut_bytes=min_cut, least_bytes=least,
+            saved_bytes=problem.bytes_of(chosen["saved"]), budget_bytes=budget,
+            min_cut_bytes=min_cut, least_bytes=least,
             recompute_seconds=sum(problem.seconds[n] for n in chosen["recomputed"]),
             solve_seconds=time.perf_counter() - started, optimal=optimal)
         self.decisions.append(decision)
@@ -263,11 +262,19 @@ class _Problem:
         self.read = [n for n in self.values if n in gradients or any(
             u in bw and u.op != "output" for u in n.users)]
         self.seconds = {n: _seconds(n, fused) for n in self.values}
-        self.recomputable = {n: _recomputable(n) for n in self.values}
-        # (a value a checkpoint region marks is recomputed, unless it cannot be)
-        self.savable = {n: (isinstance(n.meta.get("val"), torch.Tensor) or p.is_sym_node(n))
-                        and not (p.must_recompute(n) and self.recomputable[n])
-                        for n in self.values}
+        self.recomputable: dict[fx.Node, bool] = {}
+        self.savable: dict[fx.Node, bool] = {}
+        available: dict[fx.Node, bool] = {}
+        for n in self.values:  # (in the graph's order: inputs first)
+            inputs = [a for a in n.all_input_nodes if a in self.index]
+            # (a part of a multi-output op is recomputed with it)
+            self.recomputable[n] = _recomputable(n) and (
+                n.target is not operator.getitem or self.recomputable.get(inputs[0], False))
+            can_save = isinstance(n.meta.get("val"), torch.Tensor) or p.is_sym_node(n)
+            recomputable = self.recomputable[n] and all(available[a] for a in inputs)
+            # (a value a checkpoint region marks is recomputed, where it can be)
+            self.savable[n] = can_save and not (p.must_recompute(n) and recomputable)
+            available[n] = self.savable[n] or recomputable
         self.size = np.array([float(self.nbytes(v)) for v in self.values])
         self.rows, self.budget_row = self._rows()
         self.upper = np.concatenate([[float(self.savable[v]) for v in self.values],
@@ -327,7 +334,8 @@ class _Problem:
                          time.perf_counter() + SOLVE_SECONDS, rel_gap, False)
 
     def least(self) -> int:
-        """The least bytes any partition saves."""
+        """The least bytes any partition saves (past the solver's deadline, what saving
+        every value the backward reads takes)."""
         values, _ = self._run(np.concatenate([self.size, np.zeros(len(self.values))]),
                               math.inf, 1e-6)
         if values is None:  # (the solver's deadline)
@@ -380,11 +388,20 @@ def _recomputable(node: fx.Node) -> bool:
     anew), not an op that changes a tensor in place or has effects."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+        if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags and (
+                not _no_dropout(node)):
             return False
     elif isinstance(target, torch._ops.HigherOrderOperator):
         return False
     return node.op == "call_function"
+
+
+def _no_dropout(node: fx.Node) -> bool:
+    """Whether a random op draws nothing: its dropout probability is 0 (attention
+    without dropout, which aot_autograd traces as the op that can drop)."""
+    schema = node.target._schema
+    given = dict(zip((a.name for a in schema.arguments), node.args)) | node.kwargs
+    return any(name in given and given[name] == 0 for name in ("dropout_p", "p"))
 
 
 _MATRIX = {"mm": lambda a, b: 2 * a[0] * a[1] * b[1],

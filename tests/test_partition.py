@@ -1,0 +1,187 @@
+"""A training graph's memory budget (compiler.partition): what the forward saves stays within
+the budget, the backward recomputes the rest, and the gradients are eager's, with both code
+generators, beside dropout and a user's checkpoint regions; bad budgets are refused."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compiler.compile import make_backend
+from compiler.memory import saved_bytes
+from compiler.partition import MemoryBudget
+
+
+class Block(torch.nn.Module):
+    """A GPT block as nanoGPT writes it: causal self-attention over a registered ``tril``
+    buffer filled with ``-inf``, a GELU MLP, pre-norm residuals, dropout."""
+
+    def __init__(self, d: int = 64, heads: int = 4, t: int = 32, p: float = 0.0,
+                 checkpoint: bool = False):
+        super().__init__()
+        self.heads, self.checkpoint = heads, checkpoint
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.c_attn, self.c_proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.c_fc, self.mlp_proj = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        self.attn_dropout, self.resid_dropout = torch.nn.Dropout(p), torch.nn.Dropout(p)
+        self.register_buffer("bias", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (z.view(B, T, self.heads, C // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = self.attn_dropout(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.resid_dropout(self.mlp_proj(F.gelu(self.c_fc(x))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.checkpoint:
+            x = x + torch.utils.checkpoint.checkpoint(self.attention, self.ln_1(x),
+                                                      use_reentrant=False)
+        else:
+            x = x + self.attention(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def _model(**block) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Block(**block), Block(**block)).train()
+
+
+def _step(model: torch.nn.Module, x: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return model(x).square().mean()
+
+
+def _train(model: torch.nn.Module, backend, x: torch.Tensor) -> tuple[list, int]:
+    """The gradients of one step through ``backend`` (None: eager), and the bytes the
+    step saves for its backward."""
+    torch._dynamo.reset()  # (a fresh compile for each backend: dynamo's cache is bounded)
+    model = copy.deepcopy(model)
+    run = model if backend is None else torch.compile(model, backend=backend)
+    _step(run, x).backward()
+    grads = [p.grad for p in model.parameters()]
+    return grads, saved_bytes(lambda x: _step(run, x), x, parameters=list(model.parameters()))
+
+
+def _decisions(backend) -> list:
+    return [r.saved for r in backend.reports if r.saved is not None]
+
+
+@pytest.fixture(scope="module")
+def eager():
+    model = _model()
+    x = torch.randn(4, 32, 64)
+    grads, saved = _train(model, None, x)
+    return model, x, grads, saved
+
+
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_budget_holds_and_gradients_are_eagers(eager, codegen):
+    model, x, expected, _ = eager
+    measured = {}
+    for fraction in (1.0, 0.5, 0.25):
+        backend = make_backend(memory_budget=fraction, codegen=codegen)
+        grads, measured[fraction] = _train(model, backend, x)
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        (decision,) = _decisions(backend)
+        assert decision.least_bytes <= decision.saved_bytes <= decision.budget_bytes
+        # what autograd keeps is what the partition chose, less x where it saves it (the
+        # caller's), and the model's output, which the step's eager square saves (x's size)
+        assert abs(measured[fraction] - decision.saved_bytes) <= x.numel() * 4 + 0.02 * (
+            decision.saved_bytes)
+        assert "for the backward: saved" in str(backend.reports[-2 if codegen == "eager"
+                                                                 else -1])
+    assert measured[0.25] < measured[0.5] < measured[1.0]
+
+
+def test_a_fraction_reaches_the_least_a_partition_can_save(eager):
+    model, x, expected, eager_saved = eager
+    backend = make_backend(memory_budget=1e-9)
+    grads, saved = _train(model, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    (decision,) = _decisions(backend)
+    assert decision.saved_bytes == decision.least_bytes
+    assert saved < eager_saved / 4
+
+
+def test_dropout_is_saved_not_drawn_again():
+    """A recomputed dropout would draw a new mask: the gradients would differ from the
+    forward's. Its outputs are saved instead, at any budget. (Inductor draws its own
+    random numbers unless told to use eager's.)"""
+    model = _model(p=0.3)
+    x = torch.randn(4, 32, 64)
+    expected, _ = _train(model, None, x)
+    for codegen in ("eager", "inductor"):
+        backend = make_backend(memory_budget=0.1, codegen=codegen,
+                               inductor_options={"fallback_random": True})
+        grads, _ = _train(model, backend, x)
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_beside_a_users_checkpoint_regions():
+    model = _model(checkpoint=True)
+    x = torch.randn(4, 32, 64)
+    expected, eager_saved = _train(model, None, x)
+    backend = make_backend(memory_budget=0.5)
+    grads, saved = _train(model, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert _decisions(backend) and saved < eager_saved
+
+
+def test_bytes_budget_and_an_unmet_one():
+    model = _model()
+    x = torch.randn(4, 32, 64)
+    backend = make_backend(memory_budget_bytes=1 << 20)
+    _train(model, backend, x)
+    (decision,) = _decisions(backend)
+    assert decision.budget_bytes == 1 << 20 and decision.saved_bytes <= 1 << 20
+    with pytest.raises(Exception, match=r"the least it can save is \d+ bytes"):
+        _train(model, make_backend(memory_budget_bytes=1), x)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"memory_budget": 0}, r"memory_budget=0: a fraction in \(0, 1\]"),
+    ({"memory_budget": 1.5}, r"memory_budget=1.5: a fraction in \(0, 1\]"),
+    ({"memory_budget_bytes": -1}, r"memory_budget_bytes=-1: a number of bytes"),
+    ({"memory_budget": 0.5, "memory_budget_bytes": 10}, "one of them"),
+])
+def test_bad_budgets_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        make_backend(**options)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(min_value=0.01, max_value=1.0), st.sampled_from(["tanh", "gelu", "sigmoid"]))
+def test_any_budget_gives_the_gradients(fraction, act):
+    """Random budgets over an MLP whose activation saves its input or its output: the
+    choice keeps the budget and the gradients are eager's."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), getattr(torch.nn, act.title()
+                                if act != "gelu" else "GELU")(), torch.nn.Linear(64, 16),
+                                torch.nn.LayerNorm(16))
+    x = torch.randn(8, 16)
+    expected, _ = _train(model, None, x)
+    backend = make_backend(memory_budget=fraction, rules=())
+    grads, _ = _train(model, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    (decision,) = _decisions(backend)
+    assert decision.saved_bytes <= decision.budget_bytes
+    assert decision.budget_bytes == MemoryBudget(fraction=fraction).of(
+        decision.min_cut_bytes, decision.least_bytes)
