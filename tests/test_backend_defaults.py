@@ -48,16 +48,16 @@ def test_options_choose_the_rules():
 
 def test_an_unknown_option_is_a_clear_error_naming_the_options():
     """``options={"memory_budget": 0.5}`` once raised ``TypeError: _compile() got an
-    unexpected keyword argument`` from deep inside dynamo; a wrong value of a known
-    option is named with its choices, where the user passes it."""
+    unexpected keyword argument`` from deep inside dynamo (it is an option now); a wrong
+    value of a known option is named with its choices, where the user passes it."""
     torch._dynamo.reset()
     backend_module._backends.clear()
-    compiled = torch.compile(torch.cos, backend="egraph", options={"memory_budget": 0.5})
-    with pytest.raises(Exception, match="unknown egraph backend option 'memory_budget'; "
+    compiled = torch.compile(torch.cos, backend="egraph", options={"memory_limit": 0.5})
+    with pytest.raises(Exception, match="unknown egraph backend option 'memory_limit'; "
                                         "the options are: rules, cost, validate, codegen"):
         compiled(torch.zeros(2))
-    with pytest.raises(TypeError, match="'memory_budget'; the options are"):
-        backend_module.make_backend(memory_budget=0.5)
+    with pytest.raises(TypeError, match="'memory_limit'; the options are"):
+        backend_module.make_backend(memory_limit=0.5)
     with pytest.raises(ValueError, match="codegen='triton': use one of 'eager', 'inductor'"):
         backend_module.make_backend(codegen="triton")
     with pytest.raises(ValueError, match="iter_limit=0: a positive number"):
