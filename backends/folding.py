@@ -25,11 +25,6 @@ from backends.sizes import check_guards
 from frontends.fx.analysis import SCALAR_OPS
 from frontends.fx.vocabulary import SPECS
 
-NOT_FOLDED = {"leaf", "shape", "opaque"}
-"""Op kinds never folded: leaves are what is folded from, shapes and opaque calls are not
-tensor arithmetic. A view of a parameter folds (sharing its storage) so that what is made
-of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
-shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
 
 class FoldedRef:
     """A reference to another folded value inside a folded value's recipe."""
@@ -71,14 +66,6 @@ def recipe_value(value: Any, inside: Any) -> Any:
 CALL = "call"
 """The op of a folded recipe that calls a torch operator outside the op table (a call
 ingest kept opaque): its parameters are the operator, its args and its kwargs."""
-
-
-def foldable_call(target: Any) -> bool:
-    """Whether an opaque call of ``target`` may be computed once for given operands: an
-    ATen operator that is functional and draws no random numbers (``aten.cumsum``,
-    ``aten.diff``; not ``aten.rand``, ``aten.add_``, nor a Python function)."""
-    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
-            and torch.Tag.nondeterministic_seeded not in target.tags)
 
 
 class FoldedConstants(nn.Module):

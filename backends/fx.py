@@ -27,11 +27,9 @@ import torch.utils._pytree as pytree
 
 from backends.folding import (
     CALL,
-    NOT_FOLDED,
     FoldedRef,
     InputSize,
     SizeArithmetic,
-    foldable_call,
     hold_folded,
     recipe_value,
 )
@@ -39,10 +37,10 @@ from backends.passes import peephole
 from backends.signature import rebuilt_alike, take_structures
 from backends.sizes import explain_sizes, require_guards
 from egraph.dims import is_symbolic
-from egraph.ops.table import TABLE
+from egraph.ops.table import NOT_FOLDED, TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
-from frontends.fx.effects import aten_name
+from frontends.fx.effects import aten_name, foldable_call
 from frontends.fx.exported import attribute_at, owner_of
 from frontends.fx.recorded import recorded_value
 from frontends.fx.source import (

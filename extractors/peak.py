@@ -35,18 +35,22 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn as nn
 
 from egraph.cache import current_cache
 from egraph.dims import hints
 from egraph.extract.program import program_order, source_program
-from egraph.ops.table import TABLE, names
+from egraph.ops.table import NOT_FOLDED, TABLE, names
 from extractors.allocator import allocated_peak
-from extractors.costs import CostModel, parameter_only
+from extractors.costs import CostModel
+from frontends.fx.analysis import SCALAR_OPS
+from frontends.fx.effects import foldable_call
 from frontends.fx.source import AttributeRef, ClassRef, WrittenRef
 from frontends.fx.vocabulary import SPECS
 
@@ -60,18 +64,21 @@ _LEAVES = frozenset({"input", "param", "const"})
 class Tensor:
     """A tensor as the replay knows it: its layout and the storage it lives in (an id of
     the replay's; ``held`` False where the storage was there before the call: an input's,
-    a parameter's, a buffer of folded values)."""
+    a parameter's, a buffer of folded values). ``parameter``: a module's parameter, which
+    requires grad even where nothing is recorded (``torch.matmul`` folds a batch into
+    one matrix, copying it, where the other operand requires grad)."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
-    storage: int
+    storage: tuple
     held: bool = True
+    parameter: bool = False
 
     @property
     def layout(self) -> tuple:
-        """What a call's result depends on: sizes, strides and dtype."""
-        return ("tensor", self.shape, self.stride, self.dtype)
+        """What a call's result depends on: sizes, strides, dtype, parameter or not."""
+        return ("tensor", self.shape, self.stride, self.dtype, self.parameter)
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +159,7 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
     for r in roots:
         last[r] = len(order)
     calls = current_cache(_CALLS, egraph)
+    foldable: set[int] = set()
     values: dict[int, Any] = {}
     holders: dict[tuple, int] = {}   # storage -> live values holding it
     sizes: dict[tuple, int] = {}     # storage -> bytes, for the storages the program made
@@ -169,6 +177,8 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
         if c in fused:  # computed inside its reader's call: no tensor of its own
             continue
         value, workspace = _replay(egraph, c, node, values, calls, i)
+        if _folds(egraph, choice, c, foldable):  # computed once into a buffer, not per call
+            value, workspace = _in_buffer(value, (i, _BUFFER)), 0
         for t in _tensors(value):
             if t.held and t.storage not in holders:
                 sizes[t.storage] = max(sizes.get(t.storage, 0), t.nbytes)
@@ -267,21 +277,80 @@ def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
     find = egraph.find
     kids = [values.get(find(k)) for k in node[1:]]
     if op in _LEAVES:
-        return _new(meta, (at, "given"), held=False), 0
+        given = _new(meta, (at, "given"), held=False)
+        if op == "param" and isinstance(given, Tensor) and given.dtype.is_floating_point:
+            given = Tensor(given.shape, given.stride, given.dtype, given.storage, False, True)
+        return given, 0
     if op == "tuple":
         return tuple(kids), 0
     if op == "slice":
         return slice(*kids), 0
     value, workspace = None, 0
     if op == "opaque":
-        value = _opaque(egraph, kids[0], values, at)
+        value, workspace = _opaque(egraph, kids[0], values, calls, at)
     elif op in SPECS:
         value, workspace = _call(op, kids, calls, at)
     if value is None:
         value = _new(meta, (at, 0))
-    if parameter_only(egraph, cid):  # computed once into a buffer, not per call
-        value, workspace = _in_buffer(value, (at, _BUFFER)), 0
     return value, workspace
+
+
+def _folds(egraph, choice: dict[int, tuple], cid: int, foldable: set[int]) -> bool:
+    """Whether emission folds class ``cid`` into a buffer computed once (per size), as
+    ``backends.fx`` does: a tensor op of a kind that folds (:data:`~egraph.ops.table.
+    NOT_FOLDED`) whose operands that are no literals are all parameters, constants,
+    folded values, the inputs' sizes or arithmetic of sizes. Records in ``foldable``
+    the classes emission may fold from (``cid`` among them where it is one)."""
+    node = choice[cid]
+    op, kind = node[0], getattr(egraph.data(cid), "kind", None)
+    if len(node) == 1 or kind == "literal":
+        return False
+    inside = _nodes_inside(egraph, choice, node[1:])
+    if op in _LEAVES:
+        if op != "input":
+            foldable.add(cid)
+        return False
+    if op == "opaque" and not _foldable_call(egraph, node):
+        return False
+    if op == "size":
+        if inside and choice[inside[0]][0] == "input":
+            foldable.add(cid)
+        return False
+    if not inside or not all(k in foldable for k in inside):
+        return False
+    if kind == "scalar" and op in SCALAR_OPS:
+        foldable.add(cid)
+        return False
+    if kind != "tensor" or op != "opaque" and (op not in TABLE
+                                               or TABLE[op].kind in NOT_FOLDED):
+        return False
+    foldable.add(cid)
+    return True
+
+
+def _foldable_call(egraph, node: tuple) -> bool:
+    """Whether the opaque call of ``node`` is one emission may fold: a functional ATen
+    operator that draws nothing (:func:`frontends.fx.effects.foldable_call`)."""
+    token = getattr(egraph.data(node[1]), "value", None)
+    call = getattr(getattr(egraph, "fx", None), "opaque", {}).get(token)
+    return (call is not None and call.op == "call_function" and call.pure
+            and call.updates is None and foldable_call(call.target))
+
+
+def _nodes_inside(egraph, choice: dict[int, tuple], kids: tuple) -> list[int]:
+    """The classes among ``kids`` (and inside the tuples and slices among them) that
+    emission makes FX nodes of: every class but the literals."""
+    find = egraph.find
+    found: list[int] = []
+    for k in map(find, kids):
+        node = choice.get(k)
+        if node is None or len(node) == 1 or getattr(egraph.data(k), "kind", None) == "literal":
+            continue
+        if node[0] in ("tuple", "slice"):
+            found.extend(_nodes_inside(egraph, choice, node[1:]))
+        else:
+            found.append(k)
+    return found
 
 
 def _new(meta: Any, storage: tuple, held: bool = True) -> Any:
@@ -329,14 +398,21 @@ def _layout(value: Any) -> Any:
 
 
 def _call(op: str, kids: list, calls: dict, at: int) -> tuple[Any, int]:
-    """``op`` on ``kids`` as meta tensors: its result, each tensor of it a view of an
-    operand's storage or a new one, and the workspace fact of ``op``; remembered per
-    operand layouts."""
+    """``op`` on ``kids``: its result, each tensor of it a view of an operand's storage or
+    a new one, and the bytes of its temporaries; remembered per operand layouts. The op
+    runs on meta tensors, and its workspace fact says its temporaries; an op whose fact
+    is ``"measured"`` runs on real tensors instead (its result's layout is the kernel's
+    too: the CPU's attention returns its heads transposed, where meta tensors say
+    contiguous)."""
     key = (op, tuple(_layout(k) for k in kids))
     cached = None not in key[1]
     known = calls.get(key) if cached else None
     if known is None:
-        known = _run_on_meta(op, kids)
+        if TABLE[op].workspace == "measured":
+            spec = SPECS[op]
+            known = _measured(lambda *args: spec.run(list(args)), kids)
+        else:
+            known = _run_on_meta(op, kids)
         if cached:
             calls[key] = known
     shapes, workspace = known
@@ -350,35 +426,70 @@ def _run_on_meta(op: str, kids: list) -> tuple[Any, int]:
     of ``kids``; ``(None, 0)`` where meta tensors cannot run it."""
     made: list[torch.Tensor] = []
     try:
-        args = _on_meta(kids, made)
+        args = _stand_ins(kids, made, "meta")
         out = SPECS[op].run(args)
-        workspace = _workspace(op, args, out, kids)
+        rule = TABLE[op].workspace
+        workspace = int(rule(args, out)) if rule is not None else 0
     except Exception:  # noqa: BLE001 - an op meta tensors cannot run: a new tensor
         return None, 0
-    return _describe(out, [t.untyped_storage()._cdata for t in made]), workspace
+    return _describe(out, made), workspace
 
 
-def _on_meta(value: Any, made: list) -> Any:
+def _measured(run: Callable[..., Any], kids: list) -> tuple[Any, int]:
+    """``(description of the result, workspace bytes)`` of ``run(*kids)`` on real tensors
+    of the kids' sizes, dtypes and strides (zeros; a parameter requiring grad) on this
+    CPU: the bytes torch's allocator hands out beyond the result's."""
+    made: list[torch.Tensor] = []
+    results: list = []
+    try:
+        args = _stand_ins(kids, made, "cpu")
+        with torch.no_grad():
+            peak = allocated_peak(lambda: results.append(run(*args)))
+    except Exception:  # noqa: BLE001 - an op that does not run on zeros: a new tensor
+        return None, 0
+    shapes = _describe(results[0], made)
+    return shapes, max(0, peak - _new_bytes(shapes))
+
+
+def _new_bytes(shapes: tuple) -> int:
+    """The bytes of the new tensors a result description holds."""
+    if shapes[0] == "tensor":
+        _, shape, _, dtype, shared = shapes
+        return 0 if shared is not None else math.prod(shape) * dtype.itemsize
+    if shapes[0] == "tuple":
+        return sum(_new_bytes(s) for s in shapes[1])
+    return 0
+
+
+def _stand_ins(value: Any, made: list, device: str) -> Any:
+    """``value`` with each :class:`Tensor` a tensor of its layout on ``device`` (zeros on a
+    real one), appended to ``made`` in order."""
     if isinstance(value, Tensor):
-        t = torch.empty_strided(value.shape, value.stride, dtype=value.dtype, device="meta")
+        extent = sum((d - 1) * s for d, s in zip(value.shape, value.stride)) + 1
+        base = (torch.empty if device == "meta" else torch.zeros)(
+            max(extent, 1), dtype=value.dtype, device=device)
+        t = base.as_strided(value.shape, value.stride)
+        if value.parameter and device != "meta":
+            t = nn.Parameter(t)
         made.append(t)
         return t
     if isinstance(value, tuple):
-        return tuple(_on_meta(v, made) for v in value)
+        return tuple(_stand_ins(v, made, device) for v in value)
     if isinstance(value, list):
-        return [_on_meta(v, made) for v in value]
+        return [_stand_ins(v, made, device) for v in value]
     return value
 
 
-def _describe(out: Any, storages: list[int]) -> Any:
+def _describe(out: Any, made: list[torch.Tensor]) -> Any:
     """Each tensor of ``out`` as ``("tensor", shape, stride, dtype, index of the operand
-    whose storage it shares, or None)``."""
+    in ``made`` whose storage it shares, or None)``."""
     if isinstance(out, torch.Tensor):
+        storages = [t.untyped_storage()._cdata for t in made]
         key = out.untyped_storage()._cdata
         shared = storages.index(key) if key in storages else None
         return ("tensor", tuple(out.shape), tuple(out.stride()), out.dtype, shared)
     if isinstance(out, (tuple, list)):
-        return ("tuple", tuple(_describe(o, storages) for o in out))
+        return ("tuple", tuple(_describe(o, made) for o in out))
     return ("value", out)
 
 
@@ -394,59 +505,14 @@ def _rebuild(shapes: tuple, operands: list[Tensor], at: int, path: tuple = ()) -
     return tuple(_rebuild(s, operands, at, (*path, i)) for i, s in enumerate(shapes[1]))
 
 
-def _workspace(op: str, args: list, out: Any, kids: list) -> int:
-    """The bytes ``op`` allocates and frees inside a call on ``args``, by its table fact."""
-    fact = TABLE[op].workspace
-    if fact is None:
-        return 0
-    if fact == "measured":
-        return _measured(op, kids, out)
-    return int(fact(args, out))
-
-
-_MEASURED: dict[tuple, int] = {}
-
-
-def _measured(op: str, kids: list, out: Any) -> int:
-    """The bytes a call of ``op`` allocates beyond its result, measured once per operand
-    layouts: the op run on zeros of those sizes, dtypes and strides on this CPU."""
-    key = (op, tuple(_layout(k) for k in kids))
-    if key not in _MEASURED:
-        args = _real(kids)
-        result = sum(t.numel() * t.element_size() for t in _flat(out))
-        spec = SPECS[op]
-        with torch.no_grad():
-            _MEASURED[key] = max(0, allocated_peak(lambda: spec.run(args)) - result)
-    return _MEASURED[key]
-
-
-def _real(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        extent = sum((d - 1) * s for d, s in zip(value.shape, value.stride)) + 1
-        return torch.zeros(max(extent, 1), dtype=value.dtype).as_strided(
-            value.shape, value.stride)
-    if isinstance(value, tuple):
-        return tuple(_real(v) for v in value)
-    if isinstance(value, list):
-        return [_real(v) for v in value]
-    return value
-
-
-def _flat(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flat(o)]
-    return []
-
-
-def _opaque(egraph, token: Any, values: dict, at: int) -> Any:
-    """An opaque call replayed on meta tensors where its target runs on them (an aten
-    op, mostly), each operand it writes into a copy, as emission makes; None where it
-    does not run on them."""
+def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any, int]:
+    """An opaque call replayed as emission makes it, each operand it writes into a copy:
+    a functional ATen operator that draws nothing run once per operand layouts on real
+    tensors (its result's layout and its temporaries measured), another on meta tensors
+    (no temporaries); ``(None, 0)`` where neither runs it."""
     call = getattr(getattr(egraph, "fx", None), "opaque", {}).get(token)
     if call is None or not callable(call.target):
-        return None
+        return None, 0
     find = egraph.find
     written: list[Tensor] = []
 
@@ -462,13 +528,32 @@ def _opaque(egraph, token: Any, values: dict, at: int) -> Any:
             return value
         return a
 
-    made: list[torch.Tensor] = []
     try:
         args = fx.node.map_aggregate(call.args, resolve)
         kwargs = fx.node.map_aggregate(call.kwargs, resolve)
-        out = call.target(*_on_meta(tuple(args), made),
-                          **{k: _on_meta(v, made) for k, v in kwargs.items()})
-    except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
-        return None
-    operands = _tensors((tuple(args), tuple(kwargs.values())))
-    return _rebuild(_describe(out, [t.untyped_storage()._cdata for t in made]), operands, at)
+    except LookupError:
+        return None, 0
+    operands = [*args, *kwargs.values()]
+    names = list(kwargs)
+
+    def run(*given: Any) -> Any:
+        return call.target(*given[:len(args)], **dict(zip(names, given[len(args):])))
+
+    key = ("opaque", token, tuple(_layout(k) for k in operands))
+    cached = None not in key[2]
+    known = calls.get(key) if cached else None
+    if known is None:
+        if call.pure and call.updates is None and foldable_call(call.target):
+            known = _measured(run, operands)
+        else:
+            made: list[torch.Tensor] = []
+            try:
+                known = _describe(run(*_stand_ins(operands, made, "meta")), made), 0
+            except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
+                known = None, 0
+        if cached:
+            calls[key] = known
+    shapes, workspace = known
+    if shapes is None:
+        return None, 0
+    return _rebuild(shapes, _tensors(operands), at), workspace

@@ -40,6 +40,14 @@ a ``library`` op is its own kernel (matrix products, attention, gathers); ``crea
 ops make a tensor from literals; ``shape`` ops compute sizes and tuples of them; ``leaf``
 e-nodes are inputs, parameters and constants; ``opaque`` calls are kept as they are."""
 
+NOT_FOLDED = frozenset({"leaf", "shape", "opaque"})
+"""Kinds of ops emission never folds into a buffer computed once (``backends.folding``):
+leaves are what is folded from, shapes and opaque calls are not tensor arithmetic. An op
+of any other kind whose operands are parameters, constants, folded values or the inputs'
+sizes is folded. A view of a parameter folds (sharing its storage) so that what is made
+of it folds too: conv-bn's ``weight * scale.reshape(-1, 1, 1, 1)``; so does a creation op
+shaped like one (``zeros_like``), while one with no parameter (``full``) does not."""
+
 ERRORS = ("exact", "elementwise", "summing", "multilinear", "mixing")
 """How the rounding-error analysis treats an op: ``exact`` adds no rounding (it moves,
 selects or negates values); ``elementwise`` rounds its result once, errors propagate
@@ -834,6 +842,7 @@ op("einsum", "equation *operands", "library", attributes="equation", impl="torch
    why={"triton": _NO_KERNEL},
    workspace="measured")
 op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", contiguous=True,
+   workspace="measured",
    flops=_linear_flops, error="multilinear", interval=iv.contraction,
    spell="torch.nn.functional.linear aten.linear.default torch.addmm:addmm"
    " Tensor.addmm:addmm aten.addmm.default:addmm torch.baddbmm:baddbmm"

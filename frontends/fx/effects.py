@@ -177,6 +177,20 @@ def is_functional(target: Any, method: bool = False) -> bool:
     return isinstance(name, str) and _functional_namesake(name)
 
 
+def foldable_call(target: Any) -> bool:
+    """Whether an opaque call of ``target`` may be computed once for given operands: an
+    ATen operator that is functional and draws no random numbers (``aten.cumsum``,
+    ``aten.diff``; not ``aten.rand``, ``aten.add_``, nor a Python function). Emission
+    folds such a call of folded values (:mod:`backends.folding`), and the peak-memory
+    replay (:mod:`extractors.peak`) counts it as emission runs it.
+
+    >>> foldable_call(torch.ops.aten.cumsum.default), foldable_call(torch.ops.aten.rand.default)
+    (True, False)
+    """
+    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
+            and torch.Tag.nondeterministic_seeded not in target.tags)
+
+
 def draws_random(target: Any, method: bool = False) -> bool:
     """Whether a call draws random numbers whatever its arguments, by torch's op schemas
     (the ``nondeterministic_seeded`` tag, on an op with no argument that turns the
