@@ -1,15 +1,24 @@
-"""Training memory, measured: the activations a training step keeps for its backward pass,
-and the step's time, for eager, Inductor, Inductor under torch's activation memory budget,
-checkpointing per layer, and the egraph backend (its own emission and Inductor's).
+"""Training memory, measured: what a training step keeps for its backward, its peak, and its
+time, for eager, checkpointing per layer, Inductor, Inductor under torch's activation memory
+budget, and the egraph backend under its own budgets (its own emission and Inductor's).
 
-    .venv/bin/python benchmarks/memory.py [--models gpt2] [--layers 4] [--width 256]
-        [--seq 256] [--batch 4] [--repeat 5] [--out PATH]
+    .venv/bin/python benchmarks/memory.py [--models gpt2,bert] [--batch 1] [--seq 512]
+        [--layers N] [--systems NAME,...] [--rounds 5] [--tiny] [--out PATH]
 
-Activations are the bytes autograd saves for the backward (:func:`compiler.memory.saved_bytes`:
-saved-tensor hooks, which see compiled graphs too; inputs and parameters not counted). The
-step is forward and backward of the model's loss; its time is the median of interleaved
-rounds (each round runs every system once, so drift in the machine's load falls on all of
-them alike). Models come from transformers' configs with random weights, dropout off.
+Models are the real-size corpus's (:mod:`benchmarks.real_size`: published configs, random
+weights), in training mode with dropout off (so every row's gradients can be held to
+eager's); ``--layers`` shortens a transformer's stack (the activations per layer are the
+published model's). The loss is the mean square of the model's outputs.
+
+Columns: ``saved MiB``, the bytes autograd keeps for the backward
+(:func:`compiler.memory.saved_bytes`: saved-tensor hooks, which see compiled graphs too;
+inputs and parameters not counted); ``peak MiB``, the step's peak allocation, forward and
+backward (:func:`compiler.memory.training_peak_bytes`); ``step ms``, the median of
+interleaved rounds (each round runs every system once, so drift in the machine's load falls
+on all alike); ``grad error``, the largest gradient difference from eager's relative to the
+largest gradient; ratios against Inductor's default partition. A chart per model plots
+step time against saved memory: every system's point, and the egraph backend's budgets as
+its frontier.
 """
 
 from __future__ import annotations
@@ -27,25 +36,56 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import compiler.compile  # noqa: E402,F401  (registers the "egraph" backend)
-from benchmarks.report import add_out_option, markdown_table, write_results  # noqa: E402
-from compiler.memory import saved_bytes  # noqa: E402
+from benchmarks.corpus import TensorModel  # noqa: E402
+from benchmarks.real_size import REAL_SIZE, SEED  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    RESULTS,
+    add_out_option,
+    markdown_table,
+    write_results,
+)
+from compiler.memory import saved_bytes, training_peak_bytes  # noqa: E402
 
 MIB = 1 << 20
+BUDGETS = (0.5, 0.33, 0.25)
+"""The budgets of the egraph rows (fractions of what the min-cut partition saves)."""
+LAYER_FIELDS = ("n_layer", "num_hidden_layers", "num_layers", "encoder_layers")
 
 
-def gpt2(layers: int, width: int, seq: int) -> torch.nn.Module:
-    """A GPT-2 language model from transformers' config, ``layers`` blocks of ``width``."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+def training_model(name: str, batch: int, seq: int, layers: int | None = None,
+                   tiny: bool = False) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """Corpus model ``name`` in training mode with dropout off, and its inputs; ``layers``:
+    that many layers of a transformer's stack.
 
-    config = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64),
-                        n_positions=seq, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return GPT2LMHeadModel(config)
+    >>> model, inputs = training_model("gpt2", 1, 8, tiny=True)
+    >>> model.training, tuple(inputs[0].shape)
+    (True, (1, 8))
+    """
+    entry = REAL_SIZE[name]
+    fields = entry.config(tiny)
+    if layers is not None:
+        fields[next(f for f in LAYER_FIELDS if f in fields)] = layers
+    torch.manual_seed(SEED)
+    model = TensorModel(entry.make(fields), entry.names, entry.outputs).train()
+    for module in model.modules():
+        for attribute, value in list(vars(module).items()):
+            if "drop" in attribute and isinstance(value, float):
+                setattr(module, attribute, 0.0)
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model, entry.draw(fields, batch, seq)
 
 
-MODELS = {"gpt2": gpt2}
+def loss_of(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    """The step's loss: the mean square of each floating output, summed."""
+    def loss(*inputs: torch.Tensor) -> torch.Tensor:
+        out = model(*inputs)
+        outs = out if isinstance(out, tuple) else (out,)
+        return sum(o.float().square().mean() for o in outs if o.is_floating_point())
+    return loss
 
 
-def budgeted(budget: float) -> Callable:
+def torch_budget(budget: float) -> Callable:
     """Inductor under torch's activation memory budget ``budget``: a backend of its own,
     so that dynamo keeps its programs apart from default Inductor's (the budget is read
     when aot_autograd partitions the joint graph, inside Inductor's compilation)."""
@@ -59,72 +99,129 @@ def budgeted(budget: float) -> Callable:
     return backend
 
 
-def systems(model: torch.nn.Module) -> dict[str, Callable]:
-    """Each system's step function: ``ids -> loss``."""
-    def step_of(module: torch.nn.Module) -> Callable:
-        return lambda ids: module(ids, labels=ids).loss
+def systems(tiny: bool = False) -> dict[str, Callable[[torch.nn.Module], torch.nn.Module]]:
+    """Each system: how it wraps a fresh copy of the model."""
+    def checkpointed(model: torch.nn.Module) -> torch.nn.Module:
+        inner = getattr(model, "model", model)
+        if not getattr(inner, "supports_gradient_checkpointing", False):
+            raise NotImplementedError("the model has no checkpointing per layer")
+        inner.gradient_checkpointing_enable({"use_reentrant": False})
+        return model
 
-    checkpointed = copy.deepcopy(model)
-    checkpointed.gradient_checkpointing_enable({"use_reentrant": False})
-    found = {"eager": step_of(model), "checkpoint per layer": step_of(checkpointed),
-             "Inductor": step_of(torch.compile(copy.deepcopy(model)))}
+    found: dict[str, Callable] = {
+        "eager": lambda m: m, "checkpoint per layer": checkpointed,
+        "Inductor": lambda m: torch.compile(m)}
     for budget in (0.5, 0.25):
-        found[f"Inductor, budget {budget}"] = step_of(
-            torch.compile(copy.deepcopy(model), backend=budgeted(budget)))
-    found["egraph"] = step_of(torch.compile(copy.deepcopy(model), backend="egraph"))
-    found["egraph + Inductor"] = step_of(torch.compile(
-        copy.deepcopy(model), backend="egraph", options={"codegen": "inductor"}))
+        found[f"Inductor torch-budget {budget}"] = (
+            lambda m, b=budget: torch.compile(m, backend=torch_budget(b)))
+    for codegen, label in (("eager", "egraph"), ("inductor", "egraph + Inductor")):
+        found[label] = lambda m, c=codegen: torch.compile(
+            m, backend="egraph", options={"codegen": c})
+        for budget in BUDGETS:
+            found[f"{label} budget {budget}"] = lambda m, c=codegen, b=budget: torch.compile(
+                m, backend="egraph", options={"codegen": c, "memory_budget": b})
     return found
 
 
-def measure(model: torch.nn.Module, ids: torch.Tensor, repeat: int) -> list[dict]:
-    """One row per system: activations saved, step time, and both against Inductor's."""
-    found = systems(model)
-    rows = {}
-    for name, step in found.items():
+def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: int) -> list:
+    """One row per system (see the module's docstring)."""
+    parameters = list(model.parameters())
+    loss_of(model)(*inputs).backward()
+    expected = [p.grad.clone() for p in parameters]
+    scale = max(float(g.abs().max()) for g in expected) or 1.0
+    steps, rows = {}, {}
+    for name in chosen:
+        copied = copy.deepcopy(model)
+        copied.zero_grad(set_to_none=True)
+        try:
+            step = loss_of(systems()[name](copied))
+        except NotImplementedError as why:
+            print(f"{name}: skipped ({why})", flush=True)
+            continue
         started = time.perf_counter()
-        step(ids).backward()  # (compiles the forward and the backward)
+        step(*inputs).backward()  # (compiles the forward and the backward)
         first = time.perf_counter() - started
-        rows[name] = {"system": name, "saved MiB": saved_bytes(step, ids) / MIB,
-                      "first call s": first, "_times": []}
-    for _ in range(repeat):
-        for name, step in found.items():
+        error = max(float((p.grad - e).abs().max()) for p, e in zip(copied.parameters(),
+                                                                    expected)) / scale
+        kept = list(copied.parameters())
+        rows[name] = {"system": name, "first call s": first, "grad error": error,
+                      "saved MiB": saved_bytes(step, *inputs, parameters=kept) / MIB,
+                      "peak MiB": training_peak_bytes(step, *inputs) / MIB, "_times": []}
+        steps[name] = (step, copied)
+        print(f"{name}: compiled in {first:.1f} s, saved {rows[name]['saved MiB']:.1f} MiB",
+              flush=True)
+    for _ in range(rounds):
+        for name, (step, copied) in steps.items():
+            copied.zero_grad(set_to_none=True)
             started = time.perf_counter()
-            step(ids).backward()
+            step(*inputs).backward()
             rows[name]["_times"].append(time.perf_counter() - started)
-    reference = rows["Inductor"]
+    reference = rows.get("Inductor") or next(iter(rows.values()))
     base_ms = statistics.median(reference["_times"]) * 1e3
     for row in rows.values():
         row["step ms"] = statistics.median(row.pop("_times")) * 1e3
-        row["saved / Inductor"] = row["saved MiB"] / reference["saved MiB"]
+        row["saved / Inductor"] = row["saved MiB"] / max(reference["saved MiB"], 1e-9)
         row["time / Inductor"] = row["step ms"] / base_ms
     return list(rows.values())
+
+
+def chart(name: str, rows: list[dict], path: Path) -> Path | None:
+    """Step time against saved memory: every system's point, the egraph backend's budgets
+    as its frontier (None without matplotlib)."""
+    from compiler import charts
+
+    try:
+        (ax,) = charts.panels(1, columns=1, size=(7.0, 4.5))
+    except charts.ChartsUnavailable:
+        return None
+    for row in rows:
+        ax.scatter(row["saved MiB"], row["step ms"], label=row["system"])
+    for label in ("egraph", "egraph + Inductor"):
+        ours = sorted((r["saved MiB"], r["step ms"]) for r in rows
+                      if r["system"] == label or r["system"].startswith(label + " budget"))
+        if len(ours) > 1:
+            ax.plot(*zip(*ours), linestyle="--", label=f"{label}: frontier")
+    ax.set(xlabel="saved for the backward (MiB)", ylabel="step (ms)", title=name)
+    ax.legend(fontsize="x-small")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return charts.save(ax.figure, path)[0]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--systems", default=",".join(systems()))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tiny", action="store_true", help="the corpus's tiny configs")
     add_out_option(parser, "memory")
     args = parser.parse_args(argv)
     torch._dynamo.config.cache_size_limit = 64  # (one entry per system of one forward)
-    sections = []
+    # (torch's budget is not in the caches' keys: a cached default partition would answer)
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    chosen = args.systems.split(",")
+    unknown = sorted(set(chosen) - set(systems()))
+    if unknown:
+        parser.error(f"unknown systems {unknown}; choose from {', '.join(systems())}")
+    sections, plots = [], []
     for name in args.models.split(","):
-        torch.manual_seed(0)
-        model = MODELS[name](args.layers, args.width, args.seq).train()
-        ids = torch.randint(0, model.config.vocab_size, (args.batch, args.seq))
-        rows = measure(model, ids, args.repeat)
-        table = markdown_table(rows, ["system", "saved MiB", "saved / Inductor", "step ms",
-                                      "time / Inductor", "first call s"])
-        sections.append(f"## {name}: {args.layers} layers, width {args.width}, sequence "
-                        f"{args.seq}, batch {args.batch}\n\n{table}")
+        model, inputs = training_model(name, args.batch, args.seq, args.layers, args.tiny)
+        rows = measure(model, inputs, chosen, args.rounds)
+        table = markdown_table(rows, ["system", "saved MiB", "saved / Inductor", "peak MiB",
+                                      "step ms", "time / Inductor", "grad error",
+                                      "first call s"])
+        shape = ", ".join(f"{tuple(x.shape)}" for x in inputs)
+        sections.append(f"## {name}{'' if args.layers is None else f', {args.layers} layers'}"
+                        f": inputs {shape}\n\n{table}")
         print(sections[-1], flush=True)
-    write_results("memory", "Training memory: activations saved for the backward",
-                  "\n\n".join(sections), out=args.out)
+        plot = chart(name, rows, RESULTS / f"memory-{name}.svg")
+        if plot is not None:
+            plots.append(plot)
+    write_results("memory", "Training memory: what a step saves for its backward, its peak "
+                  "and its time", "\n\n".join(sections), out=args.out, plots=plots)
 
 
 if __name__ == "__main__":
