@@ -66,7 +66,7 @@ __all__ = ["BudgetedProgram", "MemoryBudgetError", "Program", "check_budget", "e
 WEIGHTS = (0.25, 1.0, 4.0, 16.0)
 """The weights of the bytes written against the cost in the weighted-sum candidates,
 relative to their ratio in the unbudgeted optimum."""
-PEAK_EVALUATIONS = 200
+PEAK_EVALUATIONS = 40
 """How many programs each local search measures at most (each is one run of the memory
 model over the whole program)."""
 
