@@ -60,8 +60,8 @@ def row_of(name: str, limits: dict) -> dict:
     ratio = estimate / measured
     fell_back = emitted.meta["egraph_report"].fell_back
     return {"model": name + (" (fell back)" if fell_back else ""),
-            "estimate KiB": estimate / 1024, "measured KiB": measured / 1024,
-            "estimate / measured": ratio, "ratio": ratio,
+            "estimate KiB": f"{estimate / 1024:.1f}", "measured KiB": f"{measured / 1024:.1f}",
+            "estimate / measured": f"{ratio:.3f}", "ratio": ratio,
             "within 15%": "yes" if abs(ratio - 1) <= TOLERANCE else "no"}
 
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(row_of(name, limits))
         print(markdown_table(rows[-1:], COLUMNS).splitlines()[-1], flush=True)
     within = sum(r["within 15%"] == "yes" for r in rows)
-    body = (markdown_table(rows, COLUMNS, ".4g")
+    body = (markdown_table(rows, COLUMNS)
             + f"\n\n{within} of {len(rows)} models within 15% of the measured peak.\n")
     write_results("peak_memory", "Peak memory: the PeakMemory estimate against the measured "
                   "peak of the emitted program", body, out=args.out,

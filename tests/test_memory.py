@@ -127,3 +127,21 @@ def test_the_estimate_is_within_15_percent_of_the_measured_peak_on_corpus_models
     for row in rows:
         assert abs(row["ratio"] - 1) <= peak_memory.TOLERANCE, row
     assert "| gpt2 |" in out.read_text()
+
+
+def test_peak_memory_takes_layouts_and_temporaries_of_measured_kernels_from_the_kernel():
+    """The CPU's attention returns its heads transposed (meta tensors say contiguous), so
+    putting the heads back together is a view, not a copy; a convolution's temporaries
+    (oneDNN's reordered weights) are measured at its sizes."""
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 8, 64, 8)
+
+    def attention(q):
+        return F.scaled_dot_product_attention(q, q, q).transpose(1, 2).reshape(2, 64, 64)
+
+    estimate, measured = _estimate_and_measure(attention, q)
+    assert estimate == measured
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(32, 16, 3, 3)
+    estimate, measured = _estimate_and_measure(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+    assert estimate == measured > 2 * 32 * 8 * 8 * 4  # more than its result
