@@ -8,7 +8,7 @@ budget, and the egraph backend under its own budgets (its own emission and Induc
 Models are the real-size corpus's (:mod:`benchmarks.real_size`: published configs, random
 weights), in training mode with dropout off (so every row's gradients can be held to
 eager's); ``--layers`` shortens a transformer's stack (the activations per layer are the
-published model's). The loss is the mean square of the model's outputs.
+published model's). The loss (:func:`loss_of`) is compiled with the model.
 
 Columns: ``saved MiB``, the bytes autograd keeps for the backward
 (:func:`compiler.memory.saved_bytes`: saved-tensor hooks, which see compiled graphs too;
@@ -77,9 +77,19 @@ def training_model(name: str, batch: int, seq: int, layers: int | None = None,
 
 
 def loss_of(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
-    """The step's loss: the mean square of each floating output, summed."""
+    """The step's loss, part of what each system compiles: a language model's next-token
+    cross entropy on its input ids, or the mean square of each floating output, summed.
+
+    >>> model, inputs = training_model("gpt2", 1, 8, tiny=True)
+    >>> float(loss_of(model)(*inputs).detach()) > 0
+    True
+    """
     def loss(*inputs: torch.Tensor) -> torch.Tensor:
         out = model(*inputs)
+        if getattr(model, "outputs", None) == ("logits",) and not inputs[0].is_floating_point():
+            ids = inputs[0]
+            return torch.nn.functional.cross_entropy(
+                out[:, :-1].reshape(-1, out.size(-1)).float(), ids[:, 1:].reshape(-1))
         outs = out if isinstance(out, tuple) else (out,)
         return sum(o.float().square().mean() for o in outs if o.is_floating_point())
     return loss
@@ -99,27 +109,28 @@ def torch_budget(budget: float) -> Callable:
     return backend
 
 
-def systems(tiny: bool = False) -> dict[str, Callable[[torch.nn.Module], torch.nn.Module]]:
-    """Each system: how it wraps a fresh copy of the model."""
-    def checkpointed(model: torch.nn.Module) -> torch.nn.Module:
+def systems() -> dict[str, Callable[[torch.nn.Module], Callable[..., torch.Tensor]]]:
+    """Each system: the step's loss function (:func:`loss_of`) for a fresh copy of the
+    model, compiled whole (the loss inside the graph) where the system compiles."""
+    def checkpointed(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
         inner = getattr(model, "model", model)
         if not getattr(inner, "supports_gradient_checkpointing", False):
             raise NotImplementedError("the model has no checkpointing per layer")
         inner.gradient_checkpointing_enable({"use_reentrant": False})
-        return model
+        return loss_of(model)
 
     found: dict[str, Callable] = {
-        "eager": lambda m: m, "checkpoint per layer": checkpointed,
-        "Inductor": lambda m: torch.compile(m)}
+        "eager": loss_of, "checkpoint per layer": checkpointed,
+        "Inductor": lambda m: torch.compile(loss_of(m))}
     for budget in (0.5, 0.25):
         found[f"Inductor torch-budget {budget}"] = (
-            lambda m, b=budget: torch.compile(m, backend=torch_budget(b)))
+            lambda m, b=budget: torch.compile(loss_of(m), backend=torch_budget(b)))
     for codegen, label in (("eager", "egraph"), ("inductor", "egraph + Inductor")):
         found[label] = lambda m, c=codegen: torch.compile(
-            m, backend="egraph", options={"codegen": c})
+            loss_of(m), backend="egraph", options={"codegen": c})
         for budget in BUDGETS:
             found[f"{label} budget {budget}"] = lambda m, c=codegen, b=budget: torch.compile(
-                m, backend="egraph", options={"codegen": c, "memory_budget": b})
+                loss_of(m), backend="egraph", options={"codegen": c, "memory_budget": b})
     return found
 
 
@@ -134,7 +145,7 @@ def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: in
         copied = copy.deepcopy(model)
         copied.zero_grad(set_to_none=True)
         try:
-            step = loss_of(systems()[name](copied))
+            step = systems()[name](copied)
         except NotImplementedError as why:
             print(f"{name}: skipped ({why})", flush=True)
             continue
