@@ -345,7 +345,10 @@ def within_budget(egraph: EGraph, cost, memory, budget: float,
     search = _Search(egraph, cost, memory, prefer, time_limit)
     anchor = search.start(starts or [])
     least = search.peak_bound()
-    bounded = search.bounded(anchor)
+    bounded = all(map(search.bounded, search.measured.values()))
+    if bounded and budget < least:  # no program fits: the lightest at the bound, and say so
+        search.extract(least)
+        raise MemoryBudgetError(budget, min(p.peak for p in search.measured.values()), least)
     if anchor.peak > budget:
         search.weighted(anchor)
         search.thresholds(least, budget if bounded else math.inf, budget)
