@@ -73,7 +73,13 @@ model over the whole program)."""
 
 class MemoryBudgetError(ValueError):
     """No program found fits the memory budget: the error names the budget, the smallest
-    peak found and the least peak any program can have (``peak_bound``)."""
+    peak found and the least peak any program can have (``peak_bound``).
+
+    >>> print(MemoryBudgetError(1000, 4096, 2048))  # doctest: +NORMALIZE_WHITESPACE
+    no program fits memory_budget=1000 B: the smallest peak found is 4.0 KiB; no program
+    of this e-graph can peak below 2.0 KiB. Raise the budget to at least 4.0 KiB, or
+    saturate with rules that give lighter forms
+    """
 
     def __init__(self, budget: float, smallest: float, peak_bound: float | None):
         self.budget, self.smallest, self.peak_bound = budget, smallest, peak_bound
@@ -107,7 +113,11 @@ def check_budget(budget: Any) -> float:
 
 @dataclass(frozen=True)
 class Program:
-    """A program (class -> e-node over the classes it reaches) with its cost and peak."""
+    """A program (class -> e-node over the classes it reaches) with its cost and peak.
+
+    >>> Program({0: ("x",)}, cost=1, peak=0.0)
+    Program(cost=1, peak=0.0)
+    """
 
     choice: dict[int, tuple] = field(repr=False)
     cost: Any
@@ -121,8 +131,15 @@ class BudgetedProgram(Program):
     ``cost_bound``: no program within the budget costs less (the footprints' ILP bound, or
     the unbudgeted optimum where the model breaks the footprints; None where not proven: a
     cost that is not a sum over e-nodes, the solver out of time); ``optimal``: the cost
-    equals the bound. ``peak_bound``: no program peaks
-    lower. ``candidates``: the programs measured; ``seconds``: the search's time.
+    equals the bound. ``peak_bound``: no program peaks lower. ``candidates``: the
+    programs measured; ``seconds``: the search's time.
+
+    >>> found = BudgetedProgram({}, cost=105, peak=900.0, budget=1024, cost_bound=100)
+    >>> round(found.gap, 3)
+    0.05
+    >>> print(found)  # doctest: +NORMALIZE_WHITESPACE
+    peak memory 900 B within the budget 1.0 KiB (at most 5.0% above the optimum;
+    0 programs measured in 0 ms)
     """
 
     budget: float = math.inf
@@ -339,7 +356,23 @@ def within_budget(egraph: EGraph, cost, memory, budget: float,
     measure first besides the cheapest under ``cost`` the DAG heuristic finds; ``prefer``: e-nodes
     ties go to, as in :func:`~egraph.extract.methods.choose`; ``time_limit``: seconds the
     solver has for each exact solution. Raises :class:`MemoryBudgetError` where nothing
-    found fits."""
+    found fits.
+
+    >>> from egraph import EGraph, AstSize
+    >>> class Widest:  # a toy peak: the widest call, its value and its operands'
+    ...     def node_cost(self, egraph, cid, node):
+    ...         return {"wide": 100, "x": 0}.get(node[0], 10)
+    ...     def program_cost(self, egraph, choice):
+    ...         return max(self.node_cost(egraph, c, n) + sum(
+    ...             self.node_cost(egraph, k, choice[k]) for k in n[1:])
+    ...             for c, n in choice.items())
+    >>> eg = EGraph()
+    >>> root = eg.add("(wide x)", root=True)
+    >>> _ = eg.union(root, eg.add("(g (g x))"))
+    >>> found = within_budget(eg, AstSize(), Widest(), 50)
+    >>> found.cost, found.peak, found.optimal
+    (3, 20.0, True)
+    """
     budget = check_budget(budget)
     began = time.perf_counter()
     search = _Search(egraph, cost, memory, prefer, time_limit)
@@ -375,7 +408,22 @@ def frontier(egraph: EGraph, cost, memory, starts: list[dict[int, tuple]] | None
     """The non-dominated ``(cost, peak)`` programs found, cheapest first (peak as
     ``memory.program_cost`` measures it, not a sum): the candidates of
     :func:`within_budget` at ``limit`` budgets spread from the least peak to the cheapest
-    program's."""
+    program's.
+
+    >>> from egraph import EGraph, AstSize
+    >>> class Widest:  # a toy peak: the widest call, its value and its operands'
+    ...     def node_cost(self, egraph, cid, node):
+    ...         return {"wide": 100, "x": 0}.get(node[0], 10)
+    ...     def program_cost(self, egraph, choice):
+    ...         return max(self.node_cost(egraph, c, n) + sum(
+    ...             self.node_cost(egraph, k, choice[k]) for k in n[1:])
+    ...             for c, n in choice.items())
+    >>> eg = EGraph()
+    >>> root = eg.add("(wide x)", root=True)
+    >>> _ = eg.union(root, eg.add("(g (g x))"))
+    >>> frontier(eg, AstSize(), Widest())
+    [Program(cost=2, peak=100.0), Program(cost=3, peak=20.0)]
+    """
     search = _Search(egraph, cost, memory, prefer, time_limit)
     anchor = search.start(starts or [])
     low = search.peak_bound()
