@@ -12,11 +12,19 @@ allocator hands out, after a first call has computed its folded values), their r
 whether the estimate is within :data:`TOLERANCE` of the measurement. Inputs and parameters
 are counted by neither. ``--quick`` runs :data:`QUICK` with a shorter saturation (the
 test's run). Written to benchmarks/results/peak_memory.md (``--out``).
+
+``--train`` adds a training step (forward, the mean square of the outputs, backward) per
+model: aot_autograd's forward and backward graphs each through the same pipeline, each
+graph's estimate against the measured peak of its emitted program (the graph run on its
+own: its inputs, saved activations among them, not counted), and the whole step's
+measured peak (:func:`compiler.memory.training_peak_bytes`: activations, temporaries and
+gradients) for eager, ``torch.compile(backend="egraph")`` and Inductor.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import warnings
 from pathlib import Path
@@ -25,11 +33,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import compiler.compile  # noqa: E402,F401  (registers the "egraph" backend)
 from benchmarks import corpus  # noqa: E402
 from benchmarks.report import add_out_option, markdown_table, write_results  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.fx import choose_program  # noqa: E402
-from compiler.memory import peak_bytes  # noqa: E402
+from compiler.memory import peak_bytes, training_peak_bytes  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from extractors import PeakMemory  # noqa: E402
@@ -42,6 +51,7 @@ logits; BERT's attention and feed-forward values)."""
 TOLERANCE = 0.15
 """How far the estimate may be from the measured peak (a fraction of it)."""
 COLUMNS = ["model", "estimate KiB", "measured KiB", "estimate / measured", "within 15%"]
+STEP_COLUMNS = ["model", "eager KiB", "egraph KiB", "Inductor KiB"]
 
 
 def row_of(name: str, limits: dict) -> dict:
@@ -56,13 +66,70 @@ def row_of(name: str, limits: dict) -> dict:
         estimate = PeakMemory().program_cost(eg, choose_program(eg, cost)[0])
         emitted = eg.extract(cost, validate="strict")
         emitted(*inputs)  # (the first call computes the folded values)
-    measured = peak_bytes(emitted, *inputs)
-    ratio = estimate / measured
     fell_back = emitted.meta["egraph_report"].fell_back
-    return {"model": name + (" (fell back)" if fell_back else ""),
-            "estimate KiB": f"{estimate / 1024:.1f}", "measured KiB": f"{measured / 1024:.1f}",
-            "estimate / measured": f"{ratio:.3f}", "ratio": ratio,
-            "within 15%": "yes" if abs(ratio - 1) <= TOLERANCE else "no"}
+    return _compared(name + (" (fell back)" if fell_back else ""), estimate,
+                     peak_bytes(emitted, *inputs))
+
+
+def training_rows(name: str, limits: dict) -> tuple[list[dict], dict]:
+    """Model ``name``'s training step: a row per graph aot_autograd makes of it (the
+    estimate of the extracted program against the measured peak of the emitted one), and
+    the step's measured peak for eager, the egraph backend and Inductor."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from compiler.pipeline import hinted_inputs
+
+    rows: list[dict] = []
+
+    def through_pipeline(graph: str):
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
+            with unset_fake_temporarily():
+                inputs = [x.detach() if isinstance(x, torch.Tensor) else x
+                          for x in hinted_inputs(example_inputs, gm)]
+                eg = EGraph.from_fx(gm, inputs).saturate(load_rules("all"), **limits)
+                cost = default_cost(inputs)
+                estimate = PeakMemory().program_cost(eg, choose_program(eg, cost)[0])
+                emitted = eg.extract(cost, validate="strict")
+                emitted(*inputs)
+                rows.append(_compared(f"{name} {graph}", estimate,
+                                      peak_bytes(emitted, *inputs)))
+            return emitted
+        return compile_graph
+
+    case = corpus.build(name)
+    model = case.model.train()
+    pipeline = aot_autograd(fw_compiler=through_pipeline("forward"),
+                            bw_compiler=through_pipeline("backward"))
+    steps = {"eager": model, "egraph": torch.compile(copy.deepcopy(model), backend="egraph"),
+             "Inductor": torch.compile(copy.deepcopy(model)),
+             "pipeline": torch.compile(copy.deepcopy(model), backend=pipeline)}
+    peaks = {"model": name}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for system, module in steps.items():
+            loss = _loss_of(module)
+            loss(*case.inputs).backward()  # (compiles)
+            module.zero_grad(set_to_none=True)
+            if system != "pipeline":
+                peaks[f"{system} KiB"] = f"{training_peak_bytes(loss, *case.inputs) / 1024:.1f}"
+    return rows, peaks
+
+
+def _loss_of(model: torch.nn.Module):
+    """``inputs -> the mean square of every floating tensor the model returns``."""
+    def loss(*inputs: torch.Tensor) -> torch.Tensor:
+        outputs = torch.utils._pytree.tree_leaves(model(*inputs))
+        return sum(o.square().mean() for o in outputs
+                   if isinstance(o, torch.Tensor) and o.is_floating_point())
+    return loss
+
+
+def _compared(name: str, estimate: float, measured: int) -> dict:
+    ratio = estimate / measured
+    return {"model": name, "estimate KiB": f"{estimate / 1024:.1f}",
+            "measured KiB": f"{measured / 1024:.1f}", "estimate / measured": f"{ratio:.3f}",
+            "ratio": ratio, "within 15%": "yes" if abs(ratio - 1) <= TOLERANCE else "no"}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -71,6 +138,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="comma-separated corpus models (default: all of them)")
     parser.add_argument("--quick", action="store_true",
                         help=f"{', '.join(QUICK)} with a shorter saturation")
+    parser.add_argument("--train", action="store_true",
+                        help="also a training step per model (see the module docstring)")
     add_out_option(parser, "peak_memory")
     args = parser.parse_args(argv)
     names = (args.models.split(",") if args.models
@@ -83,6 +152,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     within = sum(r["within 15%"] == "yes" for r in rows)
     body = (markdown_table(rows, COLUMNS)
             + f"\n\n{within} of {len(rows)} models within 15% of the measured peak.\n")
+    if args.train:
+        graphs, steps = [], []
+        for name in names:
+            found, peaks = training_rows(name, limits)
+            graphs += found
+            steps.append(peaks)
+            print(markdown_table(found, COLUMNS), markdown_table(steps[-1:], STEP_COLUMNS),
+                  sep="\n", flush=True)
+        body += ("\n## Training step: each graph aot_autograd makes\n\n"
+                 + markdown_table(graphs, COLUMNS)
+                 + "\n\n## Training step: the measured peak of the whole step\n\n"
+                 + markdown_table(steps, STEP_COLUMNS) + "\n")
     write_results("peak_memory", "Peak memory: the PeakMemory estimate against the measured "
                   "peak of the emitted program", body, out=args.out,
                   argv=None if argv is None else [__file__, *argv])
