@@ -21,7 +21,8 @@ writes it and as torch runs it on the CPU:
   to the caller as a copy.
 
 Inputs and parameters, allocated before the call, are not counted: the convention of the
-measured figure this estimate answers to (:func:`compiler.memory.peak_bytes`).
+measured figure this estimate answers to (:func:`compiler.memory.peak_bytes`). The
+measured temporaries are the CPU's, whatever device the program is for.
 
 >>> import torch
 >>> from egraph import EGraph
@@ -42,6 +43,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from egraph.cache import current_cache
 from egraph.dims import hints
@@ -426,10 +428,11 @@ def _run_on_meta(op: str, kids: list) -> tuple[Any, int]:
     of ``kids``; ``(None, 0)`` where meta tensors cannot run it."""
     made: list[torch.Tensor] = []
     try:
-        args = _stand_ins(kids, made, "meta")
-        out = SPECS[op].run(args)
-        rule = TABLE[op].workspace
-        workspace = int(rule(args, out)) if rule is not None else 0
+        with unset_fake_temporarily():  # (extraction may run inside a compile's fake mode)
+            args = _stand_ins(kids, made, "meta")
+            out = SPECS[op].run(args)
+            rule = TABLE[op].workspace
+            workspace = int(rule(args, out)) if rule is not None else 0
     except Exception:  # noqa: BLE001 - an op meta tensors cannot run: a new tensor
         return None, 0
     return _describe(out, made), workspace
@@ -442,8 +445,8 @@ def _measured(run: Callable[..., Any], kids: list) -> tuple[Any, int]:
     made: list[torch.Tensor] = []
     results: list = []
     try:
-        args = _stand_ins(kids, made, "cpu")
-        with torch.no_grad():
+        with unset_fake_temporarily(), torch.no_grad():
+            args = _stand_ins(kids, made, "cpu")
             peak = allocated_peak(lambda: results.append(run(*args)))
     except Exception:  # noqa: BLE001 - an op that does not run on zeros: a new tensor
         return None, 0
@@ -548,7 +551,8 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
         else:
             made: list[torch.Tensor] = []
             try:
-                known = _describe(run(*_stand_ins(operands, made, "meta")), made), 0
+                with unset_fake_temporarily():
+                    known = _describe(run(*_stand_ins(operands, made, "meta")), made), 0
             except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
                 known = None, 0
         if cached:

@@ -145,3 +145,21 @@ def test_peak_memory_takes_layouts_and_temporaries_of_measured_kernels_from_the_
     x, w = torch.randn(2, 16, 8, 8), torch.randn(32, 16, 3, 3)
     estimate, measured = _estimate_and_measure(lambda x, w: F.conv2d(x, w, padding=1), x, w)
     assert estimate == measured > 2 * 32 * 8 * 8 * 4  # more than its result
+
+
+def test_peak_memory_is_the_same_inside_a_compile_s_fake_mode():
+    """The backend extracts while dynamo's fake mode may be active: the replay's meta
+    tensors and measured kernels step out of it."""
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from egraph import EGraph
+    from extractors.peak import PeakMemory
+
+    x, w = torch.randn(2, 8, 8, 8), torch.randn(8, 8, 3, 3)
+    outside = PeakMemory().program_cost(
+        EGraph.from_fx(torch.fx.symbolic_trace(lambda x, w: F.conv2d(x, w)), (x, w)))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x, w: F.conv2d(x, w)), (x, w))
+    with FakeTensorMode():
+        inside = PeakMemory().program_cost(eg)
+    assert inside == outside > 2 * 8 * 6 * 6 * 4
