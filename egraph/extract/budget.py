@@ -15,9 +15,9 @@ an ILP bound:
   unbudgeted optimum, the source); the cheapest program (DAG heuristic) among the e-nodes
   whose footprint is at most a threshold, the threshold searched by halving between the
   least one any program allows and the budget; the cheapest under weighted sums of the
-  cost and the bytes written; the fewest bytes written, improved under the peak by local
-  search. The cheapest candidate within the budget is improved by local search (single
-  re-choices that lower the cost and keep the peak within the budget).
+  cost and the bytes written; the fewest bytes written. The cheapest candidate within the
+  budget is improved by local search (single re-choices that lower the cost and keep the
+  peak within the budget).
 * Bounds. The ILP optimum (HiGHS) of the cost over the e-nodes whose footprint fits the
   budget is a lower bound on the optimum under the budget, for a cost that is a sum over
   e-nodes; where its program fits, it is that optimum (``optimal``). The least threshold
@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from egraph.extract.local_search import improve
 from egraph.extract.methods import TIE, ProgramGraph, choose
 from egraph.extract.program import dag_cost, is_acyclic, program_order, program_roots
 from egraph.extract.tree import build_term, cheaper
@@ -67,7 +66,7 @@ WEIGHTS = (0.25, 1.0, 4.0, 16.0)
 """The weights of the bytes written against the cost in the weighted-sum candidates,
 relative to their ratio in the unbudgeted optimum."""
 PEAK_EVALUATIONS = 40
-"""How many programs each local search measures at most (each is one run of the memory
+"""How many programs the local search measures at most (each is one run of the memory
 model over the whole program)."""
 
 
@@ -288,7 +287,7 @@ class _Search:
 
     def weighted(self, anchor: Program) -> None:
         """Candidates under weighted sums of the cost and the bytes written, and the
-        fewest bytes written improved under the peak."""
+        fewest bytes written."""
         graph = self.program.graph
         written = sum(self.sizes[n] for n in self._picked(anchor))
         scale = anchor.cost / written if written and isinstance(anchor.cost, (int, float)) \
@@ -296,10 +295,7 @@ class _Search:
         for weight in WEIGHTS:
             costs = [c + weight * scale * s for c, s in zip(graph.cost, self.sizes)]
             self.extract(math.inf, costs)
-        lightest, _, _ = self.extract(math.inf, self.sizes)
-        if lightest is not None:
-            self.measure(improve(self.egraph, lightest.choice, self.memory,
-                                 budget=PEAK_EVALUATIONS))
+        self.extract(math.inf, self.sizes)
 
     def _picked(self, program: Program) -> list[int]:
         """The graph nodes of ``program``'s e-nodes."""
