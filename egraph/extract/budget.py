@@ -193,8 +193,10 @@ class _Search:
         self.program = ProgramGraph.of(egraph, cost, "budgeted", self.roots, prefer)
         self.sizes = ProgramGraph.of(egraph, memory, "budgeted", self.roots).graph.cost
         self.footprint = self._footprints()
+        self.graph_node = {(self.program.classes[self.program.graph.node_class[n]], node): n
+                           for n, node in enumerate(self.program.nodes)}
         self.measured: dict[frozenset, Program] = {}
-        self.additive = getattr(cost, "local", True)  # a sum over e-nodes: the ILP bounds it
+        self.summed = getattr(cost, "local", True)  # a sum over e-nodes: the ILP bounds it
 
     def _footprints(self) -> list[float]:
         graph, sizes = self.program.graph, self.sizes
@@ -243,7 +245,7 @@ class _Search:
         """The ILP's cheapest program among the e-nodes whose footprint is at most
         ``threshold``, and its cost as a lower bound on every program of those e-nodes
         (None where the cost is not a sum over e-nodes or the solver proved nothing)."""
-        if not self.additive:
+        if not self.summed:
             return None, None
         found, value, proven = self.extract(threshold, method="ilp")
         if not proven:
@@ -290,8 +292,9 @@ class _Search:
         fewest bytes written."""
         graph = self.program.graph
         written = sum(self.sizes[n] for n in self._picked(anchor))
-        scale = anchor.cost / written if written and isinstance(anchor.cost, (int, float)) \
-            else 1.0
+        scale = 1.0
+        if written and isinstance(anchor.cost, (int, float)):
+            scale = anchor.cost / written
         for weight in WEIGHTS:
             costs = [c + weight * scale * s for c, s in zip(graph.cost, self.sizes)]
             self.extract(math.inf, costs)
@@ -299,8 +302,7 @@ class _Search:
 
     def _picked(self, program: Program) -> list[int]:
         """The graph nodes of ``program``'s e-nodes."""
-        where = {(self.program.classes[self.program.graph.node_class[n]], node): n
-                 for n, node in enumerate(self.program.nodes)}
+        where = self.graph_node
         return [where[c, node] for c, node in program.choice.items() if (c, node) in where]
 
     def descend(self, start: Program, budget: float) -> Program:
