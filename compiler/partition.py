@@ -18,8 +18,8 @@ recomputation while the saved bytes stay within the budget:
 - a view costs the bytes of the storage it keeps alive (a view of a parameter, nothing).
 
 The budget is bytes, or a fraction of what torch's own min-cut partitioner (Inductor's
-default) saves for the same joint graph, as ``torch._functorch.config.
-activation_memory_budget`` means it. The equivalent forms the e-graph chose for the
+default) saves for the same joint graph; a budget below the least any partition saves is
+an error that names that least. The equivalent forms the e-graph chose for the
 forward (a fused attention that saves a row statistic, not a probability matrix) are
 what the partition starts from.
 
@@ -34,7 +34,7 @@ what the partition starts from.
 >>> f(x).backward()
 >>> decision = choice.decisions[-1]  # x (8 KiB) must stay; min-cut keeps tanh's 8 KiB too
 >>> decision.least_bytes, decision.min_cut_bytes, decision.budget_bytes
-(8192, 16384, 12288)
+(8192, 16384, 8192)
 >>> decision.saved_bytes, "mm" in decision.recomputed  # tanh does not fit: recomputed
 (8192, True)
 >>> w = linear.weight.detach().requires_grad_()
@@ -95,18 +95,25 @@ class MemoryBudget:
             raise ValueError(f"memory_budget_bytes={self.bytes!r}: a number of bytes, an "
                              "integer >= 0")
 
-    def of(self, min_cut: int, least: int) -> int:
-        """The budget in bytes, for a graph whose min-cut partition saves ``min_cut`` bytes
-        and whose every partition saves at least ``least``: a fraction is of the part a
-        partition can choose, as torch's ``activation_memory_budget`` is (0 would save
-        the least, 1 as much as the min-cut partitioner).
+    def of(self, min_cut: int) -> int:
+        """The budget in bytes, for a graph whose min-cut partition saves ``min_cut`` bytes.
 
-        >>> MemoryBudget(fraction=0.5).of(1000, 200), MemoryBudget(bytes=300).of(1000, 200)
-        (600, 300)
+        >>> MemoryBudget(fraction=0.5).of(1000), MemoryBudget(bytes=300).of(1000)
+        (500, 300)
         """
-        if self.bytes is not None:
-            return self.bytes
-        return least + int(self.fraction * max(min_cut - least, 0))
+        return self.bytes if self.bytes is not None else int(self.fraction * min_cut)
+
+    def unmet(self, min_cut: int, least: int) -> str:
+        """Why no partition of a graph meets this budget, and what would: the least the
+        graph can save, as bytes and as a fraction of ``min_cut``."""
+        asked = (f"memory_budget_bytes={self.bytes}" if self.bytes is not None else
+                 f"memory_budget={self.fraction} ({self.of(min_cut)} bytes of the {min_cut} "
+                 f"torch's min-cut partitioner saves)")
+        return (f"{asked}: no partition of this graph saves so little for its backward; the "
+                f"least it can save is {least} bytes (inputs the backward reads, random ops' "
+                f"outputs, values no op recomputes), a fraction of "
+                f"{math.ceil(1000 * least / max(min_cut, 1)) / 1000:g}: raise the budget to "
+                f"at least that")
 
 
 class UnmetMemoryBudget(ValueError):
@@ -217,13 +224,9 @@ class BudgetedPartition(CustomPartitionerFn):
         problem = _Problem(graph, info, gradients, self.fused)
         min_cut = problem.bytes_of(p.choose_saved_values_set(graph, info, memory_budget=1.0))
         least = problem.least()
-        budget = self.budget.of(min_cut, least)
+        budget = self.budget.of(min_cut)
         if least > budget:
-            raise UnmetMemoryBudget(
-                f"memory budget {budget} bytes: no partition of this graph saves so little "
-                f"for its backward; the least it can save is {least} bytes (inputs it "
-                f"reads, random ops' outputs, values no op recomputes): raise the budget to "
-                f"at least that, or give it as a fraction (memory_budget)")
+            raise UnmetMemoryBudget(self.budget.unmet(min_cut, least))
         chosen, optimal = problem.solve(budget)
         decision = SavedForBackward(
             saved={n.name: b for n, b in problem.sizes(chosen["saved"])},
@@ -404,6 +407,12 @@ def _no_dropout(node: fx.Node) -> bool:
     return any(name in given and given[name] == 0 for name in ("dropout_p", "p"))
 
 
+def _pointwise(node: fx.Node) -> bool:
+    """Whether ``node`` is a pointwise op (fused code computes it where it is read)."""
+    return isinstance(node.target, torch._ops.OpOverload) and (
+        torch.Tag.pointwise in node.target.tags)
+
+
 _MATRIX = {"mm": lambda a, b: 2 * a[0] * a[1] * b[1],
            "addmm": lambda c, a, b: 2 * a[0] * a[1] * b[1],
            "bmm": lambda a, b: 2 * a[0] * a[1] * a[2] * b[2],
@@ -413,8 +422,9 @@ _MATRIX = {"mm": lambda a, b: 2 * a[0] * a[1] * b[1],
 def _seconds(node: fx.Node, fused: bool) -> float:
     """The estimated time of computing ``node`` once more in the backward, on the
     hardware profile of its device: a roofline of its FLOPs and the bytes it moves, with a
-    launch; a pointwise op in fused code costs its arithmetic only (it runs inside the
-    kernel that reads it). Views and sizes cost next to nothing."""
+    launch; a pointwise op in fused code whose readers are pointwise too costs its
+    arithmetic only (it runs inside their kernel; read by a matrix product or a reduction,
+    it is written out first). Views and sizes cost next to nothing."""
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 
     from extractors.hardware import HARDWARE
@@ -440,8 +450,7 @@ def _seconds(node: fx.Node, fused: bool) -> float:
         flops = 4 * math.prod(q) * k[-2]
     compute = flops / hw.peak_flops("matmul" if flops > elements else "add", value.dtype)
     compute = max(compute, hw.element_time(name, elements))
-    if fused and isinstance(target, torch._ops.OpOverload) and (
-            torch.Tag.pointwise in target.tags):
-        return compute + 1e-9
+    if fused and _pointwise(node) and all(map(_pointwise, node.users)):
+        return compute + 1e-9  # (inside the kernel of the op that reads it)
     moved = out + sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes)
     return max(compute, hw.moving(moved)) + hw.launch_overhead
