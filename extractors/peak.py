@@ -53,7 +53,7 @@ from extractors.allocator import allocated_peak
 from extractors.costs import CostModel
 from frontends.fx.analysis import SCALAR_OPS
 from frontends.fx.effects import foldable_call
-from frontends.fx.source import AttributeRef, ClassRef, WrittenRef
+from frontends.fx.source import AttributeRef, ClassRef, OutputRef, WrittenRef
 from frontends.fx.vocabulary import SPECS
 
 __all__ = ["PeakMemory", "Tensor", "peak_of"]
@@ -195,13 +195,36 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
                 release(values.pop(k))
         if c not in last:  # read by nothing
             release(values.pop(c))
-    # an output in a buffer of folded values is handed to the caller as a copy
-    copies = sum(t.nbytes for r in roots for t in _tensors(values.get(r))
-                 if t.storage[1] == _BUFFER)
-    return max(peak, live + copies)
+    return max(peak, live + _output_copies(egraph, values))
 
 
 _BUFFER = "buffer"
+
+
+def _output_copies(egraph, values: dict) -> int:
+    """The bytes of the copies emission hands the caller in place of outputs, made after
+    the program's last call (``backends.fx``): an output in a buffer of folded values; a
+    tensor the source made that would share an input's or a parameter's storage, or
+    another output's of another maker; a strided output the source returned contiguous."""
+    refs: list[ClassRef] = []
+    fx.node.map_aggregate(getattr(getattr(egraph, "fx", None), "output", None),
+                          lambda a: refs.append(a) if isinstance(a, ClassRef) else None)
+    makers: dict[tuple, str | None] = {}
+    copied = 0
+    for ref in refs:
+        value = values.get(egraph.find(ref.cid))
+        if not isinstance(value, Tensor):
+            continue
+        fresh = isinstance(ref, OutputRef) and ref.fresh
+        contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
+        if value.storage[1] == _BUFFER or fresh and (not value.held or makers.setdefault(
+                value.storage, ref.maker) != ref.maker):
+            copied += value.nbytes
+        elif contiguous and value.stride != _contiguous(value.shape) and any(
+                d > 1 and s != c for d, s, c in zip(value.shape, value.stride,
+                                                    _contiguous(value.shape))):
+            copied += value.nbytes
+    return copied
 
 
 def _tensors(value: Any) -> list[Tensor]:

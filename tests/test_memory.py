@@ -163,3 +163,11 @@ def test_peak_memory_is_the_same_inside_a_compile_s_fake_mode():
     with FakeTensorMode():
         inside = PeakMemory().program_cost(eg)
     assert inside == outside > 2 * 8 * 6 * 6 * 4
+
+
+def test_peak_memory_counts_the_copies_emission_makes_of_outputs():
+    """Ingest drops ``contiguous`` (a layout, not a value); emission hands the caller a
+    contiguous copy where the source did, after the program's last call."""
+    x = torch.randn(32, 32)
+    estimate, measured = _estimate_and_measure(lambda x: x.t().contiguous(), x)
+    assert estimate == measured == x.nbytes
