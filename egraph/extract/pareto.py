@@ -132,7 +132,9 @@ def pareto(egraph: EGraph, cost_a, cost_b, root: int | None = None, limit: int =
     if not getattr(cost_b, "local", True):
         from egraph.extract.budget import frontier
 
-        programs = frontier(egraph, cost_a, cost_b, starts, limit=limit)
+        # (ties go to the e-nodes the e-graph was built with, as extraction's do)
+        programs = frontier(egraph, cost_a, cost_b, starts, getattr(egraph, "initial", None),
+                            limit=limit)
         return [ParetoPoint(build(p.choice, root), (p.cost, p.peak), p.choice)
                 for p in programs]
     front = frontiers(egraph, cost_a, cost_b, limit)
