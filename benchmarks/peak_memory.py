@@ -97,6 +97,7 @@ def training_rows(name: str, limits: dict) -> tuple[list[dict], dict]:
             return emitted
         return compile_graph
 
+    torch._dynamo.reset()  # (every corpus model's forward is one code object to dynamo)
     case = corpus.build(name)
     model = case.model.train()
     pipeline = aot_autograd(fw_compiler=through_pipeline("forward"),

@@ -152,14 +152,7 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
     order = program_order(egraph, choice, [*map(find, getattr(egraph, "effects", ())),
                                            *roots])
     fused = _fused(egraph, choice, order)
-    position = {c: i for i, c in enumerate(order)}
-    last: dict[int, int] = {}
-    for i, c in enumerate(order):
-        at = position[fused[c]] if c in fused else i
-        for k in choice[c][1:]:
-            last[find(k)] = max(last.get(find(k), -1), at)
-    for r in roots:
-        last[r] = len(order)
+    last = _last_reads(egraph, choice, order, fused, roots)
     calls = current_cache(_CALLS, egraph)
     foldable: set[int] = set()
     values: dict[int, Any] = {}
@@ -199,6 +192,22 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
 
 
 _BUFFER = "buffer"
+
+
+def _last_reads(egraph, choice: dict[int, tuple], order: list[int], fused: dict[int, int],
+                roots: list[int]) -> dict[int, int]:
+    """Class -> the position in ``order`` of the last call that reads it (a fused
+    product's operands are read by the sum it is fused into; the outputs, past the end)."""
+    find = egraph.find
+    position = {c: i for i, c in enumerate(order)}
+    last: dict[int, int] = {}
+    for i, c in enumerate(order):
+        at = position[fused[c]] if c in fused else i
+        for k in choice[c][1:]:
+            last[find(k)] = max(last.get(find(k), -1), at)
+    for r in roots:
+        last[r] = len(order)
+    return last
 
 
 def _output_copies(egraph, values: dict) -> int:
