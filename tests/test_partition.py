@@ -140,11 +140,12 @@ def test_dropout_is_saved_not_drawn_again():
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
-def test_beside_a_users_checkpoint_regions():
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_beside_a_users_checkpoint_regions(codegen):
     model = _model(checkpoint=True)
     x = torch.randn(4, 32, 64)
     expected, eager_saved = _train(model, None, x)
-    backend = make_backend(memory_budget=0.5)
+    backend = make_backend(memory_budget=0.5, codegen=codegen)
     grads, saved = _train(model, backend, x)
     for g, e in zip(grads, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
