@@ -45,6 +45,7 @@ from benchmarks.report import (  # noqa: E402
     write_results,
 )
 from compiler.memory import saved_bytes, training_peak_bytes  # noqa: E402
+from compiler.partition import UnmetMemoryBudget  # noqa: E402
 
 MIB = 1 << 20
 BUDGETS = (0.5, 0.33, 0.25)
@@ -134,8 +135,11 @@ def systems() -> dict[str, Callable[[torch.nn.Module], Callable[..., torch.Tenso
     return found
 
 
-def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: int) -> list:
-    """One row per system (see the module's docstring)."""
+def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: int,
+            unmet: list[str] | None = None) -> list:
+    """One row per system (see the module's docstring); a budget below the least a graph
+    can save leaves its row out, its error appended to ``unmet``."""
+    unmet = [] if unmet is None else unmet
     parameters = list(model.parameters())
     loss_of(model)(*inputs).backward()
     expected = [p.grad.clone() for p in parameters]
@@ -150,7 +154,14 @@ def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: in
             print(f"{name}: skipped ({why})", flush=True)
             continue
         started = time.perf_counter()
-        step(*inputs).backward()  # (compiles the forward and the backward)
+        try:
+            step(*inputs).backward()  # (compiles the forward and the backward)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            if not isinstance(error.inner_exception, UnmetMemoryBudget):
+                raise
+            print(f"{name}: {error.inner_exception}", flush=True)
+            unmet.append(f"- {name}: {error.inner_exception}")
+            continue
         first = time.perf_counter() - started
         error = max(float((p.grad - e).abs().max()) for p, e in zip(copied.parameters(),
                                                                     expected)) / scale
@@ -220,13 +231,16 @@ def main(argv: list[str] | None = None) -> None:
     sections, plots = [], []
     for name in args.models.split(","):
         model, inputs = training_model(name, args.batch, args.seq, args.layers, args.tiny)
-        rows = measure(model, inputs, chosen, args.rounds)
+        unmet: list[str] = []
+        rows = measure(model, inputs, chosen, args.rounds, unmet)
         table = markdown_table(rows, ["system", "saved MiB", "saved / Inductor", "peak MiB",
                                       "step ms", "time / Inductor", "grad error",
                                       "first call s"])
         shape = ", ".join(f"{tuple(x.shape)}" for x in inputs)
         sections.append(f"## {name}{'' if args.layers is None else f', {args.layers} layers'}"
-                        f": inputs {shape}\n\n{table}")
+                        f": inputs {shape}\n\n{table}"
+                        + ("\n\nBudgets below the least a graph can save:\n" + "\n".join(unmet)
+                           if unmet else ""))
         print(sections[-1], flush=True)
         plot = chart(name, rows, RESULTS / f"memory-{name}.svg")
         if plot is not None:
