@@ -13,7 +13,8 @@ recomputation while the saved bytes stay within the budget:
 - a recomputed value's inputs are saved, recomputed, or inputs of the graph (parameters
   and inputs exist anyway and cost nothing to keep);
 - random ops are never recomputed (their output is saved: a replay would draw anew),
-  nor ops that change a tensor in place; a value a user's ``torch.utils.checkpoint``
+  nor ops that change a tensor in place, update one (batch norm's running statistics) or
+  read one the forward changes; a value a user's ``torch.utils.checkpoint``
   region marks for recomputation is not saved;
 - a view costs the bytes of the storage it keeps alive (a view of a parameter, nothing).
 
@@ -268,11 +269,16 @@ class _Problem:
         self.recomputable: dict[fx.Node, bool] = {}
         self.savable: dict[fx.Node, bool] = {}
         available: dict[fx.Node, bool] = {}
+        # (the forward writes into these at its end)
+        written = {n.args[0] for n in graph.nodes if isinstance(n.target, torch._ops.OpOverload)
+                   and n.target._schema.is_mutable and n.args and isinstance(n.args[0], fx.Node)}
         for n in self.values:  # (in the graph's order: inputs first)
             inputs = [a for a in n.all_input_nodes if a in self.index]
-            # (a part of a multi-output op is recomputed with it)
-            self.recomputable[n] = _recomputable(n) and (
-                n.target is not operator.getitem or self.recomputable.get(inputs[0], False))
+            # (a part of a multi-output op is recomputed with it; what reads an input the
+            # forward changes cannot run after it)
+            self.recomputable[n] = _recomputable(n) and not written.intersection(
+                n.all_input_nodes) and (n.target is not operator.getitem
+                                        or self.recomputable.get(inputs[0], False))
             can_save = isinstance(n.meta.get("val"), torch.Tensor) or p.is_sym_node(n)
             recomputable = self.recomputable[n] and all(available[a] for a in inputs)
             # (a value a checkpoint region marks is recomputed, where it can be)
@@ -391,8 +397,10 @@ def _recomputable(node: fx.Node) -> bool:
     anew), not an op that changes a tensor in place or has effects."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags and (
-                not _no_dropout(node)):
+        # (a *_functional op is functionalisation's form of one that updates its inputs:
+        # batch norm's running statistics, which the forward changes once it has run)
+        if target._schema.is_mutable or target._schema.name.endswith("_functional") or (
+                torch.Tag.nondeterministic_seeded in target.tags and not _no_dropout(node)):
             return False
     elif isinstance(target, torch._ops.HigherOrderOperator):
         return False

@@ -152,6 +152,23 @@ def test_beside_a_users_checkpoint_regions(codegen):
     assert _decisions(backend) and saved < eager_saved
 
 
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_batch_norm_in_training(codegen):
+    """Batch norm in training writes its running statistics at the forward's end: a
+    backward that recomputed the norm would read them changed (autograd refused it)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU()).train()
+    x = torch.randn(4, 3, 16, 16)
+    expected, _ = _train(model, None, x)
+    backend = make_backend(memory_budget=0.75, codegen=codegen)
+    grads, _ = _train(model, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert _decisions(backend)
+
+
 def test_bytes_budget_and_an_unmet_one():
     model = _model()
     x = torch.randn(4, 32, 64)
