@@ -29,7 +29,8 @@ bfloat16), as Herbie (Panchekha et al., PLDI 2015) improves a scalar expression:
 
 What changed is in ``gm.meta["accuracy_report"]`` (:class:`AccuracyReport`). The package
 is the method, a module per phase: :mod:`~compiler.herbie.localise` (steps 1 and 2),
-:mod:`~compiler.herbie.rewriting` (3), :mod:`~compiler.herbie.measure` (4),
+:mod:`~compiler.herbie.rewriting` (3, with :mod:`~compiler.herbie.domain`: a candidate
+undefined where the formula is defined is dropped), :mod:`~compiler.herbie.measure` (4),
 :mod:`compiler.regimes` and :mod:`~compiler.herbie.probes` (5), and
 :mod:`~compiler.herbie.emit` (from sympy back to torch); :func:`improve_accuracy` below is
 the outline.
@@ -291,6 +292,9 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
     gen = torch.Generator().manual_seed(0)
     pick = torch.randperm(source.numel(), generator=gen)[:points]
     samples = [v[pick] for v in flat]
+    # where the candidates must be defined wherever the formula is: every sampled point,
+    # those with no finite exact value too (a negative x in x**(1/n) at a tiny n)
+    domain = dict(zip(unit.symbols, samples))
     exact = exact_values(unit.expr, unit.symbols, samples)
     keep = representable(exact, dtype)
     if int(keep.sum()) < 8:
@@ -302,8 +306,9 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
     before = float(error_in_bits(source, exact, dtype).mean())
     if before < 0.25:
         return None
-    found = candidates(unit.expr, unit.symbols, unit.hot, env, exact, dtype, deadline)
-    found += rule_candidates(gm, unit, samples, deadline)
+    found = candidates(unit.expr, unit.symbols, unit.hot, env, exact, dtype, deadline,
+                       domain=domain)
+    found += rule_candidates(gm, unit, samples, deadline, domain=domain)
     # Candidate 0 is the formula itself as emitted here (with expm1 and log1p fused).
     exprs, labels = [], []
     for label, e in [("the formula", unit.expr), *found]:

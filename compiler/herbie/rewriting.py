@@ -12,6 +12,7 @@ import torch
 import torch.fx as fx
 from sympy.simplify.fu import TR2, TR9, TR2i
 
+from compiler.herbie.domain import narrows_domain
 from compiler.herbie.emit import evaluate
 from compiler.herbie.localise import Formula, sympy_number, to_sympy
 from compiler.herbie.measure import error_in_bits
@@ -106,11 +107,14 @@ equal expressions (identities wherever both sides are defined)."""
 
 def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env: dict,
                exact: torch.Tensor, dtype: torch.dtype, deadline: float,
-               rounds: int = 2, keep: int = 3) -> list[tuple[str, sp.Expr]]:
+               rounds: int = 2, keep: int = 3,
+               domain: dict | None = None) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
     each localised subexpression ``hot`` and at the whole (then again, on the sums inside the
     ``keep`` most accurate candidates so far, ``rounds`` times in all), and the series
-    expansions.
+    expansions. A candidate undefined where ``expr`` is defined, at the points of
+    ``domain`` (default ``env``) and around them
+    (:func:`~compiler.herbie.domain.narrows_domain`), is left out: no identity of it.
 
     >>> import torch
     >>> x = sp.Symbol("x", real=True)
@@ -128,6 +132,8 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
         if c in seen or not isinstance(c, sp.Expr) or _undefined(c):
             return
         seen.add(c)
+        if narrows_domain(c, expr, env if domain is None else domain):
+            return
         found.append((label, c))
 
     sites = [(expr, hot)]
@@ -174,13 +180,15 @@ def _undefined(e: sp.Expr) -> bool:
 
 def rule_candidates(gm: fx.GraphModule, unit: Formula, samples: list[torch.Tensor],
                     deadline: float, families: tuple[str, ...] = ("herbie", "stability"),
-                    iter_limit: int = 2, node_limit: int = 2_000) -> list[tuple[str, sp.Expr]]:
+                    iter_limit: int = 2, node_limit: int = 2_000,
+                    domain: dict | None = None) -> list[tuple[str, sp.Expr]]:
     """Candidates from the rule library, localised: the formula alone (its leaves as
     inputs, the sample points as example inputs) in an FX e-graph, saturated with
     ``families`` (Herbie's database, :mod:`egraph.rules.herbie`, and the stable forms) within
     small limits; then, for the formula's value and for each localised op, every e-node of
     its class with the rest of the program the smallest (AstSize) one, each as a sympy
-    expression ``("rule <applied rules>", expr)``.
+    expression ``("rule <applied rules>", expr)``, less those undefined where the formula
+    is defined (on ``domain``, default the ``samples``, as in :func:`candidates`).
 
     >>> from compiler.herbie.localise import formulas
     >>> gm = fx.symbolic_trace(lambda x: torch.log(x + 1))
@@ -220,6 +228,7 @@ def rule_candidates(gm: fx.GraphModule, unit: Formula, samples: list[torch.Tenso
     hot = {env[n].name for n in inside if any(n.name == h for h in _hot_names(unit))}
     targets = [eg.find(eg.roots[0])] + [eg.find(c) for c, name in eg.fx.origins.items()
                                         if name in hot]
+    points = dict(zip(unit.symbols, samples)) if domain is None else domain
     out: list[tuple[str, sp.Expr]] = []
     for c in dict.fromkeys(targets):
         for node in eg.nodes(c):
@@ -232,7 +241,7 @@ def rule_candidates(gm: fx.GraphModule, unit: Formula, samples: list[torch.Tenso
                 expr = formula_of(build_module(eg, choice))
             except (ValueError, TypeError, RuntimeError, KeyError, RecursionError):
                 continue  # a choice that cycles back into its class, or leaves sympy's reach
-            if expr is not None:
+            if expr is not None and not narrows_domain(expr, unit.expr, points):
                 out.append((f"rules ({applied})", expr))
     return out
 
