@@ -358,14 +358,16 @@ class _Emitter:
         kind = "opaque" if op == "opaque" else TABLE[op].kind
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
         if kind == "view" or op == "to" and not self.converts(base, value):
+            # an item of a multi-output op's tuple is that op's own output, not a view
+            # (a layer norm's output and its statistics are three tensors), unless the
+            # op itself makes views (split's items share its operand's storage)
+            item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
             # a view (or a cast that may return its operand) shares its operand's storage
-            if base is not None:
+            if base is not None and (not item or base in self.view_of):
                 self.view_of[value] = self.view_of.get(base, base)
             for held in (self.in_buffer, self.shared):
                 if base in held:
                     held.add(value)
-            # an item of a multi-output op's tuple is that op's own output, not a view
-            item = op == "getitem" and getattr(self.metas.get(base), "kind", None) == "tuple"
             layout = ("contiguous" if item or op not in _STRIDING
                       else self.view_layout(value, base))
             if base in self.strided:

@@ -218,7 +218,7 @@ def _output_copies(egraph, values: dict) -> int:
     refs: list[ClassRef] = []
     fx.node.map_aggregate(getattr(getattr(egraph, "fx", None), "output", None),
                           lambda a: refs.append(a) if isinstance(a, ClassRef) else None)
-    makers: dict[int, str | None] = {}
+    makers: dict[tuple, str | None] = {}
     copied = 0
     for ref in refs:
         value = values.get(egraph.find(ref.cid))
@@ -226,10 +226,10 @@ def _output_copies(egraph, values: dict) -> int:
             continue
         fresh = isinstance(ref, OutputRef) and ref.fresh
         contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
-        # (keyed by the call that made the storage, as emission keys it: the items of a
-        # multi-output op count as one tensor)
+        # (keyed by the storage, as emission keys it: the items of a multi-output op are
+        # tensors of their own, a view shares its base's)
         if value.storage[1] == _BUFFER or fresh and (not value.held or makers.setdefault(
-                value.storage[0], ref.maker) != ref.maker):
+                value.storage, ref.maker) != ref.maker):
             copied += value.nbytes
         elif contiguous and value.stride != _contiguous(value.shape) and any(
                 d > 1 and s != c for d, s, c in zip(value.shape, value.stride,
