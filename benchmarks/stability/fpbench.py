@@ -37,11 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import signal
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -337,8 +337,11 @@ def main() -> None:
     chosen = chosen[: args.limit] if args.limit else chosen
     work = [(args.suite, f, i, args.train, args.test, args.time_limit) for f, i in chosen]
     rows = []
-    with ProcessPoolExecutor(max_workers=args.jobs, max_tasks_per_child=20) as pool:
-        for row in pool.map(_run, work):
+    # multiprocessing's pool, not concurrent.futures': a ProcessPoolExecutor with
+    # max_tasks_per_child never replaces the worker that retires while tasks are queued
+    # (CPython gh-115634, Python 3.11 to 3.13), and the run hangs after 20 benchmarks
+    with multiprocessing.Pool(args.jobs, maxtasksperchild=20) as pool:
+        for row in pool.imap(_run, work):
             rows.append(row)
             shown = (f"{row['bits_before']:6.2f} -> {row['bits_egraph']:6.2f} / "
                      f"{row['bits_rewriter']:6.2f}" if row["ran"] else row["reason"][:60])
