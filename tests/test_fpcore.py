@@ -39,6 +39,12 @@ def test_default_precision_is_binary64_and_constants_fold():
     assert "1.5707963267948966" in gm.code  # PI / 2 folded exactly, rounded once
 
 
+def test_racket_exponent_markers_read_as_herbie_reads_them():
+    # graphics/pbrt.fpcore writes 0.6931f0 (Racket's single-float marker, a double there)
+    (p,) = fpcore.parse("(FPCore (x) (+ x 0.6931f0))")
+    assert p.module()(torch.tensor([0.0], dtype=torch.float64)).item() == 0.6931
+
+
 def test_if_is_where_and_fmax_ignores_nan():
     (p,) = fpcore.parse("(FPCore (x y) (if (< x 0) (fmax x y) (fmin x y)))")
     gm = p.module()

@@ -26,19 +26,24 @@ from frontends.fpcore.syntax import Atom, List, read
 __all__ = ["read_programs"]
 
 _ASSOCIATIVE = ("+", "-", "*")
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", re.IGNORECASE)
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([esfdl][+-]?\d+)?", re.IGNORECASE)
 _RATIONAL = re.compile(r"[+-]?\d+/\d*[1-9]\d*")
 _HEX = re.compile(r"[+-]?0x([0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(p[+-]?\d+)?", re.IGNORECASE)
 
 
 def number(text: str) -> Fraction | None:
     """The exact value of an FPCore number literal (decimal, rational or hexadecimal),
-    None if ``text`` is not one.
+    None if ``text`` is not one. A decimal's exponent may also be marked as Racket marks
+    it (``s``, ``f``, ``d``, ``l``), as Herbie reads it: pbrt's benchmarks write ``0.6931f0``.
 
     >>> number("1e-3"), number("-1/3"), number("0x1.8p1"), number("x")
     (Fraction(1, 1000), Fraction(-1, 3), Fraction(3, 1), None)
+    >>> number("0.6931f0"), number("2d-1")
+    (Fraction(6931, 10000), Fraction(1, 5))
     """
-    if _DECIMAL.fullmatch(text) or _RATIONAL.fullmatch(text):
+    if _DECIMAL.fullmatch(text):
+        return Fraction(re.sub("[sfdl]", "e", text, flags=re.IGNORECASE))
+    if _RATIONAL.fullmatch(text):
         return Fraction(text)
     if _HEX.fullmatch(text):
         return Fraction(float.fromhex(text))
