@@ -233,3 +233,23 @@ def test_a_forward_saves_a_norms_output_and_statistics_without_copies():
     (forward,) = [c.module for key, c in backend.cache.items() if key[0] == "forward"]
     assert "native_layer_norm" in forward.code
     assert "torch.clone(getitem" not in forward.code
+
+
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_a_budget_with_symbolic_sizes(codegen):
+    """With ``dynamic=True`` one partition serves every batch size (its bytes priced at
+    the example's sizes), each with eager's gradients."""
+    torch._dynamo.reset()
+    model = _model()
+    compiled_model = copy.deepcopy(model)
+    backend = make_backend(memory_budget=0.5, codegen=codegen)
+    run = torch.compile(compiled_model, backend=backend, dynamic=True)
+    for batch in (4, 3, 6):
+        x = torch.randn(batch, 32, 64)
+        compiled_model.zero_grad()
+        _step(run, x).backward()
+        reference = copy.deepcopy(model)
+        _step(reference, x).backward()
+        for p, e in zip(compiled_model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, rtol=1e-4, atol=1e-5)
+    assert len(_decisions(backend)) == 1
