@@ -240,10 +240,14 @@ class BudgetedPartition(CustomPartitionerFn):
         return chosen["saved"] + problem.free_inputs_read(chosen["recomputed"])
 
     def uuid(self) -> Any:
-        """The key Inductor's caches file this partitioner's programs under."""
+        """The key Inductor's caches file this partitioner's programs under: its code, the
+        hardware profiles its estimates read, the budget."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
-        return (get_hash_for_files((__file__,)), self.budget, self.fused)
+        import extractors.hardware
+
+        return (get_hash_for_files((__file__, extractors.hardware.__file__)), self.budget,
+                self.fused)
 
 
 class _Problem:
