@@ -137,6 +137,20 @@ def test_writer_round_trip():
     torch.testing.assert_close(back.module()(*xs), p.module()(*xs))
 
 
+def test_writer_says_a_sum_with_a_scaled_operand():
+    """Emission fuses ``x + z * 0.062`` into ``torch.add(x, z, alpha=0.062)``, which lowers
+    to a call inside a call; the writer once refused it (four of the suite sample's fifty
+    results, "Kalman filter per P" among them)."""
+    (p,) = fpcore.parse("(FPCore (x z) :name \"scaled\" (+ x (* z 0.0625)))")
+    gm = torch.fx.symbolic_trace(lambda x, z: torch.add(x, z, alpha=0.0625))
+    text = fpcore.write_module(gm, p)
+    assert "(* z 0.0625)" in text
+    (back,) = fpcore.parse(text)
+    xs = (torch.linspace(-3, 3, 9, dtype=torch.float64), torch.linspace(1, 2, 9,
+                                                                      dtype=torch.float64))
+    torch.testing.assert_close(back.module()(*xs), p.module()(*xs))
+
+
 @needs_suite
 def test_whole_suite_reads_without_a_crash():
     read, refused = 0, []

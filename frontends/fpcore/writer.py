@@ -151,10 +151,18 @@ def _call(node: fx.Node, values: dict) -> Expr:
     lowered = lower(node.target, node.args, node.kwargs, method=method)
     if lowered is None:
         raise UnwritableModule(f"{node.format_node()}: not in the vocabulary")
-    op, args = lowered[0], list(lowered[1])
+    return _lowered(lowered[0], list(lowered[1]), values, node)
 
+
+def _lowered(op: str, args: list, values: dict, node: fx.Node) -> Expr:
+    """The FPCore expression of ``op`` on ``args`` as :func:`lower` gives them: nodes,
+    numbers, or a lowered call of its own (``add(x, y, alpha=a)`` is ``x + y * a``)."""
     def arg(a) -> Expr:
-        return values[a] if isinstance(a, fx.Node) else _number(a)
+        if isinstance(a, fx.Node):
+            return values[a]
+        if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str):
+            return _lowered(a[0], list(a[1]), values, node)
+        return _number(a)
 
     if op in ("to", "identity", "detach"):
         return arg(args[0])
