@@ -69,6 +69,7 @@ from compiler.validate.inputs import (
     in_domain,
     input_sets,
     is_fake,
+    meta_state,
     program_numel,
     random_like,
     stand_ins,
@@ -119,8 +120,8 @@ from frontends.fx.source import FxSource
 __all__ = [
     "ELEMENTWISE_SLACK", "FLOAT64_LIMIT", "NORMWISE_SLACK", "REFERENCES", "SIDE_BY_SIDE_NUMEL",
     "SOURCE_REFERENCES", "STRESS_SCALE", "Validation", "ValidationError", "float64_copy",
-    "float64_reference", "in_domain", "is_fake", "judge", "program_numel", "random_like",
-    "reference_spread", "relative_error", "relative_errors", "rounding_samples",
+    "float64_reference", "in_domain", "is_fake", "judge", "meta_state", "program_numel",
+    "random_like", "reference_spread", "relative_error", "relative_errors", "rounding_samples",
     "sharing_pairs", "stand_ins", "strided_like", "validate_autograd", "validate_module",
     "working_tolerance",
 ]
@@ -149,6 +150,11 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
     """
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    on_meta = meta_state(src)
+    if on_meta is not None:
+        return Validation(False, 0.0, math.inf, 0,
+                          f"{on_meta} is on the meta device, so neither program can run; "
+                          "extract with validate='off', or build the model with real weights")
     # Inside torch.compile a fake mode is active; validation runs on real tensors.
     with unset_fake_temporarily(), caller_state_kept(src, new) as state, generators_kept(
             src.graph_module, src.module, new) as generators:

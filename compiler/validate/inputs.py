@@ -15,8 +15,8 @@ from compiler.ordinals import within
 from frontends.fx.effects import generator_state, generator_state_inputs
 from frontends.fx.source import FxSource
 
-__all__ = ["STRESS_SCALE", "in_domain", "input_sets", "is_fake", "program_numel",
-           "random_like", "stand_ins", "strided_like"]
+__all__ = ["STRESS_SCALE", "in_domain", "input_sets", "is_fake", "meta_state",
+           "program_numel", "random_like", "stand_ins", "strided_like"]
 
 
 def is_fake(x: Any) -> bool:
@@ -25,6 +25,24 @@ def is_fake(x: Any) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(x, torch.Tensor) and (isinstance(x, FakeTensor) or x.device.type == "meta")
+
+
+def meta_state(src: FxSource) -> str | None:
+    """The name of a parameter, buffer or constant of the source that lives on the meta
+    device (a model built under ``torch.device("meta")``), or None. Inputs can be stood in
+    for; weights cannot: with one on meta, there is nothing to run the programs on.
+
+    >>> from egraph import EGraph
+    >>> with torch.device("meta"):
+    ...     model = torch.nn.Linear(4, 2)
+    >>> meta_state(EGraph.from_fx(model, (torch.randn(3, 4, device="meta"),)).fx)
+    'weight'
+    """
+    modules = [m for m in (src.module, src.graph_module) if m is not None]
+    named = [item for m in modules for item in (*m.named_parameters(), *m.named_buffers())]
+    named += list(src.constants.items())
+    return next((name for name, x in named
+                 if isinstance(x, torch.Tensor) and x.device.type == "meta"), None)
 
 
 def stand_ins(inputs: Sequence[Any], gm: fx.GraphModule | None = None, *,

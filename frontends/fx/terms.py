@@ -94,8 +94,10 @@ class TermBuilder:
         # made: a causal mask (``ones(T, T).triu(1)``, for ``sdpa-causal``; an additive
         # one, 0 below a fill, for ``sdpa-causal-additive``), a float of no dims
         # (``torch.full([], finfo.min)``, a fill the mask rules read as a number).
-        triangle = _triangle(tensor)
-        additive = _additive_triangle(tensor) if triangle is None else None
+        # (a meta tensor has no values to read: it is only a leaf)
+        triangle = None if tensor.is_meta else _triangle(tensor)
+        additive = None if tensor.is_meta or triangle is not None else (
+            _additive_triangle(tensor))
         if triangle is not None:
             made = self.eg.add_node(triangle[0], [
                 self._full(triangle[2], tensor.device, True, torch.bool),
@@ -110,7 +112,7 @@ class TermBuilder:
             zeros = self._full(tuple(tensor.shape), tensor.device, 0.0, tensor.dtype)
             self.eg.union(cid, self.eg.add_node("masked_fill", [zeros, above,
                                                                 self.literal(fill)]))
-        elif tensor.dim() == 0 and tensor.is_floating_point():
+        elif tensor.dim() == 0 and tensor.is_floating_point() and not tensor.is_meta:
             self.eg.union(cid, self._full((), tensor.device, tensor.item(), tensor.dtype))
         return cid
 
@@ -297,13 +299,19 @@ class TermBuilder:
         """A constant leaf for what ``run()`` returns, computed from the constant
         ``values`` outside any fake mode (inside aot_autograd's, ``torch.arange`` makes a
         fake tensor, which the emitted program cannot hold: Falcon-H1's decoding step
-        fell back); None where a value is itself fake or there is no tensor to keep."""
+        fell back); None where a value is itself fake or on the meta device, or there is
+        no tensor to keep (a meta result has no values: a model built on ``meta`` keeps
+        its constant subgraphs computed)."""
         from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
-        if any(isinstance(v, FakeTensor) for v in values):
+        if any(isinstance(v, FakeTensor) or (isinstance(v, torch.Tensor) and v.is_meta)
+               for v in values):
             return None
         with unset_fake_temporarily():
-            return self.folded_constant(run())
+            result = run()
+            if isinstance(result, torch.Tensor) and result.is_meta:
+                return None
+            return self.folded_constant(result)
 
     def _normalized(self, spec, kids: list[int]) -> list[int]:
         """Attributes in normal form (positive dims, concrete shapes) so that the same
