@@ -298,6 +298,66 @@ def build(name: str, batch: int = 1, seq: int = 128, tiny: bool = False) -> Case
                 make_inputs(batch, seq), make_inputs, "seq" if entry.takes_seq else "batch")
 
 
+# --- a decode step against a key-value cache -------------------------------------------
+
+DECODERS = ("gpt2", "llama")
+"""The entries with a decode step (:func:`decode_step`): causal LMs whose forward takes a
+``transformers`` cache."""
+CACHED = 512
+"""The tokens a decode step's cache holds by default."""
+
+
+class DecodeStep(nn.Module):
+    """One decode step of the causal LM ``model`` against a key-value cache, as a served
+    model runs it: positional inputs, the new token ids then each layer's cached keys and
+    values; it returns the logits and each layer's keys and values with the new token's
+    appended. The ``transformers`` ``DynamicCache`` the model's forward takes is built from
+    the cached tensors in each call (the model appends to the cache it is given, so one
+    kept across calls would grow at every step)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, *cached: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(list(zip(cached[0::2], cached[1::2])))
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        return (out.logits, *_flat(out.past_key_values))
+
+
+def _flat(cache: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(t for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+def decode_step(name: str, batch: int = 1, cached: int = CACHED, tiny: bool = False) -> Case:
+    """Entry ``name`` (one of :data:`DECODERS`), its weights as :func:`build` makes them,
+    as a :class:`DecodeStep`: its inputs are one new token per sequence of ``batch`` and
+    the cache a prefill of ``cached`` seeded tokens left (``Case.make_inputs(batch,
+    cached)`` prefills again).
+
+    >>> case = decode_step("gpt2", cached=8, tiny=True)
+    >>> logits, key, *_ = case.model(*case.inputs)
+    >>> tuple(case.inputs[1].shape), tuple(logits.shape), tuple(key.shape)
+    ((1, 4, 8, 16), (1, 1, 1000), (1, 4, 9, 16))
+    """
+    if name not in DECODERS:
+        raise KeyError(f"{name!r} has no decode step; choose from {', '.join(DECODERS)}")
+    entry = REAL_SIZE[name]
+    fields = {**entry.config(tiny), "use_cache": True}
+    torch.manual_seed(SEED)
+    model = entry.make(fields).eval()
+
+    def make_inputs(batch: int, cached: int) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            past = model(input_ids=token_ids(fields, batch, cached)[0],
+                         use_cache=True).past_key_values
+        return token_ids(fields, batch, 1) + _flat(past)
+    return Case(f"{name} decode", DecodeStep(model).eval(), make_inputs(batch, cached),
+                make_inputs, "seq")
+
+
 def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"

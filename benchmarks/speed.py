@@ -5,7 +5,7 @@ one run.
     .venv/bin/python benchmarks/speed.py [--models gpt2,resnet50] [--batch 1,8]
                                          [--seq 128,512] [--rounds 9] [--threads 2]
                                          [--entries egraph,inductor,freezing,ours+inductor,export]
-                                         [--tiny]
+                                         [--decode] [--tiny]
 
 Entry points, each compiled on the cell's model and called once (its first call's seconds),
 its outputs compared with eager's, then timed:
@@ -21,7 +21,12 @@ its outputs compared with eager's, then timed:
   saturation limits, validation strict.
 
 A cell is a model at one batch size and one sequence length (image, audio and latent models
-take the size their config fixes, so they have one cell per batch). In each cell, eager and
+take the size their config fixes, so they have one cell per batch). ``--decode`` makes each
+cell a decode step of a causal LM instead (:data:`benchmarks.real_size.DECODERS`: GPT-2
+small and the Llama-shaped decoder, :func:`benchmarks.real_size.decode_step`): one new
+token per sequence against a cache of ``--seq`` tokens (512 by default) that a prefill
+left, the ``transformers`` cache object built from it in the step; its outputs are the
+logits and the updated keys and values. In each cell, eager and
 every entry point are timed in interleaved rounds (each round calls every one once, in a
 shuffled order; :func:`compiler.cli.interleaved_ms`), medians in ms, under
 ``torch.no_grad``, with ``--threads`` intra-op threads (2 by default: all the cores of the
@@ -132,6 +137,7 @@ class Cell:
     model: str
     batch: int
     seq: int | None
+    decode: bool = False  # (a decode step: one token against a cache of ``seq``)
     eager_ms: float | None = None
     entries: dict[str, Entry] = field(default_factory=dict)
     error: str = ""
@@ -184,21 +190,24 @@ def _compiled(entry: str, model: torch.nn.Module, inputs: tuple, want: Any,
 
 
 def run_cell(name: str, batch: int, seq: int | None, entries: Sequence[str], rounds: int,
-             tiny: bool = False) -> Cell:
-    """Build ``name`` at ``batch`` and ``seq``, compile it through every entry point, then
-    time eager and each in ``rounds`` interleaved rounds (under ``torch.no_grad``); the
-    models and programs are freed before it returns.
+             tiny: bool = False, decode: bool = False) -> Cell:
+    """Build ``name`` at ``batch`` and ``seq`` (``decode``: its decode step against a
+    cache of ``seq`` tokens), compile it through every entry point, then time eager and
+    each in ``rounds`` interleaved rounds (under ``torch.no_grad``); the models and
+    programs are freed before it returns.
 
     >>> cell = run_cell("bert", 1, 16, ["egraph"], rounds=1, tiny=True)
     >>> cell.entries["egraph"].ok, cell.entries["egraph"].graphs >= 1, cell.eager_ms > 0
     (True, True, True)
     """
-    cell = Cell(name, batch, seq)
+    cell = Cell(name, batch, seq, decode)
     torch._dynamo.reset()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            _time_cell(cell, real_size.build(name, batch, seq or 0, tiny), entries, rounds)
+            case = (real_size.decode_step(name, batch, seq or real_size.CACHED, tiny) if decode
+                    else real_size.build(name, batch, seq or 0, tiny))
+            _time_cell(cell, case, entries, rounds)
         except Exception as exc:  # noqa: BLE001 - a row of the table
             cell.error = _error(exc)
     torch._dynamo.reset()
@@ -243,6 +252,8 @@ def _geomean(values: Sequence[float | None]) -> float | None:
 
 
 def _size(cell: Cell) -> str:
+    if cell.decode:
+        return f"{cell.batch} x 1 + {cell.seq} cached"
     return f"{cell.batch} x {cell.seq}" if cell.seq else f"{cell.batch}"
 
 
@@ -342,11 +353,15 @@ def _about(args: argparse.Namespace, total: float) -> str:
 
     size = "tiny configs (one layer a stage, hidden 16-64)" if args.tiny else (
         "their published configs")
+    step = (" Each cell is a decode step (`--decode`): one new token per sequence against "
+            "a key-value cache a prefill of seeded tokens left, the `transformers` "
+            "`DynamicCache` built from its tensors in the step; outputs are the logits and "
+            "the updated keys and values." if args.decode else "")
     return (
         f"The real-size corpus (benchmarks/real_size.py: {', '.join(real_size.MODELS)}) "
         f"built from {size} with random weights, `transformers` "
         f"{transformers.__version__}, `diffusers` {diffusers.__version__}, in eval mode "
-        "under `torch.no_grad`. Run times are medians of "
+        f"under `torch.no_grad`.{step} Run times are medians of "
         f"{args.rounds} interleaved rounds after a warm-up round, with {args.threads} "
         f"torch threads; `x`: eager's time over the entry point's (above 1 is faster). An "
         "entry point whose outputs differ from eager's by more than "
@@ -363,16 +378,21 @@ def _sizes(text: str) -> list[int]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(real_size.MODELS),
-                        help=f"comma-separated, from: {', '.join(real_size.MODELS)}")
+    parser.add_argument("--models", default=None,
+                        help=f"comma-separated, from: {', '.join(real_size.MODELS)} "
+                        "(all of them by default)")
     parser.add_argument("--entries", default=",".join(DEFAULT_ENTRIES),
                         help=f"comma-separated, from: {', '.join(ENTRIES)}")
     parser.add_argument("--batch", default="1", help="batch sizes, comma-separated "
                         f"(the corpus's: {','.join(map(str, real_size.BATCHES))})")
-    parser.add_argument("--seq", default="128", help="sequence lengths, comma-separated "
-                        f"(the corpus's: {','.join(map(str, real_size.SEQUENCES))})")
+    parser.add_argument("--seq", default=None, help="sequence lengths, comma-separated "
+                        f"(the corpus's: {','.join(map(str, real_size.SEQUENCES))}; 128 by "
+                        f"default), or with --decode the cached lengths ({real_size.CACHED})")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds per median")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--decode", action="store_true",
+                        help="a decode step against a key-value cache, for the models in "
+                        f"{', '.join(real_size.DECODERS)} (all of them by default)")
     parser.add_argument("--tiny", action="store_true",
                         help="the tiny configs (a check of the script, not a measurement)")
     add_out_option(parser, "speed")
@@ -382,12 +402,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = _parser()
     args = parser.parse_args(argv)
-    names = [n for n in args.models.split(",") if n]
+    models = args.models or ",".join(real_size.DECODERS if args.decode else real_size.MODELS)
+    names = [n for n in models.split(",") if n]
     entries = [e for e in args.entries.split(",") if e]
-    unknown = ([n for n in names if n not in real_size.MODELS]
+    unknown = ([n for n in names if n not in (real_size.DECODERS if args.decode
+                                              else real_size.MODELS)]
                + [e for e in entries if e not in COMPILERS])
     if unknown:
-        parser.error(f"unknown model or entry point: {', '.join(unknown)}")
+        parser.error(f"unknown model or entry point: {', '.join(unknown)}"
+                     + (f" (a decode step is of {', '.join(real_size.DECODERS)})"
+                        if args.decode else ""))
     torch.set_num_threads(args.threads)
     # every cell compiles the same classes' forwards through each entry point: dynamo keeps
     # one cache per code object, and past its limit it would run the rest uncompiled
@@ -399,10 +423,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     warm_up(entries)
     cells = []
     for name in names:
-        seqs = _sizes(args.seq) if real_size.REAL_SIZE[name].takes_seq else [None]
+        seqs = (_sizes(args.seq or str(real_size.CACHED if args.decode else 128))
+                if real_size.REAL_SIZE[name].takes_seq else [None])
         for batch in _sizes(args.batch):
             for seq in seqs:
-                cell = run_cell(name, batch, seq, entries, args.rounds, args.tiny)
+                cell = run_cell(name, batch, seq, entries, args.rounds, args.tiny, args.decode)
                 cells.append(cell)
                 print(f"{name:<16} {_size(cell):<10} eager {cell.eager_ms or 0:8.1f} ms  "
                       + "  ".join(f"{e} {_timed(cell, e)}" for e in entries), flush=True)

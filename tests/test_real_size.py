@@ -92,3 +92,24 @@ def test_a_cell_of_the_speed_table_and_its_tables():
     assert "1.0" in speed.first_call_table(cells, ["egraph"])
     checks = speed.checks_section(cells, ["egraph"])
     assert "vit 1 egraph: RuntimeError: no" in checks and "rewrites used: " in checks
+
+
+@pytest.mark.parametrize("name", real_size.DECODERS)
+def test_a_decode_step_against_a_cache_through_our_entry_points(name):
+    """benchmarks/speed.py's decode cell (``--decode``) at the tiny size: one new token
+    against a 16-token cache, through the egraph backend (no graph break: dynamo traces
+    the cache object built in the step) and through export -> from_fx; the outputs (the
+    logits, then each layer's keys and values with the new token's appended) are eager's."""
+    from benchmarks import speed
+
+    case = real_size.decode_step(name, cached=SEQ, tiny=True)
+    with torch.no_grad():
+        logits, key, *_ = case.model(*case.inputs)
+    assert tuple(logits.shape) == (1, 1, 1000) and key.shape[-2] == SEQ + 1
+    cell = speed.run_cell(name, 1, SEQ, ["egraph", "export"], rounds=1, tiny=True,
+                          decode=True)
+    assert not cell.error, cell.error
+    for entry in ("egraph", "export"):
+        result = cell.entries[entry]
+        assert result.ok and result.breaks == 0 and result.ms > 0, (entry, result)
+    assert "1 x 1 + 16 cached" in speed.speed_table([cell], ["egraph", "export"])
