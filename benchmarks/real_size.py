@@ -318,13 +318,24 @@ class DecodeStep(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
+        self.cache = cache_name(model)
 
     def forward(self, input_ids: torch.Tensor, *cached: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers import DynamicCache
 
         cache = DynamicCache(list(zip(cached[0::2], cached[1::2])))
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
-        return (out.logits, *_flat(out.past_key_values))
+        out = self.model(input_ids=input_ids, use_cache=True, **{self.cache: cache})
+        return (out.logits, *_flat(getattr(out, self.cache)))
+
+
+def cache_name(model: nn.Module) -> str:
+    """The name a ``transformers`` model's forward takes its cache by, and its output
+    returns it by: ``cache`` in recent releases (5.24 has it), ``past_key_values`` in older
+    ones."""
+    import inspect
+
+    return ("cache" if "cache" in inspect.signature(model.forward).parameters
+            else "past_key_values")
 
 
 def _flat(cache: Any) -> tuple[torch.Tensor, ...]:
@@ -351,9 +362,8 @@ def decode_step(name: str, batch: int = 1, cached: int = CACHED, tiny: bool = Fa
 
     def make_inputs(batch: int, cached: int) -> tuple[torch.Tensor, ...]:
         with torch.no_grad():
-            past = model(input_ids=token_ids(fields, batch, cached)[0],
-                         use_cache=True).past_key_values
-        return token_ids(fields, batch, 1) + _flat(past)
+            out = model(input_ids=token_ids(fields, batch, cached)[0], use_cache=True)
+        return token_ids(fields, batch, 1) + _flat(getattr(out, cache_name(model)))
     return Case(f"{name} decode", DecodeStep(model).eval(), make_inputs(batch, cached),
                 make_inputs, "seq")
 

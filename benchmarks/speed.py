@@ -297,7 +297,9 @@ def geomean_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
     rows = []
     for (batch, seq), group in _groups(cells).items():
         ok = [c for c in group if c.eager_ms and all(c.speedup(e) for e in entries)]
-        row: dict[str, object] = {"batch x seq": f"{batch} x {seq}" if seq else f"{batch}",
+        label = _size(group[0]) if all(c.decode for c in group) else (
+            f"{batch} x {seq}" if seq else f"{batch}")
+        row: dict[str, object] = {"batch x seq": label,
                                   "models": f"{len(ok)}/{len(group)}"}
         for e in entries:
             mean = _geomean([c.speedup(e) for c in ok])
