@@ -81,8 +81,9 @@ def build(layers: int, batch: int = 1, seq: int = 128,
 class Stages:
     """One layer count's run: seconds of export and of each of :data:`STAGES`, the
     saturated e-graph's classes and nodes, why saturation stopped (:data:`STOPS`), the
-    rules the scheduler ``banned`` at least once, and the rewrites the extracted program
-    ``used`` (rule: times)."""
+    rules the scheduler ``banned`` at least once, the rewrites the extracted program
+    ``used`` (rule: times), and whether its extraction was proven ``optimal`` (the exact
+    solver has a time limit: past it, the DAG heuristic's program is kept)."""
 
     layers: int
     export: float
@@ -94,6 +95,7 @@ class Stages:
     stop: str
     banned: tuple[str, ...] = ()
     used: dict[str, int] = field(default_factory=dict)
+    optimal: bool | None = None
 
     @property
     def total(self) -> float:
@@ -115,11 +117,11 @@ def measure(layers: int, seq: int = 128, tiny: bool = False) -> Stages:
         t3 = time.perf_counter()
         opt = eg.extract(default_cost(inputs), validate="off")
         t4 = time.perf_counter()
-    report = eg.report
+    report, extracted = eg.report, opt.meta["egraph_report"]
     return Stages(layers, t1 - t0, t2 - t1, t3 - t2, t4 - t3, eg.num_classes, eg.num_nodes,
                   report.stop_reason or "", tuple(sorted(
                       name for name, stats in report.rules.items() if stats.skipped)),
-                  dict(opt.meta["egraph_report"].used))
+                  dict(extracted.used), extracted.optimal)
 
 
 def per_layer(rows: Sequence[Stages], stage: str) -> float:
@@ -139,7 +141,8 @@ def per_layer(rows: Sequence[Stages], stage: str) -> float:
 
 def table(rows: Sequence[Stages]) -> str:
     """Seconds per stage and layer count, the marginal seconds per added layer, the
-    e-graph's size, the stop reason, the rules banned, and the rewrites used per layer."""
+    e-graph's size, the stop reason, the rules banned, the rewrites used per layer and
+    whether the extraction was proven optimal."""
     out, previous = [], None
     for r in rows:
         marginal = ((r.total - previous.total) / (r.layers - previous.layers)
@@ -151,7 +154,8 @@ def table(rows: Sequence[Stages]) -> str:
             "s per added layer": f"{marginal:.3f}" if marginal is not None else "-",
             "classes": r.classes, "nodes": r.nodes, "stop": r.stop,
             "rules banned": ", ".join(r.banned) or "none",
-            "rewrites used per layer": f"{sum(r.used.values()) / r.layers:.1f}"})
+            "rewrites used per layer": f"{sum(r.used.values()) / r.layers:.1f}",
+            "proven optimal": {True: "yes", False: "no"}.get(r.optimal, "-")})
         previous = r
     return markdown_table(out, list(out[0]))
 
