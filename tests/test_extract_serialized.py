@@ -339,3 +339,26 @@ def test_single_node_chains_fold_into_their_users():
     e = extract_serialized(data, "ilp")
     check(data, e)
     assert (e.choice["A"], e.choice["C"], e.dag_cost, e.optimal) == ("a1", "c1", 6, True)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_dag_local_search_keeps_programs_acyclic_and_no_dearer(seed):
+    """Random e-graphs of 20 to 60 classes whose nodes mostly use lower classes (layers)
+    and sometimes any (cycles): the local search keeps its children-first order of the
+    classes in use as it re-chooses them, and prunes its cycle checks by it; its program
+    stays acyclic and is never dearer than the one it started from."""
+    import random
+
+    rng = random.Random(seed)
+    size = rng.randint(20, 60)
+    classes = [[(rng.randint(1, 10), () if i == 0 or rng.random() < 0.2 else tuple(
+        rng.randrange(size if rng.random() < 0.15 else i) for _ in range(rng.randint(1, 3))))
+        for _ in range(rng.randint(1, 3))] for i in range(size)]
+    g = Graph.of(classes, roots=[size - 1, rng.randrange(size)])
+    safe, _ = greedy_tree(g, {})
+    if any(safe[r] < 0 for r in g.roots):
+        return
+    start = graph.acyclic(g, dag.greedy_dag(g), safe, g.order(safe))
+    better = dag.improve(g, start)
+    g.order(better)  # (raises on a cycle or a reached class without a choice)
+    assert g.dag_cost(better) <= g.dag_cost(start)

@@ -24,6 +24,7 @@ that pays only when several classes switch together is left to :func:`improve`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from heapq import heappop, heappush
 
 from egraph.extract.graph import Graph
@@ -147,12 +148,11 @@ class _LocalSearch:
                     brought.append(k)
         return total
 
-    def _move(self, c: int, n: int, position: dict[int, float], keep_if_worse: bool = False
-              ) -> dict[int, float] | None:
+    def _move(self, c: int, n: int, position: _Order, keep_if_worse: bool = False
+              ) -> _Order | None:
         """Re-choose ``c`` as ``n``; kept when acyclic and cheaper (or, with
-        ``keep_if_worse``, acyclic), undone otherwise. Returns the children-first
-        positions of the classes then in use (``position`` updated) where it was kept,
-        None where it was undone."""
+        ``keep_if_worse``, acyclic), undone otherwise. Returns the order of the classes
+        then in use (``position`` updated) where it was kept, None where it was undone."""
         kids, cost = self.graph.kids, self.graph.cost
         old = self.pick[c]
         self.undo.clear()
@@ -164,36 +164,61 @@ class _LocalSearch:
                 + self._count(kids[old], -1, dropped))
         self.brings[c, n] = (gain, brought)
         if ((gain > self.epsilon or keep_if_worse)
-                and not _reaches(kids, self.pick, kids[n], c, position)):
+                and not _reaches(kids, self.pick, kids[n], c, position.at)):
             self.total -= gain
             return self._placed(position, c, brought, dropped)
         for array, k, value in reversed(self.undo):
             array[k] = value
         return None
 
-    def _positions(self) -> dict[int, float]:
-        return {c: i for i, c in enumerate(self.graph.order(self.pick))}
+    def _positions(self) -> _Order:
+        return _Order(self.graph.order(self.pick))
 
-    def _placed(self, position: dict[int, float], c: int, brought: list[int],
-                dropped: list[int]) -> dict[int, float]:
+    def _placed(self, position: _Order, c: int, brought: list[int],
+                dropped: list[int]) -> _Order:
         """``position`` after the kept re-choice of ``c`` that ``brought`` classes into
-        use and ``dropped`` others: the classes brought are placed between their
-        children and ``c``, where there is room, so a move costs what it touches rather
-        than a walk of the whole program (a 32-layer decoder keeps hundreds of moves)."""
-        for d in dropped:
-            del position[d]
-        kids, pick = self.graph.kids, self.pick
+        use and ``dropped`` others: the classes brought are placed just below ``c``, the
+        classes in use reordered first where one of their children lies above ``c``
+        (:meth:`_lifted`), so a move costs what it touches rather than a walk of the
+        whole program (a 32-layer decoder keeps hundreds of moves)."""
+        position.drop(dropped)
+        kids, pick, at = self.graph.kids, self.pick, position.at
         new = set(brought)
-        below = [position[k] for x in (c, *brought) for k in kids[pick[x]] if k not in new]
-        ordered = _children_first(kids, pick, brought, new)
-        high = position[c]
-        low = max(below, default=high - len(ordered) - 1)
-        step = (high - low) / (len(ordered) + 1)
-        if step < _NARROWEST:  # (c's new children lie above it, or no room is left)
+        below = {k for x in (c, *brought) for k in kids[pick[x]] if k not in new}
+        if any(at[k] > at[c] for k in below) and not self._lifted(position, c, below):
             return self._positions()
-        for i, b in enumerate(ordered, 1):
-            position[b] = low + i * step
+        if not position.insert_below(c, _children_first(kids, pick, brought, new)):
+            return self._positions()
         return position
+
+    def _lifted(self, position: _Order, c: int, below: set[int]) -> bool:
+        """Reorder ``position`` so that the classes ``below`` (in use) come before ``c``,
+        as Pearce and Kelly keep a topological order when an edge is added: the classes
+        they reach placed above ``c`` and the classes that reach ``c`` placed below the
+        highest of them trade positions, each group keeping its own order. False
+        (``position`` as it was) where the two groups meet: a cycle."""
+        kids, pick, graph, at = self.graph.kids, self.pick, self.graph, position.at
+        high, top = at[c], max(at[k] for k in below)
+        down: set[int] = set()
+        stack = [k for k in below if at[k] > high]
+        while stack:
+            k = stack.pop()
+            if k not in down:
+                down.add(k)
+                stack.extend(j for j in kids[pick[k]] if at[j] > high)
+        up: set[int] = set()
+        stack = [c]
+        parents, node_class = graph.parents(), graph.node_class
+        while stack:
+            x = stack.pop()
+            if x not in up:
+                up.add(x)
+                stack.extend(node_class[n] for n in parents[x]
+                             if pick[node_class[n]] == n and at.get(node_class[n], top) < top)
+        if up & down:
+            return False
+        position.trade(down, up)
+        return True
 
     def descend(self) -> None:
         kids, class_nodes, usable = self.graph.kids, self.graph.class_nodes, self.usable
@@ -202,7 +227,7 @@ class _LocalSearch:
             improved = False
             self._suggest()
             position = self._positions()
-            for c in sorted(position, key=position.__getitem__, reverse=True):
+            for c in sorted(position.at, key=position.at.__getitem__, reverse=True):
                 for n in class_nodes[c]:
                     if self.refs[c] and n != self.pick[c] and usable[n] and c not in kids[n]:
                         placed = self._move(c, n, position)
@@ -233,7 +258,7 @@ class _LocalSearch:
         # (the order changes only where a move is kept: a move undone leaves it as it was)
         position = self._positions()
         for plan in sorted(plans):
-            saved = (list(self.pick), list(self.refs), self.total, dict(position))
+            saved = (list(self.pick), list(self.refs), self.total, position.copy())
             for i, (c, n) in enumerate(plan):
                 placed = (self._move(c, n, position, keep_if_worse=i == 0)
                           if self.refs[c] and self.pick[c] != n else None)
@@ -247,9 +272,49 @@ class _LocalSearch:
             self.descend()
 
 
-_NARROWEST = 1e-6
-"""The least gap between the positions :meth:`_LocalSearch._placed` gives: below it, the
-positions are computed afresh."""
+class _Order:
+    """A children-first order of the classes in use as distinct positions (``at``: class
+    -> position; ``values``: the positions, sorted), kept as classes are re-chosen."""
+
+    NARROWEST = 1e-6
+    """The least gap between positions :meth:`insert_below` makes: below it, the order is
+    computed afresh."""
+
+    def __init__(self, classes: list[int]):
+        self.at: dict[int, float] = {c: i for i, c in enumerate(classes)}
+        self.values: list[float] = list(range(len(classes)))
+
+    def copy(self) -> _Order:
+        order = _Order([])
+        order.at, order.values = dict(self.at), list(self.values)
+        return order
+
+    def drop(self, classes: list[int]) -> None:
+        """Forget ``classes`` (out of use)."""
+        for c in classes:
+            del self.values[bisect_left(self.values, self.at.pop(c))]
+
+    def insert_below(self, c: int, classes: list[int]) -> bool:
+        """Place ``classes`` (in their order) between ``c`` and the position just below it;
+        False (nothing placed) where the gap is too narrow."""
+        high = self.at[c]
+        i = bisect_left(self.values, high)
+        low = self.values[i - 1] if i else high - 1
+        step = (high - low) / (len(classes) + 1)
+        if step < self.NARROWEST:
+            return False
+        placed = [low + j * step for j in range(1, len(classes) + 1)]
+        self.values[i:i] = placed
+        self.at.update(zip(classes, placed))
+        return True
+
+    def trade(self, down: set[int], up: set[int]) -> None:
+        """Give the positions of ``down`` and ``up`` to ``down`` first, then ``up``, each in
+        its own order (the same positions: :attr:`values` stays as it is)."""
+        at = self.at
+        slots = sorted(at[x] for x in down | up)
+        moved = sorted(down, key=at.__getitem__) + sorted(up, key=at.__getitem__)
+        at.update(zip(moved, slots))
 
 
 def _children_first(kids, pick: list[int], classes: list[int], among: set[int]) -> list[int]:
