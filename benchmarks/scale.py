@@ -15,7 +15,8 @@ iterations) and the rewrites the extracted program uses per layer: where saturat
 short at more layers, fewer rewrites per layer reach the program. The growth is the
 least-squares seconds per layer of each stage, and the marginal seconds per layer between
 consecutive counts (constant where growth is linear). ``--profile`` runs the largest count
-once more under cProfile and prints the functions that take the most time.
+once more under cProfile (export left out) and prints the functions that take the most
+time.
 
 >>> rows = [measure(n, seq=8, tiny=True) for n in (1, 2)]
 >>> [r.layers for r in rows], all(r.total > 0 for r in rows), rows[0].stop in STOPS
@@ -103,22 +104,39 @@ class Stages:
         return self.ingest + self.saturate + self.extract
 
 
-def measure(layers: int, seq: int = 128, tiny: bool = False) -> Stages:
-    """Build, export and time the pipeline's stages at ``layers`` layers (:func:`build`)."""
+def exported(layers: int, seq: int = 128, tiny: bool = False
+             ) -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...], float]:
+    """The program torch.export captures of :func:`build`'s model, its inputs, and the
+    seconds export took."""
     model, inputs = build(layers, seq=seq, tiny=tiny)
+    start = time.perf_counter()
+    with torch.no_grad():
+        program = torch.export.export(model, inputs)
+    return program, inputs, time.perf_counter() - start
+
+
+def stages(program: torch.export.ExportedProgram, inputs: tuple[torch.Tensor, ...]
+           ) -> tuple[EGraph, torch.fx.GraphModule, tuple[float, float, float]]:
+    """Ingest, saturate and extract ``program`` as :func:`measure` does: the e-graph, the
+    program extracted and the seconds of each stage."""
     rules = load_rules("all")
     with torch.no_grad():
         t0 = time.perf_counter()
-        program = torch.export.export(model, inputs)
-        t1 = time.perf_counter()
         eg = EGraph.from_fx(program, inputs)
-        t2 = time.perf_counter()
+        t1 = time.perf_counter()
         eg.saturate(rules, **BackendOptions().limits)
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         opt = eg.extract(default_cost(inputs), validate="off")
-        t4 = time.perf_counter()
+        t3 = time.perf_counter()
+    return eg, opt, (t1 - t0, t2 - t1, t3 - t2)
+
+
+def measure(layers: int, seq: int = 128, tiny: bool = False) -> Stages:
+    """Build, export and time the pipeline's stages at ``layers`` layers (:func:`build`)."""
+    program, inputs, export = exported(layers, seq, tiny)
+    eg, opt, seconds = stages(program, inputs)
     report, extracted = eg.report, opt.meta["egraph_report"]
-    return Stages(layers, t1 - t0, t2 - t1, t3 - t2, t4 - t3, eg.num_classes, eg.num_nodes,
+    return Stages(layers, export, *seconds, eg.num_classes, eg.num_nodes,
                   report.stop_reason or "", tuple(sorted(
                       name for name, stats in report.rules.items() if stats.skipped)),
                   dict(extracted.used), extracted.optimal)
@@ -166,11 +184,13 @@ def growth(rows: Sequence[Stages]) -> str:
                      for stage in ("export", *STAGES, "total"))
 
 
-def profile(layers: int, seq: int, top: int = 20) -> str:
-    """The ``top`` functions by own time in one run of the stages at ``layers`` layers."""
+def profile(layers: int, seq: int, tiny: bool = False, top: int = 20) -> str:
+    """The ``top`` functions by own time in one run of the stages (export not included)
+    at ``layers`` layers."""
+    program, inputs, _ = exported(layers, seq, tiny)
     profiler = cProfile.Profile()
     profiler.enable()
-    measure(layers, seq)
+    stages(program, inputs)
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
@@ -207,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
                  + (", ".join(f"{k} x{v}" for k, v in sorted(used.items())) or "none") + "\n")
     if args.profile:
         document += ("\nProfile of the largest count (own time):\n\n```text\n"
-                     + profile(counts[-1], args.seq) + "```\n")
+                     + profile(counts[-1], args.seq, args.tiny) + "```\n")
     print(document)
     return write_results("scale", "Scale: a Llama-2-7B-shaped graph, 1 to 32 layers", document,
                          out=args.out, argv=None if argv is None else [__file__, *argv])
