@@ -50,6 +50,28 @@ class SoundnessResult:
                 + (f": {self.failures[0]}" if self.failures else ""))
 
 
+UNDECLARED_DOMAINS = ("any", "bool", "causal", "additive-causal")
+"""The input domains never declared to the analysis: any values, and masks whose
+causality the analysis observes on the example (a rule's condition may read it only to
+choose a form that checks it at run time)."""
+
+
+def additive_causal(shape: tuple[int, ...], dtype=None):
+    """An additive causal mask of ``shape`` (the ``additive-causal`` domain): 0 on and
+    below the diagonal of its last two dims, the lowest float of ``dtype`` (default
+    float32) above it, as transformers makes it.
+
+    >>> additive_causal((2, 2))
+    tensor([[ 0.0000e+00, -3.4028e+38],
+            [ 0.0000e+00,  0.0000e+00]])
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    above = torch.ones(shape[-2:], dtype=torch.bool).triu(1)
+    return torch.zeros(shape, dtype=dtype).masked_fill(above, torch.finfo(dtype).min)
+
+
 def _values(spec: Input, gen, scale: float, dtype, in_domain: bool):
     import torch
 
@@ -60,6 +82,8 @@ def _values(spec: Input, gen, scale: float, dtype, in_domain: bool):
         return torch.ones(shape, dtype=torch.bool).tril()
     if spec.domain in ("bool", "causal"):
         return torch.randint(0, 2, shape, generator=gen).bool()
+    if spec.domain == "additive-causal" and in_domain:
+        return additive_causal(shape, dtype)
     base = torch.randn(shape, generator=gen, dtype=torch.float64)
     if domain == "positive":
         values = torch.exp(base) * scale
@@ -167,7 +191,7 @@ def check_rule(rule: LibraryRule, examples: int = 100, dtype=None,
         gen = torch.Generator().manual_seed(seed)
         inputs = [_values(rule.inputs[n], gen, scale, dtype, in_domain) for n in names]
         domains = {n: rule.inputs[n].domain for n in names
-                   if in_domain and rule.inputs[n].domain not in ("any", "bool", "causal")
+                   if in_domain and rule.inputs[n].domain not in UNDECLARED_DOMAINS
                    and not rule.inputs[n].domain.startswith("index")}
         placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         eg = EGraph.from_fx(gm, tuple(inputs), domains={placeholders[names.index(n)]: d

@@ -93,7 +93,8 @@ def test_masked_attention_checks_inference_tensors_every_call(causal_calls):
 def test_masked_attention_is_the_general_form_under_a_tracer():
     q, k, v = _qkv()
     dropped = torch.ones(16, 16, dtype=torch.bool).triu(1)
-    traced = torch.fx.experimental.proxy_tensor.make_fx(masked_attention)(q, k, v, dropped, 0.3)
+    traced = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda q, k, v, m, s: masked_attention(q, k, v, m, s))(q, k, v, dropped, 0.3)
     calls = [n for n in traced.graph.nodes if "scaled_dot_product" in str(n.target)]
     assert calls and all(not n.kwargs.get("is_causal", False) for n in calls)
     dropped[5, 2] = True

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.soundness import check_rule, mutants, sympy_proof
+from compiler.soundness import additive_causal, check_rule, mutants, sympy_proof
 from egraph import AstSize, EGraph, Pattern, vars
 from egraph.egraph import UnsoundMerge
 from egraph.ops import exp, log, log1p, softmax
@@ -231,6 +231,8 @@ def test_naive_pytorch_code_reaches_the_stable_or_fused_form(rule):
             inputs.append(torch.rand(spec.shape) > 0.5)
         elif spec.domain == "causal":
             inputs.append(torch.ones(spec.shape, dtype=torch.bool).tril())
+        elif spec.domain == "additive-causal":
+            inputs.append(additive_causal(spec.shape))
         else:
             inputs.append(torch.rand(spec.shape) + 0.5)
     gm = torch.fx.symbolic_trace(fn)

@@ -923,10 +923,12 @@ op("sdpa", "q k v mask causal scale gqa", "library", attributes="causal scale gq
    " aten.scaled_dot_product_attention.default",
    why={"triton": _NO_KERNEL},
    workspace="measured")
-# Attention with the scores filled with -inf where ``dropped`` is set, as written; run as
-# causal sdpa while the mask is the causal one, a check made at run time (a buffer's mask
-# may change after compiling). It reads the mask besides what sdpa does.
-op("masked_attention", "q k v dropped scale", "library", attributes="scale",
+# Attention with the scores filled with -inf where a bool ``mask`` is set, or with a float
+# ``mask`` added to them, as written; run as causal sdpa while the mask is the causal one,
+# a check made at run time (a buffer's mask may change after compiling; a mask made from
+# the sizes is made anew for each). It reads the mask besides what sdpa does. ``gqa`` as
+# sdpa's.
+op("masked_attention", "q k v mask scale gqa", "library", attributes="scale gqa",
    impl="frontends.fx.kernels.masked_attention", flops=_masked_attention_flops,
    error="mixing", stable=True, interval=iv.operand(2),
    why={"triton": _NO_KERNEL, "spellings": "the fusion rules make it from attention written "

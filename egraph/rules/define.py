@@ -91,7 +91,9 @@ class Input:
     """An example input: a shape, and the domain its values come from (and that is
     declared to the analysis as proven): ``any``, ``positive``, ``nonneg``, ``negative``,
     ``nonzero``, ``unit`` (0..1), ``bool``, ``causal`` (a bool mask, True on and below the
-    diagonal: observed, never declared; outside its domain any bool mask), or ``index:N``
+    diagonal: observed, never declared; outside its domain any bool mask),
+    ``additive-causal`` (a float mask, 0 on and below the diagonal and the lowest float
+    above it: observed, never declared; outside its domain any floats), or ``index:N``
     (integers below N).
 
     >>> Input((4, 8), "positive")

@@ -258,12 +258,21 @@ def _repeated_heads(egraph, cid: int) -> tuple[int, int] | None:
 def _grouped_query(egraph, subst):
     """sdpa on keys and values whose heads were repeated for the query's groups is sdpa
     with ``enable_gqa`` on the unrepeated ones: the copies are never made."""
+    grouped = _unrepeated(egraph, subst)
+    if grouped is None:
+        return None
+    add = egraph.add_node
+    return add("sdpa", [subst["q"], *grouped, subst["m"], subst["c"], subst["s"],
+                        add(literal(True))])
+
+
+def _unrepeated(egraph, subst) -> tuple[int, int] | None:
+    """The keys and values before their heads were repeated for the query's groups
+    (Llama's ``repeat_kv``), where both were, alike; else None."""
     keys, values = _repeated_heads(egraph, subst["k"]), _repeated_heads(egraph, subst["v"])
     if keys is None or values is None or keys[1] != values[1]:
         return None
-    add = egraph.add_node
-    return add("sdpa", [subst["q"], keys[0], values[0], subst["m"], subst["c"], subst["s"],
-                        add(literal(True))])
+    return keys[0], values[0]
 
 
 def _repeat_kv(x, flat=False):
@@ -326,8 +335,9 @@ _FLIPPED = {"tril": "triu", "triu": "tril"}
 
 def _observed_triangle(egraph, cid: int, depth: int = 8) -> str | None:
     """Which causal mask the class held in the example (``"tril"``: ones on and below the
-    diagonal of its last two dims, ``"triu"``: ones above it; the analysis observes it on
-    buffers and inputs), followed through the top-left slices, comparisons with 0,
+    diagonal of its last two dims, ``"triu"``: ones above it, ``"additive"``: 0 on and
+    below it and a fill that drops its entries above it; the analysis observes it on
+    buffers, inputs and the values a program computes from sizes alone), followed through the top-left slices, comparisons with 0,
     negations, casts and views that keep the last two dims (nanoGPT's ``bias[:, :, :T,
     :T] == 0``). Observed, not proven: a rule it selects must check at run time."""
     found = getattr(egraph.data(cid), "triangle", None)
@@ -352,7 +362,7 @@ def _observed_triangle(egraph, cid: int, depth: int = 8) -> str | None:
             continue
         inner = _observed_triangle(egraph, n.children[0], depth - 1)
         if inner is not None:
-            return _FLIPPED[inner] if flip else inner
+            return _FLIPPED.get(inner) if flip else inner
     return None
 
 
@@ -372,18 +382,28 @@ def _observed_causal(egraph, subst) -> bool:
     return _observed_triangle(egraph, subst["m"]) == "triu"
 
 
+@named("m is an additive causal mask in the example (checked at run time)")
+def _observed_additive_causal(egraph, subst) -> bool:
+    return _observed_triangle(egraph, subst["m"]) == "additive"
+
+
 @named("the fill c is -inf")
 def _neg_inf_fill(egraph, subst) -> bool:
     return value_of(egraph, subst["c"]) == -math.inf
 
 
-@named("masked_attention(q, k, v, m, scale)")
+@named("masked_attention(q, k, v, m, scale, gqa)")
 def _masked_attention(egraph, subst):
+    """``masked_attention`` of the match; on the keys and values before their heads were
+    repeated for the query's groups where they were (``gqa``: no copies are made)."""
     scale = number_of(egraph, subst["s"])
     if scale is None or scale == 0:
         return None
-    return egraph.add_node("masked_attention", [subst["q"], subst["k"], subst["v"], subst["m"],
-                                                egraph.add_node(literal(float(scale)))])
+    add = egraph.add_node
+    grouped = _unrepeated(egraph, subst)
+    keys, values = grouped or (subst["k"], subst["v"])
+    return add("masked_attention", [subst["q"], keys, values, subst["m"],
+                                    add(literal(float(scale))), add(literal(grouped is not None))])
 
 
 DROPPED_BELOW = -1e9
@@ -596,6 +616,15 @@ RULES: list[LibraryRule] = [
                                                  -1) @ v),
                when=(_neg_inf_fill, boolean(m), _mask_fits, _observed_causal),
                inputs={"m": ((6, 6), "causal")}),
+    _attention("sdpa-causal-additive-checked", QK * s + m, _masked_attention,
+               "an additive mask that was causal in the example (transformers' mask made "
+               "from the sizes of a program whose sizes are symbolic): masked attention, run "
+               "as causal sdpa while a check at run time finds the mask causal, as sdpa "
+               "under the mask otherwise",
+               lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
+               when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits,
+                     _observed_additive_causal),
+               inputs={"m": ((6, 6), "additive-causal")}),
     _attention("sdpa-masked", masked_fill(QK * s, m, c), _sdpa("dropped", False),
                "scores filled with -inf (or finfo.min, -1e9) where a bool mask is set: sdpa "
                "keeping the rest",

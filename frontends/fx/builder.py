@@ -65,7 +65,8 @@ class Builder(TermBuilder):
     """Walks the FX graph ``gm`` once and adds each node's canonical expression, from the
     ``metas`` of its nodes (:func:`frontends.fx.metadata.node_metas`, with the declared
     ranges) and the ranges ``observed`` on the example inputs
-    (:func:`frontends.fx.ranges.observe_ranges`); ``param_names`` names the inputs that
+    (:func:`frontends.fx.ranges.observe_ranges`, with the causal masks computed from sizes,
+    :func:`frontends.fx.sized.sized_triangles`); ``param_names`` names the inputs that
     hold parameters, ``lifted_constants`` torch.export's lifted tensor constants
     (``torch.tensor(-1e9)`` in a forward, a mask captured from outside it: constants of
     the program, by placeholder name). ``observe``: parameters' ranges are measured too
@@ -256,7 +257,8 @@ class Builder(TermBuilder):
                         lo=max(meta.lo, seen.get("lo", -math.inf)),
                         hi=min(meta.hi, seen.get("hi", math.inf)),
                         small=max(meta.small, seen.get("small", 0.0)),
-                        sens=seen.get("sens", meta.sens)))
+                        sens=seen.get("sens", meta.sens),
+                        triangle=seen.get("triangle", meta.triangle)))
                 if is_in_place(node, self._module(node)) and node.args and isinstance(
                         node.args[0], fx.Node):
                     target = node.args[0]

@@ -46,6 +46,7 @@ from frontends.fx.metadata import node_metas
 from frontends.fx.mismatch import check_count
 from frontends.fx.normalise import Normalised, normalise
 from frontends.fx.ranges import DOMAINS, declare, observe_ranges, observing
+from frontends.fx.sized import sized_triangles
 from frontends.fx.recorded import recorded_key
 from frontends.fx.source import ClassRef, FxSource
 
@@ -117,6 +118,8 @@ def _built(normalised: Normalised, observe: bool | None, make_egraph: Callable[.
                        normalised.module)
     declare(metas, gm, normalised.domains, normalised.ranges)
     observed = observe_ranges(gm, example_inputs) if observe and not normalised.ranges else {}
+    for name, triangle in sized_triangles(gm, example_inputs, normalised.param_names).items():
+        observed[name] = {**observed.get(name, {}), "triangle": triangle}
     builder = Builder(gm, metas, normalised.param_names, make_egraph,
                       observe=observe is not False, observed=observed,
                       lifted_constants=normalised.lifted_constants,

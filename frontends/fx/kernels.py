@@ -24,12 +24,17 @@ products, chosen the same way.
 >>> torch.equal(y[:2], x[:2] @ w[0]), torch.equal(y[2:], x[2:] @ w[1])
 (True, True)
 
-``masked_attention(q, k, v, dropped, scale)``: attention with the scores filled with -inf
-where the bool mask ``dropped`` is set, ``softmax(q @ k.T * scale).masked_fill(...) @ v``
-as written (a row with every score dropped is NaN). When ``dropped`` holds exactly the
-entries above the diagonal (nanoGPT's ``bias == 0``, a buffer the caller may change) it runs
-as causal ``scaled_dot_product_attention``, reading no mask; the check is made at run time
-and remembered per mask tensor and version, so a mask updated in place or replaced is seen.
+``masked_attention(q, k, v, mask, scale, gqa=False)``: attention with the scores filled
+with -inf where the bool ``mask`` is set, ``softmax(q @ k.T * scale).masked_fill(...) @ v``
+as written (a row with every score dropped is NaN), or, for a float ``mask``, with the mask
+added to the scores (sdpa's float mask; a row all -inf is NaN as written). When the mask
+is the causal one (a bool mask set exactly above the diagonal: nanoGPT's ``bias == 0``, a
+buffer the caller may change; a float one 0 on and below it and low enough above it to
+drop those entries: transformers' mask, computed from the sizes) it runs as causal
+``scaled_dot_product_attention``, reading no mask; the check is made at run time and
+remembered per mask tensor and version, so a mask updated in place or replaced, or made
+anew for another size, is seen. ``gqa``: keys and values have fewer heads than the
+query, each shared by a group of query heads (sdpa's ``enable_gqa``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from __future__ import annotations
 import weakref
 
 import torch
+
+from frontends.fx.observed import triangle_of
 
 __all__ = ["grouped_mm", "masked_attention", "setitem"]
 
@@ -212,33 +219,36 @@ def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
 _CAUSAL_SEEN: dict[int, tuple[weakref.ref, int, int, bool]] = {}
 
 
-def _drops_above_diagonal(dropped: torch.Tensor, rows: int, cols: int) -> bool:
-    """Whether the bool mask ``dropped`` is set exactly above the diagonal of every
-    ``(rows, cols)`` matrix of scores it broadcasts to (sdpa's ``is_causal``, aligned at
-    the top left), checked once per tensor and version."""
-    if dropped.dtype != torch.bool or dropped.dim() < 2 or (
-            tuple(dropped.shape[-2:]) != (rows, cols)):
+def _causal(mask: torch.Tensor, rows: int, cols: int) -> bool:
+    """Whether ``mask`` is the causal mask of every ``(rows, cols)`` matrix of scores it
+    broadcasts to (sdpa's ``is_causal``, aligned at the top left): a bool mask set
+    exactly above the diagonal, a float one whose entries there drop their scores
+    (:func:`~frontends.fx.observed.triangle_of`), checked once per tensor and version."""
+    if mask.dim() < 2 or tuple(mask.shape[-2:]) != (rows, cols):
         return False
-    tracked = not dropped.is_inference()  # (an inference tensor keeps no version)
-    key = id(dropped)
+    tracked = not mask.is_inference()  # (an inference tensor keeps no version)
+    key = id(mask)
     seen = _CAUSAL_SEEN.get(key) if tracked else None
-    if seen is not None and seen[0]() is dropped and seen[1:3] == (
-            dropped._version, dropped.data_ptr()):
+    if seen is not None and seen[0]() is mask and seen[1:3] == (
+            mask._version, mask.data_ptr()):
         return seen[3]
-    above = torch.ones(rows, cols, dtype=torch.bool, device=dropped.device).triu(1)
-    causal = torch.equal(dropped, above.expand(dropped.shape))
+    if mask.dtype == torch.bool:
+        above = torch.ones(rows, cols, dtype=torch.bool, device=mask.device).triu(1)
+        causal = torch.equal(mask, above.expand(mask.shape))
+    else:
+        causal = mask.is_floating_point() and triangle_of(mask) == "additive"
     if tracked:
-        _CAUSAL_SEEN[key] = (weakref.ref(dropped, lambda _, key=key: _CAUSAL_SEEN.pop(key, None)),
-                             dropped._version, dropped.data_ptr(), causal)
+        _CAUSAL_SEEN[key] = (weakref.ref(mask, lambda _, key=key: _CAUSAL_SEEN.pop(key, None)),
+                             mask._version, mask.data_ptr(), causal)
     return causal
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropped: torch.Tensor,
-                     scale: float) -> torch.Tensor:
-    """``softmax((q @ k.T * scale).masked_fill(dropped, -inf)) @ v`` (see the module
-    docstring): causal sdpa while ``dropped`` is the causal mask, sdpa under the mask
-    otherwise. Under a tracer, whose tensors hold no values to check, it is the general
-    form.
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     scale: float, gqa: bool = False) -> torch.Tensor:
+    """``softmax((q @ k.T * scale).masked_fill(mask, -inf)) @ v`` for a bool ``mask``,
+    ``softmax(q @ k.T * scale + mask) @ v`` for a float one (see the module docstring):
+    causal sdpa while ``mask`` is the causal mask, sdpa under the mask otherwise. Under a
+    tracer, whose tensors hold no values to check, it is the general form.
 
     >>> q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
     >>> above = torch.ones(4, 4, dtype=torch.bool).triu(1)
@@ -251,13 +261,20 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropped:
     ...                       -1) @ v
     >>> torch.allclose(masked_attention(q, k, v, above, 0.5), naive, atol=1e-6)
     True
+    >>> added = torch.zeros(4, 4).masked_fill(above, torch.finfo(torch.float32).min)
+    >>> naive = torch.softmax(q @ k.transpose(-2, -1) * 0.5 + added, -1) @ v
+    >>> torch.allclose(masked_attention(q, k, v, added, 0.5), naive, atol=1e-6)
+    True
     """
     rows, cols = q.shape[-2], k.shape[-2]
-    if not _traced(q, k, v, dropped) and _drops_above_diagonal(dropped, rows, cols):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                scale=scale)
-    kept = ~dropped
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=kept,
-                                                           scale=scale)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if not _traced(q, k, v, mask) and _causal(mask, rows, cols):
+        return sdpa(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    if mask.dtype != torch.bool:
+        out = sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+        row = mask.amax(-1, keepdim=True)
+        return out + (row - row)  # (0, or NaN for a row all -inf, as written)
+    kept = ~mask
+    out = sdpa(q, k, v, attn_mask=kept, scale=scale, enable_gqa=gqa)
     # (sdpa gives 0 for a row with nothing kept, the written form NaN: 0/0)
     return out / kept.to(out.dtype).amax(-1, keepdim=True)

@@ -1,5 +1,6 @@
 """What a real example value shows, read once at ingest: the range of its finite values
-(``lo``/``hi``, and the smallest magnitude) and whether it is a causal mask. Like every
+(``lo``/``hi``, and the smallest magnitude) and whether it is a causal mask (a bool one,
+or an additive one: transformers' float mask). Like every
 observed fact (:class:`frontends.fx.analysis.Meta`), a rule may let it choose the form it
 writes but never rest on it for values it has not seen."""
 
@@ -10,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["observed_range", "triangle_of"]
+__all__ = ["dropping_below", "observed_range", "triangle_of"]
 
 
 def observed_range(value: torch.Tensor) -> dict:
@@ -38,16 +39,32 @@ def observed_range(value: torch.Tensor) -> dict:
         return {"lo": lo, "hi": hi, "small": float(value.abs().min())}
 
 
+def dropping_below(dtype: torch.dtype) -> float:
+    """The value at or below which an entry added to scores of ``dtype`` takes its score
+    out of a softmax, as -inf does (its weight ``exp(fill + score - rowmax)`` is 0 for
+    scores of any size a model makes): -1e9 (transformers' ``finfo.min`` and the
+    Annotated Transformer's -1e9 are at or below it), or half the lowest value of a
+    dtype whose lowest is above that (float16).
+
+    >>> dropping_below(torch.float32), dropping_below(torch.float16)
+    (-1000000000.0, -32752.0)
+    """
+    return max(-1e9, torch.finfo(dtype).min / 2)
+
+
 def triangle_of(value: torch.Tensor) -> str | None:
     """Which causal mask a real tensor holds in every matrix of its last two dims:
     ``"tril"``, 1 (or True) on and below the diagonal and 0 (False) above (nanoGPT's ``bias``
     buffer, the entries sdpa's ``is_causal`` keeps), ``"triu"``, 1 only above it (the
-    entries it drops); None for any other values, and for fake or meta tensors or symbolic
-    sizes.
+    entries it drops), ``"additive"``, a float mask 0 on and below it and at most
+    :func:`dropping_below` above (transformers' causal mask, added to the scores); None
+    for any other values, and for fake or meta tensors or symbolic sizes.
 
     >>> ones = torch.ones(1, 1, 4, 4)
     >>> triangle_of(ones.tril()), triangle_of(ones.bool().triu(1)), triangle_of(ones)
     ('tril', 'triu', None)
+    >>> triangle_of(torch.zeros(4, 4).masked_fill(ones.bool().triu(1), -torch.inf))
+    'additive'
     """
     from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
@@ -65,6 +82,10 @@ def triangle_of(value: torch.Tensor) -> str | None:
             (int(first[0, 0] != 0), int(first[0, 1] != 0)))
         if name is None or int(first[1, 0] != 0) != (name == "tril"):
             return None  # (the corner of a weight or an activation: no pass over it)
+        above = _triangle("triu", *value.shape[-2:], torch.bool, value.device)
+        if value.is_floating_point() and first[0, 1] <= dropping_below(value.dtype):
+            return "additive" if bool(((value <= dropping_below(value.dtype)) == above).all()
+                                      and (value.masked_fill(above, 0) == 0).all()) else None
         expected = _triangle(name, *value.shape[-2:], value.dtype, value.device)
         return name if torch.equal(value, expected.expand(value.shape)) else None
 
