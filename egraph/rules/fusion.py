@@ -337,9 +337,10 @@ def _observed_triangle(egraph, cid: int, depth: int = 8) -> str | None:
     """Which causal mask the class held in the example (``"tril"``: ones on and below the
     diagonal of its last two dims, ``"triu"``: ones above it, ``"additive"``: 0 on and
     below it and a fill that drops its entries above it; the analysis observes it on
-    buffers, inputs and the values a program computes from sizes alone), followed through the top-left slices, comparisons with 0,
-    negations, casts and views that keep the last two dims (nanoGPT's ``bias[:, :, :T,
-    :T] == 0``). Observed, not proven: a rule it selects must check at run time."""
+    buffers, inputs and the values a program computes from sizes alone), followed
+    through the top-left slices, comparisons with 0, negations, casts and views that keep
+    the last two dims (nanoGPT's ``bias[:, :, :T, :T] == 0``). Observed, not proven: a
+    rule it selects must check at run time."""
     found = getattr(egraph.data(cid), "triangle", None)
     if found is not None or depth == 0:
         return found

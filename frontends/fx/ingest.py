@@ -46,8 +46,8 @@ from frontends.fx.metadata import node_metas
 from frontends.fx.mismatch import check_count
 from frontends.fx.normalise import Normalised, normalise
 from frontends.fx.ranges import DOMAINS, declare, observe_ranges, observing
-from frontends.fx.sized import sized_triangles
 from frontends.fx.recorded import recorded_key
+from frontends.fx.sized import sized_triangles
 from frontends.fx.source import ClassRef, FxSource
 
 __all__ = ["from_fx"]
