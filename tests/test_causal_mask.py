@@ -229,3 +229,99 @@ def test_torch_compile_follows_a_buffer_changed_after_compiling(causal_calls):
         causal_calls.clear()
         torch.testing.assert_close(compiled(idx), model(idx))
         assert causal_calls == [False, False]
+
+
+# -- transformers' decoders exported with symbolic sizes: the mask is made from the sizes --
+
+def _symbolic(model, example):
+    """``model`` through torch.export with every dim of its inputs a ``Dim.AUTO`` (export
+    keeps a dim of one at one), ingest, the library and extraction."""
+    from compiler.compile import default_cost
+    from egraph import EGraph
+    from egraph.rules import load_rules
+
+    shapes = (tuple({d: torch.export.Dim.AUTO for d in range(x.dim())} for x in example),)
+    with torch.no_grad():
+        program = torch.export.export(model, example, dynamic_shapes=shapes)
+    eg = EGraph.from_fx(program, example)
+    eg.saturate(load_rules("all"), iter_limit=10, node_limit=50_000)
+    return eg.extract(default_cost(example), validate="raise")
+
+
+def _agrees(module, model, inputs):
+    with torch.no_grad():
+        torch.testing.assert_close(module(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [2, 1])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_symbolic_decoders_mask_made_from_its_sizes_runs_causal_attention(
+        name, batch, causal_calls):
+    pytest.importorskip("transformers")
+    from benchmarks.corpus import build
+
+    case = build(name)
+    model = case.model.eval()
+    module = _symbolic(model, case.make_inputs(batch, 8))
+    code = module.code
+    assert code.count("masked_attention(") == 2 and "scaled_dot_product_attention" not in code
+    sizes = [(batch, 8), (batch, 12), (batch, 16)] + ([(5, 16)] if batch > 1 else [])
+    for size in sizes:
+        causal_calls.clear()
+        _agrees(module, model, case.make_inputs(*size))
+        assert causal_calls == [True, True], size
+
+
+def _mistral(window: int):
+    """A two-layer Mistral whose attention sees the last ``window`` positions, with
+    eager attention, taking token ids."""
+    transformers = pytest.importorskip("transformers")
+    from benchmarks.corpus import TensorModel
+
+    config = transformers.MistralConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        sliding_window=window, use_cache=False, attn_implementation="eager")
+    torch.manual_seed(0)
+    return TensorModel(transformers.MistralForCausalLM(config), ("input_ids",),
+                       ("logits",)).eval()
+
+
+def _ids(batch, seq):
+    return (torch.randint(3, 100, (batch, seq), generator=torch.Generator().manual_seed(seq)),)
+
+
+def test_a_symbolic_sliding_window_keeps_its_mask(causal_calls):
+    model = _mistral(window=4)
+    module = _symbolic(model, _ids(2, 8))
+    assert "masked_attention" not in module.code
+    for seq in (8, 12):
+        _agrees(module, model, _ids(2, seq))
+    assert True not in causal_calls
+
+
+def test_a_window_wider_than_the_example_is_checked_at_every_size(causal_calls):
+    # causal at the example's 8 positions, a window from 13 on: the check at run time
+    # sees it there
+    model = _mistral(window=12)
+    module = _symbolic(model, _ids(2, 8))
+    assert module.code.count("masked_attention(") == 2
+    for seq, causal in ((8, True), (20, False), (12, True)):
+        causal_calls.clear()
+        _agrees(module, model, _ids(2, seq))
+        assert causal_calls == [causal, causal], seq
+
+
+def test_a_padding_mask_combined_in_keeps_the_mask(causal_calls):
+    # the example's padding mask keeps every token, so the combined mask is causal there;
+    # it is read from an input, never observed, and padding later is followed
+    pytest.importorskip("transformers")
+    from benchmarks.corpus import TensorModel, build, ids_mask_inputs
+
+    model = TensorModel(build("gpt2").model.model, ("input_ids", "attention_mask"),
+                        ("logits",)).eval()
+    ids, _ = ids_mask_inputs(2, 8)
+    module = _symbolic(model, (ids, torch.ones(2, 8, dtype=torch.long)))
+    assert "masked_attention" not in module.code
+    _agrees(module, model, ids_mask_inputs(3, 12))
+    assert True not in causal_calls

@@ -111,8 +111,9 @@ def test_export_with_a_dynamic_size_gets_the_static_rewrites(name, rules):
     assert any(is_symbolic(eg.data(c).shape) for c in eg.fx.input_classes
                if eg.data(c).kind == "tensor")
     # A decoder's causal mask is a constant in the static graph, read as causal there; the
-    # symbolic graph builds it from its sizes, and its attention takes it as a mask.
-    from_constants = {"sdpa-causal-additive": "sdpa-additive"}
+    # symbolic graph builds it from its sizes, observed causal at the example's and
+    # checked at run time.
+    from_constants = {"sdpa-causal-additive": "sdpa-causal-additive-checked"}
     fusions = {from_constants.get(r, r) for r in used[0]
                if r.startswith(("sdpa", "linear", "layer-norm", "split"))}
     assert fusions and fusions <= used[1]  # (the rest are cost choices on the two graphs)
