@@ -112,8 +112,9 @@ def test_export_with_a_dynamic_size_gets_the_static_rewrites(name, rules):
                if eg.data(c).kind == "tensor")
     # A decoder's causal mask is a constant in the static graph, read as causal there; the
     # symbolic graph builds it from its sizes, observed causal at the example's and
-    # checked at run time.
-    from_constants = {"sdpa-causal-additive": "sdpa-causal-additive-checked"}
+    # checked at run time (that attention takes a grouped query's unrepeated heads).
+    checked = "sdpa-causal-additive-checked"
+    from_constants = {"sdpa-causal-additive": checked, "sdpa-grouped-query": checked}
     fusions = {from_constants.get(r, r) for r in used[0]
                if r.startswith(("sdpa", "linear", "layer-norm", "split"))}
     assert fusions and fusions <= used[1]  # (the rest are cost choices on the two graphs)
