@@ -3,6 +3,7 @@ while the mask is the causal one, checked at run time, and as written otherwise.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -240,7 +241,10 @@ def _symbolic(model, example):
     from egraph import EGraph
     from egraph.rules import load_rules
 
-    shapes = (tuple({d: torch.export.Dim.AUTO for d in range(x.dim())} for x in example),)
+    shapes = tuple({d: torch.export.Dim.AUTO for d in range(x.dim())} for x in example)
+    if any(p.kind is p.VAR_POSITIONAL
+           for p in inspect.signature(model.forward).parameters.values()):
+        shapes = (shapes,)  # (the corpus's models take their inputs as ``*inputs``)
     with torch.no_grad():
         program = torch.export.export(model, example, dynamic_shapes=shapes)
     eg = EGraph.from_fx(program, example)
@@ -325,3 +329,34 @@ def test_a_padding_mask_combined_in_keeps_the_mask(causal_calls):
     assert "masked_attention" not in module.code
     _agrees(module, model, ids_mask_inputs(3, 12))
     assert True not in causal_calls
+
+
+class SizedMaskAttention(torch.nn.Module):
+    """Attention over given q, k, v whose additive mask is made from the sequence length,
+    as transformers makes it: 0 where ``keep(row, col)``, the lowest float elsewhere."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.keep = keep
+
+    def forward(self, q, k, v):
+        t = torch.arange(q.size(-2))
+        mask = torch.where(self.keep(t[:, None], t[None, :]), 0.0, torch.finfo(q.dtype).min)
+        return torch.softmax(q @ k.transpose(-2, -1) * 0.3 + mask, -1) @ v
+
+
+@pytest.mark.parametrize("keep, causal", [
+    (lambda i, j: j <= i, True),
+    (lambda i, j: (j <= i) & (j > i - 4), False),  # a sliding window
+    (lambda i, j: j >= i, False),                  # the mirror image
+    (lambda i, j: j <= i + 4, False),              # rows 4.. of a larger one: the offset form
+], ids=["causal", "window", "upper", "offset"])
+def test_a_mask_made_from_the_sizes_runs_causal_attention_only_where_it_is_causal(
+        keep, causal, causal_calls):
+    model = SizedMaskAttention(keep)
+    module = _symbolic(model, _qkv(t=16))
+    assert ("masked_attention(" in module.code) == causal
+    for t in (16, 20):
+        causal_calls.clear()
+        _agrees(module, model, _qkv(t=t))
+        assert causal_calls == ([True] if causal else []), t
