@@ -245,9 +245,10 @@ class BudgetedPartition(CustomPartitionerFn):
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
         import extractors.hardware
+        from extractors.calibration import cpu_profile
 
-        return (get_hash_for_files((__file__, extractors.hardware.__file__)), self.budget,
-                self.fused)
+        return (get_hash_for_files((__file__, extractors.hardware.__file__)),
+                repr(cpu_profile()), self.budget, self.fused)
 
 
 class _Problem:
@@ -439,28 +440,29 @@ def _seconds(node: fx.Node, fused: bool) -> float:
     it is written out first). Views and sizes cost next to nothing."""
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+    from extractors.calibration import cpu_profile
     from extractors.hardware import HARDWARE
 
     value = node.meta.get("val")
     target = node.target
     if not isinstance(value, torch.Tensor) or getattr(target, "is_view", False):
         return 1e-9
-    hw = HARDWARE["cpu" if value.device.type == "cpu" else "H100"]
+    hw = cpu_profile() if value.device.type == "cpu" else HARDWARE["H100"]
     out = _nbytes(value)
     elements = out / value.dtype.itemsize
     name = getattr(getattr(target, "_overloadpacket", None), "__name__", str(target))
     shapes = [[optimization_hint(s, fallback=4096) for s in a.meta["val"].shape]
               for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-    flops = elements
+    flops, kind = elements, "add"
     if name in _MATRIX and len(shapes) == len(_MATRIX[name].__code__.co_varnames):
-        flops = _MATRIX[name](*shapes)
+        flops, kind = _MATRIX[name](*shapes), "matmul"
     elif name == "convolution":
         weight = shapes[1]
-        flops = 2 * elements * math.prod(weight[1:])
+        flops, kind = 2 * elements * math.prod(weight[1:]), "conv2d"
     elif "scaled_dot_product" in name:
         q, k = shapes[0], shapes[1]
-        flops = 4 * math.prod(q) * k[-2]
-    compute = flops / hw.peak_flops("matmul" if flops > elements else "add", value.dtype)
+        flops, kind = 4 * math.prod(q) * k[-2], "sdpa"
+    compute = hw.compute_time(kind, flops, value.dtype)
     compute = max(compute, hw.element_time(name, elements))
     if fused and _pointwise(node) and all(map(_pointwise, node.users)):
         return compute + 1e-9  # (inside the kernel of the op that reads it)

@@ -182,20 +182,24 @@ def _measure_memory(source: torch.fx.GraphModule, module: torch.fx.GraphModule,
 
 
 def default_cost(example_inputs: Sequence[Any], fused: bool = False):
-    """The cost model fit for the device the inputs live on: the time on the measured CPU
-    profile with each op its own kernel (CPU emission calls eager torch ops; ``fused``
-    where Inductor generates the code), or on the GPU's profile with fusion regions as
-    kernels (CUDA emission fuses them into Triton kernels).
+    """The cost model fit for the device the inputs live on: the time on this machine's
+    calibrated CPU profile (:func:`extractors.calibration.cpu_profile`, measured once and
+    cached; ``EGRAPH_CALIBRATION=builtin``: the shipped one) with each op its own kernel
+    (CPU emission calls eager torch ops; ``fused`` where Inductor generates the code), or
+    on the GPU's profile with fusion regions as kernels (CUDA emission fuses them into
+    Triton kernels).
 
-    >>> default_cost((torch.randn(2),))
-    Roofline('cpu', fused=False)
+    >>> cost = default_cost((torch.randn(2),))
+    >>> cost.hardware.name.startswith("cpu"), cost.fused
+    (True, False)
     """
     from extractors import Roofline
+    from extractors.calibration import cpu_profile
     from extractors.hardware import HARDWARE
 
     device = cuda_device(example_inputs)
     if device is None:
-        return Roofline("cpu", fused=fused)
+        return Roofline(cpu_profile(), fused=fused)
     name = torch.cuda.get_device_name(device)
     return Roofline(next((p for p in HARDWARE if p != "cpu" and p in name), "H100"))
 

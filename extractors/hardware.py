@@ -13,9 +13,15 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 _MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa", "masked_attention"}
+
+RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
+              "conv1d": "conv", "conv2d": "conv",
+              "sdpa": "attention", "masked_attention": "attention"}
+"""The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
@@ -64,6 +70,12 @@ class Hardware:
     kernels, not eager's op-by-op dispatch, which the per-op model prices at one launch
     each and so as far below its real cost at small sizes as this setup is.
 
+    ``rates``: ``(kind, ((flops, flop_per_second), ...))``, a measured throughput curve
+    per kind of matrix op (:data:`RATE_KINDS`: ``matmul``, ``conv``, ``attention``) in
+    single precision, points in increasing FLOPs: a small product runs far below the peak
+    (:meth:`compute_time` interpolates; a calibrated profile has them,
+    :mod:`extractors.calibration`).
+
     >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
     [(7, 4), (1, 1)]
     >>> cpu = HARDWARE["cpu"]
@@ -86,8 +98,10 @@ class Hardware:
     cache_bandwidth: float = 0.0
     element_seconds: tuple[tuple[str, float], ...] = ()
     extern_seconds: tuple[tuple[str, float], ...] = ()
+    rates: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "_rates", dict(self.rates))
         object.__setattr__(self, "_per_element", dict(self.element_seconds))
         object.__setattr__(self, "_extern", dict(self.extern_seconds))
         object.__setattr__(self, "measured_ops",
@@ -128,12 +142,43 @@ class Hardware:
                 return kernels, passes
         return 1, 1
 
+    def compute_time(self, op: str, flops: float, dtype) -> float:
+        """Seconds ``op`` computes ``flops`` at ``dtype``: at the throughput its kind's
+        measured curve gives for that much work (``rates``: interpolated between the
+        points in log-log, held at the ends), or at the peak where there is no curve (half
+        precision, ops other than matrix ops, or a datasheet profile).
+
+        >>> hw = Hardware("two-point", 1e9, 1e9, 1e9, 1e9, 0.0,
+        ...               rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))),))
+        >>> [round(hw.compute_time("linear", f, None) * 1e3, 3) for f in (1e3, 1e6, 1e9)]
+        [0.01, 3.162, 1000.0]
+        >>> hw.compute_time("add", 1e6, None)
+        0.001
+        """
+        curve = self._rates.get(RATE_KINDS.get(op))
+        half = dtype is not None and getattr(dtype, "itemsize", 4) == 2
+        if not curve or half or flops <= 0:
+            return flops / self.peak_flops(op, dtype)
+        return flops / _interpolated(curve, flops)
+
     def peak_flops(self, op: str, dtype) -> float:
         """The peak that bounds ``op`` at ``dtype`` (matrix units for half precision)."""
         half = dtype is not None and getattr(dtype, "itemsize", 4) == 2
         if op in _MATRIX_OPS:
             return self.matrix_half if half else self.matrix_fp32
         return self.vector_fp32 * (2 if half else 1)
+
+
+def _interpolated(curve: tuple[tuple[float, float], ...], x: float) -> float:
+    """``curve``'s value at ``x``, linear in log-log between its points, constant beyond
+    its ends."""
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x <= x1:
+            t = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+    return curve[-1][1]
 
 
 HARDWARE: dict[str, Hardware] = {
@@ -199,45 +244,55 @@ ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu:tanh", "er
 of a profile): the transcendental ones, and an add-like op (div) beside them."""
 
 
+def least_seconds(call, n: int = 7) -> float:
+    """The least of ``n`` timed calls of ``call`` after one untimed: load from other
+    processes only ever adds time, so on a shared machine the least is the closest to the
+    machine's own speed (a median measured beside a busy job once priced an exp at 30 ns
+    an element, 30 times its time).
+
+    >>> 0 < least_seconds(lambda: sum(range(100)), 3) < 1
+    True
+    """
+    import time
+
+    call()
+    best = float("inf")
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def measure_cpu(threads: int = 1) -> Hardware:
     """Measure this machine's profile on ``threads`` threads: fp32 matmul, memory and
     cache bandwidth (copies of 128 MiB and of 4 MiB), per-op overhead, the time per
     element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), and sdpa's setup
-    (a call on a tiny attention, less a launch)."""
-    import time
-
+    (a call on a tiny attention, less a launch); each the least of several calls
+    (:func:`least_seconds`)."""
     import torch
     import torch.nn.functional as functional
-
-    def median(fn, n: int = 7) -> float:
-        fn()
-        times = []
-        for _ in range(n):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return sorted(times)[n // 2]
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    matmul = 2 * 1024**3 / median(lambda: a @ b)
+    matmul = 2 * 1024**3 / least_seconds(lambda: a @ b)
     x = torch.randn(32 * 1024 * 1024)
     y = torch.empty_like(x)
-    bandwidth = 2 * x.numel() * 4 / median(lambda: y.copy_(x))
+    bandwidth = 2 * x.numel() * 4 / least_seconds(lambda: y.copy_(x))
     small, into = torch.randn(1 << 20), torch.empty(1 << 20)
-    cache_bandwidth = 2 * small.numel() * 4 / median(lambda: into.copy_(small), 31)
+    cache_bandwidth = 2 * small.numel() * 4 / least_seconds(lambda: into.copy_(small), 31)
     cached = torch.randn(256 * 1024)  # stays in cache: compute-bound
-    vector = cached.numel() / median(lambda: cached.mul_(1.0), 31)
+    vector = cached.numel() / least_seconds(lambda: cached.mul_(1.0), 31)
     z = torch.randn(64)
-    overhead = median(lambda: torch.add(z, z), 101)
+    overhead = least_seconds(lambda: torch.add(z, z), 101)
     kernels = _element_kernels(torch)
     positive = torch.rand(256, 1024) + 0.5  # in every op's domain
     element_seconds = tuple(
-        (op, (median(lambda fn=kernels[op]: fn(positive), 31) - overhead) / positive.numel())
+        (op, (least_seconds(lambda fn=kernels[op]: fn(positive), 31) - overhead) / positive.numel())
         for op in ELEMENT_OPS)
     q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
-    attention = median(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
+    attention = least_seconds(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)
     return Hardware("cpu", matmul, matmul, vector, bandwidth, overhead,
                     cache_bytes=CACHE_BYTES, cache_bandwidth=cache_bandwidth,

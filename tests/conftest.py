@@ -9,6 +9,10 @@ import pytest
 # The Triton tests run every kernel in Triton's interpreter (the CPU has no GPU); the mode is
 # read when a kernel is decorated, so it is set before any test module imports triton.
 os.environ["TRITON_INTERPRET"] = "1"
+# The default cost model prices with the shipped CPU profile, not this machine's
+# calibration, so that the programs the tests expect do not depend on the machine (or on
+# its load while it calibrates); tests/test_calibration.py tests calibration itself.
+os.environ.setdefault("EGRAPH_CALIBRATION", "builtin")
 
 
 def pytest_addoption(parser):

@@ -1,0 +1,276 @@
+"""This machine's CPU profile, measured where the compiler runs, once, and cached.
+
+The shipped ``HARDWARE["cpu"]`` was measured on one machine at one thread. The default
+cost model on the CPU (:func:`compiler.pipeline.default_cost`) and the budgeted
+partition's estimates read :func:`cpu_profile` instead: :func:`calibrate`'s measurement of
+this machine at the intra-op thread count torch runs with, which adds throughput curves of
+matrix products, convolutions and attention at sizes from tiny to large (a product of
+128 x 64 x 64 runs at a tenth of the peak a product of 1024 x 1024 x 1024 reaches) to
+:func:`extractors.hardware.measure_cpu`'s bandwidths, per-call overhead and times per
+element.
+
+The cache: one JSON file per machine and thread count in :func:`cache_dir`
+(``$EGRAPH_CACHE_DIR``, else ``$XDG_CACHE_HOME/egraph-torch``, else
+``~/.cache/egraph-torch``), named by :func:`profile_key`: a hash of the CPU's model, its
+core count, the thread count, torch's version and :data:`CALIBRATION_VERSION`. A change
+to any of them measures anew; deleting the file does too (``python -m
+extractors.calibration`` measures, saves and prints the profile). The same inputs and the
+same cache give the same program. ``$EGRAPH_CALIBRATION`` chooses: ``auto`` (the
+default: the cached calibration, measured on first use, 1-3 s), ``builtin`` (the shipped
+profile, what the test suite uses so that its programs do not depend on the machine), or
+the path of a profile file (:func:`save_profile`), to use one machine's profile on another.
+
+>>> import tempfile
+>>> path = Path(tempfile.mkdtemp()) / "this-machine.json"
+>>> save_profile(calibrate(threads=1, repeat=3), path)  # measures, about 2 s
+>>> cpu_profile(calibration=str(path)).name, cpu_profile(calibration="builtin").name
+('cpu (calibrated, 1 thread)', 'cpu')
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from extractors.hardware import HARDWARE, Hardware, least_seconds, measure_cpu
+
+__all__ = ["CALIBRATION_VERSION", "ENV", "calibrate", "cache_dir", "cpu_profile",
+           "load_profile", "profile_key", "save_profile"]
+
+CALIBRATION_VERSION = 1
+"""Raised whenever :func:`calibrate` measures something new or differently, so that every
+cached profile is measured again."""
+
+ENV = "EGRAPH_CALIBRATION"
+"""The environment variable that chooses the CPU profile: ``auto``, ``builtin`` or a path
+(see the module's docstring)."""
+
+MATMUL_SHAPES = ((16, 64, 64), (64, 256, 256), (128, 768, 768), (128, 768, 3072),
+                 (512, 1024, 1024), (1024, 1024, 1024))
+"""``(m, k, n)`` of the fp32 products timed for the ``matmul`` curve: from a tiny
+model's projection to a large square product, through GPT-2 small's at 128 tokens."""
+
+CONV_SHAPES = ((16, 14, 16, 3, 1), (64, 56, 256, 1, 1), (64, 56, 64, 3, 1),
+               (256, 14, 256, 3, 1), (3, 224, 64, 7, 2))
+"""``(in channels, height = width, out channels, kernel, stride)`` of the batch-1 fp32
+convolutions timed for the ``conv`` curve: a tiny one and ResNet-50's kinds (its 1 x 1
+and 3 x 3 stages, its 7 x 7 stem)."""
+
+ATTENTION_SHAPES = ((1, 4, 8, 16), (1, 12, 128, 64), (1, 12, 512, 64))
+"""``(batch, heads, tokens, head size)`` of the ``sdpa`` calls timed for the
+``attention`` curve."""
+
+_profiles: dict[tuple[str, int, str], Hardware] = {}
+
+
+def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
+    """Measure this machine's CPU profile on ``threads`` intra-op threads (None: torch's
+    current count): :func:`~extractors.hardware.measure_cpu`'s peaks, bandwidths, overhead
+    and times per element, and the throughput curves (``Hardware.rates``) of
+    :data:`MATMUL_SHAPES`, :data:`CONV_SHAPES` and :data:`ATTENTION_SHAPES`, each the
+    least of ``repeat`` calls (:func:`~extractors.hardware.least_seconds`) less the
+    per-call overhead.
+
+    >>> hw = calibrate(threads=1, repeat=3)
+    >>> [kind for kind, _ in hw.rates]
+    ['matmul', 'conv', 'attention']
+    >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
+    [6, 4, 3]
+    """
+    import torch
+
+    threads = threads or torch.get_num_threads()
+    measured = measure_cpu(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rates = tuple((kind, _curve(measure, repeat, measured.launch_overhead))
+                      for kind, measure in _RATE_MEASURES.items())
+    finally:
+        torch.set_num_threads(before)
+    peak = max(rate for _, rate in rates[0][1])
+    return replace(measured, name=f"cpu (calibrated, {threads} thread"
+                   f"{'s' if threads > 1 else ''})", matrix_fp32=max(peak, measured.matrix_fp32),
+                   matrix_half=max(peak, measured.matrix_half), rates=rates)
+
+
+def _curve(calls, repeat: int, overhead: float) -> tuple[tuple[float, float], ...]:
+    """``(flops, flop_per_second)`` of each ``(flops, call)`` in ``calls``, in increasing
+    FLOPs (the fastest kept where two calls do the same work)."""
+    points: dict[float, float] = {}
+    for flops, call in calls():
+        seconds = max(least_seconds(call, repeat) - overhead, 1e-9)
+        points[flops] = max(points.get(flops, 0.0), flops / seconds)
+    return tuple(sorted(points.items()))
+
+
+def _matmuls():
+    import torch
+
+    for m, k, n in MATMUL_SHAPES:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        yield 2.0 * m * k * n, lambda a=a, b=b: torch.matmul(a, b)
+
+
+def _convolutions():
+    import torch
+
+    conv2d = torch.nn.functional.conv2d
+    for channels, size, out, kernel, stride in CONV_SHAPES:
+        x = torch.randn(1, channels, size, size)
+        w = torch.randn(out, channels, kernel, kernel)
+        side = (size + 2 * (kernel // 2) - kernel) // stride + 1
+        flops = 2.0 * out * side * side * channels * kernel * kernel
+        yield flops, lambda x=x, w=w, s=stride, p=kernel // 2: conv2d(x, w, stride=s, padding=p)
+
+
+def _attentions():
+    import torch
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for shape in ATTENTION_SHAPES:
+        q = torch.randn(*shape)
+        batch, heads, tokens, size = shape
+        yield 4.0 * batch * heads * tokens * tokens * size, lambda q=q: sdpa(q, q, q)
+
+
+_RATE_MEASURES = {"matmul": _matmuls, "conv": _convolutions, "attention": _attentions}
+
+
+def cache_dir() -> Path:
+    """Where calibrated profiles are kept: ``$EGRAPH_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/egraph-torch``, else ``~/.cache/egraph-torch``.
+
+    >>> cache_dir().is_absolute()
+    True
+    """
+    explicit = os.environ.get("EGRAPH_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "egraph-torch"
+
+
+def profile_key(threads: int) -> str:
+    """The name of this machine's cached profile at ``threads`` threads: a hash of what
+    makes a measurement stale (the CPU's model and core count, the thread count, torch's
+    version, :data:`CALIBRATION_VERSION`).
+
+    >>> profile_key(2) != profile_key(1)
+    True
+    """
+    import torch
+
+    facts = (_cpu_model(), os.cpu_count(), threads, torch.__version__, CALIBRATION_VERSION)
+    digest = hashlib.sha256(repr(facts).encode()).hexdigest()[:16]
+    return f"cpu-{threads}t-{digest}"
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def save_profile(profile: Hardware, path: str | os.PathLike) -> None:
+    """Write ``profile`` as JSON to ``path`` (atomically: a reader never sees half a
+    file), for :func:`load_profile` or ``$EGRAPH_CALIBRATION``.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "cpu.json"
+    >>> save_profile(HARDWARE["cpu"], path)
+    >>> load_profile(path) == HARDWARE["cpu"]
+    True
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps({"version": CALIBRATION_VERSION, **asdict(profile)},
+                                  indent=1))
+    scratch.replace(path)
+
+
+def load_profile(path: str | os.PathLike) -> Hardware:
+    """The profile :func:`save_profile` wrote to ``path``; a ValueError naming the file
+    where it is not one (of another :data:`CALIBRATION_VERSION`, or damaged)."""
+    try:
+        fields = json.loads(Path(path).read_text())
+        if fields.pop("version", None) != CALIBRATION_VERSION:
+            raise ValueError(f"written by calibration version other than "
+                             f"{CALIBRATION_VERSION}")
+        return Hardware(**{key: _tuples(value) for key, value in fields.items()})
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{path} is not a hardware profile this version reads ({error}); "
+                         f"delete it to measure again, or set {ENV}=builtin") from error
+
+
+def _tuples(value):
+    """JSON's lists as the tuples a frozen profile holds."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def cpu_profile(threads: int | None = None, calibration: str | None = None) -> Hardware:
+    """The CPU profile the default cost model prices with, at ``threads`` intra-op threads
+    (None: torch's current count), as ``calibration`` (None: ``$EGRAPH_CALIBRATION``,
+    default ``auto``) chooses: ``auto``, this machine's cached calibration, measured and
+    saved on first use; ``builtin``, the shipped ``HARDWARE["cpu"]``; otherwise the path
+    of a profile file. Kept in the process once read.
+    """
+    import torch
+
+    calibration = calibration or os.environ.get(ENV) or "auto"
+    if calibration == "builtin":
+        return HARDWARE["cpu"]
+    threads = threads or torch.get_num_threads()
+    key = (calibration, threads, str(cache_dir()))
+    profile = _profiles.get(key)
+    if profile is None:
+        if calibration == "auto":
+            path = cache_dir() / f"{profile_key(threads)}.json"
+            profile = _cached_or_measured(path, threads)
+        else:
+            profile = load_profile(calibration)
+        profile = _profiles[key] = profile
+    return profile
+
+
+def _cached_or_measured(path: Path, threads: int) -> Hardware:
+    if path.exists():
+        try:
+            return load_profile(path)
+        except ValueError as error:
+            warnings.warn(f"measuring the CPU profile again: {error}", stacklevel=3)
+    profile = calibrate(threads)
+    try:
+        save_profile(profile, path)
+    except OSError as error:  # a read-only home: measured again in the next process
+        warnings.warn(f"the calibrated CPU profile could not be cached at {path} "
+                      f"({error}); set EGRAPH_CACHE_DIR to a writable folder", stacklevel=3)
+    return profile
+
+
+if __name__ == "__main__":
+    import sys
+
+    import torch
+
+    threads = int(sys.argv[1]) if sys.argv[1:] else torch.get_num_threads()
+    target = cache_dir() / f"{profile_key(threads)}.json"
+    measured = calibrate(threads)
+    save_profile(measured, target)
+    print(f"{measured.name}, saved to {target}")
+    for kind, curve in measured.rates:
+        print(kind, ", ".join(f"{f:.2g} FLOP at {r / 1e9:.1f} GFLOP/s" for f, r in curve))
+    print(f"bandwidth {measured.bandwidth / 1e9:.1f} GB/s, in cache "
+          f"{measured.cache_bandwidth / 1e9:.1f}; overhead {measured.launch_overhead * 1e6:.2f} us")

@@ -1,0 +1,138 @@
+"""The calibrated CPU profile: measured once per machine and thread count, cached on disk,
+measured again when what it depends on changes, and read by the default cost model."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from compiler.pipeline import default_cost
+from egraph import EGraph
+from extractors import Roofline, calibration
+from extractors.calibration import cpu_profile, load_profile, profile_key, save_profile
+from extractors.hardware import HARDWARE, Hardware
+
+
+def _profile(name="cpu (calibrated, test)", rate=1e11):
+    return dataclasses.replace(HARDWARE["cpu"], name=name,
+                               rates=(("matmul", ((1e5, rate / 10), (1e9, rate))),))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder, no profile kept in the process, and a calibration that
+    counts its calls instead of taking seconds to measure."""
+    monkeypatch.setenv("EGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(calibration.ENV, "auto")
+    monkeypatch.setattr(calibration, "_profiles", {})
+    calls = []
+
+    def measured(threads=None, repeat=9):
+        calls.append(threads)
+        return _profile(f"cpu (calibrated, {threads})")
+    monkeypatch.setattr(calibration, "calibrate", measured)
+    return tmp_path, calls
+
+
+def test_the_profile_is_measured_once_and_read_back_from_the_cache(cache):
+    folder, calls = cache
+    first = cpu_profile(threads=2)
+    assert calls == [2] and first.name == "cpu (calibrated, 2)"
+    saved = folder / f"{profile_key(2)}.json"
+    assert saved.exists()
+    calibration._profiles.clear()  # a new process
+    assert cpu_profile(threads=2) == first and calls == [2]
+
+
+def test_another_thread_count_or_torch_version_is_measured_anew(cache, monkeypatch):
+    folder, calls = cache
+    cpu_profile(threads=2)
+    cpu_profile(threads=1)
+    assert calls == [2, 1]
+    key = profile_key(2)
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert profile_key(2) != key
+    calibration._profiles.clear()
+    cpu_profile(threads=2)
+    assert calls == [2, 1, 2] and len(list(folder.glob("*.json"))) == 3
+
+
+def test_a_damaged_cached_profile_is_measured_again_with_a_warning(cache):
+    folder, calls = cache
+    (folder / f"{profile_key(2)}.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="measuring the CPU profile again"):
+        profile = cpu_profile(threads=2)
+    assert calls == [2] and load_profile(folder / f"{profile_key(2)}.json") == profile
+
+
+def test_a_profile_of_another_calibration_version_is_not_read(tmp_path):
+    path = tmp_path / "old.json"
+    save_profile(_profile(), path)
+    fields = json.loads(path.read_text())
+    path.write_text(json.dumps({**fields, "version": 0}))
+    with pytest.raises(ValueError, match="old.json is not a hardware profile.*EGRAPH_CALIBRATION"):
+        load_profile(path)
+
+
+def test_an_unwritable_cache_still_gives_the_measured_profile(cache, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("EGRAPH_CACHE_DIR", str(blocker / "below"))
+    with pytest.warns(UserWarning, match="could not be cached.*EGRAPH_CACHE_DIR"):
+        assert cpu_profile(threads=2).name == "cpu (calibrated, 2)"
+
+
+def test_builtin_and_a_profile_file_are_used_as_given(cache, monkeypatch, tmp_path):
+    _, calls = cache
+    assert cpu_profile(calibration="builtin") is HARDWARE["cpu"]
+    path = tmp_path / "elsewhere.json"
+    save_profile(_profile("measured elsewhere"), path)
+    monkeypatch.setenv(calibration.ENV, str(path))
+    assert cpu_profile().name == "measured elsewhere" and calls == []
+
+
+def test_the_default_cost_prices_with_the_calibrated_profile(cache):
+    cost = default_cost((torch.randn(2),))
+    assert cost.hardware.name.startswith("cpu (calibrated") and not cost.fused
+
+
+def _chain():
+    """``x @ a @ b`` with x (64, 512), a (512, 512), b (512, 8), all inputs: left to
+    right, a large product then a thin one; right to left, a small one then a thin one,
+    with an eighth of the FLOPs."""
+    from egraph.rules import load_rules
+
+    def chain(x, a, b):
+        return x @ a @ b
+
+    inputs = (torch.randn(64, 512), torch.randn(512, 512) / 20, torch.randn(512, 8))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(chain), inputs).saturate(load_rules("all"))
+    return eg, chain, inputs
+
+
+def test_measured_throughput_curves_decide_the_program_where_flops_alone_would_not():
+    """Priced at one peak, the order with fewer FLOPs wins; where the curve says small
+    products run at a hundredth of the large one's rate, the order with one large product
+    wins; the program stays right either way."""
+    eg, chain, inputs = _chain()
+    peak_only = dataclasses.replace(HARDWARE["cpu"], name="peak only")
+    steep = dataclasses.replace(peak_only, name="steep", rates=(
+        ("matmul", ((5e5, 1e8), (5e6, 1e8), (3e7, 1e11))),))
+    codes = {}
+    for profile in (peak_only, steep):
+        program = eg.extract(Roofline(profile, fused=False), validate="raise")
+        torch.testing.assert_close(program(*inputs), chain(*inputs), rtol=1e-4, atol=1e-3)
+        codes[profile.name] = program.code
+    assert "torch.mm(a, b)" in codes["peak only"], codes["peak only"]
+    assert "torch.mm(x, a)" in codes["steep"], codes["steep"]
+
+
+def test_compute_time_follows_the_curve_and_the_peak_elsewhere():
+    hw = Hardware("two-point", 1e9, 2e9, 1e9, 1e9, 0.0,
+                  rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))), ("conv", ((1e6, 5e8),))))
+    assert hw.compute_time("matmul", 1e2, None) == pytest.approx(1e2 / 1e8)  # held below
+    assert hw.compute_time("matmul", 1e10, None) == pytest.approx(1e10 / 1e9)  # and above
+    assert hw.compute_time("conv2d", 1e7, None) == pytest.approx(1e7 / 5e8)
+    assert hw.compute_time("matmul", 1e6, torch.float16) == pytest.approx(1e6 / 2e9)
+    assert hw.compute_time("exp", 1e6, None) == pytest.approx(1e6 / 1e9)
