@@ -440,21 +440,32 @@ def _call(op: str, kids: list, calls: dict, at: int) -> tuple[Any, int]:
     is ``"measured"`` runs on real tensors instead (its result's layout is the kernel's
     too: the CPU's attention returns its heads transposed, where meta tensors say
     contiguous)."""
-    key = (op, tuple(_layout(k) for k in kids))
-    cached = None not in key[1]
-    known = calls.get(key) if cached else None
-    if known is None:
+    def measure() -> tuple[Any, int]:
         if TABLE[op].workspace == "measured":
             spec = SPECS[op]
-            known = _measured(lambda *args: spec.run(list(args)), kids)
-        else:
-            known = _run_on_meta(op, kids)
+            return _measured(lambda *args: spec.run(list(args)), kids)
+        return _run_on_meta(op, kids)
+
+    return _remembered(calls, (op,), kids, at, measure)
+
+
+def _remembered(calls: dict, name: tuple, operands: list, at: int,
+                measure: Callable[[], tuple[Any, int]]) -> tuple[Any, int]:
+    """A call's result rebuilt over ``operands`` (made at step ``at``) and its temporaries'
+    bytes, from ``measure()``'s description, remembered in ``calls`` under ``name`` and the
+    operands' layouts (not where an operand's layout is unknown)."""
+    layouts = tuple(_layout(k) for k in operands)
+    key = (*name, layouts)
+    cached = None not in layouts
+    known = calls.get(key) if cached else None
+    if known is None:
+        known = measure()
         if cached:
             calls[key] = known
     shapes, workspace = known
     if shapes is None:
         return None, 0
-    return _rebuild(shapes, _tensors(kids), at), workspace
+    return _rebuild(shapes, _tensors(operands), at), workspace
 
 
 def _run_on_meta(op: str, kids: list) -> tuple[Any, int]:
@@ -576,22 +587,14 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
     def run(*given: Any) -> Any:
         return call.target(*given[:len(args)], **dict(zip(names, given[len(args):])))
 
-    key = ("opaque", token, tuple(_layout(k) for k in operands))
-    cached = None not in key[2]
-    known = calls.get(key) if cached else None
-    if known is None:
+    def measure() -> tuple[Any, int]:
         if call.pure and call.updates is None and foldable_call(call.target):
-            known = _measured(run, operands)
-        else:
-            made: list[torch.Tensor] = []
-            try:
-                with unset_fake_temporarily():
-                    known = _describe(run(*_stand_ins(operands, made, "meta")), made), 0
-            except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
-                known = None, 0
-        if cached:
-            calls[key] = known
-    shapes, workspace = known
-    if shapes is None:
-        return None, 0
-    return _rebuild(shapes, _tensors(operands), at), workspace
+            return _measured(run, operands)
+        made: list[torch.Tensor] = []
+        try:
+            with unset_fake_temporarily():
+                return _describe(run(*_stand_ins(operands, made, "meta")), made), 0
+        except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
+            return None, 0
+
+    return _remembered(calls, ("opaque", token), operands, at, measure)
