@@ -19,14 +19,14 @@ programs and rounds):
    (on e-graphs of at most :data:`PARETO_NODES` e-nodes); neighbours of the default's
    program, one class's e-node changed to another that keeps the program acyclic (the
    sub-programs it adds taken from the default's greedy choice), drawn in a seeded order;
-   random extractions (:class:`RandomCost`), then more neighbours where those repeat
+   random extractions (:class:`extractors.RandomCost`), then more neighbours where those repeat
    programs. Each is emitted (``backends.fx.build_module``) and validated against the
-   source on the example inputs (``compiler.validate``); one that fails is listed and
-   left out.
+   source on the example inputs (:class:`compiler.autotune.Candidates`, as the backend's
+   autotuning finds its candidates); one that fails is listed and left out.
 3. Timed: medians of interleaved rounds (every program once per round, in a seeded
    shuffled order, after a warm-up round), the source emitted twice; rounds are added
-   until the medians of the two copies differ by under 1% (:func:`steady_medians`), up to
-   ``--rounds``.
+   until the medians of the two copies differ by under 1%
+   (:func:`compiler.timing.interleaved_times`), up to ``--rounds``.
 4. Per cost model: its price of every program (``egraph.extract.program.dag_cost``: each
    chosen e-node once, or the model's own whole-program cost), Spearman's rank
    correlation of the prices with the measured times (:func:`spearman`), and its regret:
@@ -52,7 +52,6 @@ and ``<model>/<number>.py`` (each program's code).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import random
@@ -60,8 +59,8 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +78,10 @@ from benchmarks.report import (  # noqa: E402
     results_path,
     write_results,
 )
+from compiler.autotune import Candidate, Candidates  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.fx import choose_program  # noqa: E402
-from compiler.validate import validate_module  # noqa: E402
+from compiler.timing import interleaved_times, twin_gap  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.extract import best_nodes, choose, program_order, program_roots  # noqa: E402
 from egraph.extract.pareto import pareto  # noqa: E402
@@ -95,6 +95,7 @@ from extractors import (  # noqa: E402
     Flops,
     Memory,
     PeakMemory,
+    RandomCost,
     Roofline,
 )
 
@@ -151,106 +152,17 @@ def cost_models(inputs: tuple) -> dict[str, Any]:
 
 # --- the programs ----------------------------------------------------------------------
 
-@dataclass
-class Program:
-    """One distinct program of the e-graph: who found it, its choice (class -> e-node),
-    the emitted module, and, once measured, its time and each cost model's price."""
-
-    found_by: list[str]
-    choice: dict[int, tuple]
-    module: fx.GraphModule
-    ms: float | None = None
-    prices: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def code(self) -> str:
-        return self.module.code
-
-
-class RandomCost(CostModel):
-    """Seeded random node costs, for random valid programs: DAG extraction under them
-    picks one e-node per class and never a cycle. Each e-node's draw is a hash of the
-    seed, its class and itself, so it does not depend on the order costs are asked in.
-    Without ``base`` a cost is uniform in (0, 1); with it, ``base``'s cost times
-    ``exp(spread * z)``, z a standard normal draw (a program near ``base``'s choice).
-
-    >>> from egraph import EGraph
-    >>> eg = EGraph.from_fx(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
-    >>> c = eg.roots[0]
-    >>> cost = RandomCost(7)
-    >>> 0 < cost.node_cost(eg, c, eg.class_nodes[c][0]) == RandomCost(7).node_cost(
-    ...     eg, c, eg.class_nodes[c][0]) < 1
-    True
-    """
-
-    def __init__(self, seed: int, base: CostModel | None = None, spread: float = 1.0):
-        self.seed, self.base, self.spread = seed, base, spread
-
-    def node_cost(self, egraph, cid: int, node: tuple) -> float:
-        digest = hashlib.blake2b(repr((self.seed, cid, node)).encode(), digest_size=8)
-        u = (int.from_bytes(digest.digest(), "big") + 0.5) / 2.0 ** 64
-        if self.base is None:
-            return u
-        z = statistics.NormalDist().inv_cdf(u)
-        return self.base.node_cost(egraph, cid, node) * math.exp(self.spread * z)
-
-    def __repr__(self) -> str:
-        return f"RandomCost({self.seed}{'' if self.base is None else f', {self.base!r}'})"
-
-
-class Collection:
-    """The distinct programs found so far (by emitted code), and those left out."""
-
-    def __init__(self, egraph: EGraph, limit: float):
-        self.eg, self.limit = egraph, limit
-        self.programs: list[Program] = []
-        self.by_code: dict[str, Program] = {}
-        self.left_out: list[tuple[str, str]] = []  # (found by, why)
-
-    @property
-    def full(self) -> bool:
-        return len(self.programs) >= self.limit
-
-    def offer(self, label: str, choice: dict[int, tuple]) -> Program | None:
-        """Emit ``choice``; keep it where its code is new and it passes validation (or
-        name ``label`` among the finders of the program with that code)."""
-        try:
-            module = build_module(self.eg, choice)
-        except Exception as exc:  # noqa: BLE001 - a program emission refuses is left out
-            self.left_out.append((label, f"emission: {type(exc).__name__}: {exc}"[:160]))
-            return None
-        known = self.by_code.get(module.code)
-        if known is not None:
-            known.found_by.append(label)
-            return known
-        if self.full:
-            return None
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                verdict = validate_module(self.eg.fx, module, trials=0)
-            except Exception as exc:  # noqa: BLE001 - a program that cannot run is left out
-                self.left_out.append((label, f"run: {type(exc).__name__}: {exc}"[:160]))
-                return None
-        if not verdict.ok:
-            self.left_out.append((label, f"validation: {verdict.reason}"[:160]))
-            return None
-        program = self.by_code[module.code] = Program([label], choice, module)
-        self.programs.append(program)
-        return program
-
-
 def collect_programs(egraph: EGraph, costs: dict[str, Any], limit: int, seed: int = 0
-                     ) -> tuple[Collection, dict[str, Program]]:
+                     ) -> tuple[Candidates, dict[str, Candidate]]:
     """At least the source and each cost model's choice, then Pareto points, neighbours
     of the default's program and random extractions until ``limit`` distinct programs
     (the module docstring says how each is found). Returns the collection and, per cost
     model, the program its pipeline method extracts."""
-    found = Collection(egraph, math.inf)  # every cost model's choice is kept
+    found = Candidates(egraph)  # every cost model's choice is kept
     roots = program_roots(egraph)
     source = source_program(egraph)
     found.offer("source", source)
-    chosen: dict[str, Program] = {}
+    chosen: dict[str, Candidate] = {}
     for name, cost in costs.items():
         for method in METHODS:
             choice = choose_program(egraph, cost, method, roots)[0]
@@ -281,7 +193,7 @@ def collect_programs(egraph: EGraph, costs: dict[str, Any], limit: int, seed: in
     return found, chosen
 
 
-def _offer_neighbours(found: Collection, base: dict[int, tuple], cost, roots: list[int],
+def _offer_neighbours(found: Candidates, base: dict[int, tuple], cost, roots: list[int],
                       until: int, seed: int) -> None:
     """Offer the one-class changes of ``base`` that keep it acyclic, in a seeded order,
     until ``until`` programs are found."""
@@ -299,41 +211,6 @@ def _offer_neighbours(found: Collection, base: dict[int, tuple], cost, roots: li
 
 
 # --- timing ----------------------------------------------------------------------------
-
-def steady_medians(fns: dict[str, Callable[[], Any]], twins: tuple[str, str],
-                   spread: float = SPREAD, cap: int = 60, min_rounds: int = MIN_ROUNDS,
-                   seed: int = 0) -> tuple[dict[str, float], int, float]:
-    """Median milliseconds of each function over interleaved rounds (each round calls
-    every function once, in an order shuffled with ``seed``: the state a call leaves the
-    caches in falls on all alike), after a warm-up round; rounds are added until the
-    medians of ``twins`` (two copies of one program) differ by less than ``spread``
-    (relatively), at least ``min_rounds`` and at most ``cap``. Returns the medians, the
-    rounds run and the twins' last spread.
-
-    >>> medians, rounds, _ = steady_medians({"a": lambda: None, "b": lambda: None},
-    ...                                     ("a", "b"), spread=10.0, cap=4, min_rounds=2)
-    >>> sorted(medians), rounds
-    (['a', 'b'], 2)
-    """
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {key: [] for key in fns}
-    order = list(fns)
-    shuffle = random.Random(seed).shuffle
-    rounds, gap = 0, math.inf
-    while rounds < max(cap, 1):
-        shuffle(order)
-        for key in order:
-            start = time.perf_counter()
-            fns[key]()
-            times[key].append(time.perf_counter() - start)
-        rounds += 1
-        a, b = (statistics.median(times[k]) for k in twins)
-        gap = abs(a - b) / min(a, b) if min(a, b) > 0 else 0.0
-        if rounds >= min_rounds and gap < spread:
-            break
-    return {k: statistics.median(ts) * 1e3 for k, ts in times.items()}, rounds, gap
-
 
 class _NodeTimer(fx.Interpreter):
     """Runs a module node by node, adding each call's seconds to the class it computes
@@ -428,7 +305,7 @@ def price(egraph: EGraph, cost, choice: dict[int, tuple]) -> float:
 
 # --- measured node costs ---------------------------------------------------------------
 
-def measured_node_costs(egraph: EGraph, programs: Sequence[Program], inputs: Sequence,
+def measured_node_costs(egraph: EGraph, programs: Sequence[Candidate], inputs: Sequence,
                         estimate: CostModel) -> tuple[dict[tuple, float], dict[str, int]]:
     """Seconds of every e-node ``(op, child class, ...)``, and how many were measured,
     estimated or free.
@@ -491,9 +368,10 @@ class ModelResult:
     classes: int
     nodes: int
     stop_reason: str
-    programs: list[Program]
+    programs: list[Candidate]
+    prices: list[dict[str, float]]  # each program's, by cost model
     left_out: list[tuple[str, str]]
-    chosen: dict[str, Program]
+    chosen: dict[str, Candidate]
     rounds: int
     twin_spread: float
     judged: dict[str, dict[str, float]]  # cost model -> spearman, regret
@@ -518,31 +396,33 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}
     fns["twin"] = lambda: twin(*inputs)
     with torch.no_grad():
-        medians, ran, gap = steady_medians(fns, (0, "twin"), cap=rounds,
-                                           min_rounds=min(min_rounds, rounds), seed=seed)
+        runs = interleaved_times(fns, rounds, twins=(0, "twin"), spread=SPREAD,
+                                 min_rounds=min(min_rounds, rounds), seed=seed)
     t3 = clock()
+    prices = []
     for i, program in enumerate(kept):
-        program.ms = medians[i]
-        program.prices = {n: price(eg, cost, program.choice) for n, cost in costs.items()}
+        program.ms = statistics.median(runs[i]) * 1e3
+        prices.append({n: price(eg, cost, program.choice) for n, cost in costs.items()})
     fastest = min(p.ms for p in kept)
     times = [p.ms for p in kept]
     judged = {}
     for n in costs:
         mine = chosen.get(n)
-        judged[n] = {"spearman": spearman([p.prices[n] for p in kept], times),
+        judged[n] = {"spearman": spearman([p[n] for p in prices], times),
                      "regret": mine.ms / fastest - 1 if mine is not None else math.nan}
     node_seconds, counts = measured_node_costs(eg, kept, inputs, costs["default"])
     gym = gym_json(eg, node_seconds)
     t4 = clock()
     return ModelResult(name, eg.num_classes, eg.num_nodes, eg.report.stop_reason, kept,
-                       found.left_out, chosen, ran, gap, judged, counts, gym,
+                       prices, found.left_out, chosen, len(runs[0]),
+                       twin_gap(runs, (0, "twin")), judged, counts, gym,
                        {"saturate": t1 - t0, "programs": t2 - t1, "timing": t3 - t2,
                         "node costs": t4 - t3})
 
 
 # --- the report ------------------------------------------------------------------------
 
-def _finders(program: Program, width: int = 3) -> str:
+def _finders(program: Candidate, width: int = 3) -> str:
     names = program.found_by
     more = f" (+{len(names) - width})" if len(names) > width else ""
     return ", ".join(names[:width]) + more
@@ -564,7 +444,7 @@ def section(result: ModelResult, costs: Sequence[str]) -> str:
              + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()) + ".", "",
              markdown_table(rows, ["cost model", "Spearman", "regret", "its program"]), ""]
     rows = [{"#": i, "found by": _finders(p), "ms": p.ms, "/ fastest": p.ms / fastest,
-             **{n: p.prices[n] for n in costs}} for i, p in enumerate(result.programs)]
+             **{n: result.prices[i][n] for n in costs}} for i, p in enumerate(result.programs)]
     lines.append(markdown_table(rows, ["#", "found by", "ms", "/ fastest", *costs]))
     if result.left_out:
         lines += ["", "Left out:", ""] + [f"- {who}: {why}" for who, why in result.left_out]

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import add_out_option, write_results  # noqa: E402
-from compiler.cli import interleaved_ms  # noqa: E402
+from compiler.timing import interleaved_ms  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from extractors import Roofline  # noqa: E402
 from extractors.hardware import HARDWARE  # noqa: E402

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus import MODELS, build  # noqa: E402
 from benchmarks.report import add_out_option, write_results  # noqa: E402
-from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
+from compiler.timing import interleaved_ms  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.examples.zoo import build as build_zoo  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402

@@ -95,10 +95,10 @@ from benchmarks.corpus import (  # noqa: E402
     build_generation,
 )
 from benchmarks.report import add_out_option, results_path, write_results  # noqa: E402
-from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
 from compiler.memory import peak_bytes  # noqa: E402
 from compiler.specialise import SPECIALISE_AT_CALL  # noqa: E402
+from compiler.timing import interleaved_ms  # noqa: E402
 from compiler.validate import float64_copy, judge  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.logs import progress  # noqa: E402

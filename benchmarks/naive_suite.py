@@ -49,8 +49,8 @@ from benchmarks.triton_gpu import (  # noqa: E402
     naive_cross_entropy,
     naive_layer_norm,
 )
-from compiler.cli import median_seconds  # noqa: E402
 from compiler.compile import make_backend  # noqa: E402
+from compiler.timing import median_seconds  # noqa: E402
 
 B, H, T, D = 4, 8, 256, 64          # attention: batch, heads, sequence, head size
 ROWS, WIDTH = (16, 256), 1024        # layer norm rows and width

@@ -188,8 +188,8 @@ def main() -> None:
              "seconds": fresh_pipeline_seconds(args, entry)} for entry in ("export", "compile")]
     print(markdown_table(rows, ["entry", "seconds"]))
 
-    from compiler.cli import interleaved_ms
     from compiler.compile import default_cost, make_backend
+    from compiler.timing import interleaved_ms
     from egraph import EGraph
     from egraph.rules import load_rules
 

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import Transcript, add_out_option, write_results  # noqa: E402
-from compiler.cli import median_seconds  # noqa: E402
+from compiler.timing import median_seconds  # noqa: E402
 from egraph import AstSize, EGraph  # noqa: E402
 from egraph.examples.zoo import MODELS, build  # noqa: E402
 

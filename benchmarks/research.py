@@ -67,7 +67,7 @@ import compiler.compile as compile_backend  # noqa: E402
 from benchmarks.architectures import SweepTable, fused_calls, sweep_row  # noqa: E402
 from benchmarks.models import LIMITS, _error, _inference  # noqa: E402
 from benchmarks.report import add_out_option  # noqa: E402
-from compiler.cli import interleaved_ms  # noqa: E402
+from compiler.timing import interleaved_ms  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 
 TOKENS, DIM, DEPTH, HEADS, SEQ, IMAGE = 256, 64, 2, 4, 32, 32

@@ -28,7 +28,7 @@ token per sequence against a cache of ``--seq`` tokens (512 by default) that a p
 left, the ``transformers`` cache object built from it in the step; its outputs are the
 logits and the updated keys and values. In each cell, eager and
 every entry point are timed in interleaved rounds (each round calls every one once, in a
-shuffled order; :func:`compiler.cli.interleaved_ms`), medians in ms, under
+shuffled order; :func:`compiler.timing.interleaved_ms`), medians in ms, under
 ``torch.no_grad``, with ``--threads`` intra-op threads (2 by default: all the cores of the
 machine the targets are set on). Inductor compiles with a fresh cache directory and its
 caches off, so its first calls are cold; the process has compiled a small function through
@@ -67,9 +67,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import real_size  # noqa: E402
 from benchmarks.corpus import Case  # noqa: E402
 from benchmarks.report import add_out_option, markdown_table, write_results  # noqa: E402
-from compiler.cli import interleaved_ms  # noqa: E402
 from compiler.compile import capture, default_cost  # noqa: E402 - registers backend="egraph"
 from compiler.options import BackendOptions  # noqa: E402
+from compiler.timing import interleaved_ms  # noqa: E402
 from compiler.validate.judging import relative_errors  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402

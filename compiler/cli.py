@@ -9,57 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
+from compiler.timing import median_seconds
+from egraph.moved import moved_names
 
-def median_seconds(fn, repeat: int = 20) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` calls, after one warm-up call.
-
-    >>> median_seconds(lambda: None, repeat=3) < 1.0
-    True
-    """
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def interleaved_ms(fns: dict, repeat: int) -> dict[str, float]:
-    """Median milliseconds of each function over ``repeat`` rounds that call every one
-    once, after a warm-up round; a function that raises is left out. Each round calls
-    them in its own order (shuffled, seeded): a call leaves the caches and the allocator
-    in a state that slows or speeds the next one (in one fixed order the program called
-    after an eager model's forward ran 10 % slower, whichever it was), and the machine's
-    drift falls on all alike.
-
-    >>> sorted(interleaved_ms({"a": lambda: None, "b": lambda: 1 / 0}, 3))
-    ['a']
-    """
-    working = {}
-    for key, fn in fns.items():
-        try:
-            fn()
-            working[key] = fn
-        except Exception:  # noqa: BLE001 - its row already says why it failed
-            continue
-    times: dict[str, list[float]] = {key: [] for key in working}
-    order = list(working)
-    shuffle = random.Random(0).shuffle
-    for _ in range(repeat):
-        shuffle(order)
-        for key in order:
-            fn = working[key]
-            start = time.perf_counter()
-            fn()
-            times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(ts) * 1e3 for key, ts in times.items()}
+__getattr__ = moved_names(__name__, {"interleaved_ms": "compiler.timing"})
 
 
 def optimise_and_report(model, inputs, rules: str = "all", title: str = "model") -> object:

@@ -41,6 +41,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
+from compiler.autotune import Autotune
 from compiler.fx import cuda_device
 from compiler.options import BackendOptions
 from compiler.partition import BudgetedPartition
@@ -257,7 +258,8 @@ def default_inductor_options(example_inputs: Sequence[Any]) -> dict:
 def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str | None = None,
                  reference: str = "auto", memory: bool = False,
                  inductor_options: dict | None = None, memory_budget: float | None = None,
-                 memory_budget_bytes: int | None = None, **limits) -> Callable:
+                 memory_budget_bytes: int | None = None, autotune: bool | Autotune = False,
+                 **limits) -> Callable:
     """A torch.compile backend with chosen rules (default: the whole rule library; ``()``
     for none), cost model (default: :func:`default_cost` for the inputs' device), validation
     (``validate`` as in ``extract``; ``reference``: the source in ``"float64"``, in its
@@ -270,7 +272,11 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     ``memory_budget_bytes`` bounds what a training graph saves for its backward: the
     backward recomputes the rest, chosen by :class:`compiler.partition.BudgetedPartition`
     (with ``codegen="inductor"`` too, as Inductor's partitioner); each graph's report says
-    what was saved and recomputed (``report.saved``).
+    what was saved and recomputed (``report.saved``). ``autotune`` (True, or a
+    :class:`compiler.autotune.Autotune` of its settings) times the programs the cost model
+    is unsure between on each graph's example inputs and keeps the fastest
+    (``report.autotune``); the programs are timed as our emission runs them, also where
+    Inductor then generates the code.
 
     Repeated compiles of the same graph (a recompile, a second model with the same
     architecture) hit a cache instead of saturating again. ``backend.cache`` maps each
@@ -286,7 +292,8 @@ def make_backend(rules=None, cost=None, validate: str = "strict", codegen: str |
     options = BackendOptions.of({
         "rules": rules, "cost": cost, "validate": validate, "codegen": codegen,
         "reference": reference, "memory": memory, "inductor_options": inductor_options,
-        "memory_budget": memory_budget, "memory_budget_bytes": memory_budget_bytes, **limits})
+        "memory_budget": memory_budget, "memory_budget_bytes": memory_budget_bytes,
+        "autotune": autotune, **limits})
     if options.rules is None:
         from egraph.rules import load_rules
 
@@ -594,11 +601,13 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
     library, the cost model of the inputs' device and strict validation.
     ``torch.compile(model, backend="egraph", options={...})`` passes ``options`` to
     :func:`make_backend` (``rules``, ``cost``, ``validate``, ``reference``, ``codegen``,
-    ``inductor_options``, ``memory``, limits). ``torch.compile(..., mode=...)`` (torch
-    takes a mode or options, not both) is Inductor's mode (``"max-autotune"``,
-    ``"reduce-overhead"``, ...): its config patches apply where Inductor generates the
-    graph's code (``codegen="inductor"``, the default on CUDA); where the code is our own
-    emission, a warning says the mode changes nothing there.
+    ``inductor_options``, ``memory``, ``autotune``, limits). ``torch.compile(...,
+    mode=...)`` (torch takes a mode or options, not both) is Inductor's mode
+    (``"max-autotune"``, ``"reduce-overhead"``, ...): its config patches apply where
+    Inductor generates the graph's code (``codegen="inductor"``, the default on CUDA);
+    where the code is our own emission, a warning says they change nothing there. A
+    ``"max-autotune"`` mode also turns on ``autotune`` (:mod:`compiler.autotune`), with
+    either code generator.
 
     >>> import warnings
     >>> f = torch.compile(torch.cos, backend="egraph", mode="max-autotune")
@@ -614,6 +623,8 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
 
         options["inductor_options"] = {**list_mode_options(mode),
                                        **(options.get("inductor_options") or {})}
+        if mode.startswith("max-autotune"):
+            options.setdefault("autotune", True)
         codegen = options.get("codegen") or default_codegen(example_inputs)
         if codegen != "inductor":
             warnings.warn(
@@ -621,8 +632,9 @@ def egraph_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
                 f"and this graph's code is the e-graph's own emission (codegen={codegen!r}, "
                 "the default on the CPU), which they do not change; for Inductor's code "
                 "with them, pass options={'codegen': 'inductor', 'inductor_options': "
-                f"torch._inductor.list_mode_options({mode!r})}} instead of the mode",
-                stacklevel=2)
+                f"torch._inductor.list_mode_options({mode!r})}} instead of the mode"
+                + (" (the mode's autotuning of the e-graph's programs applies either way)"
+                   if options.get("autotune") else ""), stacklevel=2)
     key = repr(sorted(options.items(), key=lambda kv: kv[0]))
     backend = _backends.get(key)
     if backend is None:

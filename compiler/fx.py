@@ -40,6 +40,8 @@ from backends.signature import (
     take_structured_inputs,
 )
 from backends.sizes import dispatch_sizes, is_input_check, require_sizes
+from compiler.autotune import Autotune, Autotuned
+from compiler.autotune import autotune as autotune_program
 from compiler.options import VALIDATIONS
 from compiler.sizes import check_other_sizes, probe_sizes, resized_inputs, runs_on
 from compiler.validate import Validation, ValidationError, validate_module
@@ -157,6 +159,7 @@ class ExtractionReport:
     general: bool = False  # other sizes than built_for's run the source's form
     accuracy_refused: str | None = None
     memory: BudgetedProgram | None = None  # under a memory budget: the peak and its bounds
+    autotune: Autotuned | None = None  # with autotune: what was timed, what was kept
 
     def __str__(self) -> str:
         lines = [
@@ -170,6 +173,8 @@ class ExtractionReport:
                 f"{name} x{n}" for name, n in sorted(counts.items())) or "none"))
         if self.memory is not None:
             lines.append(str(self.memory))
+        if self.autotune is not None:
+            lines.append(str(self.autotune))
         if self.validation is not None:
             lines.append(str(self.validation))
         if self.kernels:
@@ -234,7 +239,8 @@ def _solver_installed() -> bool:
 def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str = "strict",
                    target: str | None = None, time_limit: float = 60.0,
                    reference: str = "auto", other_sizes: str = "source",
-                   memory_budget: float | None = None, memory=None) -> fx.GraphModule:
+                   memory_budget: float | None = None, memory=None,
+                   autotune: bool | Autotune = False) -> fx.GraphModule:
     """Extract the best program under ``cost``, emit it, validate it, and report: the
     extraction policy of :meth:`FxEGraph.extract`.
 
@@ -257,9 +263,12 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     :class:`~extractors.costs.PeakMemory`) fits, by the DAG heuristic and ILP bound of
     :func:`egraph.extract.budget.within_budget` (``report.memory``: the peak, the bounds,
     the search's time); a budget no program meets raises
-    :class:`~egraph.extract.budget.MemoryBudgetError`.
+    :class:`~egraph.extract.budget.MemoryBudgetError`. ``autotune`` (True or a
+    :class:`compiler.autotune.Autotune`): the chosen program and the few the model cannot
+    tell from it are timed on the example inputs and the fastest kept where it beats the
+    model's choice beyond the noise (:mod:`compiler.autotune`; ``report.autotune``).
     """
-    _check_choices(validate, other_sizes, method)
+    tune = _check_choices(validate, other_sizes, method, autotune, memory_budget)
     if memory_budget is not None:
         check_budget(memory_budget)
         memory = PeakMemory() if memory is None else memory
@@ -280,10 +289,17 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         picked, cost_after = budgeted.choice, budgeted.cost
         method, optimal = "budget", budgeted.optimal
     times = {"extract": time.perf_counter() - t0}
-    t1 = time.perf_counter()
     judge = None
     if target == "cuda":
         judge = cost if isinstance(cost, Roofline) else Roofline()
+    tuned = None
+    if tune is not None and roots:
+        picked, tuned = autotune_program(
+            egraph, cost, picked, lambda rival: choose_program(
+                egraph, rival, "auto", roots, time_limit)[0], tune,
+            lambda choice: build_module(egraph, choice, target, judge))
+        cost_after, times["autotune"] = dag_cost(egraph, cost, picked), tuned.seconds
+    t1 = time.perf_counter()
     gm = build_module(egraph, picked, target, judge)
     times["emit"] = time.perf_counter() - t1
     rewrites = {}
@@ -294,7 +310,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         used=_rewrites_used(egraph, picked, roots),
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
-        memory=budgeted,
+        memory=budgeted, autotune=tuned,
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
@@ -313,9 +329,14 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     return gm
 
 
-def _check_choices(validate: str, other_sizes: str, method: str) -> None:
+def _check_choices(validate: str, other_sizes: str, method: str, autotune: Any = False,
+                   memory_budget: float | None = None) -> Autotune | None:
     """Raise a ValueError naming the choices for an argument of :func:`extract_module`
-    that is not one of them."""
+    that is not one of them; the autotuning asked for (None: none)."""
+    tune = Autotune.of(autotune)
+    if tune is not None and memory_budget is not None:
+        raise ValueError("autotune and memory_budget together: autotuning keeps the fastest "
+                         "program, which may not fit the budget; pass one of them")
     if validate not in VALIDATIONS:
         raise ValueError(f"validate={validate!r}: use one of "
                          f"{', '.join(map(repr, VALIDATIONS))}")
@@ -323,6 +344,7 @@ def _check_choices(validate: str, other_sizes: str, method: str) -> None:
         raise ValueError(f"other_sizes={other_sizes!r}: use 'source' or 'refuse'")
     if method not in ("auto", "greedy", "dag", "ilp"):
         raise ValueError(f"method={method!r}: use 'auto', 'greedy', 'dag' or 'ilp'")
+    return tune
 
 
 def choose_program(egraph: FxEGraph, cost, method: str = "auto", roots: list | None = None,

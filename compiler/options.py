@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.autotune import Autotune
 from compiler.partition import MemoryBudget
 from compiler.validate import REFERENCES
 
@@ -45,7 +46,9 @@ class BackendOptions:
     ``inductor_options``, ``memory`` (measure each graph's peak memory), the saturation
     limits, and a training graph's memory budget (:attr:`budget`): ``memory_budget``, a
     fraction in (0, 1] of what torch's min-cut partitioner saves for the backward, or
-    ``memory_budget_bytes``.
+    ``memory_budget_bytes``; ``autotune`` (True, or a :class:`compiler.autotune.Autotune`
+    of its settings): time the programs the cost model is unsure between on the example
+    inputs and keep the fastest (off by default; ``mode="max-autotune"`` turns it on).
 
     >>> BackendOptions(validate="sometimes")
     Traceback (most recent call last):
@@ -65,6 +68,7 @@ class BackendOptions:
     time_limit: float = 10.0
     memory_budget: float | None = None
     memory_budget_bytes: int | None = None
+    autotune: bool | Autotune = False
 
     def __post_init__(self) -> None:
         for name, allowed in (("validate", VALIDATIONS), ("reference", REFERENCES),
@@ -82,6 +86,7 @@ class BackendOptions:
             raise TypeError(f"inductor_options={self.inductor_options!r}: a mapping of "
                             "Inductor config names to values")
         self.budget  # noqa: B018  (checks the budget)
+        Autotune.of(self.autotune)  # (checks the setting)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> BackendOptions:

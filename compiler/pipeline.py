@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from compiler.autotune import Autotune, Autotuned
 from compiler.fx import ExtractionReport, cuda_device
 from compiler.memory import peak_bytes
 from compiler.options import BackendOptions
@@ -53,7 +54,10 @@ class GraphReport:
     ``optimised`` module on the example inputs (with ``memory=True``), ``regions``: the
     reports of the region bodies optimised on their own (:func:`compiler.regions.optimise_regions`),
     ``saved``: what a training graph saves for its backward and what it recomputes, where
-    a memory budget chose it (:class:`compiler.partition.SavedForBackward`).
+    a memory budget chose it (:class:`compiler.partition.SavedForBackward`). With the
+    ``autotune`` option, ``extraction.autotune`` (:class:`compiler.autotune.Autotuned`)
+    says how many programs were timed and the measured milliseconds of the one kept and
+    of the cost model's choice.
     """
 
     name: str
@@ -63,6 +67,11 @@ class GraphReport:
     memory: dict[str, int] | None = None
     regions: list[GraphReport] = field(default_factory=list)
     saved: SavedForBackward | None = None
+
+    @property
+    def autotune(self) -> Autotuned | None:
+        """What autotuning did (None: it was off): programs timed, kept, their times."""
+        return self.extraction.autotune
 
     @property
     def fell_back(self) -> bool:
@@ -85,6 +94,8 @@ class GraphReport:
                          f"{len(self.saturation.iterations)} iterations")
         parts.append("times " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                           for k, v in self.times.items()))
+        if e.autotune is not None:
+            parts.append(str(e.autotune))
         v = e.validation
         parts.append("validation " + ("off" if v is None else
                                       f"{'passed' if v.ok else 'failed'} ({v.reference})"))
@@ -104,12 +115,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
                   cost=None, validate: str = "strict", iter_limit: int = 10,
                   node_limit: int = 50_000, time_limit: float = 10.0,
                   target: str | None = None, reference: str = "auto",
-                  memory: bool = False) -> torch.fx.GraphModule:
+                  memory: bool = False, autotune: bool | Autotune = False
+                  ) -> torch.fx.GraphModule:
     """One graph through the pipeline: ingest, saturate ``rules``, extract under ``cost``
     for ``target`` (None: ``cuda`` for CUDA inputs, ``cpu`` otherwise), validated against
     the source in float64 or in its working dtype (``reference``, see
     :mod:`compiler.validate`); with ``memory``, the peak bytes the source and the result
-    allocate are measured. The :class:`GraphReport` is ``module.meta["egraph_graph"]``.
+    allocate are measured; with ``autotune``, the programs the cost model is unsure
+    between are timed (:mod:`compiler.autotune`). The :class:`GraphReport` is
+    ``module.meta["egraph_graph"]``.
 
     With dynamic shapes the graph takes SymInt inputs and its tensors have symbolic sizes:
     the e-graph keeps them symbolic (the graph's own metadata), so the program reads its
@@ -117,7 +131,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rules
     """
     options = BackendOptions(rules=rules, cost=cost, validate=validate, reference=reference,
                              memory=memory, iter_limit=iter_limit, node_limit=node_limit,
-                             time_limit=time_limit)
+                             time_limit=time_limit, autotune=autotune)
     return compile_one(gm, example_inputs, options, target)
 
 
@@ -154,7 +168,8 @@ def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         times["saturate"] = clock() - t1
     # (dynamo's guards give each graph only sizes it was compiled for)
     module = eg.extract(cost, validate=options.validate, target=target,
-                        reference=options.reference, other_sizes="refuse")
+                        reference=options.reference, other_sizes="refuse",
+                        autotune=options.autotune)
     extraction = module.meta["egraph_report"]
     report = GraphReport(name, extraction, eg.report, {**times, **extraction.times},
                          regions=regions)

@@ -281,9 +281,26 @@ class Verbs:
         (a DAG heuristic checked by an ILP bound, :mod:`egraph.extract.budget`); the peak
         is measured by ``memory=`` (a model with ``program_cost`` and ``node_cost``),
         ``extractors.PeakMemory`` by default on an e-graph built from FX.
+
+        ``autotune=True``: on an e-graph built from FX, the programs the cost model is
+        unsure between are timed on its example inputs and the fastest kept
+        (``compiler.autotune``); a plain e-graph has nothing to run them on.
+
+        >>> from egraph import EGraph, AstSize
+        >>> eg = EGraph()
+        >>> _ = eg.add("(+ a b)", root=True)
+        >>> eg.extract(AstSize(), autotune=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: autotune=True times programs on the example inputs of an e-graph built ...
         """
         from egraph.extract import extract
 
+        if options.pop("autotune", False):
+            raise ValueError(
+                "autotune=True times programs on the example inputs of an e-graph built with "
+                "EGraph.from_fx(model, example_inputs); a plain e-graph has none: leave "
+                "autotune out")
         with gc_paused():
             budget, memory = options.pop("memory_budget", None), options.pop("memory", None)
             if budget is not None:

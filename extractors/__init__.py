@@ -3,7 +3,8 @@
 :class:`CostModel` is the protocol (:mod:`extractors.costs` says what a model gives and
 shows a user's own); the models: ``AstSize`` and ``AstDepth`` (the engine's tree costs),
 :class:`Flops`, :class:`Memory`, :class:`PeakMemory`, :class:`Curvature`,
-:class:`Roofline` (hardware profiles in :data:`HARDWARE`), combined with ``+``, ``*`` and
+:class:`Roofline` (hardware profiles in :data:`HARDWARE`), :class:`RandomCost` (seeded
+random programs, or programs near another model's choice), combined with ``+``, ``*`` and
 :class:`Lexicographic`; the fusion regions they charge are in :mod:`extractors.fusion`.
 ``eg.extract(cost, method="greedy" | "dag" | "ilp")`` and ``eg.pareto(cost_a, cost_b)``
 use them. How a program is found lives in the engine (:mod:`egraph.extract`);
@@ -32,6 +33,7 @@ from extractors.costs import (
 from extractors.curvature import Curvature
 from extractors.hardware import HARDWARE, Hardware
 from extractors.peak import PeakMemory
+from extractors.randomised import RandomCost
 
 __all__ = [
     "HARDWARE",
@@ -45,6 +47,7 @@ __all__ = [
     "Lexicographic",
     "Memory",
     "PeakMemory",
+    "RandomCost",
     "Roofline",
     "extract_serialized",
     "pareto",

@@ -167,7 +167,7 @@ def test_inductor_is_timed_as_it_was_compiled():
 def test_interleaved_rounds_call_each_program_once_in_changing_orders():
     """A call leaves caches and the allocator in a state that slows or speeds the next
     one: each round calls every program once, in its own order."""
-    from compiler.cli import interleaved_ms
+    from compiler.timing import interleaved_ms
 
     calls: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
