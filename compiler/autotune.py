@@ -212,7 +212,7 @@ def rival_costs(cost: Any) -> list[Any]:
     other way (each op its own kernel, or fusion regions as kernels).
 
     >>> rival_costs(Roofline("cpu", fused=False))
-    [Flops(), Memory(), Roofline('cpu', fused=True)]
+    [Flops(), Memory(), Roofline('cpu')]
     """
     rivals: list[Any] = [Flops(), Memory()]
     if isinstance(cost, Roofline):
