@@ -277,7 +277,7 @@ class Autotuned:
         if not self.timed:
             return f"autotune: nothing timed ({self.note})"
         cached = ", remembered" if self.cached else ""
-        kept = "the model's choice" if self.chosen == MODEL else self.chosen
+        kept = "the model's choice" if self.chosen.split(", ")[0] == MODEL else self.chosen
         return (f"autotune: {self.timed} programs timed{cached}; kept {kept} at "
                 f"{self.chosen_ms:.3f} ms (the model's choice {self.model_ms:.3f} ms, "
                 f"spread {self.spread_ms:.3f} ms); {self.seconds:.1f} s")
