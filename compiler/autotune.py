@@ -296,9 +296,9 @@ def autotune(egraph: EGraph, cost: Any, picked: dict[int, tuple],
                          "with EGraph.from_fx(model, example_inputs)")
     found = candidates(egraph, cost, picked, choose, tune, build)
     programs = found.programs
-    if not programs or programs[0].found_by[0] != MODEL or len(programs) < 2:
-        note = ("the model's choice failed validation" if not programs or programs[0].found_by[
-            0] != MODEL else "no other valid program near the model's choice")
+    if len(programs) < 2:  # (none: the model's choice failed, and no other was offered)
+        note = ("the model's choice failed validation" if not programs
+                else "no other valid program near the model's choice")
         return picked, Autotuned(0, note=note, left_out=found.left_out,
                                  candidates=programs, seconds=time.perf_counter() - start)
     inputs = _real_inputs(egraph)
