@@ -73,14 +73,16 @@ class Autotune:
     the defaults): at most ``programs`` candidates timed (the model's choice included);
     ``margin``: how much dearer than the model's choice, under the model, a program may be
     and still be a candidate; ``draws``: jittered extractions tried; ``rounds`` (at most)
-    and ``min_rounds`` of timing; ``min_gain``: the least relative gain that replaces the
+    and ``min_rounds`` of timing, which stops after ``seconds`` once ``min_rounds`` are
+    done (a large model's programs take a second a call on a busy CPU); ``min_gain``: the
+    least relative gain that replaces the
     model's choice, on top of the measured spread; ``rivals``: the other cost models whose
     choices are candidates (None: :func:`rival_costs`); ``timer``: the function that times
     (labels to zero-argument calls, returning median milliseconds by label; None:
     interleaved rounds, :func:`compiler.timing.interleaved_times`).
 
-    >>> Autotune.of(True), Autotune.of(False)
-    (Autotune(programs=8, margin=0.1, draws=8, rounds=30, min_rounds=5, min_gain=0.01), None)
+    >>> Autotune.of(True) == Autotune(), Autotune.of(False)
+    (True, None)
     >>> Autotune(programs=1)
     Traceback (most recent call last):
     ...
@@ -92,7 +94,8 @@ class Autotune:
     draws: int = 8
     rounds: int = 30
     min_rounds: int = 5
-    min_gain: float = 0.01
+    seconds: float = 20.0
+    min_gain: float = 0.02
     rivals: tuple | None = field(default=None, repr=False)
     timer: Timer | None = field(default=None, repr=False, compare=False)
 
@@ -102,11 +105,11 @@ class Autotune:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"Autotune({name}={value!r}): a whole number of {name}, "
                                  f"at least {least}")
-        for name in ("margin", "min_gain"):
+        for name in ("margin", "min_gain", "seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     0 <= value < float("inf")):
-                raise ValueError(f"Autotune({name}={value!r}): a fraction, 0 or more")
+                raise ValueError(f"Autotune({name}={value!r}): a finite number, 0 or more")
         if self.timer is not None and not callable(self.timer):
             raise TypeError(f"Autotune(timer={self.timer!r}): a function of the calls by "
                             "label, returning milliseconds by label")
@@ -259,7 +262,8 @@ class Autotuned:
     (``chosen``, its finders' labels: :data:`MODEL` for the cost model's choice), the
     measured median milliseconds of the kept program and of the model's choice, the
     spread the gain had to beat (the model's choice timed twice), whether the decision
-    came from :data:`DECISIONS` (``cached``), the seconds autotuning took, and the
+    came from :data:`DECISIONS` (``cached``), the seconds autotuning took (``timing``:
+    those spent timing; the rest found, emitted and validated the candidates), and the
     candidates (each with its ``ms``) and those left out with why."""
 
     timed: int
@@ -269,6 +273,7 @@ class Autotuned:
     spread_ms: float | None = None
     cached: bool = False
     seconds: float = 0.0
+    timing: float = 0.0
     candidates: list[Candidate] = field(default_factory=list, repr=False)
     left_out: list[tuple[str, str]] = field(default_factory=list, repr=False)
     note: str = ""
@@ -280,7 +285,8 @@ class Autotuned:
         kept = "the model's choice" if self.chosen.split(", ")[0] == MODEL else self.chosen
         return (f"autotune: {self.timed} programs timed{cached}; kept {kept} at "
                 f"{self.chosen_ms:.3f} ms (the model's choice {self.model_ms:.3f} ms, "
-                f"spread {self.spread_ms:.3f} ms); {self.seconds:.1f} s")
+                f"spread {self.spread_ms:.3f} ms); {self.seconds:.1f} s, "
+                f"{self.timing:.1f} s of it timing")
 
 
 def autotune(egraph: EGraph, cost: Any, picked: dict[int, tuple],
@@ -304,14 +310,16 @@ def autotune(egraph: EGraph, cost: Any, picked: dict[int, tuple],
     inputs = _real_inputs(egraph)
     key = _decision_key(egraph, inputs, programs, tune)
     cached = key in DECISIONS
+    timing = time.perf_counter()
     if not cached:
         DECISIONS[key] = _decide(programs, inputs, egraph.fx.graph_module, tune)
     index, ms = DECISIONS[key]
+    timing = time.perf_counter() - timing
     for program in programs:
         program.ms = ms[program.found_by[0]]
     report = Autotuned(len(programs), ", ".join(programs[index].found_by),
                        programs[index].ms, ms[MODEL], abs(ms[TWIN] - ms[MODEL]), cached,
-                       time.perf_counter() - start, programs, found.left_out)
+                       time.perf_counter() - start, timing, programs, found.left_out)
     return programs[index].choice, report
 
 
@@ -339,10 +347,12 @@ def _decide(programs: Sequence[Candidate], inputs: tuple, source: fx.GraphModule
 
 def _steady_timer(tune: Autotune) -> Timer:
     """Median milliseconds over interleaved rounds, stopping once the model's two copies
-    agree within 1 % (at least ``tune.min_rounds`` rounds, at most ``tune.rounds``)."""
+    agree within 1 % or ``tune.seconds`` are spent (at least ``tune.min_rounds`` rounds,
+    at most ``tune.rounds``)."""
     def timer(fns: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
         times = interleaved_times(fns, tune.rounds, twins=(MODEL, TWIN),
-                                  min_rounds=min(tune.min_rounds, tune.rounds))
+                                  min_rounds=min(tune.min_rounds, tune.rounds),
+                                  seconds=tune.seconds)
         return {key: statistics.median(ts) * 1e3 for key, ts in times.items()}
     return timer
 

@@ -51,18 +51,22 @@ def twin_gap(times: Mapping[Hashable, list[float]], twins: tuple[Hashable, Hasha
 
 def interleaved_times(fns: Mapping[Hashable, Callable[[], Any]], rounds: int, *,
                       twins: tuple[Hashable, Hashable] | None = None, spread: float = 0.01,
-                      min_rounds: int = 5, seed: int = 0, warm: bool = True
-                      ) -> dict[Hashable, list[float]]:
+                      min_rounds: int = 5, seed: int = 0, warm: bool = True,
+                      seconds: float = float("inf")) -> dict[Hashable, list[float]]:
     """Seconds of every call of each function over ``rounds`` interleaved rounds (each
     calls every function once, in an order shuffled with ``seed``), after a warm-up round
     (unless ``warm`` is False: the caller has called each already). With ``twins`` (the
     keys of two copies of one program) rounds stop early, after at least ``min_rounds``,
-    once the twins' medians are within ``spread`` of each other (:func:`twin_gap`).
+    once the twins' medians are within ``spread`` of each other (:func:`twin_gap`), and
+    once the rounds have taken ``seconds`` in all.
 
     >>> times = interleaved_times({"a": lambda: None, "b": lambda: None}, rounds=9,
     ...                           twins=("a", "b"), spread=10.0, min_rounds=2)
     >>> [len(ts) for ts in times.values()]
     [2, 2]
+    >>> [len(ts) for ts in interleaved_times({"a": lambda: None}, 9, min_rounds=3,
+    ...                                      seconds=0.0).values()]
+    [3]
     """
     if warm:
         for fn in fns.values():
@@ -70,13 +74,15 @@ def interleaved_times(fns: Mapping[Hashable, Callable[[], Any]], rounds: int, *,
     times: dict[Hashable, list[float]] = {key: [] for key in fns}
     order = list(fns)
     shuffle = random.Random(seed).shuffle
+    began = time.perf_counter()
     for done in range(1, max(rounds, 1) + 1):
         shuffle(order)
         for key in order:
             start = time.perf_counter()
             fns[key]()
             times[key].append(time.perf_counter() - start)
-        if twins is not None and done >= min_rounds and twin_gap(times, twins) < spread:
+        if done >= min_rounds and (time.perf_counter() - began > seconds or (
+                twins is not None and twin_gap(times, twins) < spread)):
             break
     return times
 
