@@ -93,7 +93,7 @@ class Autotune:
     margin: float = 0.1
     draws: int = 8
     rounds: int = 30
-    min_rounds: int = 5
+    min_rounds: int = 3
     seconds: float = 20.0
     min_gain: float = 0.02
     rivals: tuple | None = field(default=None, repr=False)
