@@ -231,7 +231,19 @@ def candidates(egraph: EGraph, cost: Any, picked: dict[int, tuple],
     under it), then, where the model prices them within ``tune.margin`` of ``picked``,
     the source and the programs chosen under the model's costs jittered at random (seeded:
     the same e-graph gives the same candidates); at most ``tune.programs``, each validated.
-    Where the model's choice itself fails validation, it is the only one offered."""
+    Where the model's choice itself fails validation, it is the only one offered.
+
+    >>> from compiler.fx import choose_program
+    >>> from egraph import EGraph
+    >>> from egraph.rules import load_rules
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.log(1 + torch.exp(x))),
+    ...                     (torch.randn(8),)).saturate(load_rules("all"), iter_limit=3)
+    >>> def choose(cost):
+    ...     return choose_program(eg, cost)[0]
+    >>> found = candidates(eg, Flops(), choose(Flops()), choose, Autotune())
+    >>> found.programs[0].found_by[0], len(found.programs) >= 2
+    ('model', True)
+    """
     found = Candidates(egraph, build, tune.programs)
     if found.offer(MODEL, picked) is None:
         return found
@@ -295,7 +307,21 @@ def autotune(egraph: EGraph, cost: Any, picked: dict[int, tuple],
              ) -> tuple[dict[int, tuple], Autotuned]:
     """The program to emit, of the model's choice ``picked`` and the :func:`candidates`
     around it, timed on ``egraph``'s example inputs, and the :class:`Autotuned` report (the
-    module docstring says how it decides)."""
+    module docstring says how it decides). With a timer that finds them all alike, the
+    model's choice stays:
+
+    >>> from compiler.fx import choose_program
+    >>> from egraph import EGraph
+    >>> from egraph.rules import load_rules
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.log(1 + torch.exp(x))),
+    ...                     (torch.randn(8),)).saturate(load_rules("all"), iter_limit=3)
+    >>> def choose(cost):
+    ...     return choose_program(eg, cost)[0]
+    >>> alike = Autotune(timer=lambda calls: {label: 1.0 for label in calls})
+    >>> kept, report = autotune(eg, Flops(), choose(Flops()), choose, alike)
+    >>> kept == choose(Flops()), report.chosen.split(", ")[0], report.timed >= 2
+    (True, 'model', True)
+    """
     start = time.perf_counter()
     if egraph.fx.example_inputs is None:
         raise ValueError("autotune times programs on the example inputs: build the e-graph "
