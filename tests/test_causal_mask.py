@@ -333,27 +333,36 @@ def test_a_padding_mask_combined_in_keeps_the_mask(causal_calls):
 
 class SizedMaskAttention(torch.nn.Module):
     """Attention over given q, k, v whose additive mask is made from the sequence length,
-    as transformers makes it: 0 where ``keep(row, col)``, the lowest float elsewhere."""
+    as transformers makes it: 0 where ``keep(row, col)``, the lowest float elsewhere; the
+    scores scaled by ``scale`` (None: not scaled, as where the scale went on the query)."""
 
-    def __init__(self, keep):
+    def __init__(self, keep, scale=0.3):
         super().__init__()
         self.keep = keep
+        self.scale = scale
 
     def forward(self, q, k, v):
         t = torch.arange(q.size(-2))
         mask = torch.where(self.keep(t[:, None], t[None, :]), 0.0, torch.finfo(q.dtype).min)
-        return torch.softmax(q @ k.transpose(-2, -1) * 0.3 + mask, -1) @ v
+        scores = q @ k.transpose(-2, -1)
+        scores = scores if self.scale is None else scores * self.scale
+        return torch.softmax(scores + mask, -1) @ v
 
 
-@pytest.mark.parametrize("keep, causal", [
-    (lambda i, j: j <= i, True),
-    (lambda i, j: (j <= i) & (j > i - 4), False),  # a sliding window
-    (lambda i, j: j >= i, False),                  # the mirror image
-    (lambda i, j: j <= i + 4, False),              # rows 4.. of a larger one: the offset form
-], ids=["causal", "window", "upper", "offset"])
+def _below(i, j):
+    return j <= i
+
+
+@pytest.mark.parametrize("keep, scale, causal", [
+    (_below, 0.3, True),
+    (_below, None, True),
+    (lambda i, j: _below(i, j) & (j > i - 4), 0.3, False),  # a sliding window
+    (lambda i, j: j >= i, 0.3, False),                      # the mirror image
+    (lambda i, j: j <= i + 4, 0.3, False),  # rows 4.. of a larger one: the offset form
+], ids=["causal", "causal-unscaled", "window", "upper", "offset"])
 def test_a_mask_made_from_the_sizes_runs_causal_attention_only_where_it_is_causal(
-        keep, causal, causal_calls):
-    model = SizedMaskAttention(keep)
+        keep, scale, causal, causal_calls):
+    model = SizedMaskAttention(keep, scale)
     module = _symbolic(model, _qkv(t=16))
     assert ("masked_attention(" in module.code) == causal
     for t in (16, 20):

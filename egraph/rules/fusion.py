@@ -395,9 +395,10 @@ def _neg_inf_fill(egraph, subst) -> bool:
 
 @named("masked_attention(q, k, v, m, scale, gqa)")
 def _masked_attention(egraph, subst):
-    """``masked_attention`` of the match; on the keys and values before their heads were
-    repeated for the query's groups where they were (``gqa``: no copies are made)."""
-    scale = number_of(egraph, subst["s"])
+    """``masked_attention`` of the match (scale 1 for scores without one); on the keys and
+    values before their heads were repeated for the query's groups where they were
+    (``gqa``: no copies are made)."""
+    scale = number_of(egraph, subst["s"]) if "s" in subst else 1.0
     if scale is None or scale == 0:
         return None
     add = egraph.add_node
@@ -623,6 +624,13 @@ RULES: list[LibraryRule] = [
                "as causal sdpa while a check at run time finds the mask causal, as sdpa "
                "under the mask otherwise",
                lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, -1) @ v,
+               when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits,
+                     _observed_additive_causal),
+               inputs={"m": ((6, 6), "additive-causal")}),
+    _attention("sdpa-causal-additive-checked-unscaled", QK + m, _masked_attention,
+               "scores without a scale plus an additive mask that was causal in the "
+               "example: masked attention with scale 1, checked at run time",
+               lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) + m, -1) @ v,
                when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits,
                      _observed_additive_causal),
                inputs={"m": ((6, 6), "additive-causal")}),
