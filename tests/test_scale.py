@@ -52,3 +52,14 @@ def test_validation_of_a_meta_model_names_the_weight_and_the_fix(exported):
 
 def test_the_scale_benchmark_docstring_examples():
     assert doctest.testmod(scale).failed == 0
+
+
+def test_compiling_a_meta_model_keeps_it_and_says_why_validation_could_not_run():
+    """torch.compile lifts the weights into (fake, meta) inputs: validation's stand-ins
+    cannot run the graph's meta constants, and the warning says so and names the fix."""
+    model, inputs = scale.build(1, seq=8, tiny=True)
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.warns(UserWarning, match="meta device.*validate='off'"):
+        logits = torch.compile(model, backend="egraph")(*inputs)
+    torch._dynamo.reset()
+    assert logits.device.type == "meta" and tuple(logits.shape) == (1, 8, 1000)

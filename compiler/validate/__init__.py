@@ -57,7 +57,7 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -160,7 +160,16 @@ def validate_module(src: FxSource, new: fx.GraphModule, trials: int = 2,
             src.graph_module, src.module, new) as generators:
         inputs = stand_ins(src.example_inputs, src.graph_module)
         validator = _Validator(src, new, inputs, reference, defined_only, state, generators)
-        return validator.run(input_sets(src, inputs, trials, validator.numel, max_numel))
+        result = validator.run(input_sets(src, inputs, trials, validator.numel, max_numel))
+    if not result.ok and not result.trials and any(
+            isinstance(x, torch.Tensor) and x.device.type == "meta"
+            for x in src.example_inputs or ()):
+        # (torch.compile lifts a meta model's weights into fake inputs: stand-ins for them
+        # do not make the program's meta constants and devices runnable)
+        return replace(result, reason=result.reason + "; its example inputs are on the meta "
+                       "device (a model built there has no values to run): compile or "
+                       "extract it with validate='off'")
+    return result
 
 
 @dataclass
