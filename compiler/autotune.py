@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from backends.fx import build_module
 from compiler.timing import interleaved_times
 from compiler.validate import stand_ins, validate_module
 from egraph.egraph import EGraph
@@ -60,6 +61,8 @@ JITTER = 0.3
 """How far a jittered extraction's node costs stray from the model's (``exp(0.3 z)``)."""
 
 Timer = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, float]]
+"""What times the candidates: zero-argument calls by label in, median milliseconds by
+label out (:attr:`Autotune.timer`)."""
 
 DECISIONS: dict[tuple, tuple[int, dict[str, float]]] = {}
 """The decisions taken in this process: key (the source graph, the inputs' kinds, the
@@ -165,8 +168,6 @@ class Candidates:
 
     def __init__(self, egraph: EGraph, build: Callable[[dict], fx.GraphModule] | None = None,
                  limit: float = float("inf")):
-        from backends.fx import build_module
-
         self.eg, self.limit = egraph, limit
         self.build = build or (lambda choice: build_module(egraph, choice))
         self.programs: list[Candidate] = []
