@@ -40,8 +40,8 @@ from pathlib import Path
 
 from extractors.hardware import HARDWARE, Hardware, least_seconds, measure_cpu
 
-__all__ = ["CALIBRATION_VERSION", "ENV", "calibrate", "cache_dir", "cpu_profile",
-           "load_profile", "profile_key", "save_profile"]
+__all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "cache_dir", "calibrate",
+           "cpu_profile", "implausible", "load_profile", "profile_key", "save_profile"]
 
 CALIBRATION_VERSION = 1
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
@@ -84,16 +84,20 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     [6, 4, 3]
     """
     import torch
+    from torch.utils._python_dispatch import _disable_current_modes
 
     threads = threads or torch.get_num_threads()
-    measured = measure_cpu(threads)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        rates = tuple((kind, _curve(measure, repeat, measured.launch_overhead))
-                      for kind, measure in _RATE_MEASURES.items())
-    finally:
-        torch.set_num_threads(before)
+    # (first use may come inside a compile, under its fake tensor mode, where every op
+    # takes no time: the modes are set aside, and autograd, while measuring)
+    with _disable_current_modes(), torch.no_grad():
+        measured = measure_cpu(threads)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            rates = tuple((kind, _curve(measure, repeat, measured.launch_overhead))
+                          for kind, measure in _RATE_MEASURES.items())
+        finally:
+            torch.set_num_threads(before)
     peak = max(rate for _, rate in rates[0][1])
     return replace(measured, name=f"cpu (calibrated, {threads} thread"
                    f"{'s' if threads > 1 else ''})", matrix_fp32=max(peak, measured.matrix_fp32),
@@ -141,6 +145,29 @@ def _attentions():
 
 
 _RATE_MEASURES = {"matmul": _matmuls, "conv": _convolutions, "attention": _attentions}
+
+
+MOST_FLOPS = 1e14
+"""More FLOP/s, bytes/s or elements/s than any CPU reaches: a measurement above it timed
+something other than the work (a tensor without data)."""
+
+
+def implausible(profile: Hardware) -> str | None:
+    """What in a measured ``profile`` no CPU could do (a rate above :data:`MOST_FLOPS`, or
+    one not positive), or None.
+
+    >>> implausible(HARDWARE["cpu"]) is None
+    True
+    >>> implausible(replace(HARDWARE["cpu"], rates=(("matmul", ((1e9, 1e18),)),)))
+    'matmul at 1e+18 per second'
+    """
+    rates = [("matrix products", profile.matrix_fp32), ("vector ops", profile.vector_fp32),
+             ("bandwidth", profile.bandwidth), ("cache bandwidth", profile.cache_bandwidth),
+             *((kind, rate) for kind, curve in profile.rates for _, rate in curve)]
+    for what, rate in rates:
+        if not 0 < rate <= MOST_FLOPS:
+            return f"{what} at {rate:.3g} per second"
+    return None
 
 
 def cache_dir() -> Path:
@@ -252,6 +279,11 @@ def _cached_or_measured(path: Path, threads: int) -> Hardware:
         except ValueError as error:
             warnings.warn(f"measuring the CPU profile again: {error}", stacklevel=3)
     profile = calibrate(threads)
+    doubt = implausible(profile)
+    if doubt:
+        warnings.warn(f"the CPU's calibration measured {doubt}; pricing with the shipped "
+                      f"profile, and measuring again in the next process", stacklevel=3)
+        return HARDWARE["cpu"]
     try:
         save_profile(profile, path)
     except OSError as error:  # a read-only home: measured again in the next process

@@ -136,3 +136,23 @@ def test_compute_time_follows_the_curve_and_the_peak_elsewhere():
     assert hw.compute_time("conv2d", 1e7, None) == pytest.approx(1e7 / 5e8)
     assert hw.compute_time("matmul", 1e6, torch.float16) == pytest.approx(1e6 / 2e9)
     assert hw.compute_time("exp", 1e6, None) == pytest.approx(1e6 / 1e9)
+
+
+def test_calibration_inside_a_compile_times_real_tensors():
+    """The first use can come inside torch.compile, under its fake tensor mode, where
+    every op takes no time: the calibration measured there once priced a matrix product
+    at 1e18 FLOP/s."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        profile = calibration.calibrate(threads=1, repeat=1)
+    assert calibration.implausible(profile) is None, profile
+
+
+def test_an_implausible_measurement_is_not_cached(cache, monkeypatch):
+    folder, calls = cache
+    monkeypatch.setattr(calibration, "calibrate", lambda threads=None, repeat=9: _profile(
+        rate=1e18))
+    with pytest.warns(UserWarning, match="matmul at 1e\\+17 per second"):
+        assert cpu_profile(threads=2) is HARDWARE["cpu"]
+    assert not list(folder.glob("*.json"))
