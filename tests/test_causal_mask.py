@@ -248,7 +248,7 @@ def _symbolic(model, example):
     with torch.no_grad():
         program = torch.export.export(model, example, dynamic_shapes=shapes)
     eg = EGraph.from_fx(program, example)
-    eg.saturate(load_rules("all"), iter_limit=10, node_limit=50_000)
+    eg.saturate(load_rules("all"), iter_limit=10, node_limit=50_000, time_limit=120.0)
     return eg.extract(default_cost(example), validate="raise")
 
 
