@@ -16,7 +16,8 @@ core count, the thread count, torch's version and :data:`CALIBRATION_VERSION`. A
 to any of them measures anew; deleting the file does too (``python -m
 extractors.calibration`` measures, saves and prints the profile). The same inputs and the
 same cache give the same program. ``$EGRAPH_CALIBRATION`` chooses: ``auto`` (the
-default: the cached calibration, measured on first use, 1-3 s), ``builtin`` (the shipped
+default: the cached calibration, measured on first use, 1-3 s, unless other work keeps the
+machine busy then: :func:`busy_machine`), ``builtin`` (the shipped
 profile, what the test suite uses so that its programs do not depend on the machine), or
 the path of a profile file (:func:`save_profile`), to use one machine's profile on another.
 
@@ -40,8 +41,9 @@ from pathlib import Path
 
 from extractors.hardware import HARDWARE, Hardware, least_seconds, measure_cpu
 
-__all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "cache_dir", "calibrate",
-           "cpu_profile", "implausible", "load_profile", "profile_key", "save_profile"]
+__all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_dir",
+           "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
+           "save_profile"]
 
 CALIBRATION_VERSION = 1
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
@@ -170,6 +172,28 @@ def implausible(profile: Hardware) -> str | None:
     return None
 
 
+def busy_machine(threads: int, load: float | None = None) -> str | None:
+    """Why this machine is too busy to calibrate on at ``threads`` threads, or None: by
+    the load average of the last minute (``load``, None: the system's), other processes
+    want more than half a core beyond the cores the calibration leaves them (this process
+    counted as one).
+
+    >>> cores = os.cpu_count()
+    >>> busy_machine(2, load=1.2) if cores == 2 else None  # this process alone
+    >>> busy_machine(2, load=3.4) if cores == 2 else "the load average is 3.4 on 2 cores"
+    'the load average is 3.4 on 2 cores'
+    """
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # (no load average on this platform)
+            return None
+    cores = os.cpu_count() or 1
+    if load - 1 > max(cores - threads, 0) + 0.5:
+        return f"the load average is {load:.1f} on {cores} cores"
+    return None
+
+
 def cache_dir() -> Path:
     """Where calibrated profiles are kept: ``$EGRAPH_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/egraph-torch``, else ``~/.cache/egraph-torch``.
@@ -278,6 +302,13 @@ def _cached_or_measured(path: Path, threads: int) -> Hardware:
             return load_profile(path)
         except ValueError as error:
             warnings.warn(f"measuring the CPU profile again: {error}", stacklevel=3)
+    busy = busy_machine(threads)
+    if busy:
+        warnings.warn(f"not calibrating the CPU now: {busy}, and a measurement beside other "
+                      f"work would price every op as slow as the load makes it; pricing "
+                      f"with the shipped profile (run python -m extractors.calibration on a "
+                      f"quiet machine, or set {ENV}=builtin)", stacklevel=3)
+        return HARDWARE["cpu"]
     profile = calibrate(threads)
     doubt = implausible(profile)
     if doubt:

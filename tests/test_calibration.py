@@ -26,6 +26,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EGRAPH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(calibration.ENV, "auto")
     monkeypatch.setattr(calibration, "_profiles", {})
+    monkeypatch.setattr(calibration, "busy_machine", lambda threads: None)
     calls = []
 
     def measured(threads=None, repeat=9):
@@ -156,3 +157,18 @@ def test_an_implausible_measurement_is_not_cached(cache, monkeypatch):
     with pytest.warns(UserWarning, match="matmul at 1e\\+17 per second"):
         assert cpu_profile(threads=2) is HARDWARE["cpu"]
     assert not list(folder.glob("*.json"))
+
+
+def test_a_busy_machine_is_not_calibrated(cache, monkeypatch):
+    """Beside other work every op times as slow as the load makes it (two threads beside
+    a busy job priced exp at 30 ns an element and sdpa's setup at 7 ms): the shipped
+    profile prices until a quiet process measures."""
+    folder, calls = cache
+    monkeypatch.setattr(calibration, "busy_machine",
+                        lambda threads: "the load average is 3.4 on 2 cores")
+    with pytest.warns(UserWarning, match="not calibrating the CPU now: the load average"):
+        assert cpu_profile(threads=2) is HARDWARE["cpu"]
+    assert calls == [] and not list(folder.glob("*.json"))
+    monkeypatch.setattr(calibration, "busy_machine", lambda threads: None)
+    calibration._profiles.clear()
+    assert cpu_profile(threads=2).name == "cpu (calibrated, 2)" and calls == [2]
