@@ -25,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import time
@@ -495,10 +496,42 @@ def _parameter_inputs(module: torch.nn.Module, example_inputs: Sequence[Any]) ->
 
 def _boxed_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
                 example_inputs: Sequence[Any]) -> Callable:
-    """The emitted module as aot_autograd calls a compiled graph (boxed arguments)."""
-    boxed = make_boxed_func(module)
+    """The emitted module as aot_autograd calls a compiled graph: boxed, its arguments
+    one list that it empties as it starts (:func:`freeing_inputs`), so that a backward
+    frees each saved activation after its last use, as Inductor's code does."""
+    boxed = freeing_inputs(module) or make_boxed_func(module)
     boxed.module = module
     return boxed
+
+
+def freeing_inputs(module: torch.fx.GraphModule) -> Callable | None:
+    """``module``'s graph as a function of one list of its inputs, which it takes and
+    clears as it starts, so that each input is freed after its last use in the graph
+    (called with the inputs spread out, its caller would hold them all until it
+    returned), a size test before the graph kept; None where the module's code is not
+    torch.fx's plain code generation (structured inputs, named Triton kernels).
+
+    >>> gm = torch.fx.symbolic_trace(lambda x, y: (x * 2).sum() + y)
+    >>> run = freeing_inputs(gm)
+    >>> args = [torch.ones(3), torch.tensor(1.0)]
+    >>> run(args), args
+    (tensor(7.), [])
+    """
+    codegen = module.graph._codegen
+    if type(codegen) is not torch.fx.graph.CodeGen:
+        return None
+    graph = copy.deepcopy(module.graph)
+    boxed_codegen = torch.fx.graph._BoxedCodeGen()
+    boxed_codegen._body_transformer = codegen._body_transformer  # (the size test)
+    graph.set_codegen(boxed_codegen)
+    boxed = torch.fx.GraphModule(module, graph)
+    boxed.meta.update(module.meta)
+
+    def run(args: list) -> Any:
+        return boxed.forward(args)
+
+    run._boxed_call = True
+    return run
 
 
 def _autograd_code(module: torch.fx.GraphModule, gm: torch.fx.GraphModule,
