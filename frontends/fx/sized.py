@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from frontends.fx.analysis import size_of
-from frontends.fx.effects import run_pure, torch_owned
+from frontends.fx.effects import is_functional, run_pure, torch_owned
 from frontends.fx.observed import triangle_of
 from frontends.fx.vocabulary import UNKNOWN_VALUE
 
@@ -27,6 +27,9 @@ _MAX_ELEMENTS = 1 << 22
 """Values with more elements at the example's sizes are not made (nor what reads them)."""
 
 _SIZE_OF = {torch.ops.aten.sym_size.int, torch.ops.aten.size.default}
+
+_OPERATORS = frozenset(f for f in vars(operator).values() if callable(f))
+"""Python's operators (``and_``, ``ge``, ``getitem``), which transformers' mask code calls."""
 
 
 def sized_triangles(gm: fx.GraphModule, example_inputs, param_names) -> dict[str, str]:
@@ -99,7 +102,9 @@ def _size_of(node: fx.Node, shapes: dict[fx.Node, tuple[int, ...]]) -> Any:
 
 def _run(node: fx.Node, env: dict[fx.Node, Any]) -> Any:
     """``node``'s value from the values of its arguments in ``env``, where each is known
-    and running it is pure and small; else UNKNOWN_VALUE."""
+    and running it is pure and small (a Tensor method, Python's operators, or a torch call
+    whose result depends only on its arguments: never one that changes the process's
+    state, as ``torch.set_default_dtype`` does); else UNKNOWN_VALUE."""
     known = True
 
     def value(a):
@@ -116,8 +121,9 @@ def _run(node: fx.Node, env: dict[fx.Node, Any]) -> Any:
     if node.op == "call_method":
         def target(obj, *rest, **kw):
             return getattr(obj, node.target)(*rest, **kw)
-    elif torch_owned(node.target) or node.target is operator.getitem:
-        target = node.target
+    elif node.target in _OPERATORS or (torch_owned(node.target)
+                                        and is_functional(node.target)):
+        target = node.target  # (not torch.set_default_dtype: it changes the process)
     else:
         return UNKNOWN_VALUE
     result = run_pure(target, args, kwargs)
