@@ -16,14 +16,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ATTENTION_OPS = ("sdpa", "masked_attention", "kept_attention")
-"""The attention ops: one library kernel each, priced alike."""
+_MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa", "masked_attention"}
 
 RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
-              "conv1d": "conv", "conv2d": "conv", **dict.fromkeys(ATTENTION_OPS, "attention")}
+              "conv1d": "conv", "conv2d": "conv",
+              "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
-
-_MATRIX_OPS = set(RATE_KINDS)
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
@@ -206,7 +204,7 @@ HARDWARE: dict[str, Hardware] = {
             ("sin", 1.73e-9), ("cos", 2.23e-9), ("log1p", 2.22e-9), ("expm1", 2.32e-9),
             ("sqrt", 0.52e-9), ("rsqrt", 0.37e-9), ("reciprocal", 0.18e-9), ("div", 0.19e-9),
             ("softmax", 1.14e-9), ("log_softmax", 1.09e-9), ("logsumexp", 1.57e-9)),
-        extern_seconds=tuple((op, 10e-6) for op in ATTENTION_OPS)),
+        extern_seconds=(("sdpa", 10e-6), ("masked_attention", 10e-6))),
 }
 # The CPU's cache and element times (python -m extractors.hardware, one thread, three runs
 # under the shared machine's changing load): a 4 MiB copy at 45-57 GB/s against 10-12 GB/s
@@ -300,7 +298,7 @@ def measure_cpu(threads: int = 1) -> Hardware:
                     cache_bytes=CACHE_BYTES, cache_bandwidth=cache_bandwidth,
                     element_seconds=element_seconds,
                     extern_seconds=tuple((op, max(attention - overhead, 0.0))
-                                         for op in ATTENTION_OPS))
+                                         for op in ("sdpa", "masked_attention")))
 
 
 def _element_kernels(torch) -> dict:

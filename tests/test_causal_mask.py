@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from frontends.fx.kernels import kept_attention, masked_attention
+from frontends.fx.kernels import masked_attention
 
 
 def _written(q, k, v, dropped, scale):
@@ -369,43 +369,3 @@ def test_a_mask_made_from_the_sizes_runs_causal_attention_only_where_it_is_causa
         causal_calls.clear()
         _agrees(module, model, _qkv(t=t))
         assert causal_calls == ([True] if causal else []), t
-
-
-def test_kept_attention_is_sdpa_under_its_mask_and_causal_sdpa_while_the_mask_is_causal(
-        causal_calls):
-    """sdpa's own bool mask of the entries that take part: causal sdpa while it keeps
-    exactly the causal entries, sdpa under the mask otherwise, a row that keeps nothing 0
-    as sdpa gives it; a mask changed in place after its check is seen."""
-    q, k, v = _qkv()
-    keep = torch.ones(16, 16, dtype=torch.bool).tril()
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
-    torch.testing.assert_close(kept_attention(q, k, v, keep, None), expected)
-    assert causal_calls == [False, True]
-    keep[:3] = False  # padded queries: rows that keep nothing
-    causal_calls.clear()
-    out = kept_attention(q, k, v, keep, None)
-    assert causal_calls == [False]
-    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, attn_mask=keep))
-    assert torch.equal(out[:, :, :3], torch.zeros_like(out[:, :, :3]))
-
-
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_a_symbolic_sdpa_decoders_mask_made_from_its_sizes_runs_causal_sdpa(name, causal_calls):
-    """transformers' sdpa attention takes a bool mask of the kept entries made from the
-    sizes: the extracted program runs causal sdpa at every size, with eager's answer (a
-    mask that is not causal at run time is the kernel test's case above)."""
-    pytest.importorskip("transformers")
-    from benchmarks.corpus import build
-
-    case = build(name, attn="sdpa")
-    model = case.model.eval()
-    module = _symbolic(model, case.make_inputs(2, 8))
-    assert module.code.count("kept_attention(") == 2, module.code
-    for batch, seq in ((2, 8), (3, 12), (1, 16)):
-        inputs = case.make_inputs(batch, seq)
-        causal_calls.clear()
-        with torch.no_grad():
-            out = module(*inputs)
-        assert causal_calls == [True, True], (batch, seq)
-        with torch.no_grad():
-            torch.testing.assert_close(out, model(*inputs), rtol=1e-4, atol=1e-5)

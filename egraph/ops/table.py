@@ -400,12 +400,6 @@ def _sdpa_flops(n: int, kids: list) -> float:
     return 4.0 * scores * q[-1] + 5.0 * scores
 
 
-def _causal_attention_flops(n: int, kids: list) -> float:
-    """Causal sdpa's: the scores on and below the diagonal, about half (its kernel skips
-    the blocks above)."""
-    return _sdpa_flops(n, kids) / 2
-
-
 def _masked_attention_flops(n: int, kids: list) -> float:
     mask = _shape(kids[3])
     return _sdpa_flops(n, kids) + (math.prod(mask) if mask else 0.0)
@@ -939,15 +933,6 @@ op("masked_attention", "q k v mask scale gqa", "library", attributes="scale gqa"
    error="mixing", stable=True, interval=iv.operand(2),
    why={"triton": _NO_KERNEL, "spellings": "the fusion rules make it from attention written "
         "out with a mask; a tracer reads its kernel's torch calls"},
-   workspace="measured")
-# sdpa under its own bool mask of the entries that take part, as called; run as causal sdpa
-# while that mask is the causal one, checked at run time (transformers' causal mask for
-# sdpa, combined with the padding mask: causal only where nothing is padded).
-op("kept_attention", "q k v mask scale gqa", "library", attributes="scale gqa",
-   impl="frontends.fx.kernels.kept_attention", flops=_causal_attention_flops,
-   error="mixing", stable=True, interval=iv.operand(2),
-   why={"triton": _NO_KERNEL, "spellings": "a fusion rule makes it from sdpa under a mask "
-        "that was causal in the example; a tracer reads its kernel's torch calls"},
    workspace="measured")
 op("cat", "dim *xs", "library", finite=True, attributes="dim", impl="torch.cat",
    call=lambda d, *xs: ((list(xs),), {"dim": d}), normalize=_norm_cat, exact=True,

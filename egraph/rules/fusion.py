@@ -26,7 +26,6 @@ from egraph.ops import (
     erf,
     exp,
     gelu,
-    kept_attention,
     layer_norm,
     linear,
     log_softmax,
@@ -384,16 +383,6 @@ def _observed_causal(egraph, subst) -> bool:
     return _observed_triangle(egraph, subst["m"]) == "triu"
 
 
-@named("m keeps the causal entries in the example (checked at run time)")
-def _observed_kept_causal(egraph, subst) -> bool:
-    return _observed_triangle(egraph, subst["m"]) == "tril"
-
-
-@named("c is False: not causal already")
-def _not_causal_yet(egraph, subst) -> bool:
-    return value_of(egraph, subst["c"]) is False
-
-
 @named("m is an additive causal mask in the example (checked at run time)")
 def _observed_additive_causal(egraph, subst) -> bool:
     return _observed_triangle(egraph, subst["m"]) == "additive"
@@ -645,14 +634,6 @@ RULES: list[LibraryRule] = [
                when=(tensor(m), floating(m), same_dtype(q, m), _mask_fits,
                      _observed_additive_causal),
                inputs={"m": ((6, 6), "additive-causal")}),
-    rule("sdpa-kept-causal-checked", sdpa(q, k, v, m, c, s, g), kept_attention(q, k, v, m, s, g),
-         when=all_of(boolean(m), _not_causal_yet, _observed_kept_causal),
-         example=lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-         inputs={**QKV, "m": ((6, 6), "causal")},
-         description="sdpa under a bool mask that kept the causal entries in the example "
-         "(transformers' mask for sdpa, made from the sizes and combined with the padding "
-         "mask): run as causal sdpa, reading no mask, while a check at run time finds it "
-         "causal, as called otherwise"),
     _attention("sdpa-masked", masked_fill(QK * s, m, c), _sdpa("dropped", False),
                "scores filled with -inf (or finfo.min, -1e9) where a bool mask is set: sdpa "
                "keeping the rest",

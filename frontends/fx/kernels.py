@@ -35,10 +35,6 @@ drop those entries: transformers' mask, computed from the sizes) it runs as caus
 remembered per mask tensor and version, so a mask updated in place or replaced, or made
 anew for another size, is seen. ``gqa``: keys and values have fewer heads than the
 query, each shared by a group of query heads (sdpa's ``enable_gqa``).
-
-``kept_attention(q, k, v, keep, scale, gqa=False)``: sdpa under its own bool mask of the
-entries that take part, run as causal sdpa while that mask is the causal one (the same
-check).
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ import torch
 
 from frontends.fx.observed import triangle_of
 
-__all__ = ["grouped_mm", "kept_attention", "masked_attention", "setitem"]
+__all__ = ["grouped_mm", "masked_attention", "setitem"]
 
 _LIBRARY = torch.library.Library("egraph", "DEF")
 _LIBRARY.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
@@ -223,55 +219,28 @@ def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
 _CAUSAL_SEEN: dict[int, tuple[weakref.ref, int, int, bool]] = {}
 
 
-def _causal(mask: torch.Tensor, rows: int, cols: int, kept: bool = False) -> bool:
+def _causal(mask: torch.Tensor, rows: int, cols: int) -> bool:
     """Whether ``mask`` is the causal mask of every ``(rows, cols)`` matrix of scores it
     broadcasts to (sdpa's ``is_causal``, aligned at the top left): a bool mask set
-    exactly above the diagonal (``kept``: exactly on and below it, sdpa's own bool mask
-    of the entries that take part), a float one whose entries there drop their scores
+    exactly above the diagonal, a float one whose entries there drop their scores
     (:func:`~frontends.fx.observed.triangle_of`), checked once per tensor and version."""
     if mask.dim() < 2 or tuple(mask.shape[-2:]) != (rows, cols):
         return False
     tracked = not mask.is_inference()  # (an inference tensor keeps no version)
-    key = (id(mask), kept)
+    key = id(mask)
     seen = _CAUSAL_SEEN.get(key) if tracked else None
     if seen is not None and seen[0]() is mask and seen[1:3] == (
             mask._version, mask.data_ptr()):
         return seen[3]
     if mask.dtype == torch.bool:
-        ones = torch.ones(rows, cols, dtype=torch.bool, device=mask.device)
-        expected = ones.tril() if kept else ones.triu(1)
-        causal = torch.equal(mask, expected.expand(mask.shape))
+        above = torch.ones(rows, cols, dtype=torch.bool, device=mask.device).triu(1)
+        causal = torch.equal(mask, above.expand(mask.shape))
     else:
         causal = mask.is_floating_point() and triangle_of(mask) == "additive"
     if tracked:
         _CAUSAL_SEEN[key] = (weakref.ref(mask, lambda _, key=key: _CAUSAL_SEEN.pop(key, None)),
                              mask._version, mask.data_ptr(), causal)
     return causal
-
-
-def kept_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor,
-                   scale: float | None, gqa: bool = False) -> torch.Tensor:
-    """``scaled_dot_product_attention`` under the bool mask ``keep`` of the entries that
-    take part, as called (a row that keeps nothing is 0, as sdpa gives it), run as causal
-    sdpa, which reads no mask, while ``keep`` is the causal mask: on and below the
-    diagonal (transformers' causal mask for sdpa, made under a tracer from the sizes and
-    combined with the padding mask, so it is causal only where nothing is padded). The
-    check is made at run time and remembered per mask tensor and version.
-
-    >>> q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
-    >>> keep = torch.ones(4, 4, dtype=torch.bool).tril()
-    >>> sdpa = torch.nn.functional.scaled_dot_product_attention
-    >>> torch.allclose(kept_attention(q, k, v, keep, None), sdpa(q, k, v, attn_mask=keep),
-    ...                atol=1e-6)
-    True
-    >>> keep[:2] = False  # padded queries: no longer causal, still sdpa's answer
-    >>> torch.equal(kept_attention(q, k, v, keep, None), sdpa(q, k, v, attn_mask=keep))
-    True
-    """
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    if not _traced(q, k, v, keep) and _causal(keep, q.shape[-2], k.shape[-2], kept=True):
-        return sdpa(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
-    return sdpa(q, k, v, attn_mask=keep, scale=scale, enable_gqa=gqa)
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
