@@ -318,7 +318,8 @@ def measured_node_costs(egraph: EGraph, programs: Sequence[Candidate], inputs: S
     leaves, parameter-only values computed once) cost 0 there. Estimated: an e-node no
     program ran costs ``estimate``'s price of it times the median ratio of measured to
     estimated seconds over the measured e-nodes of its op (of all ops where its op has
-    none).
+    none); a kernel ``estimate`` prices infinite (one its profile never measured) is
+    estimated at its class's cheapest other e-node.
     """
     runs: dict[tuple, list[float]] = {}
     for program in programs:
@@ -330,8 +331,13 @@ def measured_node_costs(egraph: EGraph, programs: Sequence[Candidate], inputs: S
     predicted = {}
     ratios: dict[Any, list[float]] = {}
     for c in egraph.classes():
-        for node in egraph.class_nodes[c]:
-            predicted[node] = guess = float(estimate.node_cost(egraph, c, node))
+        guesses = {node: float(estimate.node_cost(egraph, c, node))
+                   for node in egraph.class_nodes[c]}
+        # (a kernel the profile never measured is priced infinite: it stands in at the
+        # price of the cheapest other way its class computes the same values)
+        stand_in = min((g for g in guesses.values() if math.isfinite(g)), default=0.0)
+        for node, guess in guesses.items():
+            predicted[node] = guess = guess if math.isfinite(guess) else stand_in
             if node in measured and guess > 0 and measured[node] > 0:
                 ratios.setdefault(node[0], []).append(measured[node] / guess)
     every = [r for rs in ratios.values() for r in rs]

@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -75,15 +75,17 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     """Measure this machine's CPU profile on ``threads`` intra-op threads (None: torch's
     current count): :func:`~extractors.hardware.measure_cpu`'s peaks, bandwidths, overhead
     and times per element, and the throughput curves (``Hardware.rates``) of
-    :data:`MATMUL_SHAPES`, :data:`CONV_SHAPES` and :data:`ATTENTION_SHAPES`, each the
+    :data:`MATMUL_SHAPES` (through torch's matmul, and through oneDNN's inner product where
+    torch has oneDNN: :func:`frontends.fx.kernels.onednn_linear`), :data:`CONV_SHAPES`
+    and :data:`ATTENTION_SHAPES`, each the
     least of ``repeat`` calls (:func:`~extractors.hardware.least_seconds`) less the
     per-call overhead.
 
     >>> hw = calibrate(threads=1, repeat=3)
-    >>> [kind for kind, _ in hw.rates]
-    ['matmul', 'conv', 'attention']
+    >>> [kind for kind, _ in hw.rates]  # (onednn_linear where torch has oneDNN)
+    ['matmul', 'onednn_linear', 'conv', 'attention']
     >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
-    [6, 4, 3]
+    [6, 6, 4, 3]
     """
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
@@ -96,8 +98,8 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            rates = tuple((kind, _curve(measure, repeat, measured.launch_overhead))
-                          for kind, measure in _RATE_MEASURES.items())
+            rates = tuple((kind, curve) for kind, measure in _RATE_MEASURES.items()
+                          if (curve := _curve(measure, repeat, measured.launch_overhead)))
         finally:
             torch.set_num_threads(before)
     peak = max(rate for _, rate in rates[0][1])
@@ -124,6 +126,18 @@ def _matmuls():
         yield 2.0 * m * k * n, lambda a=a, b=b: torch.matmul(a, b)
 
 
+def _onednn_linears():
+    import torch
+
+    from frontends.fx.kernels import ONEDNN, onednn_linear
+
+    if not ONEDNN:  # (no curve: the kernel is never chosen)
+        return
+    for m, k, n in MATMUL_SHAPES:
+        x, w = torch.randn(m, k), torch.randn(n, k)
+        yield 2.0 * m * k * n, lambda x=x, w=w: onednn_linear(x, w)
+
+
 def _convolutions():
     import torch
 
@@ -146,7 +160,8 @@ def _attentions():
         yield 4.0 * batch * heads * tokens * tokens * size, lambda q=q: sdpa(q, q, q)
 
 
-_RATE_MEASURES = {"matmul": _matmuls, "conv": _convolutions, "attention": _attentions}
+_RATE_MEASURES = {"matmul": _matmuls, "onednn_linear": _onednn_linears, "conv": _convolutions,
+                  "attention": _attentions}
 
 
 MOST_FLOPS = 1e14

@@ -16,12 +16,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "conv1d", "conv2d", "sdpa", "masked_attention"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "conv1d", "conv2d", "sdpa",
+               "masked_attention"}
 
 RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
-              "conv1d": "conv", "conv2d": "conv",
+              "onednn_linear": "onednn_linear", "conv1d": "conv", "conv2d": "conv",
               "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
+
+MEASURED_ONLY = frozenset({"onednn_linear"})
+"""Kernels priced only by a measured curve: their speed against torch's own kernel for
+the op varies too much between machines and sizes for a peak to stand for it (oneDNN's
+inner product: 2.5x faster than torch's linear on one CPU at GPT-2's sizes, 3x slower on
+a tiny model's). A profile without their curve prices them infinite, so that extraction
+never chooses them there."""
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
@@ -71,7 +79,8 @@ class Hardware:
     each and so as far below its real cost at small sizes as this setup is.
 
     ``rates``: ``(kind, ((flops, flop_per_second), ...))``, a measured throughput curve
-    per kind of matrix op (:data:`RATE_KINDS`: ``matmul``, ``conv``, ``attention``) in
+    per kind of matrix op (:data:`RATE_KINDS`: ``matmul``, ``onednn_linear``, ``conv``,
+    ``attention``) in
     single precision, points in increasing FLOPs: a small product runs far below the peak
     (:meth:`compute_time` interpolates; a calibrated profile has them,
     :mod:`extractors.calibration`).
@@ -146,17 +155,20 @@ class Hardware:
         """Seconds ``op`` computes ``flops`` at ``dtype``: at the throughput its kind's
         measured curve gives for that much work (``rates``: interpolated between the
         points in log-log, held at the ends), or at the peak where there is no curve (half
-        precision, ops other than matrix ops, or a datasheet profile).
+        precision, ops other than matrix ops, or a datasheet profile); infinite for a
+        kernel of :data:`MEASURED_ONLY` without its curve.
 
         >>> hw = Hardware("two-point", 1e9, 1e9, 1e9, 1e9, 0.0,
         ...               rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))),))
         >>> [round(hw.compute_time("linear", f, None) * 1e3, 3) for f in (1e3, 1e6, 1e9)]
         [0.01, 3.162, 1000.0]
-        >>> hw.compute_time("add", 1e6, None)
-        0.001
+        >>> hw.compute_time("add", 1e6, None), hw.compute_time("onednn_linear", 1e6, None)
+        (0.001, inf)
         """
         curve = self._rates.get(RATE_KINDS.get(op))
         half = dtype is not None and getattr(dtype, "itemsize", 4) == 2
+        if op in MEASURED_ONLY and (not curve or half):
+            return math.inf
         if not curve or half or flops <= 0:
             return flops / self.peak_flops(op, dtype)
         return flops / _interpolated(curve, flops)

@@ -35,7 +35,8 @@ def _case_id(case) -> str:
 
 def test_families_load_and_compose():
     all_rules = load_rules("all")
-    parts = sum((load_rules(f) for f in ("algebra", "stability", "fusion", "layout")), [])
+    parts = sum((load_rules(f) for f in ("algebra", "stability", "fusion", "layout",
+                                         "kernels")), [])
     assert [r.name for r in all_rules] == [r.name for r in parts]
     assert len(load_rules("stability")) >= 25
     with pytest.raises(ValueError, match="no rule family"):

@@ -204,7 +204,7 @@ def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
     >>> sorted(names(kind="library", error="multilinear"))
-    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul']
+    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul', 'onednn_linear']
     """
     return frozenset(n for n, e in TABLE.items()
                      if all(getattr(e, k) == v for k, v in facts.items()))
@@ -848,6 +848,14 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", cont
    " Tensor.addmm:addmm aten.addmm.default:addmm torch.baddbmm:baddbmm"
    " Tensor.baddbmm:baddbmm aten.baddbmm.default:baddbmm",
    modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
+   why={"triton": _NO_KERNEL})
+# linear through oneDNN's inner product on the CPU (torch's linear elsewhere): the rule
+# linear-onednn adds it beside linear, and the cost model chooses by this machine's
+# measured curve of each (a profile that has not measured it never chooses it); a
+# program that calls it (one we emitted) reads back as linear
+op("onednn_linear", "x weight bias", "library", impl="frontends.fx.kernels.onednn_linear",
+   contiguous=True, workspace="measured", flops=_linear_flops, error="multilinear",
+   interval=iv.contraction, spell="frontends.fx.kernels.onednn_linear:linear",
    why={"triton": _NO_KERNEL})
 op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
    contiguous=True, flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,

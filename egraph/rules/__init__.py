@@ -1,8 +1,9 @@
 """The rule library: rules as Python term patterns, one plain list per family.
 
 Families: ``algebra`` (identities, canonical forms, reassociation), ``stability``
-(numerically stable forms of naive formulas), ``fusion`` (fused ops from their pieces) and
-``layout`` (transposes, permutes, reshapes). Each family module holds ``RULES``, a list of
+(numerically stable forms of naive formulas), ``fusion`` (fused ops from their pieces),
+``layout`` (transposes, permutes, reshapes) and ``kernels`` (other library kernels for an
+op, chosen by measured speed). Each family module holds ``RULES``, a list of
 :func:`~egraph.rules.define.rule` entries that read like the identities they state:
 
     rule("log1p", log(1 + x), log1p(x), when=floating(x),
@@ -14,7 +15,7 @@ Families: ``algebra`` (identities, canonical forms, reassociation), ``stability`
 >>> any(r.name == "log1p" for r in rules)
 True
 >>> sorted(FAMILIES)
-['algebra', 'fusion', 'layout', 'stability']
+['algebra', 'fusion', 'kernels', 'layout', 'stability']
 
 A family is a module of this package holding ``RULES``, ``LOADED`` (``'all'``: loaded by
 ``load_rules('all')``; ``'by name'``: only when named) and ``ORDER`` (its place in

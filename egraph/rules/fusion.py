@@ -561,6 +561,11 @@ RULES: list[LibraryRule] = [
     rule("linear-nobias", x @ transpose(w, 0, 1), linear(x, w, None), when=rank_is(w, 2),
          example=lambda x, w: x @ w.t(), inputs={"x": (4, 8), "w": (6, 8)},
          description="x @ w.T is linear without bias"),
+    rule("matmul-linear", matmul(x, w), linear(x, transpose(w, 0, 1), None),
+         when=all_of(rank_is(w, 2), floating(x)), example=lambda x, w: torch.matmul(x, w),
+         inputs={"x": (2, 5, 8), "w": (8, 6)},
+         description="a product by a matrix is linear by its transpose (a view): with "
+                     "the bias added after, addmm's one kernel (GPT-2's Conv1D)"),
     rule("linear-add-bias", linear(x, w, None) + b, linear(x, w, b), when=rank_is(b, 1),
          example=lambda x, w, b: F.linear(x, w) + b, inputs={"x": (4, 8), "w": (6, 8), "b": (6,)},
          description="a bias added after linear fuses into it"),

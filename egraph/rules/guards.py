@@ -209,6 +209,21 @@ def floating(var: Variable) -> Guard:
     return _named(guard, f"{var} is floating")
 
 
+def single_precision(var: Variable) -> Guard:
+    """``?var`` is a float32 tensor.
+
+    >>> single_precision("x").__name__
+    'x is float32'
+    """
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        meta = _meta(egraph, subst[var])
+        return getattr(meta, "kind", None) == "tensor" and str(
+            getattr(meta, "dtype", "")) == "torch.float32"
+    return _named(guard, f"{var} is float32")
+
+
 def tensor(var: Variable) -> Guard:
     """``?var`` is a tensor (not a literal number).
 

@@ -1,0 +1,146 @@
+"""oneDNN's inner product as a kernel of linear: the kernel is torch's linear wherever it
+does not run (gradients, other dtypes and devices) and equal to it where it does; the cost
+model chooses it only by a measured curve; programs that choose it run, differentiate and
+read back, through every entry point."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from egraph import EGraph
+from egraph.rules import load_rules
+from extractors import Roofline
+from extractors.hardware import HARDWARE
+from frontends.fx.kernels import ONEDNN, onednn_linear
+
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="torch built without oneDNN")
+
+# A profile where oneDNN's inner product is 3x slower than torch's linear on small products
+# and 2.5x faster on large ones, as measured on an AVX-512 CPU; and one that never measured it.
+MATMUL = ((1e5, 2.4e10), (1e7, 1.5e11), (1e9, 1.7e11))
+MEASURED = dataclasses.replace(HARDWARE["cpu"], name="cpu (measured oneDNN)", rates=(
+    ("matmul", MATMUL), ("onednn_linear", ((1e5, 8e9), (1e7, 2.2e11), (1e9, 4e11)))))
+UNMEASURED = dataclasses.replace(HARDWARE["cpu"], name="cpu (no oneDNN curve)",
+                                 rates=(("matmul", MATMUL),))
+
+
+@st.composite
+def _operands(draw):
+    rows = draw(st.lists(st.integers(0, 5), min_size=0, max_size=2))
+    k, n = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    x = torch.randn(*rows, k, dtype=torch.float64).float()
+    if draw(st.booleans()) and x.dim() >= 2:  # a transposed view, as attention's are
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    w = torch.randn(k, n).t() if draw(st.booleans()) else torch.randn(n, k)
+    bias = draw(st.sampled_from(["none", "rows", "one"]))
+    b = {"none": None, "rows": torch.randn(n), "one": torch.randn(1)}[bias]
+    return x * draw(st.sampled_from([1e-3, 1.0, 1e3])), w, b
+
+
+@settings(max_examples=60, deadline=None)
+@given(_operands(), st.sampled_from([torch.float32, torch.float64, torch.float16]))
+def test_the_kernel_is_torchs_linear_for_any_shape_layout_bias_and_dtype(operands, dtype):
+    x, w, b = (None if t is None else t.to(dtype) for t in operands)
+    expected = F.linear(x, w, b)
+    got = onednn_linear(x, w, b)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * float(
+        x.abs().max() if x.numel() else 1) * x.shape[-1])
+
+
+def test_gradients_go_through_torchs_linear_and_match_it():
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in ((3, 4, 8), (6, 8), (6,)))
+    onednn_linear(x, w, b).square().sum().backward()
+    grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    F.linear(x, w, b).square().sum().backward()
+    for got, expected in zip(grads, (x.grad, w.grad, b.grad)):
+        torch.testing.assert_close(got, expected)
+    with torch.no_grad():  # nothing recorded: the oneDNN kernel, the same values
+        torch.testing.assert_close(onednn_linear(x, w, b), F.linear(x, w, b))
+
+
+def _projection(rows: int, width: int):
+    """``gelu(x @ w + b)`` with x (rows, width), as GPT-2's Conv1D writes its products."""
+    def mlp(x, w, b):
+        return F.gelu(torch.addmm(b, x, w))
+    inputs = (torch.randn(rows, width), torch.randn(width, width) / width ** 0.5,
+              torch.randn(width))
+    return mlp, inputs
+
+
+@pytest.mark.parametrize("profile, rows, width, chosen", [
+    (MEASURED, 128, 256, True),     # 17 MFLOP: 2.2e11 against 1.5e11 FLOP/s
+    (MEASURED, 2, 16, False),       # 1 kFLOP: 8e9 against 2.4e10
+    (UNMEASURED, 128, 256, False),  # no curve: never
+])
+def test_the_measured_curves_choose_the_kernel_by_size(profile, rows, width, chosen):
+    mlp, inputs = _projection(rows, width)
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(mlp), inputs).saturate(load_rules("all"))
+    program = eg.extract(Roofline(profile, fused=False), validate="raise")
+    assert ("onednn_linear" in program.code) is chosen, program.code
+    torch.testing.assert_close(program(*inputs), mlp(*inputs), rtol=1e-5, atol=1e-5)
+    # a program that calls the kernel reads back as linear, and comes out the same again
+    again = EGraph.from_fx(program, inputs).saturate(load_rules("all"))
+    assert ("onednn_linear" in again.extract(Roofline(profile, fused=False)).code) is chosen
+
+
+@pytest.fixture
+def measured_profile(tmp_path, monkeypatch):
+    """The backend's default cost prices with :data:`MEASURED`, as if calibrated here."""
+    from extractors import calibration
+
+    path = tmp_path / "profile.json"
+    calibration.save_profile(MEASURED, path)
+    monkeypatch.setenv(calibration.ENV, str(path))
+    monkeypatch.setattr(calibration, "_profiles", {})
+
+
+class _Block(torch.nn.Module):
+    """A transformer MLP block as BERT writes it: Linear, GELU, Linear, residual."""
+
+    def __init__(self, width: int = 256):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+@needs_onednn
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_the_backend_chooses_it_in_inference_and_trains_with_torchs_gradients(
+        measured_profile, codegen):
+    torch.manual_seed(0)
+    model, x = _Block(), torch.randn(2, 64, 256)
+    from compiler.compile import make_backend
+
+    backend = make_backend(codegen=codegen, validate="raise")
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    assert sum(r.extraction.used.get("linear-onednn", 0) for r in backend.reports) == 2
+
+    torch._dynamo.reset()
+    trained = torch.compile(model, backend=make_backend(codegen=codegen, validate="raise"))
+    trained(x).square().mean().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().mean().backward()
+    for got, expected in zip(grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_operator_tracers_see_passes_torchs_operator_checks(bias):
+    """``torch.ops.egraph.onednn_linear``: its fake kernel, schema and gradient agree
+    with what it computes (torch.library.opcheck)."""
+    x, w = torch.randn(3, 5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
+    b = torch.randn(6, requires_grad=True) if bias else None
+    torch.library.opcheck(torch.ops.egraph.onednn_linear.default, (x, w, b))
+    torch.testing.assert_close(torch.ops.egraph.onednn_linear(x, w, b), F.linear(x, w, b))
