@@ -381,7 +381,8 @@ class _Emitter:
                 k in self.strided and k not in self.broadcast and k not in self.ordered
                 for k in kids if isinstance(k, fx.Node)):
             self.strided.add(value)
-        elif op == "to_layout" or (kind in ("opaque", "library") and not (
+        elif op == "to_layout" or (kind == "library" and TABLE[op].channels_last) or (
+                kind in ("opaque", "library") and not (
                 kind == "library" and TABLE[op].contiguous) and any(
                 isinstance(a, fx.Node) and a in self.strided for a in value.all_input_nodes)):
             # (it may keep an operand's layout, as it was passed: a convolution of a

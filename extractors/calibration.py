@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -77,15 +77,16 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     and times per element, and the throughput curves (``Hardware.rates``) of
     :data:`MATMUL_SHAPES` (through torch's matmul, and through oneDNN's inner product where
     torch has oneDNN: :func:`frontends.fx.kernels.onednn_linear`), :data:`CONV_SHAPES`
-    and :data:`ATTENTION_SHAPES`, each the
+    (through torch's conv2d and :func:`frontends.fx.kernels.onednn_conv2d`) and
+    :data:`ATTENTION_SHAPES`, each the
     least of ``repeat`` calls (:func:`~extractors.hardware.least_seconds`) less the
     per-call overhead.
 
     >>> hw = calibrate(threads=1, repeat=3)
-    >>> [kind for kind, _ in hw.rates]  # (onednn_linear where torch has oneDNN)
-    ['matmul', 'onednn_linear', 'conv', 'attention']
+    >>> [kind for kind, _ in hw.rates]  # (onednn_* where torch has oneDNN)
+    ['matmul', 'onednn_linear', 'conv', 'onednn_conv', 'attention']
     >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
-    [6, 6, 4, 3]
+    [6, 6, 4, 4, 3]
     """
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
@@ -138,16 +139,23 @@ def _onednn_linears():
         yield 2.0 * m * k * n, lambda x=x, w=w: onednn_linear(x, w)
 
 
-def _convolutions():
+def _convolutions(conv2d=None):
     import torch
 
-    conv2d = torch.nn.functional.conv2d
+    conv2d = conv2d or torch.nn.functional.conv2d
     for channels, size, out, kernel, stride in CONV_SHAPES:
         x = torch.randn(1, channels, size, size)
         w = torch.randn(out, channels, kernel, kernel)
         side = (size + 2 * (kernel // 2) - kernel) // stride + 1
         flops = 2.0 * out * side * side * channels * kernel * kernel
         yield flops, lambda x=x, w=w, s=stride, p=kernel // 2: conv2d(x, w, stride=s, padding=p)
+
+
+def _onednn_convolutions():
+    from frontends.fx.kernels import ONEDNN, onednn_conv2d
+
+    if ONEDNN:
+        yield from _convolutions(onednn_conv2d)
 
 
 def _attentions():
@@ -161,7 +169,7 @@ def _attentions():
 
 
 _RATE_MEASURES = {"matmul": _matmuls, "onednn_linear": _onednn_linears, "conv": _convolutions,
-                  "attention": _attentions}
+                  "onednn_conv": _onednn_convolutions, "attention": _attentions}
 
 
 MOST_FLOPS = 1e14

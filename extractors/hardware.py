@@ -16,15 +16,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "conv1d", "conv2d", "sdpa",
-               "masked_attention"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "conv1d", "conv2d",
+               "onednn_conv2d", "sdpa", "masked_attention"}
 
 RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
               "onednn_linear": "onednn_linear", "conv1d": "conv", "conv2d": "conv",
+              "onednn_conv2d": "onednn_conv",
               "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
 
-MEASURED_ONLY = frozenset({"onednn_linear"})
+MEASURED_ONLY = frozenset({"onednn_linear", "onednn_conv2d"})
 """Kernels priced only by a measured curve: their speed against torch's own kernel for
 the op varies too much between machines and sizes for a peak to stand for it (oneDNN's
 inner product: 2.5x faster than torch's linear on one CPU at GPT-2's sizes, 3x slower on
@@ -80,7 +81,7 @@ class Hardware:
 
     ``rates``: ``(kind, ((flops, flop_per_second), ...))``, a measured throughput curve
     per kind of matrix op (:data:`RATE_KINDS`: ``matmul``, ``onednn_linear``, ``conv``,
-    ``attention``) in
+    ``onednn_conv``, ``attention``) in
     single precision, points in increasing FLOPs: a small product runs far below the peak
     (:meth:`compute_time` interpolates; a calibrated profile has them,
     :mod:`extractors.calibration`).

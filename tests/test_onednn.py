@@ -15,15 +15,17 @@ from egraph import EGraph
 from egraph.rules import load_rules
 from extractors import Roofline
 from extractors.hardware import HARDWARE
-from frontends.fx.kernels import ONEDNN, onednn_linear
+from frontends.fx.kernels import ONEDNN, onednn_conv2d, onednn_linear
 
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="torch built without oneDNN")
 
 # A profile where oneDNN's inner product is 3x slower than torch's linear on small products
 # and 2.5x faster on large ones, as measured on an AVX-512 CPU; and one that never measured it.
 MATMUL = ((1e5, 2.4e10), (1e7, 1.5e11), (1e9, 1.7e11))
+CONV = ((1e6, 4.5e10), (1e8, 3e11))
 MEASURED = dataclasses.replace(HARDWARE["cpu"], name="cpu (measured oneDNN)", rates=(
-    ("matmul", MATMUL), ("onednn_linear", ((1e5, 8e9), (1e7, 2.2e11), (1e9, 4e11)))))
+    ("matmul", MATMUL), ("onednn_linear", ((1e5, 8e9), (1e7, 2.2e11), (1e9, 4e11))),
+    ("conv", CONV), ("onednn_conv", ((1e6, 2.8e10), (1e8, 4.4e11)))))
 UNMEASURED = dataclasses.replace(HARDWARE["cpu"], name="cpu (no oneDNN curve)",
                                  rates=(("matmul", MATMUL),))
 
@@ -144,3 +146,58 @@ def test_the_operator_tracers_see_passes_torchs_operator_checks(bias):
     b = torch.randn(6, requires_grad=True) if bias else None
     torch.library.opcheck(torch.ops.egraph.onednn_linear.default, (x, w, b))
     torch.testing.assert_close(torch.ops.egraph.onednn_linear(x, w, b), F.linear(x, w, b))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([1, 3, 4]), st.sampled_from([1, 2]),
+       st.sampled_from([0, 1, (1, 2), "same", "valid"]), st.sampled_from([1, 2]),
+       st.sampled_from([1, 2]), st.booleans(), st.booleans())
+def test_the_convolution_is_torchs_for_any_setting_and_again_after_packing(
+        batch, kernel, stride, padding, dilation, groups, bias, channels_last):
+    if padding == "same" and stride != 1:
+        return  # (torch refuses it too)
+    x = torch.randn(batch, 4, 9, 9)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(6, 4 // groups, kernel, kernel), torch.randn(6) if bias else None
+    setting = (stride, padding, dilation, groups)
+    expected = F.conv2d(x, w, b, *setting)
+    with torch.no_grad():
+        for _ in range(3):  # unpacked, then packed, then the packed copy
+            got = onednn_conv2d(x, w, b, *setting)
+            assert got.is_contiguous(memory_format=torch.channels_last)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        bigger = torch.randn(batch + 2, 4, 11, 9)  # another size through the packed copy
+        torch.testing.assert_close(onednn_conv2d(bigger, w, b, *setting),
+                                   F.conv2d(bigger, w, b, *setting), rtol=1e-4, atol=1e-4)
+        w.mul_(-2)  # written in place: packed anew
+        torch.testing.assert_close(onednn_conv2d(x, w, b, *setting),
+                                   F.conv2d(x, w, b, *setting), rtol=1e-4, atol=1e-4)
+
+
+def test_the_convolutions_operator_passes_torchs_operator_checks_and_differentiates():
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in ((2, 3, 6, 6), (4, 3, 3, 3), (4,)))
+    torch.library.opcheck(torch.ops.egraph.onednn_conv2d.default,
+                          (x, w, b, [1, 1], [1, 1], [1, 1], 1))
+    onednn_conv2d(x, w, b, padding=1).sum().backward()
+    assert x.grad is not None and w.grad is not None and b.grad is not None
+
+
+def test_batch_norms_fold_into_the_measured_convolution():
+    """conv, eval batch norm, relu, as ResNet writes them: the convolution is oneDNN's with
+    the norm folded in, under a profile that measured it; torch's conv2d otherwise."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(64), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_var.uniform_(0.5, 2)
+        model[1].running_mean.normal_()
+    x = torch.randn(1, 32, 28, 28)
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(model), (x,)).saturate(load_rules("all"))
+    for profile, kernel in ((MEASURED, "onednn_conv2d"), (UNMEASURED, "conv2d")):
+        program = eg.extract(Roofline(profile, fused=False), validate="raise")
+        assert kernel in program.code and "batch_norm" not in program.code, program.code
+        with torch.no_grad():
+            for _ in range(2):
+                out = program(x)
+                torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+                assert out.is_contiguous()  # (as the source's: the caller may view it)

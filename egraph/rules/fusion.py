@@ -282,9 +282,17 @@ def _repeat_kv(x, flat=False):
     return grown.flatten(1, 2) if flat else grown.reshape(b, h * 2, t, d)
 
 
-def _fold_bn(egraph, subst):
-    """conv(x, w, b) then eval batch norm = conv(x, w * s, (b - mean) * s + beta),
-    s = gamma / sqrt(var + eps), broadcast over the output channel."""
+def fold_bn(conv: str):
+    """The right side of conv-bn for the convolution op ``conv``: ``conv(x, w, b)`` then
+    eval batch norm = ``conv(x, w * s, (b - mean) * s + beta)``, s = gamma / sqrt(var +
+    eps), broadcast over the output channel."""
+    def fold(egraph, subst):
+        return _fold_bn(egraph, subst, conv)
+    fold.__name__ = f"{conv} with the batch norm folded in"
+    return fold
+
+
+def _fold_bn(egraph, subst, conv: str):
     w_shape = shape_of(egraph, subst["w"])
     if w_shape is None:
         return None
@@ -294,8 +302,8 @@ def _fold_bn(egraph, subst):
     weight = add("mul", [subst["w"], add("reshape", [scale, per_channel])])
     bias_in = add("zeros_like", [subst["mu"]]) if is_none(egraph, subst["b"]) else subst["b"]
     bias = add("add", [add("mul", [add("sub", [bias_in, subst["mu"]]), scale]), subst["be"]])
-    return add("conv2d", [subst["x"], weight, bias, subst["st"], subst["pa"], subst["di"],
-                          subst["g"]])
+    return add(conv, [subst["x"], weight, bias, subst["st"], subst["pa"], subst["di"],
+                      subst["g"]])
 
 
 def _all_true(egraph, cid: int) -> bool:
@@ -702,7 +710,8 @@ RULES: list[LibraryRule] = [
          inputs={"q": (2, 4, 6, 8), "k": (2, 2, 6, 8), "v": (2, 2, 6, 8)},
          description="sdpa on heads repeated for the query's groups (repeat_kv) is sdpa "
                      "with enable_gqa, which never makes the copies"),
-    rule("conv-bn", batch_norm(conv2d(x, w, b, st, pa, di, g), mu, sigma2, ga, be, eps), _fold_bn,
+    rule("conv-bn", batch_norm(conv2d(x, w, b, st, pa, di, g), mu, sigma2, ga, be, eps),
+         fold_bn("conv2d"),
          when=all_of(not_none(ga), not_none(be)),
          example=lambda x, w, c, m, v, ga, be: F.batch_norm(F.conv2d(x, w, c, padding=1), m, v,
                                                             ga, be, eps=1e-5),

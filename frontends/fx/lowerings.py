@@ -566,6 +566,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "clamp": _clamp, "clamp_min": _clamp_min, "clamp_max": _clamp_max,
     "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
+    "as_conv2d": _conv("conv2d"),
     "baddbmm": _baddbmm,
     "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
