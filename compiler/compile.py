@@ -44,6 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.autotune import Autotune
 from compiler.fx import cuda_device
+from compiler.bound import Bound, bind_parameters
 from compiler.options import BackendOptions
 from compiler.partition import BudgetedPartition
 from compiler.pipeline import (
@@ -360,7 +361,7 @@ class _Backend:
         # (a budget is kept by a partition of the joint graph: aot_autograd's)
         if differentiable_as_emitted(gm, example_inputs) and not (
                 self.partitions and _trains(example_inputs)):
-            compiled = self.direct(gm, example_inputs)
+            compiled = self._bound(gm, example_inputs) or self.direct(gm, example_inputs)
             if compiled is not None:
                 return compiled
         self.calls.append(tuple(example_inputs))
@@ -368,6 +369,35 @@ class _Backend:
             return self.aot(gm, example_inputs)
         finally:
             self.calls.pop()
+
+    def _bound(self, gm: torch.fx.GraphModule, example_inputs) -> Callable | None:
+        """An inference graph with the model's parameters bound into it
+        (:mod:`compiler.bound`), so that what is made of them alone is made once; None
+        where the graph is differentiated, has symbolic sizes or takes no parameter."""
+        if torch.is_grad_enabled() or any(map(has_symbolic_sizes, example_inputs)):
+            return None
+        bound, positions = bind_parameters(gm, example_inputs)
+        if not positions:
+            return None
+        tensors = [example_inputs[i] for i in positions]
+        # (another model of the same architecture: the program compiled for the first,
+        # with this one's tensors in place of the first's)
+        key = ("bound", tuple(positions), *signature(gm, example_inputs))
+        if key in self.refused:
+            return None
+        if key in self.cache:
+            compiled = self.cache[key].rebound(tensors)
+        else:
+            kept = [x for i, x in enumerate(example_inputs) if i not in set(positions)]
+            program = self._compile("graph", _autograd_code, False, bound, kept)
+            if program is None:
+                self.refused.add(key)
+                return None
+            compiled = self.cache[key] = Bound(program, positions, tensors,
+                                               lambda: self.direct(gm, example_inputs) or gm)
+        for seen in _captures:
+            seen.reports.append(compiled.module.meta["egraph_graph"])
+        return compiled
 
     def _compiler(self, kind: str, finish: Callable, inductor: bool = False) -> Callable:
         """The compiler of one kind of graph; ``finish(module, gm, example_inputs)`` makes
