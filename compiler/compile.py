@@ -43,8 +43,8 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
 from compiler.autotune import Autotune
-from compiler.fx import cuda_device
 from compiler.bound import Bound, bind_parameters
+from compiler.fx import cuda_device
 from compiler.options import BackendOptions
 from compiler.partition import BudgetedPartition
 from compiler.pipeline import (
