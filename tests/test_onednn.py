@@ -201,3 +201,58 @@ def test_batch_norms_fold_into_the_measured_convolution():
                 out = program(x)
                 torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
                 assert out.is_contiguous()  # (as the source's: the caller may view it)
+
+
+class _Bottleneck(torch.nn.Module):
+    """ResNet's bottleneck block in eval mode: three conv + batch norm pairs and a residual."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        layers = []
+        for i, kernel in enumerate((1, 3, 1)):
+            layers += [torch.nn.Conv2d(width, width, kernel, padding=kernel // 2, bias=False),
+                       torch.nn.BatchNorm2d(width)] + ([torch.nn.ReLU()] if i < 2 else [])
+        self.body = torch.nn.Sequential(*layers).eval()
+        with torch.no_grad():
+            for m in self.body:
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_var.uniform_(0.5, 2)
+                    m.running_mean.normal_()
+
+    def forward(self, x):
+        return torch.relu(x + self.body(x))
+
+
+@needs_onednn
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_convolutions_with_folded_weights_stay_right_call_after_call(measured_profile,
+                                                                     codegen):
+    """Inductor writes the folded weights into buffers it reuses with no new version: the
+    operator it calls packs nothing; our own emission packs them once, right."""
+    from compiler.compile import make_backend
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_Bottleneck(), _Bottleneck()).eval()
+    backend = make_backend(codegen=codegen, validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 64, 28, 28)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert sum(r.extraction.used.get(rule, 0) for r in backend.reports
+               for rule in ("conv-bn-onednn", "conv2d-onednn")) >= 1
+
+
+def test_the_operator_packs_nothing_so_a_buffer_rewritten_without_a_version_is_read():
+    """What generated code hands the operator may be a buffer it reuses for another value
+    with no new version (here: written through ``.data``); the operator reads it anew."""
+    x, w = torch.randn(1, 8, 10, 10), torch.randn(8, 8, 3, 3)
+    conv = torch.ops.egraph.onednn_conv2d
+    with torch.no_grad():
+        for _ in range(3):
+            conv(x, w, None, [1, 1], [1, 1], [1, 1], 1)
+        version = w._version
+        w.data.copy_(torch.randn_like(w))
+        assert w._version == version
+        torch.testing.assert_close(conv(x, w, None, [1, 1], [1, 1], [1, 1], 1),
+                                   F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)

@@ -349,14 +349,14 @@ def _runs_onednn_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 _PACKED = _PerTensor()
 
 
-def _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups):
+def _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups, pack=True):
     setting = (tuple(stride), tuple(padding), tuple(dilation), groups)
-    found, packed = _PACKED.get(weight, setting)
+    found, packed = _PACKED.get(weight, setting) if pack else (False, None)
     if found and packed is None:  # a weight seen twice is a model's: packed once
         packed = torch.ops.mkldnn._reorder_convolution_weight(
             weight, padding, stride, dilation, groups, list(x.shape))
         _PACKED.put(weight, packed, setting)
-    elif not found:  # (a weight made anew on every call is never packed)
+    elif pack and not found:  # (a weight made anew on every call is never packed)
         _PACKED.put(weight, None, setting)
     return torch.ops.mkldnn._convolution_pointwise(
         x.contiguous(memory_format=torch.channels_last), weight if packed is None else packed,
@@ -369,7 +369,10 @@ def _onednn_conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
                       groups: int) -> torch.Tensor:
     operands = (x, weight) if bias is None else (x, weight, bias)
     if _runs_onednn_conv(x, weight, bias, operands):
-        return _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups)
+        # (generated code writes into buffers it reuses without a new version: what it
+        # hands the operator is never packed)
+        return _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups,
+                                   pack=False)
     return _onednn_conv2d_fake(x, weight, bias, stride, padding, dilation, groups)
 
 
@@ -412,8 +415,10 @@ def onednn_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
     A weight is packed the second time it is seen with the same data (its version and
     storage), and the copy kept while it lives: a model's weights are packed once, a
-    weight made anew on every call never. Under a tracer it is the operator
-    ``torch.ops.egraph.onednn_conv2d``.
+    weight made anew on every call never. A weight changed behind its version counter
+    (through ``.data``, or by code that writes raw memory) is not seen: write weights
+    through torch. Under a tracer it is the operator ``torch.ops.egraph.onednn_conv2d``,
+    which packs nothing (generated code reuses its buffers without new versions).
 
     >>> x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     >>> conv = torch.nn.functional.conv2d(x, w, padding=1)
