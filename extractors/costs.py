@@ -33,7 +33,7 @@ from egraph.cache import current_cache
 from egraph.extract.program import program_order, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
-from extractors.hardware import HARDWARE, Hardware
+from extractors.hardware import HARDWARE, OWN_EMISSION_ONLY, Hardware
 
 # From the op table: ops that compute nothing, views, and ops that move no bytes.
 _FREE = names(flops=0.0)
@@ -378,7 +378,9 @@ class Roofline(CostModel):
     regions (:mod:`extractors.fusion`); a region reads its inputs and writes its outputs
     once, whatever happens inside. Extraction optimises the per-op time as a proxy, then
     improves the choice under the fused time. ``fused=False`` charges each op as its own
-    kernel (a plain sum). ``hardware`` is a :class:`Hardware` or a profile name.
+    kernel (a plain sum). ``hardware`` is a :class:`Hardware` or a profile name. Fused,
+    it prices the kernels whose speed holds only in our own emission
+    (:data:`~extractors.hardware.OWN_EMISSION_ONLY`) infinite.
     """
 
     def __init__(self, hardware: str | Hardware = "H100", fused: bool = True):
@@ -403,6 +405,8 @@ class Roofline(CostModel):
         hw = self.hardware
         total = 0.0
         for region in regions(egraph, choice):
+            if region.library and region.ops[0] in OWN_EMISSION_ONLY:
+                return math.inf
             f = sum(flops(egraph, c, choice[c]) for c in region.classes)
             if region.library:
                 b = sum(bytes_moved(egraph, c, choice[c]) for c in region.classes)
@@ -432,6 +436,8 @@ class Roofline(CostModel):
         self.__dict__.update(state, _node_costs=weakref.WeakKeyDictionary())
 
     def _node_cost(self, egraph, cid: int, node: tuple) -> float:
+        if self.fused and node[0] in OWN_EMISSION_ONLY:
+            return math.inf
         f = flops(egraph, cid, node)
         b = bytes_moved(egraph, cid, node)
         if f == 0 and b == 0:

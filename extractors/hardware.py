@@ -32,6 +32,12 @@ inner product: 2.5x faster than torch's linear on one CPU at GPT-2's sizes, 3x s
 a tiny model's). A profile without their curve prices them infinite, so that extraction
 never chooses them there."""
 
+OWN_EMISSION_ONLY = frozenset({"onednn_conv2d"})
+"""Kernels whose measured speed holds only in our own emission: oneDNN's convolution packs
+its weight once there, while the operator Inductor's generated code calls packs nothing
+(that code reuses its buffers with no new version). The fused cost model, which prices
+the programs Inductor generates, prices them infinite."""
+
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
     (16, 64, (64, 32, 32)),       # the corpus Llama's Q, K, V (two key/value heads)

@@ -165,7 +165,8 @@ def test_the_convolution_is_torchs_for_any_setting_and_again_after_packing(
     with torch.no_grad():
         for _ in range(3):  # unpacked, then packed, then the packed copy
             got = onednn_conv2d(x, w, b, *setting)
-            assert got.is_contiguous(memory_format=torch.channels_last)
+            uneven = padding == "same" and dilation * (kernel - 1) % 2  # (torch's runs)
+            assert uneven or got.is_contiguous(memory_format=torch.channels_last)
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         bigger = torch.randn(batch + 2, 4, 11, 9)  # another size through the packed copy
         torch.testing.assert_close(onednn_conv2d(bigger, w, b, *setting),
@@ -227,8 +228,8 @@ class _Bottleneck(torch.nn.Module):
 @pytest.mark.parametrize("codegen", ["eager", "inductor"])
 def test_convolutions_with_folded_weights_stay_right_call_after_call(measured_profile,
                                                                      codegen):
-    """Inductor writes the folded weights into buffers it reuses with no new version: the
-    operator it calls packs nothing; our own emission packs them once, right."""
+    """Our own emission packs the folded weights once, right call after call; where
+    Inductor generates the code the cost model keeps torch's convolution."""
     from compiler.compile import make_backend
 
     torch.manual_seed(0)
@@ -239,8 +240,10 @@ def test_convolutions_with_folded_weights_stay_right_call_after_call(measured_pr
         for _ in range(3):
             x = torch.randn(1, 64, 28, 28)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
-    assert sum(r.extraction.used.get(rule, 0) for r in backend.reports
-               for rule in ("conv-bn-onednn", "conv2d-onednn")) >= 1
+    chosen = sum(r.extraction.used.get(rule, 0) for r in backend.reports
+                 for rule in ("conv-bn-onednn", "conv2d-onednn"))
+    # (the operator Inductor's code calls packs nothing: there it is not chosen)
+    assert chosen >= 1 if codegen == "eager" else chosen == 0
 
 
 def test_the_operator_packs_nothing_so_a_buffer_rewritten_without_a_version_is_read():
