@@ -209,19 +209,24 @@ def floating(var: Variable) -> Guard:
     return _named(guard, f"{var} is floating")
 
 
+def _tensor_of(var: Variable, dtype: str, label: str) -> Guard:
+    """``?var`` is a tensor of ``dtype`` (its name, ``torch.bool``), named ``var label``."""
+    var = _name(var)
+
+    def guard(egraph, subst) -> bool:
+        meta = _meta(egraph, subst[var])
+        return getattr(meta, "kind", None) == "tensor" and str(
+            getattr(meta, "dtype", "")) == dtype
+    return _named(guard, f"{var} {label}")
+
+
 def single_precision(var: Variable) -> Guard:
     """``?var`` is a float32 tensor.
 
     >>> single_precision("x").__name__
     'x is float32'
     """
-    var = _name(var)
-
-    def guard(egraph, subst) -> bool:
-        meta = _meta(egraph, subst[var])
-        return getattr(meta, "kind", None) == "tensor" and str(
-            getattr(meta, "dtype", "")) == "torch.float32"
-    return _named(guard, f"{var} is float32")
+    return _tensor_of(var, "torch.float32", "is float32")
 
 
 def tensor(var: Variable) -> Guard:
@@ -243,13 +248,7 @@ def boolean(var: Variable) -> Guard:
     >>> boolean("m").__name__
     'm is a bool tensor'
     """
-    var = _name(var)
-
-    def guard(egraph, subst) -> bool:
-        meta = _meta(egraph, subst[var])
-        return getattr(meta, "kind", None) == "tensor" and str(
-            getattr(meta, "dtype", "")) == "torch.bool"
-    return _named(guard, f"{var} is a bool tensor")
+    return _tensor_of(var, "torch.bool", "is a bool tensor")
 
 
 def scalar(var: Variable) -> Guard:
