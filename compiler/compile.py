@@ -373,8 +373,8 @@ class _Backend:
     def _bound(self, gm: torch.fx.GraphModule, example_inputs) -> Callable | None:
         """An inference graph with the model's parameters bound into it
         (:mod:`compiler.bound`), so that what is made of them alone is made once; None
-        where the graph is differentiated, has symbolic sizes or takes no parameter."""
-        if torch.is_grad_enabled() or any(map(has_symbolic_sizes, example_inputs)):
+        where the graph is differentiated or takes no parameter."""
+        if torch.is_grad_enabled():
             return None
         bound, positions = bind_parameters(gm, example_inputs)
         if not positions:

@@ -96,3 +96,20 @@ def test_the_bound_program_runs_while_its_tensors_are_passed_and_the_unbound_one
     x = torch.zeros(2)
     assert bound_program(x, w).tolist() == [1.0, 1.0]
     assert bound_program(x, other).tolist() == [5.0, 5.0]  # another tensor: the unbound one
+
+
+def test_a_graph_with_symbolic_sizes_binds_its_parameters_too():
+    """Automatic dynamic shapes (a model compiled again at another batch) or
+    ``dynamic=True``: the parameters are bound all the same, and every size is right."""
+    torch.manual_seed(0)
+    model = _convnet()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 5, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            _close(compiled(x), model(x))
+        model[1].running_mean.add_(1)
+        _close(compiled(x), model(x))
+    assert any(r.extraction.used.get("conv-bn", 0) + r.extraction.used.get("conv-bn-onednn", 0)
+               for r in backend.reports)
