@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -53,10 +53,11 @@ ENV = "EGRAPH_CALIBRATION"
 """The environment variable that chooses the CPU profile: ``auto``, ``builtin`` or a path
 (see the module's docstring)."""
 
-MATMUL_SHAPES = ((16, 64, 64), (64, 256, 256), (128, 768, 768), (128, 768, 3072),
-                 (512, 1024, 1024), (1024, 1024, 1024))
+MATMUL_SHAPES = ((16, 64, 64), (1, 768, 2304), (64, 256, 256), (128, 768, 768),
+                 (128, 768, 3072), (512, 1024, 1024), (1024, 1024, 1024))
 """``(m, k, n)`` of the fp32 products timed for the ``matmul`` curve: from a tiny
-model's projection to a large square product, through GPT-2 small's at 128 tokens."""
+model's projection to a large square product, through GPT-2 small's in a decode step (one
+row) and at 128 tokens."""
 
 CONV_SHAPES = ((16, 14, 16, 3, 1), (64, 56, 256, 1, 1), (64, 56, 64, 3, 1),
                (256, 14, 256, 3, 1), (3, 224, 64, 7, 2))
@@ -86,7 +87,7 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     >>> [kind for kind, _ in hw.rates]  # (onednn_* where torch has oneDNN)
     ['matmul', 'onednn_linear', 'conv', 'onednn_conv', 'attention']
     >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
-    [6, 6, 4, 4, 3]
+    [7, 7, 4, 4, 3]
     """
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
