@@ -388,7 +388,8 @@ class _Backend:
         if key in self.cache:
             compiled = self.cache[key].rebound(tensors)
         else:
-            kept = [x for i, x in enumerate(example_inputs) if i not in set(positions)]
+            bound_at = set(positions)
+            kept = [x for i, x in enumerate(example_inputs) if i not in bound_at]
             program = self._compile("graph", _autograd_code, False, bound, kept)
             if program is None:
                 self.refused.add(key)

@@ -221,11 +221,15 @@ ONEDNN = torch.backends.mkldnn.is_available()
 """Whether this torch was built with oneDNN (every x86 and ARM CPU wheel is)."""
 
 
+def _float32_cpu(operands: tuple) -> bool:
+    return all(t.dtype is torch.float32 and t.device.type == "cpu" for t in operands)
+
+
 def _runs_onednn(weight: torch.Tensor, bias: torch.Tensor | None, operands: tuple) -> bool:
     """Whether oneDNN's inner product computes ``F.linear`` of these operands: float32
     CPU tensors, a matrix of weights and a bias per row."""
     return (ONEDNN and weight.dim() == 2 and (bias is None or bias.shape == weight.shape[:1])
-            and all(t.dtype is torch.float32 and t.device.type == "cpu" for t in operands))
+            and _float32_cpu(operands))
 
 
 @torch.library.custom_op("egraph::onednn_linear", mutates_args=())
@@ -340,8 +344,7 @@ def _runs_onednn_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """Whether oneDNN's convolution computes ``F.conv2d`` of these operands: float32 CPU
     tensors, a batch of images and a bias per output channel."""
     return (ONEDNN and x.dim() == 4 and weight.dim() == 4
-            and (bias is None or bias.shape == weight.shape[:1])
-            and all(t.dtype is torch.float32 and t.device.type == "cpu" for t in operands))
+            and (bias is None or bias.shape == weight.shape[:1]) and _float32_cpu(operands))
 
 
 # weight -> its copy in oneDNN's blocked layout, for one stride, padding, dilation and
