@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -76,18 +76,19 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     """Measure this machine's CPU profile on ``threads`` intra-op threads (None: torch's
     current count): :func:`~extractors.hardware.measure_cpu`'s peaks, bandwidths, overhead
     and times per element, and the throughput curves (``Hardware.rates``) of
-    :data:`MATMUL_SHAPES` (through torch's matmul, and through oneDNN's inner product where
-    torch has oneDNN: :func:`frontends.fx.kernels.onednn_linear`), :data:`CONV_SHAPES`
+    :data:`MATMUL_SHAPES` (through torch's matmul, and through oneDNN's inner product and
+    MKL's packed product where torch has them: :func:`frontends.fx.kernels.onednn_linear`,
+    :func:`~frontends.fx.kernels.mkl_linear`), :data:`CONV_SHAPES`
     (through torch's conv2d and :func:`frontends.fx.kernels.onednn_conv2d`) and
     :data:`ATTENTION_SHAPES`, each the
     least of ``repeat`` calls (:func:`~extractors.hardware.least_seconds`) less the
     per-call overhead.
 
     >>> hw = calibrate(threads=1, repeat=3)
-    >>> [kind for kind, _ in hw.rates]  # (onednn_* where torch has oneDNN)
-    ['matmul', 'onednn_linear', 'conv', 'onednn_conv', 'attention']
+    >>> [kind for kind, _ in hw.rates]  # (the libraries' kernels where torch has them)
+    ['matmul', 'onednn_linear', 'mkl_linear', 'conv', 'onednn_conv', 'attention']
     >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
-    [7, 7, 4, 4, 3]
+    [7, 7, 7, 4, 4, 3]
     """
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
@@ -128,16 +129,19 @@ def _matmuls():
         yield 2.0 * m * k * n, lambda a=a, b=b: torch.matmul(a, b)
 
 
-def _onednn_linears():
+def _linears(kernel: str):
+    """The calls of ``frontends.fx.kernels.<kernel>`` at :data:`MATMUL_SHAPES`, a weight
+    of ``n x k`` each; none where torch lacks the library."""
     import torch
 
-    from frontends.fx.kernels import ONEDNN, onednn_linear
+    from frontends.fx import kernels
 
-    if not ONEDNN:  # (no curve: the kernel is never chosen)
-        return
+    if not (kernels.ONEDNN if kernel.startswith("onednn") else kernels.MKL):
+        return  # (no curve: the kernel is never chosen)
+    linear = getattr(kernels, kernel)
     for m, k, n in MATMUL_SHAPES:
         x, w = torch.randn(m, k), torch.randn(n, k)
-        yield 2.0 * m * k * n, lambda x=x, w=w: onednn_linear(x, w)
+        yield 2.0 * m * k * n, lambda x=x, w=w: linear(x, w)
 
 
 def _convolutions(conv2d=None):
@@ -169,8 +173,11 @@ def _attentions():
         yield 4.0 * batch * heads * tokens * tokens * size, lambda q=q: sdpa(q, q, q)
 
 
-_RATE_MEASURES = {"matmul": _matmuls, "onednn_linear": _onednn_linears, "conv": _convolutions,
-                  "onednn_conv": _onednn_convolutions, "attention": _attentions}
+_RATE_MEASURES = {"matmul": _matmuls,
+                  "onednn_linear": functools.partial(_linears, "onednn_linear"),
+                  "mkl_linear": functools.partial(_linears, "mkl_linear"),
+                  "conv": _convolutions, "onednn_conv": _onednn_convolutions,
+                  "attention": _attentions}
 
 
 MOST_FLOPS = 1e14

@@ -16,26 +16,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "conv1d", "conv2d",
-               "onednn_conv2d", "sdpa", "masked_attention"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "mkl_linear", "conv1d",
+               "conv2d", "onednn_conv2d", "sdpa", "masked_attention"}
 
 RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
-              "onednn_linear": "onednn_linear", "conv1d": "conv", "conv2d": "conv",
+              "onednn_linear": "onednn_linear", "mkl_linear": "mkl_linear",
+              "conv1d": "conv", "conv2d": "conv",
               "onednn_conv2d": "onednn_conv",
               "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
 
-MEASURED_ONLY = frozenset({"onednn_linear", "onednn_conv2d"})
+MEASURED_ONLY = frozenset({"onednn_linear", "mkl_linear", "onednn_conv2d"})
 """Kernels priced only by a measured curve: their speed against torch's own kernel for
 the op varies too much between machines and sizes for a peak to stand for it (oneDNN's
 inner product: 2.5x faster than torch's linear on one CPU at GPT-2's sizes, 3x slower on
-a tiny model's). A profile without their curve prices them infinite, so that extraction
+a tiny model's; MKL's packed product: 1.2-1.3x faster on another CPU, no faster on the
+first). A profile without their curve prices them infinite, so that extraction
 never chooses them there."""
 
-OWN_EMISSION_ONLY = frozenset({"onednn_conv2d"})
-"""Kernels whose measured speed holds only in our own emission: oneDNN's convolution packs
-its weight once there, while the operator Inductor's generated code calls packs nothing
-(that code reuses its buffers with no new version). The fused cost model, which prices
+OWN_EMISSION_ONLY = frozenset({"onednn_conv2d", "mkl_linear"})
+"""Kernels whose measured speed holds only in our own emission: oneDNN's convolution and
+MKL's product pack their weight once there, while under Inductor they pack nothing (its
+generated code reuses its buffers with no new version). The fused cost model, which prices
 the programs Inductor generates, prices them infinite."""
 
 MERGED_SHAPES = (

@@ -1,7 +1,8 @@
-"""oneDNN's inner product as a kernel of linear: the kernel is torch's linear wherever it
-does not run (gradients, other dtypes and devices) and equal to it where it does; the cost
-model chooses it only by a measured curve; programs that choose it run, differentiate and
-read back, through every entry point."""
+"""The CPU libraries' kernels of linear and conv2d (oneDNN's inner product and convolution,
+MKL's packed product): each kernel is torch's op wherever it does not run (gradients,
+other dtypes and devices) and equal to it where it does, before and after its weight is
+packed; the cost model chooses one only by a measured curve; programs that choose it run,
+differentiate and read back, through every entry point."""
 
 import dataclasses
 
@@ -15,7 +16,8 @@ from egraph import EGraph
 from egraph.rules import load_rules
 from extractors import Roofline
 from extractors.hardware import HARDWARE
-from frontends.fx.kernels import ONEDNN, onednn_conv2d, onednn_linear
+from frontends.fx import kernels
+from frontends.fx.kernels import MKL, ONEDNN, mkl_linear, onednn_conv2d, onednn_linear
 
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="torch built without oneDNN")
 
@@ -44,14 +46,19 @@ def _operands(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(_operands(), st.sampled_from([torch.float32, torch.float64, torch.float16]))
-def test_the_kernel_is_torchs_linear_for_any_shape_layout_bias_and_dtype(operands, dtype):
+@given(_operands(), st.sampled_from([torch.float32, torch.float64, torch.float16]),
+       st.sampled_from([onednn_linear, mkl_linear]), st.booleans())
+def test_the_kernels_are_torchs_linear_for_any_shape_layout_bias_and_dtype(
+        operands, dtype, kernel, parameter):
     x, w, b = (None if t is None else t.to(dtype) for t in operands)
+    if parameter:  # (as a model holds it: packed on its second call)
+        w = torch.nn.Parameter(w, requires_grad=False)
     expected = F.linear(x, w, b)
-    got = onednn_linear(x, w, b)
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * float(
-        x.abs().max() if x.numel() else 1) * x.shape[-1])
+    for _ in range(3):  # unpacked, then packed, then the packed copy
+        got = kernel(x, w, b)
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * float(
+            x.abs().max() if x.numel() else 1) * x.shape[-1])
 
 
 def test_gradients_go_through_torchs_linear_and_match_it():
@@ -65,6 +72,38 @@ def test_gradients_go_through_torchs_linear_and_match_it():
         torch.testing.assert_close(got, expected)
     with torch.no_grad():  # nothing recorded: the oneDNN kernel, the same values
         torch.testing.assert_close(onednn_linear(x, w, b), F.linear(x, w, b))
+
+
+@pytest.mark.skipif(not MKL, reason="torch built without MKL")
+def test_mkls_product_packs_a_models_weight_once_per_row_count_and_again_when_written():
+    w = torch.nn.Parameter(torch.randn(48, 32))
+    x, more = torch.randn(2, 8, 32), torch.randn(5, 32)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mkl_linear(x, w), F.linear(x, w))
+        assert kernels._MKL_PACKED.get(w, (16,))[1] is not None  # 16 rows: packed
+        torch.testing.assert_close(mkl_linear(more, w), F.linear(more, w))  # other rows
+        w.mul_(-2)  # written in place: packed anew
+        for _ in range(3):
+            torch.testing.assert_close(mkl_linear(x, w), F.linear(x, w))
+    # a gradient needed, or a tracer: torch's linear, which autograd and tracers know
+    assert mkl_linear(x, w).grad_fn.name() == F.linear(x, w).grad_fn.name()
+    traced = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda x, w: mkl_linear(x, w))(x, w.detach())
+    assert "mkl" not in traced.code, traced.code
+
+
+@needs_onednn
+def test_a_parameters_convolution_weight_is_packed_in_direct_calls():
+    """A model's weight is an ``nn.Parameter``, not a tracer's tensor: packed, not handed to
+    the operator that packs nothing (which had left ConvNeXt's convolutions unpacked)."""
+    w = torch.nn.Parameter(torch.randn(8, 4, 3, 3), requires_grad=False)
+    x = torch.randn(1, 4, 9, 9)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(onednn_conv2d(x, w, padding=1), F.conv2d(x, w, padding=1),
+                                       rtol=1e-4, atol=1e-4)
+    assert kernels._PACKED.get(w, ((1, 1), (1, 1), (1, 1), 1))[1] is not None
 
 
 def _projection(rows: int, width: int):
@@ -90,6 +129,21 @@ def test_the_measured_curves_choose_the_kernel_by_size(profile, rows, width, cho
     # a program that calls the kernel reads back as linear, and comes out the same again
     again = EGraph.from_fx(program, inputs).saturate(load_rules("all"))
     assert ("onednn_linear" in again.extract(Roofline(profile, fused=False)).code) is chosen
+
+
+def test_mkls_product_is_chosen_by_its_curve_and_only_in_our_own_emission():
+    """Where MKL's packed product measured fastest it is chosen for our emission; never
+    where Inductor generates the code (under a tracer it packs nothing)."""
+    faster = dataclasses.replace(MEASURED, rates=(
+        *MEASURED.rates, ("mkl_linear", ((1e5, 1e10), (1e7, 3e11), (1e9, 5e11)))))
+    mlp, inputs = _projection(128, 256)
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(mlp), inputs).saturate(load_rules("all"))
+    own = eg.extract(Roofline(faster, fused=False), validate="raise")
+    assert "mkl_linear" in own.code, own.code
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(own(*inputs), mlp(*inputs), rtol=1e-5, atol=1e-5)
+    assert "mkl_linear" not in eg.extract(Roofline(faster, fused=True)).code
 
 
 @pytest.fixture

@@ -861,6 +861,13 @@ op("onednn_linear", "x weight bias", "library", impl="frontends.fx.kernels.onedn
    contiguous=True, workspace="measured", flops=_linear_flops, error="multilinear",
    interval=iv.contraction, spell="frontends.fx.kernels.onednn_linear:linear",
    why={"triton": _NO_KERNEL})
+# linear through MKL's packed matrix product on the CPU, the weight packed once for the
+# input's row count (torch's linear elsewhere, and under tracers): the rule linear-mkl adds
+# it, priced like onednn_linear by its measured curve only
+op("mkl_linear", "x weight bias", "library", impl="frontends.fx.kernels.mkl_linear",
+   workspace="measured", flops=_linear_flops, error="multilinear",
+   interval=iv.contraction, spell="frontends.fx.kernels.mkl_linear:linear",
+   why={"triton": _NO_KERNEL})
 op("grouped_mm", "x w offs", "library", impl="frontends.fx.kernels.grouped_mm",
    contiguous=True, flops=_matmul_flops, error="multilinear", interval=iv.grouped_contraction,
    spell="ops.transformers.grouped_mm_fallback:grouped_mm_fallback"
