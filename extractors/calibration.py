@@ -39,13 +39,13 @@ import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from extractors.hardware import HARDWARE, Hardware, least_seconds, measure_cpu
+from extractors.hardware import HARDWARE, Hardware, measure_cpu
 
 __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_dir",
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -81,8 +81,8 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     :func:`~frontends.fx.kernels.mkl_linear`), :data:`CONV_SHAPES`
     (through torch's conv2d and :func:`frontends.fx.kernels.onednn_conv2d`) and
     :data:`ATTENTION_SHAPES`, each the
-    least of ``repeat`` calls (:func:`~extractors.hardware.least_seconds`) less the
-    per-call overhead.
+    least of ``repeat`` calls less the per-call overhead, the kernels of one shape timed
+    side by side (:func:`_curves`).
 
     >>> hw = calibrate(threads=1, repeat=3)
     >>> [kind for kind, _ in hw.rates]  # (the libraries' kernels where torch has them)
@@ -101,8 +101,7 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            rates = tuple((kind, curve) for kind, measure in _RATE_MEASURES.items()
-                          if (curve := _curve(measure, repeat, measured.launch_overhead)))
+            rates = _curves(repeat, measured.launch_overhead)
         finally:
             torch.set_num_threads(before)
     peak = max(rate for _, rate in rates[0][1])
@@ -111,14 +110,40 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
                    matrix_half=max(peak, measured.matrix_half), rates=rates)
 
 
-def _curve(calls, repeat: int, overhead: float) -> tuple[tuple[float, float], ...]:
-    """``(flops, flop_per_second)`` of each ``(flops, call)`` in ``calls``, in increasing
-    FLOPs (the fastest kept where two calls do the same work)."""
-    points: dict[float, float] = {}
-    for flops, call in calls():
-        seconds = max(least_seconds(call, repeat) - overhead, 1e-9)
-        points[flops] = max(points.get(flops, 0.0), flops / seconds)
-    return tuple(sorted(points.items()))
+def _curves(repeat: int, overhead: float) -> tuple[tuple[str, tuple], ...]:
+    """``(kind, curve)`` of each kind of :data:`_RATE_MEASURES` that has calls here, a
+    curve being ``(flops, flop_per_second)`` in increasing FLOPs (the fastest kept where
+    two calls do the same work). Each call's time is the least of ``repeat``, less the
+    per-call overhead, timed in rounds that take every kernel's call at the same place of
+    its shapes in turn: the kernels of one shape are timed side by side, so that a slower
+    minute of a shared machine slows them alike and their order stays the machine's (timed
+    one curve after the other, torch's product of 1024^3 measured 150-230 GFLOP/s in four
+    calibrations of one machine)."""
+    import time
+
+    calls = {kind: list(measure()) for kind, measure in _RATE_MEASURES.items()}
+    calls = {kind: kind_calls for kind, kind_calls in calls.items() if kind_calls}
+    for kind_calls in calls.values():
+        for _, call in kind_calls:  # (twice: a weight seen twice is packed)
+            call()
+            call()
+    seconds = {(kind, i): float("inf") for kind, kind_calls in calls.items()
+               for i in range(len(kind_calls))}
+    for _ in range(repeat):
+        for i in range(max(map(len, calls.values()))):
+            for kind, kind_calls in calls.items():
+                if i < len(kind_calls):
+                    start = time.perf_counter()
+                    kind_calls[i][1]()
+                    seconds[kind, i] = min(seconds[kind, i], time.perf_counter() - start)
+    curves = []
+    for kind, kind_calls in calls.items():
+        points: dict[float, float] = {}
+        for i, (flops, _) in enumerate(kind_calls):
+            rate = flops / max(seconds[kind, i] - overhead, 1e-9)
+            points[flops] = max(points.get(flops, 0.0), rate)
+        curves.append((kind, tuple(sorted(points.items()))))
+    return tuple(curves)
 
 
 def _matmuls():
