@@ -111,7 +111,8 @@ def sample(program: Program, count: int, seed: int, batches: int = 60
             break
     if have < count:
         raise SamplingError(f"{have} of {count} points satisfy the precondition and have a "
-                            f"finite exact result after {batches} rounds")
+                            f"finite exact result after {batches} rounds (NaN: outside the "
+                            f"domain, or a comparison no precision decides)")
     xs = torch.cat(kept, 1)[:, :count]
     return tuple(xs), torch.cat(values)[:count]
 

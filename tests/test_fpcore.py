@@ -65,6 +65,24 @@ def test_reference_decides_the_rounding():
     assert math.isnan(q.reference(-1.0))  # outside the reals
 
 
+def test_a_comparison_no_precision_decides_is_not_guessed():
+    # Kahan's Monster (Herbie's numerics/great-debate.fpcore): z is exactly 0 over the
+    # reals, so the truth is 1; at every working precision z is a rounding error above 0
+    # and the else branch gave 0, scored as the truth
+    (monster,) = fpcore.parse("""(FPCore (y) :pre (<= 1 y 9999)
+      (let ([Qx (- (fabs (- y (sqrt (+ (* y y) 1)))) (/ 1 (+ y (sqrt (+ (* y y) 1)))))])
+        (let ([z (* Qx Qx)]) (if (== z 0) 1 (/ (- (exp z) 1) z)))))""")
+    assert all(math.isnan(monster.reference(y)) for y in (1.0, 7.0, 333.0))
+    from compiler.sampling import SamplingError, sample
+    with pytest.raises(SamplingError, match="comparison no precision decides"):
+        sample(monster, 8, seed=0, batches=2)
+    # comparisons that precision does decide keep their branch: tiny, exact and close
+    (p,) = fpcore.parse("(FPCore (x y) (if (< (- x y) 1e-300) (- x y) (/ x y)))")
+    assert p.reference(1.0, 1.0) == 0.0
+    assert p.reference(1.0 + 2**-52, 1.0) == 1.0 + 2**-52
+    assert p.reference(-3.0, 1e-310) == -3.0 - 1e-310
+
+
 def test_binary32_fma_and_cbrt_run_through_float64():
     (p,) = fpcore.parse("(FPCore (x y z) :precision binary32 (fma x y z))")
     x = torch.tensor([1 + 2 ** -12], dtype=torch.float32)

@@ -11,6 +11,13 @@ operand that a sum absorbs (``1 - eps`` for ``eps`` of 1e-163 is 1 at 192 bits, 
 functions leave the reals as NaN (``sqrt`` of a negative, ``x / 0``), and the result is
 the nearest float of the precision (infinite beyond its largest).
 
+A comparison is decided when its operands' differences agree, in sign and to the target's
+bits, between two working precisions. Operands equal over the reals but computed with
+rounding error (Kahan's Monster compares ``z``, exactly 0 over the reals, with 0; at ``p``
+bits ``z`` is near ``2^-2p``) differ by an amount that shrinks with every doubling, so no
+precision decides them, and the point's result is NaN: not a value the sampler keeps, as
+Rival leaves such points unsamplable rather than guess a branch.
+
 >>> from frontends.fpcore.expression import Call, Number, Variable
 >>> from fractions import Fraction
 >>> e = Call("-", (Call("+", (Variable("x"), Number(Fraction(1), "1"))), Variable("x")))
@@ -21,6 +28,7 @@ the nearest float of the precision (infinite beyond its largest).
 from __future__ import annotations
 
 import math
+from itertools import combinations
 
 import mpmath as mp
 import numpy as np
@@ -37,10 +45,16 @@ MAX_BITS = 4096
 last evaluation's rounding."""
 
 
-def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None):
+_COMPARISONS = frozenset({"<", ">", "<=", ">=", "==", "!="})
+
+
+def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None,
+             compared: list | None = None):
     """``expr`` over the reals at mpmath's current precision, with ``env`` the values (mpf)
     of its free variables; booleans for comparisons and logic. ``lost`` (a one-item list)
-    adds up the bits that cancel in sums and differences (all of them where one is zero).
+    adds up the bits that cancel in sums and differences (all of them where one is zero);
+    ``compared`` collects, in evaluation order, the differences between each comparison's
+    operands (what decides it).
 
     >>> from frontends.fpcore.expression import Call, Variable
     >>> with mp.workprec(60):
@@ -52,23 +66,25 @@ def evaluate(expr: Expr, env: dict[str, object], lost: list[float] | None = None
     if isinstance(expr, Number):
         return mp.mpf(expr.value.numerator) / expr.value.denominator
     if isinstance(expr, Call):
-        args = [evaluate(a, env, lost) for a in expr.args]
+        args = [evaluate(a, env, lost, compared) for a in expr.args]
         if expr.op == "-" and len(args) == 1:
             return -args[0]
         result = OPERATORS[expr.op].real(*args)
         if lost is not None and expr.op in ("+", "-"):
             lost[0] += _lost(result, args)
+        if compared is not None and expr.op in _COMPARISONS:
+            compared.extend(a - b for a, b in combinations(args, 2))
         return result
     if isinstance(expr, If):
-        return evaluate(expr.then if evaluate(expr.cond, env, lost) else expr.orelse, env,
-                        lost)
+        taken = expr.then if evaluate(expr.cond, env, lost, compared) else expr.orelse
+        return evaluate(taken, env, lost, compared)
     if isinstance(expr, Let):
         inner = dict(env)
         for name, value in expr.bindings:
-            inner[name] = evaluate(value, inner if expr.sequential else env, lost)
-        return evaluate(expr.body, inner, lost)
+            inner[name] = evaluate(value, inner if expr.sequential else env, lost, compared)
+        return evaluate(expr.body, inner, lost, compared)
     if isinstance(expr, Annotation):
-        return evaluate(expr.body, env, lost)
+        return evaluate(expr.body, env, lost, compared)
     if isinstance(expr, Constant):
         return CONSTANTS[expr.name]()
     raise TypeError(f"not an FPCore expression: {expr!r}")
@@ -116,18 +132,50 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
+def _comparisons_agree(before: list, after: list, target: int) -> bool:
+    """Whether the comparisons of two evaluations, at a precision and at twice it, are
+    decided: the same number of them, and each difference of operands the same in sign and
+    to ``target`` bits (or exactly zero in both).
+
+    >>> third = mp.mpf(1) / 3
+    >>> _comparisons_agree([third - 0], [third - 0], 53)
+    True
+    >>> _comparisons_agree([mp.ldexp(1, -400)], [mp.ldexp(1, -800)], 53)  # noise of 0
+    False
+    """
+    if len(before) != len(after):
+        return False
+    for a, b in zip(before, after):
+        if a == b:
+            continue
+        if a == 0 or b == 0 or (a < 0) != (b < 0) or abs(a - b) > abs(b) * mp.ldexp(1, -target):
+            return False
+    return True
+
+
 def correctly_rounded(expr: Expr, names: tuple[str, ...], point: tuple[float, ...],
                       precision: str) -> float:
-    """``expr`` at ``point`` (values of ``names``) over the reals, rounded to ``precision``
-    (see the module docstring)."""
-    bits, last = START_BITS[precision], None
+    """``expr`` at ``point`` (values of ``names``) over the reals, rounded to ``precision``;
+    NaN where a comparison is not decided within :data:`MAX_BITS` (see the module
+    docstring).
+
+    >>> from frontends import fpcore
+    >>> (p,) = fpcore.parse("(FPCore (x) (let ([r (sqrt (+ (* x x) 1))])"
+    ...                     " (if (== (- r x) (/ 1 (+ x r))) 1 0)))")
+    >>> correctly_rounded(p.body, ("x",), (3.0,), "binary64")  # equal over the reals
+    nan
+    """
+    bits, last, last_compared = START_BITS[precision], None, None
     target = 24 if precision == "binary32" else 53
     while True:
-        lost = [0.0]
+        lost, compared = [0.0], []
         with mp.workprec(bits):
             env = {n: mp.mpf(v) for n, v in zip(names, point)}
-            result = round_to(evaluate(expr, env, lost), precision)
-        decided = last is not None and _same(result, last) and bits > lost[0] + 2 * target
-        if decided or bits >= MAX_BITS:
+            result = round_to(evaluate(expr, env, lost, compared), precision)
+        agree = last is not None and _comparisons_agree(last_compared, compared, target)
+        decided = agree and _same(result, last) and bits > lost[0] + 2 * target
+        if decided:
             return result
-        last, bits = result, 2 * bits
+        if bits >= MAX_BITS:
+            return result if agree or not compared else math.nan
+        last, last_compared, bits = result, compared, 2 * bits
