@@ -453,3 +453,29 @@ def test_a_log_identity_that_holds_for_positive_values_only_is_not_a_candidate()
     assert sp.log(x) + sp.log(y) not in found
     for c in found:  # (a one-sided series is NaN on its other side: "not here")
         assert isinstance(c, sp.Piecewise) or not evaluate(c, env).isnan().any(), c
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+@pytest.mark.parametrize("source", [
+    # Herbie's haskell.fpcore: force-layout's coulombForce and linear's perspective, B;
+    # over the whole range of a double the product under or over the line overflows
+    "(FPCore (x y) (/ x (* y y)))",
+    "(FPCore (x y) (/ (* (* x 2) y) (- x y)))",
+])
+def test_a_product_that_overflows_where_its_quotient_does_not_is_reassociated(entry, source):
+    from compiler.sampling import errors, train_and_test
+    from frontends import fpcore
+
+    (program,) = fpcore.parse(source)
+    (train, _), (test, exact) = train_and_test(program, 64, 256)
+    gm = program.module()
+    if entry == "rewriter":
+        fixed = StabilityRewriter().optimize(gm, train)
+    else:
+        fixed = EGraph.from_fx(gm, train).saturate(
+            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
+    with torch.no_grad():
+        before = errors(gm(*test), exact, "binary64")
+        after = errors(fixed(*test), exact, "binary64")
+    assert before.mean > 10
+    assert after.mean < 1 and after.nonfinite <= before.nonfinite

@@ -62,6 +62,8 @@ def _walk(e: sp.Expr, env: dict, memo: dict):
         value = _mul(e, env, memo)
     elif isinstance(e, sp.Pow):
         value = _pow(e.base, e.exp, env, memo)
+    elif isinstance(e, sp.UnevaluatedExpr):  # a grouping kept as written
+        value = _walk(e.args[0], env, memo)
     elif e.func == sp.log and isinstance(e.args[0], sp.Add) and 1 in e.args[0].args:
         value = torch.log1p(_walk(e.args[0] - 1, env, memo))
     elif e.func in _TORCH:

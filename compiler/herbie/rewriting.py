@@ -93,13 +93,80 @@ def _exps(e: sp.Expr) -> list[sp.Expr]:
     return out
 
 
+def _factor_lists(e: sp.Mul) -> tuple[sp.Expr, list[sp.Expr], list[sp.Expr]]:
+    """A product's coefficient, and its factors over and under the line, a small integer
+    power as that many factors: ``2*x*y**2/z`` is ``(2, [x, y, y], [z])``."""
+    coeff, factors = e.as_coeff_mul()
+    over: list[sp.Expr] = []
+    under: list[sp.Expr] = []
+    for f in factors:
+        if isinstance(f, sp.Pow) and f.exp.is_Integer and 0 < abs(f.exp) <= 4:
+            (over if f.exp > 0 else under).extend([f.base] * abs(int(f.exp)))
+        else:
+            over.append(f)
+    return coeff, over, under
+
+
+def _grouped(coeff: sp.Expr, group: sp.Expr, over: list[sp.Expr], under: list[sp.Expr],
+             ) -> sp.Expr:
+    """``coeff * group * prod(over) / prod(under)``, ``group`` computed first."""
+    return sp.Mul(coeff, sp.UnevaluatedExpr(group), *over, *(1 / u for u in under))
+
+
+def _without(items: list[sp.Expr], *taken: sp.Expr) -> list[sp.Expr]:
+    rest = list(items)
+    for t in taken:
+        rest.remove(t)
+    return rest
+
+
+def _reassociate(e: sp.Expr, most: int = 16) -> list[sp.Expr]:
+    """A product and quotient in other orders, so that no step overflows or underflows
+    where the result does not (over the whole range of a float, ``y*y`` overflows where
+    ``x/(y*y)`` does not): ``x/(y*y)`` as ``(x/y)/y``, ``2*x*y/(x - y)`` as
+    ``(2*x/(x - y))*y`` and ``2*x/((x - y)/y)``, and every factor over the line against
+    every factor under it, then one alternating chain. sympy keeps a product flat, so each
+    grouping is held in an ``UnevaluatedExpr``, which :func:`evaluate` computes as written.
+
+    >>> x, y = sp.symbols("x y", real=True)
+    >>> [str(c) for c in _reassociate(x / y ** 2)]
+    ['(x/y)/y']
+    """
+    if not isinstance(e, sp.Mul):
+        return []
+    coeff, over, under = _factor_lists(e)
+    if len(over) + len(under) < 3:
+        return []
+    out: list[sp.Expr] = []
+    for a in dict.fromkeys(over):
+        for d in dict.fromkeys(under):
+            out.append(_grouped(coeff, a / d, _without(over, a), _without(under, d)))
+            if len(over) > 1:  # the rest over (d / a)
+                out.append(_grouped(coeff, 1 / sp.UnevaluatedExpr(d / a), _without(over, a),
+                                    _without(under, d)))
+    if len(over) > 2 or (len(over) == 2 and under):
+        for i, a in enumerate(over):
+            for b in over[i + 1:]:
+                out.append(_grouped(coeff, a * b, _without(over, a, b), under))
+    if over and under:
+        chain: sp.Expr = over[0]
+        rest_over, rest_under = over[1:], list(under)
+        while rest_over or rest_under:
+            if rest_under:
+                chain = sp.UnevaluatedExpr(chain / rest_under.pop(0))
+            if rest_over:
+                chain = sp.UnevaluatedExpr(chain * rest_over.pop(0))
+        out.append(coeff * chain)
+    return list({str(c): c for c in out}.values())[:most]
+
+
 def _simplify(e: sp.Expr) -> list[sp.Expr]:
     return [sp.simplify(e)]
 
 
 REWRITES: dict[str, Callable[[sp.Expr], list[sp.Expr]]] = {
     "flip": _flip, "fractions": _fractions, "half-angle": _half_angle, "trig": _trig,
-    "logs": _logs, "exps": _exps, "simplify": _simplify,
+    "logs": _logs, "exps": _exps, "simplify": _simplify, "reassociate": _reassociate,
 }
 """The rewrite strategies applied where the error is: each maps a sympy expression to
 equal expressions (identities wherever both sides are defined)."""
