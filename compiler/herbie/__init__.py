@@ -130,12 +130,15 @@ class AccuracyReport:
 
 def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
                      threshold: float = 0.5, time_limit_s: float = 60.0,
-                     max_regimes: int = 4) -> fx.GraphModule:
+                     max_regimes: int = 4,
+                     ranges: dict[str, tuple[float, float]] | None = None) -> fx.GraphModule:
     """A copy of ``gm`` with its inaccurate elementwise formulas replaced (see the module
     docstring); ``meta["accuracy_report"]`` says what changed. ``points``: sample points per
     formula (drawn from the elements of the example inputs); ``threshold``: the local error
     (mean bits) that makes an op worth rewriting; ``max_regimes``: the most input ranges a
-    formula is split into (1: one candidate everywhere, no branch)."""
+    formula is split into (1: one candidate everywhere, no branch); ``ranges``: the
+    declared range of inputs (by placeholder name), which the probes off the samples keep
+    to."""
     start = time.perf_counter()
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (
         example_inputs,)
@@ -164,7 +167,7 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
             break
         try:
             found = _improve(out, unit, values, points, max_regimes,
-                             deadline=start + time_limit_s)
+                             deadline=start + time_limit_s, ranges=ranges or {})
         except (SeriesTimeout, ArithmeticError, ValueError, TypeError, RuntimeError):
             found = None
         if found is not None:
@@ -222,7 +225,8 @@ def _searched(source: FxSource, gm: fx.GraphModule, samples,
 
     refused = None
     for max_regimes in (4, 1):
-        improved = improve_accuracy(gm, samples, max_regimes=max_regimes)
+        improved = improve_accuracy(gm, samples, max_regimes=max_regimes,
+                                    ranges=source.ranges)
         report = improved.meta["accuracy_report"]
         if not report.improvements:
             break
@@ -276,7 +280,7 @@ def less_accurate_than_source(source: FxSource, gm: fx.GraphModule, samples) -> 
 
 
 def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_regimes: int,
-             deadline: float) -> Improvement | None:
+             deadline: float, ranges: dict) -> Improvement | None:
     """Replace one formula when a candidate program is more accurate on its samples."""
     root_value = values.get(unit.root.name)
     if not isinstance(root_value, torch.Tensor) or not root_value.is_floating_point():
@@ -328,7 +332,9 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
         got = run_program(regimes, exprs, key, env)
         if int((~torch.isfinite(got)).sum()) > int((~torch.isfinite(source)).sum()):
             return None
-        refuted = refuting_probes(unit, regimes, exprs, samples, dtype)
+        leaf = unit.leaves[regimes.variable]
+        bounds = ranges.get(leaf.name) if leaf.op == "placeholder" else None
+        refuted = refuting_probes(unit, regimes, exprs, samples, dtype, bounds)
         if refuted is None:
             break
         # Herbie samples more where the program is in doubt: points around each probe
