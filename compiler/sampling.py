@@ -71,12 +71,13 @@ def _draw(ranges: list[tuple[int, int]], count: int, dtype: torch.dtype,
     sizes = torch.tensor([float(b) - float(a) + 1 for a, b in ranges], dtype=torch.float64)
     which = torch.multinomial(sizes / sizes.sum(), count, replacement=True, generator=gen)
     u = torch.rand(count, generator=gen, dtype=torch.float64)
-    firsts = torch.tensor([a for a, _ in ranges], dtype=torch.int64)[which]
-    lasts = torch.tensor([b for _, b in ranges], dtype=torch.int64)[which]
-    # in float64: a float64 range holds more ordinals than an int64 can count exactly
-    counts = firsts + torch.floor(u * sizes[which]).long()
-    counts = torch.minimum(torch.maximum(counts, firsts), lasts)
-    return from_ordinals(counts, dtype)
+    offsets = torch.floor(u * sizes[which]).tolist()
+    # the offset in float64, the sum in Python's integers: the whole float64 line holds
+    # 2^64 ordinals, and an offset past 2^63 wrapped in int64 (every positive draw of an
+    # unbounded input came out as one value, 2.2e-308)
+    counts = [min(max(ranges[w][0] + int(o), ranges[w][0]), ranges[w][1])
+              for w, o in zip(which.tolist(), offsets)]
+    return from_ordinals(torch.tensor(counts, dtype=torch.int64), dtype)
 
 
 def sample(program: Program, count: int, seed: int, batches: int = 60

@@ -65,6 +65,19 @@ def test_reference_decides_the_rounding():
     assert math.isnan(q.reference(-1.0))  # outside the reals
 
 
+def test_an_unbounded_input_is_drawn_over_every_float_of_both_signs():
+    # an offset past 2^63 ordinals wrapped in int64: every positive draw of an input with
+    # no precondition came out as 2.2e-308, and "sqrt times" sampled no point at all
+    from compiler.sampling import sample
+
+    (p,) = fpcore.parse("(FPCore (x y) (* (sqrt (- x 1)) y))")
+    (x, y), exact = sample(p, 400, seed=0)
+    assert bool((x >= 1).all()) and bool(torch.isfinite(exact).all())
+    assert x.unique().numel() == 400 and bool((x > 1e200).any() and (x < 1e10).any())
+    assert bool((y > 1e-200).any() and (y < -1e-200).any())
+    assert 0.3 < float((y > 0).double().mean()) < 0.7
+
+
 def test_a_comparison_no_precision_decides_is_not_guessed():
     # Kahan's Monster (Herbie's numerics/great-debate.fpcore): z is exactly 0 over the
     # reals, so the truth is 1; at every working precision z is a rounding error above 0

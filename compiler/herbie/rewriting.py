@@ -177,7 +177,7 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
                rounds: int = 2, keep: int = 3,
                domain: dict | None = None) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
-    each localised subexpression ``hot`` and at the whole (then again, on the sums inside the
+    each localised subexpression ``hot``, at each sum and at the whole (then again, on the sums inside the
     ``keep`` most accurate candidates so far, ``rounds`` times in all), and the series
     expansions. A candidate undefined where ``expr`` is defined, at the points of
     ``domain`` (default ``env``) and around them
@@ -203,7 +203,9 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
             return
         found.append((label, c))
 
-    sites = [(expr, hot)]
+    # the sums of the formula are places too: the error of a quadratic root is localised
+    # at its sqrt, and the rewrite that removes it flips the sum around the sqrt
+    sites = [(expr, [*hot, *(a for a in sp.preorder_traversal(expr) if isinstance(a, sp.Add))])]
     for _ in range(rounds):
         for base, places in sites:
             for place in dict.fromkeys([*places, base]):
