@@ -78,6 +78,23 @@ def test_an_unbounded_input_is_drawn_over_every_float_of_both_signs():
     assert 0.3 < float((y > 0).double().mean()) < 0.7
 
 
+def test_a_sum_that_absorbs_more_bits_than_any_precision_tried_is_not_doubled_for(
+        monkeypatch):
+    # Hamming's expq2 at x = 1e300: exp(x) - 1 absorbs the 1 past 4,096 bits, so no
+    # precision here keeps it; evaluating up to 4,096 bits took 0.2 s a point and left the
+    # suite's expq2 unsampled within its time
+    from frontends.fpcore import reference
+
+    calls = []
+    evaluate = reference.evaluate
+    monkeypatch.setattr(reference, "evaluate", lambda *a: calls.append(1) or evaluate(*a))
+    (p,) = fpcore.parse("(FPCore (x) (/ (exp x) (- (exp x) 1)))")
+    assert p.reference(1e300) == 1.0 and len(calls) == 2
+    calls.clear()
+    (q,) = fpcore.parse("(FPCore (x) (- (+ x 1) x))")
+    assert q.reference(1e300) == 1.0 and len(calls) > 2  # a gap of 997 bits: doubled past
+
+
 def test_a_comparison_no_precision_decides_is_not_guessed():
     # Kahan's Monster (Herbie's numerics/great-debate.fpcore): z is exactly 0 over the
     # reals, so the truth is 1; at every working precision z is a rounding error above 0
