@@ -500,3 +500,35 @@ def test_probes_off_the_samples_keep_to_the_declared_range(entry):
     with torch.no_grad():
         assert errors(gm(*test), exact, "binary64").mean > 40
         assert errors(fixed(*test), exact, "binary64").mean < 1
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+def test_a_formula_that_folds_to_a_constant_is_replaced_by_it(entry):
+    # Herbie's "Cancel like terms": (1 + x) - x is 1, and in floats it is 0 past 2^53
+    from compiler.sampling import errors, train_and_test
+    from frontends import fpcore
+
+    (program,) = fpcore.parse("(FPCore (x) (- (+ 1 x) x))")
+    (train, _), (test, exact) = train_and_test(program, 64, 256)
+    gm = program.module()
+    if entry == "rewriter":
+        fixed = StabilityRewriter().optimize(gm, train)
+    else:
+        fixed = EGraph.from_fx(gm, train).saturate(
+            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
+    with torch.no_grad():
+        assert errors(gm(*test), exact, "binary64").mean > 10
+        out = fixed(*test)
+    assert out.shape == test[0].shape and out.dtype == test[0].dtype
+    assert errors(out, exact, "binary64").mean == 0
+
+
+def test_a_constant_formula_has_the_broadcast_shape_of_its_inputs():
+    import sympy as sp
+
+    from compiler.herbie.emit import evaluate
+
+    x, y = sp.symbols("x y")
+    env = {x: torch.randn(4, 1), y: torch.randn(3)}
+    out = evaluate(sp.Integer(2), env)
+    assert out.shape == (4, 3) and bool((out == 2).all())

@@ -41,8 +41,10 @@ def evaluate(expr: sp.Expr, env: dict, memo: dict | None = None):
     """
     memo = {} if memo is None else memo
     value = _walk(expr, env, memo)
-    if isinstance(value, (int, float)):
-        ref = next(iter(env.values()))
+    if isinstance(value, (int, float)):  # a constant, over the leaves' broadcast shape
+        leaves = [torch.as_tensor(v) if isinstance(v, (int, float)) else v
+                  for v in env.values()]
+        ref = leaves[0] if len(leaves) == 1 else torch.broadcast_tensors(*leaves)[0]
         return torch.full_like(ref, float(value))
     return value
 

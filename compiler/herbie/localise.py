@@ -136,7 +136,9 @@ def formulas(gm: fx.GraphModule, floating: set[str], hot: set[str]) -> list[Form
         except (ValueError, TypeError):
             continue
         inside = [n for n in exprs if n.name in hot]
-        if not inside or not expr.free_symbols or expr.has(sp.zoo, sp.nan, sp.I):
+        # (a formula that sympy folds to a constant, ``(1 + x) - x``, is kept: the
+        # constant is its most accurate form; one of literals alone has no leaves)
+        if not inside or not symbols or expr.has(sp.zoo, sp.nan, sp.I):
             continue
         leaves = list(symbols)
         units.append(Formula(root, expr, leaves, [symbols[n] for n in leaves],
