@@ -61,14 +61,14 @@ def test_a_difference_of_fractions_is_rewritten_and_measured_better_on_new_point
     assert better(wide).shape == (3, 5) and torch.isfinite(better(wide)).all()
 
 
-def test_a_series_branch_is_emitted_only_where_the_formula_cancels():
+def test_a_formula_that_cancels_near_zero_is_fixed_there_and_kept_accurate_elsewhere():
     def naive(x):
         return (1 - torch.cos(x)) / (x * x)
 
-    # x * x underflows below 1e-19: only the series is accurate there
+    # x * x underflows below 1e-19: a series branch there, or 2 (sin(x/2) / x)^2 with the
+    # square taken after the quotient, and no series where x is far from 0
     samples = torch.cat([_log_spread(-30, 1, 150, 0), -_log_spread(-30, 1, 150, 1)])
     better = improve_accuracy(torch.fx.symbolic_trace(naive), (samples,))
-    assert "torch.where" in better.code
     test = torch.cat([_log_spread(-30, 1, 200, 2), -_log_spread(-30, 1, 200, 3)])
     exact = _exact(lambda x: (1 - mp.cos(x)) / (x * x), test)
     assert _bits(better, (test,), exact) < 1.0 < _bits(naive, (test,), exact)
@@ -477,7 +477,7 @@ def test_a_product_that_overflows_where_its_quotient_does_not_is_reassociated(en
     with torch.no_grad():
         before = errors(gm(*test), exact, "binary64")
         after = errors(fixed(*test), exact, "binary64")
-    assert before.mean > 10
+    assert before.mean > 5
     assert after.mean < 1 and after.nonfinite <= before.nonfinite
 
 

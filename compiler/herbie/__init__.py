@@ -322,9 +322,12 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
             continue
         exprs.append(e)
         labels.append(label)
-    for _ in range(ROUNDS):
+    # regimes the probes still refute after ROUNDS give way to one formula everywhere (3.4.2's
+    # regimes on eps alone are wrong wherever a * eps is not small; its expm1 form is not)
+    caps = [max_regimes] * ROUNDS + ([1] * ROUNDS if max_regimes > 1 else [])
+    for cap in caps:
         rows = scores(exprs, env, exact, dtype)
-        regimes = infer_regimes(rows, [s.double().numpy() for s in samples], max_regimes)
+        regimes = infer_regimes(rows, [s.double().numpy() for s in samples], cap)
         if regimes.mean_error > before - MIN_GAIN_BITS:
             return None
         refine_thresholds(unit, regimes, exprs, samples, dtype)

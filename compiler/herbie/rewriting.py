@@ -177,9 +177,9 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
                rounds: int = 2, keep: int = 3,
                domain: dict | None = None) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
-    each localised subexpression ``hot``, at each sum and at the whole (then again, on the sums inside the
-    ``keep`` most accurate candidates so far, ``rounds`` times in all), and the series
-    expansions. A candidate undefined where ``expr`` is defined, at the points of
+    each localised subexpression ``hot``, at each sum and at the whole (then again, on the
+    sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all), and
+    the series expansions. A candidate undefined where ``expr`` is defined, at the points of
     ``domain`` (default ``env``) and around them
     (:func:`~compiler.herbie.domain.narrows_domain`), is left out: no identity of it.
 
