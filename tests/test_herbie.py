@@ -3,11 +3,13 @@ error localised to the op that loses it, formulas replaced only where a candidat
 accurate against a high-precision reference, series branches where a formula cancels near a
 point, both entry points using it, and models without unstable code left alone."""
 
+import math
 import time
 
 import mpmath as mp
 import numpy as np
 import pytest
+import sympy as sp
 import torch
 
 from compiler.herbie import improve_accuracy
@@ -438,8 +440,6 @@ def test_a_candidate_undefined_where_the_formula_is_defined_is_not_used():
 def test_a_log_identity_that_holds_for_positive_values_only_is_not_a_candidate():
     # log(x*y) = log(x) + log(y) (sympy's expand_log with force=True) is NaN where x and y
     # are both negative, where log(x*y) is a number
-    import sympy as sp
-
     from compiler.herbie.emit import evaluate
     from compiler.herbie.rewriting import candidates
 
@@ -524,11 +524,49 @@ def test_a_formula_that_folds_to_a_constant_is_replaced_by_it(entry):
 
 
 def test_a_constant_formula_has_the_broadcast_shape_of_its_inputs():
-    import sympy as sp
-
     from compiler.herbie.emit import evaluate
 
     x, y = sp.symbols("x y")
     env = {x: torch.randn(4, 1), y: torch.randn(3)}
     out = evaluate(sp.Integer(2), env)
     assert out.shape == (4, 3) and bool((out == 2).all())
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+def test_a_root_of_squares_through_a_scaled_add_becomes_a_hypot(entry):
+    # lod.fpcore's sqrt((p - r)^2 + 4 q^2) in small: emission writes x*x + 4*(y*y) as
+    # torch.add(x*x, y*y, alpha=4), which the search must still see as one formula
+    from compiler.sampling import errors, train_and_test
+    from frontends import fpcore
+
+    (program,) = fpcore.parse("(FPCore (x y) (/ (sqrt (+ (* x x) (* 4 (* y y)))) 2))")
+    (train, _), (test, exact) = train_and_test(program, 64, 256)
+    gm = program.module()
+    if entry == "rewriter":
+        fixed = StabilityRewriter().optimize(gm, train)
+    else:
+        fixed = EGraph.from_fx(gm, train).saturate(
+            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
+    with torch.no_grad():
+        before, after = errors(gm(*test), exact, "binary64"), errors(fixed(*test), exact,
+                                                                     "binary64")
+    assert before.nonfinite > 0 and before.mean > 10
+    assert after.mean < 1 and after.nonfinite == 0
+    assert "hypot" in fpcore.write_module(fixed, program)
+
+
+def test_an_add_with_a_scale_is_one_formula_and_has_an_exact_value():
+    from compiler.herbie.localise import formulas
+    from frontends.fx.exact import exact_outputs
+
+    def scaled(x, y):
+        return torch.sqrt(torch.add(x * x, y * y, alpha=4))
+
+    gm = torch.fx.symbolic_trace(scaled)
+    names = {n.name for n in gm.graph.nodes if n.op == "call_function"}
+    (formula,) = formulas(gm, names, names)
+    x, y = sp.symbols("x y", real=True)
+    assert sp.simplify(formula.expr - sp.sqrt(x ** 2 + 4 * y ** 2)) == 0
+    big = torch.tensor([1e200, 3.0], dtype=torch.float64)
+    (value,) = exact_outputs(gm, (big, big))
+    assert value.tolist() == pytest.approx([math.sqrt(5) * 1e200, math.sqrt(45)])

@@ -1,7 +1,8 @@
 """From sympy back to torch: a candidate formula evaluated with torch on sample points
 (:func:`evaluate`), the piecewise program of its regimes run (:func:`run_program`) and
 emitted into the graph in place of the formula (:func:`emit_program`). ``exp(u) - 1``
-runs as ``expm1(u)`` and ``log(1 + u)`` as ``log1p(u)``.
+runs as ``expm1(u)``, ``log(1 + u)`` as ``log1p(u)`` and ``sqrt(a^2 + 4 b^2)`` as
+``hypot(a, 2 b)``.
 
 >>> import torch
 >>> x = sp.Symbol("x", real=True)
@@ -32,7 +33,8 @@ _TORCH = {sp.exp: torch.exp, sp.log: torch.log, sp.sin: torch.sin, sp.cos: torch
 def evaluate(expr: sp.Expr, env: dict, memo: dict | None = None):
     """``expr`` computed with torch on ``env`` (symbol -> tensor, or fx proxy: then the
     calls are recorded in its graph). ``exp(u) - 1`` runs as ``expm1(u)``, ``log(1 + u)``
-    as ``log1p(u)``. See the module's example.
+    as ``log1p(u)``, the root of a sum of squares as ``hypot`` (no square overflows). See
+    the module's example.
 
     >>> import torch
     >>> x = sp.Symbol("x", real=True)
@@ -148,7 +150,13 @@ def _pow(base: sp.Expr, exp: sp.Expr, env: dict, memo: dict):
     if exp == 1:
         return _walk(base, env, memo)
     if exp == sp.Rational(1, 2):
-        return torch.sqrt(_tensor(_walk(base, env, memo), env))
+        legs = _hypot_legs(base)
+        if legs is None:
+            return torch.sqrt(_tensor(_walk(base, env, memo), env))
+        value = _tensor(_walk(legs[0], env, memo), env)
+        for leg in legs[1:]:
+            value = torch.hypot(value, _tensor(_walk(leg, env, memo), env))
+        return value
     if exp.is_Integer and 1 < exp <= 4:
         b = _walk(base, env, memo)
         value = b
@@ -165,6 +173,31 @@ def _pow(base: sp.Expr, exp: sp.Expr, env: dict, memo: dict):
             raise ValueError(f"{base}**{exp} is not real")
         return value
     return torch.pow(b, x)
+
+
+def _hypot_legs(e: sp.Expr) -> list[sp.Expr] | None:
+    """The legs of a sum of two or more squares, ``c * u^2`` with ``c > 0`` as
+    ``sqrt(c) * u`` (``(p - r)**2 + 4*q**2`` has legs ``p - r`` and ``2*q``); None for any
+    other expression. The root of the sum is their ``hypot``, which squares none of them.
+
+    >>> p, q, r = sp.symbols("p q r", real=True)
+    >>> _hypot_legs(4 * q ** 2 + (p - r) ** 2)
+    [p - r, 2*q]
+    """
+    if not isinstance(e, sp.Add):
+        return None
+    legs = []
+    for term in e.args:
+        coeff, rest = term.as_coeff_Mul()
+        factors = sp.Mul.make_args(rest)
+        if not (coeff.is_positive and all(
+                isinstance(f, sp.Pow) and f.exp.is_Integer and f.exp > 0 and f.exp % 2 == 0
+                for f in factors)):
+            return None
+        scale = sp.sqrt(coeff)
+        scale = scale if scale.is_Rational else sp.Float(float(scale))
+        legs.append(scale * sp.Mul(*(f.base ** (f.exp // 2) for f in factors)))
+    return legs
 
 
 def run_program(regimes: Regimes, exprs: list[sp.Expr], key: sp.Symbol, env: dict):
@@ -198,14 +231,17 @@ def program_text(regimes: Regimes, exprs: list[sp.Expr], key: sp.Symbol) -> str:
 
 
 _EXPM1, _LOG1P = sp.Function("expm1"), sp.Function("log1p")
+_HYPOT = sp.Function("hypot")
 
 
 def _fused(e: sp.Expr) -> sp.Expr:
     """``e`` as :func:`evaluate` runs it: ``c*exp(u) - c`` as ``c*expm1(u)``, ``log(1 + u)``
-    as ``log1p(u)`` (for display)."""
+    as ``log1p(u)``, the root of a sum of squares as ``hypot`` (for display)."""
     if not e.args:
         return e
     args = [_fused(a) for a in e.args]
+    if isinstance(e, sp.Pow) and e.exp == sp.Rational(1, 2) and _hypot_legs(e.base):
+        return _HYPOT(*(_fused(leg) for leg in _hypot_legs(e.base)))
     if e.func == sp.log and isinstance(e.args[0], sp.Add) and 1 in e.args[0].args:
         return _LOG1P(_fused(e.args[0] - 1))
     if isinstance(e, sp.Add):

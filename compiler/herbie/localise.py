@@ -21,7 +21,7 @@ import torch
 import torch.fx as fx
 
 from egraph.ops.table import TABLE, sympy_form
-from frontends.fx.vocabulary import lower
+from frontends.fx.vocabulary import is_expression, lower
 
 __all__ = ["Formula", "drop_unused", "formulas", "node_values", "sympy_number", "to_sympy"]
 
@@ -67,9 +67,31 @@ def to_sympy(node: fx.Node):
     lowered = lower(node.target, node.args, node.kwargs, method=method)
     if lowered is None:
         return None
-    op, args = lowered[0], list(lowered[1])
+    leaves: list = []
+    built = _composed(lowered, leaves)
+    return None if built is None else (lambda *parts: built(iter(parts)), leaves)
+
+
+def _composed(expression, leaves: list):
+    """A function building the sympy form of a lowered expression from an iterator over
+    its leaf operands, which are appended to ``leaves`` (an operand may be a lowered
+    expression itself: ``add(x, y, alpha=4)`` is ``x + 4*y``); None where an op has no
+    sympy form."""
+    op, args = expression
     builder = _VOCABULARY.get(op)
-    return None if builder is None or len(args) != len(TABLE[op].params) else (builder, args)
+    if builder is None or len(args) != len(TABLE[op].params):
+        return None
+    parts = []
+    for a in args:
+        if is_expression(a):
+            part = _composed(a, leaves)
+            if part is None:
+                return None
+            parts.append(part)
+        else:
+            leaves.append(a)
+            parts.append(next)
+    return lambda operands: builder(*(part(operands) for part in parts))
 
 
 def sympy_number(value) -> sp.Expr | None:

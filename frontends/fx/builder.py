@@ -45,9 +45,16 @@ from frontends.fx.source import (
     OutputRef,
     WrittenRef,
 )
-from frontends.fx.terms import TermBuilder, is_expression
+from frontends.fx.terms import TermBuilder
 from frontends.fx.tracing import UntraceableModel
-from frontends.fx.vocabulary import IMPURE, SCALAR_FUNCTIONS, UNKNOWN_VALUE, lower, module_op
+from frontends.fx.vocabulary import (
+    IMPURE,
+    SCALAR_FUNCTIONS,
+    UNKNOWN_VALUE,
+    is_expression,
+    lower,
+    module_op,
+)
 
 __all__ = ["Builder", "UpdateThroughView"]
 

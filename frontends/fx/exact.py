@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 
 from egraph.ops.table import TABLE, sympy_form
-from frontends.fx.vocabulary import lower
+from frontends.fx.vocabulary import is_expression, lower
 
 __all__ = ["BITS", "ExactInterpreter", "exact_outputs", "exact_values", "real_function",
            "rounded"]
@@ -121,9 +121,10 @@ class ExactInterpreter(fx.Interpreter):
                 return np.where(cond, operands[1], operands[2])
             if op in _SELECT:
                 return np.vectorize(_SELECT[op], otypes=[bool])(operands[0], operands[1])
-            real = real_function(op) if op else None
-            if real is not None and not any(isinstance(a, str) for a in operands):
-                return np.vectorize(real, otypes=[object])(*operands)
+            if op and not any(isinstance(a, str) for a in operands):
+                value = _real_value((op, operands))
+                if value is not None:
+                    return value
         return self.fallback(n, args, kwargs)
 
     def fallback(self, n: fx.Node, args, kwargs):
@@ -140,6 +141,22 @@ class ExactInterpreter(fx.Interpreter):
         if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
             return out.numpy()
         return _exact(out) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+def _real_value(expression):
+    """The exact value of a lowered expression whose operands may be lowered expressions
+    themselves (``add(x, y, alpha=4)`` is ``("add", [x, ("mul", [y, 4])])``); None where
+    one of its ops has no real function."""
+    if not is_expression(expression):
+        return expression
+    op, operands = expression
+    real = real_function(op)
+    if real is None:
+        return None
+    values = [_real_value(a) for a in operands]
+    if any(v is None for v in values):
+        return None
+    return np.vectorize(real, otypes=[object])(*values)
 
 
 def exact_values(gm: fx.GraphModule, inputs) -> list:

@@ -17,9 +17,9 @@ from egraph.dims import is_symbolic
 from egraph.egraph import EGraph
 from egraph.term import literal
 from frontends.fx.analysis import Meta, TensorAnalysis
-from frontends.fx.vocabulary import SPECS, UNKNOWN_VALUE
+from frontends.fx.vocabulary import SPECS, UNKNOWN_VALUE, is_expression
 
-__all__ = ["SHAPE_PARAMS", "TermBuilder", "is_expression"]
+__all__ = ["SHAPE_PARAMS", "TermBuilder"]
 
 SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
 """Ops whose parameter at that position is a whole target shape."""
@@ -27,17 +27,6 @@ SHAPE_PARAMS = {"reshape": 1, "expand": 1, "full": 0}
 _MAX_FOLDED_BYTES = 1 << 20
 """Constant subgraphs whose result takes more bytes stay computed (they would bloat the
 module): a float32 table of 256K elements, a bool causal mask of 2 x 724 x 724."""
-
-
-def is_expression(value: Any) -> bool:
-    """Whether ``value`` is a lowered expression, ``(op name, [operands])``, as
-    :func:`frontends.fx.vocabulary.lower` returns one.
-
-    >>> is_expression(("exp", [1])), is_expression((2, 3))
-    (True, False)
-    """
-    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
-            and isinstance(value[1], list))
 
 
 class TermBuilder:

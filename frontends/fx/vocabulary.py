@@ -29,7 +29,8 @@ from egraph.ops.table import TABLE, UNKNOWN_VALUE, Module, dims_of
 from frontends.fx.lowerings import Lowered, Unsupported, lowering
 
 __all__ = ["IMPURE", "METHODS", "MODULES", "OPERATORS_BY_NAME", "SCALAR_FUNCTIONS", "SPECS",
-           "SPELLINGS", "UNKNOWN_VALUE", "OpSpec", "dims_of", "lower", "module_op", "resolve"]
+           "SPELLINGS", "UNKNOWN_VALUE", "OpSpec", "dims_of", "is_expression", "lower",
+           "module_op", "resolve"]
 
 aten = torch.ops.aten
 
@@ -208,6 +209,17 @@ def module_op(module: torch.nn.Module) -> tuple[str, Module] | None:
         name, entry = found
         return found if entry.when is None or entry.when(module) else None
     return None
+
+
+def is_expression(value: Any) -> bool:
+    """Whether ``value`` is a lowered expression, ``(op name, [operands])``, as
+    :func:`lower` returns one.
+
+    >>> is_expression(("exp", [1])), is_expression((2, 3))
+    (True, False)
+    """
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], list))
 
 
 def lower(target, args: tuple, kwargs: dict, method: bool = False) -> Lowered | None:
