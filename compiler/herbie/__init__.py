@@ -68,7 +68,13 @@ from compiler.herbie.measure import (
     representable,
     scores,
 )
-from compiler.herbie.probes import ROUNDS, refine_thresholds, refuting_probes, resample
+from compiler.herbie.probes import (
+    ROUNDS,
+    loses_on_mixed_points,
+    refine_thresholds,
+    refuting_probes,
+    resample,
+)
 from compiler.herbie.rewriting import REWRITES, candidates, rule_candidates
 from compiler.regimes import infer_regimes
 from compiler.series import SeriesTimeout
@@ -325,7 +331,10 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
     # regimes the probes still refute after ROUNDS give way to one formula everywhere (3.4.2's
     # regimes on eps alone are wrong wherever a * eps is not small; its expm1 form is not)
     caps = [max_regimes] * ROUNDS + ([1] * ROUNDS if max_regimes > 1 else [])
-    for cap in caps:
+    step = 0
+    while step < len(caps):
+        cap = caps[step]
+        step += 1
         rows = scores(exprs, env, exact, dtype)
         regimes = infer_regimes(rows, [s.double().numpy() for s in samples], cap)
         if regimes.mean_error > before - MIN_GAIN_BITS:
@@ -339,7 +348,12 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
         bounds = ranges.get(leaf.name) if leaf.op == "placeholder" else None
         refuted = refuting_probes(unit, regimes, exprs, samples, dtype, bounds)
         if refuted is None:
-            break
+            if not loses_on_mixed_points(unit, regimes, exprs, samples, dtype):
+                break
+            if cap == 1:
+                return None
+            step = caps.index(1)  # regimes that hold only for the samples' pairings
+            continue
         # Herbie samples more where the program is in doubt: points around each probe
         # that refuted it join the samples, and the regimes are inferred again
         more, more_exact = resample(unit, samples, regimes.variable, refuted, dtype)

@@ -20,8 +20,8 @@ from compiler.herbie.measure import (
 from compiler.ordinals import from_ordinals, midpoint, ordinals, uniform
 from compiler.regimes import Regimes, between
 
-__all__ = ["NEAR", "ROUNDS", "WRONG_PROBES", "refine_thresholds", "refuting_probes",
-           "resample"]
+__all__ = ["MIXED_POINTS", "NEAR", "ROUNDS", "WRONG_PROBES", "loses_on_mixed_points",
+           "refine_thresholds", "refuting_probes", "resample"]
 
 WRONG_PROBES = 0.1
 """The share of the points probed between samples where a program may lose more than
@@ -36,6 +36,11 @@ between its neighbouring samples (see ``resample``)."""
 ROUNDS = 3
 """Regime inferences per formula: after each whose program a probe refutes, points around
 the refuting probes join the samples (see ``resample``)."""
+
+
+MIXED_POINTS = 128
+"""Points of other combinations of the sampled values on which a program is checked (see
+``loses_on_mixed_points``)."""
 
 
 def resample(unit: Formula, samples: list[torch.Tensor], variable: int,
@@ -183,6 +188,47 @@ def refuting_probes(unit: Formula, regimes: Regimes, exprs: list[sp.Expr],
             return None
         broken = wrong
     return column[broken] if bool(broken.any()) else None
+
+
+def loses_on_mixed_points(unit: Formula, regimes: Regimes, exprs: list[sp.Expr],
+                          samples: list[torch.Tensor], dtype: torch.dtype,
+                          tolerance: float = 0.25) -> bool:
+    """Whether the piecewise program is less accurate than the formula (by more than
+    ``tolerance`` mean bits, or non-finite at more points where the formula is finite) on
+    :data:`MIXED_POINTS` points that combine the sampled values of each input anew (each
+    input's samples shuffled on their own). Regimes split on one input choose, for each of
+    its values, the candidate that was best with the other inputs the samples happened to
+    pair it with: ``x*x - 4*y*(z*z - t)`` split on ``x`` took ``x*x + 4*t*y`` wherever
+    ``x`` was above 6.4e47, wrong wherever ``y*z*z`` is as large. Inputs drawn on their
+    own, as Herbie draws them, are as likely in any combination.
+
+    >>> x, y = sp.symbols("x y", real=True)
+    >>> formula = Formula(None, x + y, [], [x, y], [], [], {})
+    >>> samples = [torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0])]
+    >>> split = Regimes(0, [2.5], [0, 1], 0.0)   # 2*x below 2.5 (true on the diagonal)
+    >>> loses_on_mixed_points(formula, split, [2 * x, x + y], samples, torch.float32)
+    True
+    """
+    gen = torch.Generator().manual_seed(1)
+    n = samples[0].numel()
+    pick = torch.randint(0, n, (MIXED_POINTS,), generator=gen)
+    points = [s[torch.randperm(n, generator=gen)][pick] for s in samples]
+    exact = exact_values(unit.expr, unit.symbols, points)
+    defined = representable(exact, dtype)
+    if not bool(defined.any()):
+        return False
+    env = dict(zip(unit.symbols, points))
+    try:
+        formula = at_points(evaluate(unit.expr, env), exact)
+    except (TypeError, ValueError, RuntimeError, ArithmeticError):
+        return False  # nothing to judge the program against here
+    got = at_points(run_program(regimes, exprs, unit.symbols[regimes.variable], env), exact)
+    finite = defined & torch.isfinite(formula)
+    if int((finite & ~torch.isfinite(got)).sum()) > 0:
+        return True
+    lost = (error_in_bits(got[defined], exact[defined], dtype).mean()
+            - error_in_bits(formula[defined], exact[defined], dtype).mean())
+    return float(lost) > tolerance
 
 
 def _extremes(dtype: torch.dtype, count: int = 8) -> torch.Tensor:
