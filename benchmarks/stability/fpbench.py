@@ -222,12 +222,18 @@ def summarise(rows: list[dict]) -> dict:
            "hard": len(hard), "bits_before": _mean(r["bits_before"] for r in ran),
            "most_seconds": max((r.get("seconds", 0.0) for r in ran), default=0.0),
            "seconds": sum(r.get("seconds", 0.0) for r in rows)}
+    with_alt = [r for r in ran if r.get("bits_alt") is not None
+                and not math.isnan(r["bits_alt"])]
+    out["alt"], out["bits_alt"] = len(with_alt), _mean(r["bits_alt"] for r in with_alt)
+    out["bits_before_alt"] = _mean(r["bits_before"] for r in with_alt)
     for e in ENTRIES:
         out[f"bits_{e}"] = _mean(r[f"bits_{e}"] for r in ran)
         out[f"improved_{e}"] = sum(improved(r, e) for r in hard)
         out[f"worse_{e}"] = sum(worse(r, e) for r in ran)
         out[f"drop_{e}"] = (1 - out[f"bits_{e}"] / out["bits_before"]
                             if out["bits_before"] else 0.0)
+        out[f"bits_{e}_alt"] = _mean(r[f"bits_{e}"] for r in with_alt)
+        out[f"as_alt_{e}"] = sum(r[f"bits_{e}"] <= r["bits_alt"] + 0.5 for r in with_alt)
     return out
 
 
@@ -243,6 +249,13 @@ def _targets(s: dict) -> str:
                      f"(target 75%); worse {s[f'worse_{e}']} (target 0); suite mean "
                      f"{s['bits_before']:.2f} -> {s[f'bits_{e}']:.2f} bits, a drop of "
                      f"{100 * s[f'drop_{e}']:.0f}% (target 60%)")
+    if s["alt"]:
+        lines.append(
+            f"- the {s['alt']} that give an `:alt` (a known better form, the target "
+            f"Herbie's developers set): source {s['bits_before_alt']:.2f}, alt "
+            f"{s['bits_alt']:.2f}, " + ", ".join(
+                f"{e} {s[f'bits_{e}_alt']:.2f} bits (within 0.5 bits of the alt or better "
+                f"on {s[f'as_alt_{e}']})" for e in ENTRIES))
     lines.append(f"- time: longest benchmark {s['most_seconds']:.1f} s (target 60 s); "
                  f"all benchmarks {s['seconds'] / 60:.1f} min of process time")
     return "\n".join(lines)

@@ -70,7 +70,7 @@ from compiler.herbie.measure import (
 )
 from compiler.herbie.probes import (
     ROUNDS,
-    loses_on_mixed_points,
+    loses_on_other_points,
     refine_thresholds,
     refuting_probes,
     resample,
@@ -348,11 +348,11 @@ def _improve(gm: fx.GraphModule, unit: Formula, values: dict, points: int, max_r
         bounds = ranges.get(leaf.name) if leaf.op == "placeholder" else None
         refuted = refuting_probes(unit, regimes, exprs, samples, dtype, bounds)
         if refuted is None:
-            if not loses_on_mixed_points(unit, regimes, exprs, samples, dtype):
+            if not loses_on_other_points(unit, regimes, exprs, samples, dtype):
                 break
             if cap == 1:
                 return None
-            step = caps.index(1)  # regimes that hold only for the samples' pairings
+            step = caps.index(1)  # regimes that hold only on the samples
             continue
         # Herbie samples more where the program is in doubt: points around each probe
         # that refuted it join the samples, and the regimes are inferred again
