@@ -211,3 +211,18 @@ def test_whole_suite_reads_without_a_crash():
                 read += 1
     assert read + len(refused) == 718
     assert read >= 0.9 * 718, [str(e) for e in refused]
+
+
+def test_a_negative_base_to_a_huge_integer_power_is_infinite_with_the_parity_sign():
+    # regression.fpcore's (pow l (exp w)): exp(w) a float past 2^1000, int() of which has
+    # more digits than memory; the whole suite's run died on it
+    (program,) = fpcore.parse("(FPCore (x y) (pow x y))")
+    assert program.reference(-2.0, 1e300) == math.inf
+    assert program.reference(-2.0, 2000001.0) == -math.inf
+    assert program.reference(-2.0, 2000000.0) == math.inf
+    assert program.reference(-0.5, 2000001.0) == 0.0
+    from compiler.sampling import train_and_test
+
+    (program,) = fpcore.parse("(FPCore (w l) (* (exp (- w)) (pow l (exp w))))")
+    (_, _), (_, exact) = train_and_test(program, 16, 64)
+    assert len(exact) == 64

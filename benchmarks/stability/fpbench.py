@@ -219,6 +219,7 @@ def summarise(rows: list[dict]) -> dict:
     ran = [r for r in rows if r["ran"]]
     hard = [r for r in ran if r["bits_before"] >= 2]
     out = {"benchmarks": len(rows), "parsed": sum(r["parsed"] for r in rows), "ran": len(ran),
+           "crashed": sum(r.get("reason", "").startswith("crashed") for r in rows),
            "hard": len(hard), "bits_before": _mean(r["bits_before"] for r in ran),
            "most_seconds": max((r.get("seconds", 0.0) for r in ran), default=0.0),
            "seconds": sum(r.get("seconds", 0.0) for r in rows)}
@@ -242,7 +243,7 @@ def _targets(s: dict) -> str:
         return f"{k} of {n} ({100 * k / n:.0f}%)" if n else "0 of 0"
 
     lines = [f"- parsed and ran: {share(s['ran'], s['benchmarks'])} (target 90%); "
-             f"parsed {s['parsed']}",
+             f"parsed {s['parsed']}; crashed {s['crashed']} (target 0)",
              f"- with at least 2 bits of mean error before: {s['hard']}"]
     for e in ENTRIES:
         lines.append(f"- {e}: improved by >= 1 bit {share(s[f'improved_{e}'], s['hard'])} "
@@ -365,8 +366,16 @@ def main() -> None:
 
 
 def _run(job) -> dict:
+    """:func:`run_benchmark`, or a row that names the exception where it raised (the
+    suite goes on, and the summary counts it)."""
     torch.set_num_threads(1)
-    return run_benchmark(*job)
+    try:
+        return run_benchmark(*job)
+    except Exception as error:  # noqa: BLE001 - one benchmark's crash is its row, not the run's
+        _, file, index, *_ = job
+        return {"file": file, "index": index, "parsed": False, "ran": False,
+                "benchmark": f"#{index + 1}", "reason": f"crashed: {type(error).__name__}: "
+                                                        f"{str(error)[:200]}"}
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ def _power(x, y):
         with mp.workprec(30):
             scale = y * mp.log(abs(x), 2)
         if abs(scale) > 2 ** 20:
-            negative = x < 0 and mp.isint(y) and int(y) % 2 == 1
+            # y odd, without int(y): 1e300's digits would take the whole memory
+            negative = x < 0 and mp.isint(y) and not mp.isint(y / 2)
             magnitude = mp.inf if scale > 0 else mp.mpf(0)
             return -magnitude if negative else magnitude
     return mp.power(x, y)
