@@ -455,41 +455,14 @@ def test_a_log_identity_that_holds_for_positive_values_only_is_not_a_candidate()
         assert isinstance(c, sp.Piecewise) or not evaluate(c, env).isnan().any(), c
 
 
-@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
-@pytest.mark.parametrize("source", [
-    # Herbie's haskell.fpcore: force-layout's coulombForce and linear's perspective, B;
-    # over the whole range of a double the product under or over the line overflows
-    "(FPCore (x y) (/ x (* y y)))",
-    "(FPCore (x y) (/ (* (* x 2) y) (- x y)))",
-])
-def test_a_product_that_overflows_where_its_quotient_does_not_is_reassociated(entry, source):
+def _fpcore_through(entry: str, source: str):
+    """An FPCore program sampled as Herbie samples it (64 training, 256 test points) and
+    run through one entry point with its declared ranges: ``(program, the rewritten
+    module, errors before, errors after)`` on the test points, in binary64."""
     from compiler.sampling import errors, train_and_test
     from frontends import fpcore
 
     (program,) = fpcore.parse(source)
-    (train, _), (test, exact) = train_and_test(program, 64, 256)
-    gm = program.module()
-    if entry == "rewriter":
-        fixed = StabilityRewriter().optimize(gm, train)
-    else:
-        fixed = EGraph.from_fx(gm, train).saturate(
-            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
-    with torch.no_grad():
-        before = errors(gm(*test), exact, "binary64")
-        after = errors(fixed(*test), exact, "binary64")
-    assert before.mean > 5
-    assert after.mean < 1 and after.nonfinite <= before.nonfinite
-
-
-@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
-def test_probes_off_the_samples_keep_to_the_declared_range(entry):
-    # Hamming's invcot (Herbie's hamming/series.fpcore): its series x/3 + x^3/45 holds on
-    # the declared (-0.026, 0.026) and was refuted by probes at 1e308
-    from compiler.sampling import errors, train_and_test
-    from frontends import fpcore
-
-    (program,) = fpcore.parse(
-        "(FPCore (x) :pre (and (< -0.026 x) (< x 0.026)) (- (/ 1 x) (/ 1 (tan x))))")
     (train, _), (test, exact) = train_and_test(program, 64, 256)
     gm, ranges = program.module(), program.ranges()
     if entry == "rewriter":
@@ -498,29 +471,39 @@ def test_probes_off_the_samples_keep_to_the_declared_range(entry):
         fixed = EGraph.from_fx(gm, train, ranges=ranges).saturate(
             load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
     with torch.no_grad():
-        assert errors(gm(*test), exact, "binary64").mean > 40
-        assert errors(fixed(*test), exact, "binary64").mean < 1
+        out = fixed(*test)
+        before, after = errors(gm(*test), exact, "binary64"), errors(out, exact, "binary64")
+    assert out.shape == test[0].shape and out.dtype == test[0].dtype
+    return program, fixed, before, after
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+@pytest.mark.parametrize("source", [
+    # Herbie's haskell.fpcore: force-layout's coulombForce and linear's perspective, B;
+    # over the whole range of a double the product under or over the line overflows
+    "(FPCore (x y) (/ x (* y y)))",
+    "(FPCore (x y) (/ (* (* x 2) y) (- x y)))",
+])
+def test_a_product_that_overflows_where_its_quotient_does_not_is_reassociated(entry, source):
+    _, _, before, after = _fpcore_through(entry, source)
+    assert before.mean > 5
+    assert after.mean < 1 and after.nonfinite <= before.nonfinite
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+def test_probes_off_the_samples_keep_to_the_declared_range(entry):
+    # Hamming's invcot (Herbie's hamming/series.fpcore): its series x/3 + x^3/45 holds on
+    # the declared (-0.026, 0.026) and was refuted by probes at 1e308
+    _, _, before, after = _fpcore_through(
+        entry, "(FPCore (x) :pre (and (< -0.026 x) (< x 0.026)) (- (/ 1 x) (/ 1 (tan x))))")
+    assert before.mean > 40 and after.mean < 1
 
 
 @pytest.mark.parametrize("entry", ["rewriter", "egraph"])
 def test_a_formula_that_folds_to_a_constant_is_replaced_by_it(entry):
     # Herbie's "Cancel like terms": (1 + x) - x is 1, and in floats it is 0 past 2^53
-    from compiler.sampling import errors, train_and_test
-    from frontends import fpcore
-
-    (program,) = fpcore.parse("(FPCore (x) (- (+ 1 x) x))")
-    (train, _), (test, exact) = train_and_test(program, 64, 256)
-    gm = program.module()
-    if entry == "rewriter":
-        fixed = StabilityRewriter().optimize(gm, train)
-    else:
-        fixed = EGraph.from_fx(gm, train).saturate(
-            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
-    with torch.no_grad():
-        assert errors(gm(*test), exact, "binary64").mean > 10
-        out = fixed(*test)
-    assert out.shape == test[0].shape and out.dtype == test[0].dtype
-    assert errors(out, exact, "binary64").mean == 0
+    _, _, before, after = _fpcore_through(entry, "(FPCore (x) (- (+ 1 x) x))")
+    assert before.mean > 10 and after.mean == 0
 
 
 def test_a_constant_formula_has_the_broadcast_shape_of_its_inputs():
@@ -536,22 +519,12 @@ def test_a_constant_formula_has_the_broadcast_shape_of_its_inputs():
 def test_a_root_of_squares_through_a_scaled_add_becomes_a_hypot(entry):
     # lod.fpcore's sqrt((p - r)^2 + 4 q^2) in small: emission writes x*x + 4*(y*y) as
     # torch.add(x*x, y*y, alpha=4), which the search must still see as one formula
-    from compiler.sampling import errors, train_and_test
-    from frontends import fpcore
-
-    (program,) = fpcore.parse("(FPCore (x y) (/ (sqrt (+ (* x x) (* 4 (* y y)))) 2))")
-    (train, _), (test, exact) = train_and_test(program, 64, 256)
-    gm = program.module()
-    if entry == "rewriter":
-        fixed = StabilityRewriter().optimize(gm, train)
-    else:
-        fixed = EGraph.from_fx(gm, train).saturate(
-            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
-    with torch.no_grad():
-        before, after = errors(gm(*test), exact, "binary64"), errors(fixed(*test), exact,
-                                                                     "binary64")
+    program, fixed, before, after = _fpcore_through(
+        entry, "(FPCore (x y) (/ (sqrt (+ (* x x) (* 4 (* y y)))) 2))")
     assert before.nonfinite > 0 and before.mean > 10
     assert after.mean < 1 and after.nonfinite == 0
+    from frontends import fpcore
+
     assert "hypot" in fpcore.write_module(fixed, program)
 
 
@@ -582,18 +555,5 @@ def test_an_add_with_a_scale_is_one_formula_and_has_an_exact_value():
     " (sin i))))",
 ])
 def test_regimes_that_hold_only_on_the_samples_are_not_used(entry, source):
-    from compiler.sampling import errors, train_and_test
-    from frontends import fpcore
-
-    (program,) = fpcore.parse(source)
-    (train, _), (test, exact) = train_and_test(program, 64, 256)
-    gm = program.module()
-    if entry == "rewriter":
-        fixed = StabilityRewriter().optimize(gm, train)
-    else:
-        fixed = EGraph.from_fx(gm, train).saturate(
-            load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
-    with torch.no_grad():
-        before, after = errors(gm(*test), exact, "binary64"), errors(fixed(*test), exact,
-                                                                     "binary64")
+    _, _, before, after = _fpcore_through(entry, source)
     assert after.mean <= before.mean + 0.25 and after.nonfinite <= before.nonfinite
