@@ -93,7 +93,7 @@ def _plain_matmul(a: tuple | None, b: tuple | None):
         return None
     if len(a) == len(b) == 2:
         return torch.mm
-    if len(a) == len(b) == 3 and type(a[0]) is int and a[0] == b[0] and a[0] != 1:
+    if len(a) == len(b) == 3 and isinstance(a[0], int) and a[0] == b[0] and a[0] != 1:
         return torch.bmm
     return None
 

@@ -119,6 +119,40 @@ def test_a_graph_exported_with_a_dynamic_length_gets_the_rewrites_of_a_static_on
             torch.testing.assert_close(out(y), model(y), rtol=1e-5, atol=1e-5)
 
 
+class _FlattenedHeads(nn.Module):
+    """Scores over heads flattened into the batch, as DeBERTa and fairseq write them:
+    ``(b * h, t, d)`` products with ``-1`` for the flattened size, reshaped back."""
+
+    def forward(self, q, k):
+        b, h, t, d = q.shape
+        scores = q.reshape(-1, t, d) @ k.reshape(-1, t, d).transpose(1, 2)
+        return scores.reshape(b, h, t, t).softmax(-1)
+
+
+def test_heads_flattened_into_a_symbolic_batch_get_the_rewrites_of_a_static_one():
+    """The reshapes around a batched product are seen through at symbolic sizes (a ``-1``
+    in a shape is the size the others leave; a transposed shape of sizes is a tuple of
+    them, not a literal that would fix the example's), and a product of batches of equal
+    symbolic size runs as ``torch.bmm``, as at a static size."""
+    q, k = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    dims = ({0: Dim.AUTO, 2: Dim.AUTO},) * 2
+    rules = load_rules("all")
+    used, codes = [], []
+    for shapes in (None, dims):
+        program = torch.export.export(_FlattenedHeads(), (q, k), dynamic_shapes=shapes)
+        eg = EGraph.from_fx(program, (q, k)).saturate(rules)
+        used.append({name for name, r in eg.report.rules.items() if r.applied})
+        out = eg.extract(Flops(), validate="raise")
+        codes.append(out.code)
+        for shape in [(2, 4, 6, 8), (3, 4, 5, 8)] if shapes else [(2, 4, 6, 8)]:
+            a, b = torch.randn(shape), torch.randn(shape)
+            torch.testing.assert_close(out(a, b), _FlattenedHeads()(a, b))
+    assert {"matmul-batched", "transpose-reshape"} <= used[1] and used[1] == used[0]
+    program = torch.export.export(_FlattenedHeads(), (q, k), dynamic_shapes=dims)
+    eg = EGraph.from_fx(program, (q, k))  # unsaturated: the 3-d product as written
+    assert "torch.bmm(" in eg.extract(Flops()).code
+
+
 def test_broadcasting_two_sizes_of_equal_examples_leaves_the_shape_unknown():
     """``x + y`` for lengths ``s0`` and ``s1`` that are both 8 in the example: its shape
     is ``(s0,)`` only where ``s0 == s1``, which only the example says. The analysis

@@ -58,6 +58,7 @@ from egraph.rules.guards import (
     positive,
     product_in_range,
     rank_is,
+    reshape_gives,
     same_dtype,
     scalar,
     short_chain,
@@ -171,9 +172,9 @@ def _flattened_batch(egraph, subst) -> bool:
     if sa is None or sb is None or len(sa) < 3 or len(sa) != len(sb) or sa[:-2] != sb[:-2]:
         return False
     n = math.prod(sa[:-2])
-    return (value_of(egraph, subst["d1"]) == (n, *sa[-2:])
-            and value_of(egraph, subst["d2"]) == (n, *sb[-2:])
-            and value_of(egraph, subst["s"]) == (*sa[:-2], sa[-2], sb[-1]))
+    return (reshape_gives(value_of(egraph, subst["d1"]), (n, *sa[-2:]))
+            and reshape_gives(value_of(egraph, subst["d2"]), (n, *sb[-2:]))
+            and reshape_gives(value_of(egraph, subst["s"]), (*sa[:-2], sa[-2], sb[-1])))
 
 
 def _amax_of_max(egraph, subst):

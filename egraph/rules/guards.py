@@ -24,7 +24,7 @@ from typing import Any
 
 from egraph.dims import Size
 from egraph.signs import NEG, POS, ZERO, describe
-from egraph.term import Var
+from egraph.term import Var, literal
 
 Guard = Callable[[Any, Any], bool]
 Variable = Var | str
@@ -74,6 +74,45 @@ def value_of(egraph, cid: int) -> Any:
     if meta is None or getattr(meta, "kind", None) not in ("literal", "scalar"):
         return None
     return meta.value
+
+
+def reshape_gives(target: Any, shape: tuple | None) -> bool:
+    """Whether reshaping a tensor of ``shape``'s elements to the literal ``target`` gives
+    ``shape``: the same sizes, one of which may be written -1 (torch infers it from the
+    others), as symbolic programs write the size that is the rest.
+
+    >>> reshape_gives((-1, 4, 8), (6, 4, 8)), reshape_gives((6, 4, 8), (6, 4, 8))
+    (True, True)
+    >>> reshape_gives((-1, -1, 8), (6, 4, 8)), reshape_gives((-1, 8), (6, 4, 8))
+    (False, False)
+    """
+    if not isinstance(target, tuple) or shape is None or len(target) != len(shape):
+        return False
+    inferred = [i for i, t in enumerate(target) if type(t) is int and t == -1]
+    return len(inferred) <= 1 and all(
+        t == n for i, (t, n) in enumerate(zip(target, shape)) if i not in inferred)
+
+
+def reordered_shape(egraph, cid: int, order: tuple[int, ...]) -> int | None:
+    """A class for the shape ``cid`` with its items taken in ``order``: a literal for a
+    literal shape, a ``tuple`` of the same item classes for a shape of symbolic sizes (a
+    literal would fix their example's values), or None where ``cid`` is neither.
+
+    >>> from egraph import EGraph
+    >>> from egraph.term import literal
+    >>> eg = EGraph()
+    >>> b, t, d = (eg.add_node(literal(n)) for n in (2, 3, 4))
+    >>> swapped = reordered_shape(eg, eg.add_node("tuple", [b, t, d]), (0, 2, 1))
+    >>> eg.find(swapped) == eg.find(eg.add_node("tuple", [b, d, t]))
+    True
+    """
+    for node in egraph.nodes(cid):
+        if node.op == "tuple" and all(i < len(node.children) for i in order):
+            return egraph.add_node("tuple", [node.children[i] for i in order])
+    value = value_of(egraph, cid)
+    if not isinstance(value, tuple) or any(isinstance(v, Size) for v in value):
+        return None
+    return egraph.add_node(literal(tuple(value[i] for i in order)))
 
 
 def dim_of(egraph, cid: int, rank: int) -> int | None:

@@ -31,7 +31,14 @@ from egraph.ops import (
 )
 from egraph.ops.einsum_plan import plan
 from egraph.rules.define import LibraryRule, rule, torch
-from egraph.rules.guards import named, scalar, shape_of, value_of
+from egraph.rules.guards import (
+    named,
+    reordered_shape,
+    reshape_gives,
+    scalar,
+    shape_of,
+    value_of,
+)
 from egraph.rules.merging import MERGING
 from egraph.term import literal, vars
 
@@ -46,7 +53,7 @@ a, b, c, e, m, x, i, j, p, q, s, s1, s2, d = vars("a b c e m x i j p q s s1 s2 d
 @named("shape x == s")
 def _shape_is_s(egraph, subst) -> bool:
     shape = shape_of(egraph, subst["x"])
-    return shape is not None and shape == value_of(egraph, subst["s"])
+    return reshape_gives(value_of(egraph, subst["s"]), shape)
 
 
 def _compose(egraph, subst):
@@ -168,11 +175,13 @@ def _transposed_first(egraph, subst):
     rank = len(target)
     if dims not in ({rank - 2, rank - 1}, {-2, -1}) or tuple(shape[-2:]) != target[-2:]:
         return None
+    swapped_target = reordered_shape(egraph, subst["s"], (*range(rank - 2), rank - 1, rank - 2))
+    if swapped_target is None:
+        return None
     add_node, n = egraph.add_node, len(shape)
     swapped = add_node("transpose", [subst["x"], add_node(literal(n - 2)),
                                      add_node(literal(n - 1))])
-    return add_node("reshape", [swapped, add_node(literal((*target[:-2], target[-1],
-                                                          target[-2])))])
+    return add_node("reshape", [swapped, swapped_target])
 
 
 def _permutation(egraph, cid) -> tuple | None:
