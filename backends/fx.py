@@ -156,9 +156,15 @@ class _Emitter:
         for name, cid in zip(src.inputs, src.input_classes):
             source = given.get(name)
             star = source is not None and str(source.target).startswith("*")
-            self.values[self.find(cid)] = node = self.graph.placeholder(
+            node = self.graph.placeholder(
                 source.target if star else name, default_value=source.args[0]
                 if source is not None and source.args else inspect.Signature.empty)
+            chosen = self.choice.get(self.find(cid))
+            if chosen is None or not is_literal_op(chosen[0]):
+                # (a number input the guards hold to its example's value is that literal
+                # where extraction chose it: a specialised program's ``w[:, :s0]`` at s0 =
+                # 12 is a slice of constants, folded once, not one read per call)
+                self.values[self.find(cid)] = node
             self.metas[node] = self.eg.data(cid)
             self.shared.add(node)
             if _strided(recorded_value(source) if source is not None else None,

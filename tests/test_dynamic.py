@@ -188,6 +188,39 @@ def test_a_size_met_again_gets_the_rewrites_of_a_static_compile(monkeypatch):
         assert report.extraction.validation.ok and not report.extraction.fell_back
 
 
+class _Positions(nn.Module):
+    """BERT's embeddings: positions read from a buffer sliced to the sequence length."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(50, 16), nn.Embedding(64, 16)
+        self.register_buffer("position_ids", torch.arange(64)[None], persistent=False)
+
+    def forward(self, ids):
+        return self.tokens(ids) + self.positions(self.position_ids[:, :ids.shape[1]])
+
+
+def test_a_program_specialised_for_a_size_folds_what_that_size_makes_constant():
+    """At the size a specialised program is for, dynamo's size input is the example's
+    number, which the guards hold: the positions a buffer sliced to that length gives are
+    folded once, as in a static compile, not sliced and looked up on every call."""
+    torch._dynamo.reset()
+    model = _Positions().eval()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for length in (5, 7, 7, 7):
+            ids = torch.randint(0, 50, (2, length))
+            torch.testing.assert_close(compiled(ids), model(ids))
+        torch._dynamo.reset()
+        static = make_backend(validate="raise")
+        torch.compile(copy.deepcopy(model), backend=static, dynamic=False)(ids)
+    specialised = backend.reports[-1]
+    assert specialised.name.endswith("=7")
+    assert specialised.extraction.nodes_after == static.reports[0].extraction.nodes_after
+    assert specialised.extraction.cost_after == static.reports[0].extraction.cost_after
+
+
 class _UpdatedInPlace(nn.Module):
     def forward(self, x):
         h = x * 2
