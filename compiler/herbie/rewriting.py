@@ -174,12 +174,13 @@ equal expressions (identities wherever both sides are defined)."""
 
 def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env: dict,
                exact: torch.Tensor, dtype: torch.dtype, deadline: float,
-               rounds: int = 2, keep: int = 3,
-               domain: dict | None = None) -> list[tuple[str, sp.Expr]]:
+               rounds: int = 2, keep: int = 3, domain: dict | None = None,
+               series: bool = True) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
     each localised subexpression ``hot``, at each sum and at the whole (then again, on the
     sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all), and
-    the series expansions. A candidate undefined where ``expr`` is defined, at the points of
+    the series expansions (unless ``series`` is False: identities alone). A candidate
+    undefined where ``expr`` is defined, at the points of
     ``domain`` (default ``env``) and around them
     (:func:`~compiler.herbie.domain.narrows_domain`), is left out: no identity of it.
 
@@ -230,9 +231,10 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
         scored.sort(key=lambda s: s[0])
         sites = [(c, [a for a in sp.preorder_traversal(c) if isinstance(a, sp.Add)])
                  for _, _, c in scored[:keep]]
-    left = deadline - time.perf_counter()
-    for label, c in series_candidates(expr, symbols, seconds=min(max(left, 0.0), 6.0)):
-        add(label, c)
+    if series:
+        left = deadline - time.perf_counter()
+        for label, c in series_candidates(expr, symbols, seconds=min(max(left, 0.0), 6.0)):
+            add(label, c)
     return found
 
 
