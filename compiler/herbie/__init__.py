@@ -197,7 +197,8 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     the search did not see). A program split into regimes that validation refuses is
     searched again without branches (regimes chosen on one input can be wrong on inputs
     the samples did not combine: Hamming's 3.4.2 splits on ``eps`` where accuracy
-    depends on ``a * eps``). Where the result is less accurate on the samples than the
+    depends on ``a * eps``), and where that is refused too, from identities alone
+    (:data:`_SEARCHES`). Where the result is less accurate on the samples than the
     source itself (:func:`less_accurate_than_source`: an extraction by estimated error
     that reassociated ``(x / y) * z`` into ``(x * z) / y``, which overflows), the source
     is searched instead, as Herbie keeps the input program among its candidates. Returns
