@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 6
+CALIBRATION_VERSION = 7
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -53,11 +53,14 @@ ENV = "EGRAPH_CALIBRATION"
 """The environment variable that chooses the CPU profile: ``auto``, ``builtin`` or a path
 (see the module's docstring)."""
 
-MATMUL_SHAPES = ((16, 64, 64), (1, 768, 2304), (64, 256, 256), (128, 768, 768),
+MATMUL_SHAPES = ((16, 64, 64), (128, 64, 128), (64, 256, 256), (128, 768, 768),
                  (128, 768, 3072), (512, 1024, 1024), (1024, 1024, 1024))
 """``(m, k, n)`` of the fp32 products timed for the ``matmul`` curve: from a tiny
-model's projection to a large square product, through GPT-2 small's in a decode step (one
-row) and at 128 tokens."""
+model's projection to a large square product, through a small model's MLP and GPT-2
+small's projections at 128 tokens. The curve is of compute: a product that memory bounds
+(one row, a decode step) is priced by the bandwidth the roofline takes the larger of, and
+its point here (GPT-2's 1 x 768 x 2304, 8 GFLOP/s) priced the compute of every product of
+a few MFLOP, a small model's 128 x 64 x 64 among them, seven times over."""
 
 CONV_SHAPES = ((16, 14, 16, 3, 1), (64, 56, 256, 1, 1), (64, 56, 64, 3, 1),
                (256, 14, 256, 3, 1), (3, 224, 64, 7, 2))
@@ -118,7 +121,11 @@ def _curves(repeat: int, overhead: float) -> tuple[tuple[str, tuple], ...]:
     its shapes in turn: the kernels of one shape are timed side by side, so that a slower
     minute of a shared machine slows them alike and their order stays the machine's (timed
     one curve after the other, torch's product of 1024^3 measured 150-230 GFLOP/s in four
-    calibrations of one machine)."""
+    calibrations of one machine). Each timed call follows an untimed call of its own: a
+    round's first shape, the smallest, would otherwise follow the last round's largest,
+    and a 16 x 64 x 64 product timed right after a 1024^3 one took 81 us against 8 us
+    after its own kind (one thread), which priced every small projection ten times
+    over."""
     import time
 
     calls = {kind: list(measure()) for kind, measure in _RATE_MEASURES.items()}
@@ -133,8 +140,10 @@ def _curves(repeat: int, overhead: float) -> tuple[tuple[str, tuple], ...]:
         for i in range(max(map(len, calls.values()))):
             for kind, kind_calls in calls.items():
                 if i < len(kind_calls):
+                    call = kind_calls[i][1]
+                    call()  # (in place: see the docstring)
                     start = time.perf_counter()
-                    kind_calls[i][1]()
+                    call()
                     seconds[kind, i] = min(seconds[kind, i], time.perf_counter() - start)
     curves = []
     for kind, kind_calls in calls.items():

@@ -172,3 +172,13 @@ def test_a_busy_machine_is_not_calibrated(cache, monkeypatch):
     monkeypatch.setattr(calibration, "busy_machine", lambda threads: None)
     calibration._profiles.clear()
     assert cpu_profile(threads=2).name == "cpu (calibrated, 2)" and calls == [2]
+
+
+def test_the_matrix_curve_is_timed_on_products_that_compute_bounds():
+    """The curve prices compute, and the roofline takes the larger of it and the bytes'
+    time: a product that memory bounds (one row of GPT-2's 768 x 2304 weights) timed into
+    the curve priced every product of a few MFLOP near it seven times over."""
+    cpu = HARDWARE["cpu"]
+    for m, k, n in calibration.MATMUL_SHAPES:
+        moved = 4 * (m * k + k * n + m * n)
+        assert cpu.moving(moved) < 2 * m * k * n / cpu.matrix_fp32, (m, k, n)
