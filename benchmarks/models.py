@@ -35,7 +35,7 @@ One row per model and entry point:
   (column "time / static": the symbolic program's time over the static one's, in
   interleaved rounds of their own; column "pipeline / static": the pipeline's time on the
   symbolic graph over its time on the static one, from ingest to the validated program,
-  the median of three interleaved runs each after a first);
+  the least of five interleaved runs each after a first);
 - ``generate`` (only when asked for, on the models that generate): greedy ``generate`` of
   6 tokens with the key/value cache (``--cache dynamic`` or ``static``), the model's
   forward compiled with the backend as transformers documents it; the tokens must equal
@@ -330,10 +330,12 @@ PIPELINE_ROUNDS = 5
 def _pipeline_against_static(model: torch.nn.Module, inputs: tuple, symbolic,
                              rules) -> float:
     """The pipeline's time on the ``symbolic`` export program over its time on a static
-    one exported at ``inputs``' sizes (from ingest to the validated program), medians of
-    :data:`PIPELINE_ROUNDS` interleaved runs after one run of each (what a first run
+    one exported at ``inputs``' sizes (from ingest to the validated program), the least
+    of :data:`PIPELINE_ROUNDS` interleaved runs after one run of each (what a first run
     caches, the rules' compiled patterns and the shape inference of ops met before,
-    serves both)."""
+    serves both). The least, not the median: what slows a run of a second or so (a
+    collection of the cyclic garbage, another process) only adds, and medians of five
+    moved BART's ratio from 0.98 to 1.33 between two runs of the same code."""
     programs = {"symbolic": symbolic, "static": torch.export.export(model, inputs)}
     seconds: dict[str, list[float]] = {name: [] for name in programs}
     for round_ in range(PIPELINE_ROUNDS + 1):
@@ -343,8 +345,7 @@ def _pipeline_against_static(model: torch.nn.Module, inputs: tuple, symbolic,
                 default_cost(inputs), validate="strict")
             if round_:
                 seconds[name].append(time.perf_counter() - t0)
-    return round(statistics.median(seconds["symbolic"]) / statistics.median(seconds["static"]),
-                 3)
+    return round(min(seconds["symbolic"]) / min(seconds["static"]), 3)
 
 
 def _compiled_inference(model: torch.nn.Module, inputs: tuple, rules, codegen: str = "eager",
