@@ -462,9 +462,9 @@ def _seconds(node: fx.Node, fused: bool) -> float:
     elif "scaled_dot_product" in name:
         q, k = shapes[0], shapes[1]
         flops, kind = 4 * math.prod(q) * k[-2], "sdpa"
-    compute = hw.compute_time(kind, flops, value.dtype)
+    moved = out + sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes)
+    compute = hw.compute_time(kind, flops, value.dtype, moved)
     compute = max(compute, hw.element_time(name, elements))
     if fused and _pointwise(node) and all(map(_pointwise, node.users)):
         return compute + 1e-9  # (inside the kernel of the op that reads it)
-    moved = out + sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes)
     return max(compute, hw.moving(moved)) + hw.launch_overhead

@@ -39,13 +39,13 @@ import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from extractors.hardware import HARDWARE, Hardware, measure_cpu
+from extractors.hardware import FEW_ROWS, HARDWARE, Hardware, measure_cpu
 
 __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_dir",
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 7
+CALIBRATION_VERSION = 8
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -57,10 +57,15 @@ MATMUL_SHAPES = ((16, 64, 64), (128, 64, 128), (64, 256, 256), (128, 768, 768),
                  (128, 768, 3072), (512, 1024, 1024), (1024, 1024, 1024))
 """``(m, k, n)`` of the fp32 products timed for the ``matmul`` curve: from a tiny
 model's projection to a large square product, through a small model's MLP and GPT-2
-small's projections at 128 tokens. The curve is of compute: a product that memory bounds
-(one row, a decode step) is priced by the bandwidth the roofline takes the larger of, and
-its point here (GPT-2's 1 x 768 x 2304, 8 GFLOP/s) priced the compute of every product of
-a few MFLOP, a small model's 128 x 64 x 64 among them, seven times over."""
+small's projections at 128 tokens. Products by a few rows, which memory bounds, have a
+curve of their own (:data:`FEW_ROWS_SHAPES`): a one-row point in this one (GPT-2's 1 x 768
+x 2304, 8 GFLOP/s) priced every product of a few MFLOP near it, a small model's 128 x 64 x
+64 among them, seven times over."""
+
+FEW_ROWS_SHAPES = ((1, 256, 256), (1, 768, 2304), (1, 2048, 8192))
+"""``(m, k, n)`` of the one-row fp32 products timed for the few-rows curves
+(``matmul:rows``, :data:`extractors.hardware.FEW_ROWS`): a decode step's projections,
+from a small model's to a Llama-1B-sized MLP's (64 MiB of weights)."""
 
 CONV_SHAPES = ((16, 14, 16, 3, 1), (64, 56, 256, 1, 1), (64, 56, 64, 3, 1),
                (256, 14, 256, 3, 1), (3, 224, 64, 7, 2))
@@ -79,7 +84,8 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
     """Measure this machine's CPU profile on ``threads`` intra-op threads (None: torch's
     current count): :func:`~extractors.hardware.measure_cpu`'s peaks, bandwidths, overhead
     and times per element, and the throughput curves (``Hardware.rates``) of
-    :data:`MATMUL_SHAPES` (through torch's matmul, and through oneDNN's inner product and
+    :data:`MATMUL_SHAPES` and :data:`FEW_ROWS_SHAPES` (a curve each: through torch's
+    matmul, and through oneDNN's inner product and
     MKL's packed product where torch has them: :func:`frontends.fx.kernels.onednn_linear`,
     :func:`~frontends.fx.kernels.mkl_linear`), :data:`CONV_SHAPES`
     (through torch's conv2d and :func:`frontends.fx.kernels.onednn_conv2d`) and
@@ -89,9 +95,11 @@ def calibrate(threads: int | None = None, repeat: int = 9) -> Hardware:
 
     >>> hw = calibrate(threads=1, repeat=3)
     >>> [kind for kind, _ in hw.rates]  # (the libraries' kernels where torch has them)
-    ['matmul', 'onednn_linear', 'mkl_linear', 'conv', 'onednn_conv', 'attention']
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['matmul', 'onednn_linear', 'mkl_linear', 'matmul:rows', 'onednn_linear:rows',
+     'mkl_linear:rows', 'conv', 'onednn_conv', 'attention']
     >>> [len(curve) for _, curve in hw.rates]  # ResNet's 3 x 3 stages: one point
-    [7, 7, 7, 4, 4, 3]
+    [7, 7, 7, 3, 3, 3, 4, 4, 3]
     """
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
@@ -155,17 +163,17 @@ def _curves(repeat: int, overhead: float) -> tuple[tuple[str, tuple], ...]:
     return tuple(curves)
 
 
-def _matmuls():
+def _matmuls(shapes=MATMUL_SHAPES):
     import torch
 
-    for m, k, n in MATMUL_SHAPES:
+    for m, k, n in shapes:
         a, b = torch.randn(m, k), torch.randn(k, n)
         yield 2.0 * m * k * n, lambda a=a, b=b: torch.matmul(a, b)
 
 
-def _linears(kernel: str):
-    """The calls of ``frontends.fx.kernels.<kernel>`` at :data:`MATMUL_SHAPES`, a weight
-    of ``n x k`` each; none where torch lacks the library."""
+def _linears(kernel: str, shapes=MATMUL_SHAPES):
+    """The calls of ``frontends.fx.kernels.<kernel>`` at ``shapes`` (``(m, k, n)``), a
+    weight of ``n x k`` each; none where torch lacks the library."""
     import torch
 
     from frontends.fx import kernels
@@ -173,7 +181,7 @@ def _linears(kernel: str):
     if not (kernels.ONEDNN if kernel.startswith("onednn") else kernels.MKL):
         return  # (no curve: the kernel is never chosen)
     linear = getattr(kernels, kernel)
-    for m, k, n in MATMUL_SHAPES:
+    for m, k, n in shapes:
         x, w = torch.randn(m, k), torch.randn(n, k)
         yield 2.0 * m * k * n, lambda x=x, w=w: linear(x, w)
 
@@ -210,6 +218,11 @@ def _attentions():
 _RATE_MEASURES = {"matmul": _matmuls,
                   "onednn_linear": functools.partial(_linears, "onednn_linear"),
                   "mkl_linear": functools.partial(_linears, "mkl_linear"),
+                  "matmul" + FEW_ROWS: functools.partial(_matmuls, FEW_ROWS_SHAPES),
+                  "onednn_linear" + FEW_ROWS: functools.partial(_linears, "onednn_linear",
+                                                                shapes=FEW_ROWS_SHAPES),
+                  "mkl_linear" + FEW_ROWS: functools.partial(_linears, "mkl_linear",
+                                                             shapes=FEW_ROWS_SHAPES),
                   "conv": _convolutions, "onednn_conv": _onednn_convolutions,
                   "attention": _attentions}
 

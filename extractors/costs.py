@@ -415,7 +415,8 @@ class Roofline(CostModel):
             if f == 0 and b == 0:
                 continue
             dtype = getattr(_meta(egraph, region.classes[0]), "dtype", None)
-            compute = hw.compute_time(region.ops[0] if region.library else "add", f, dtype)
+            compute = hw.compute_time(region.ops[0] if region.library else "add", f, dtype,
+                                      b)
             measured = sum(self._element_time(egraph, c, choice[c]) for c in region.classes)
             fixed = hw.launch_overhead + (hw.extern_time(region.ops[0]) if region.library
                                           else 0.0)
@@ -445,7 +446,8 @@ class Roofline(CostModel):
         dtype = getattr(_meta(egraph, cid), "dtype", None)
         hw = self.hardware
         kernels, passes = hw.kernels_and_passes(node[0])
-        compute = max(hw.compute_time(node[0], f, dtype), self._element_time(egraph, cid, node))
+        compute = max(hw.compute_time(node[0], f, dtype, b),
+                      self._element_time(egraph, cid, node))
         fixed = kernels * hw.launch_overhead + (hw.extern_time(node[0]) if self.fused else 0.0)
         return max(compute, passes * hw.moving(b)) + fixed
 

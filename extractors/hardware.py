@@ -26,6 +26,17 @@ RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
               "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
 
+FEW_ROWS = ":rows"
+"""The suffix of a kind's second curve, of products by a few rows (``matmul:rows``): a
+one-row product by GPT-2's 768 x 2304 weights, a decode step's, runs where memory bounds
+it, at 8 GFLOP/s where the same FLOPs in 128 rows run at 90, and the kernels differ there
+as they do not in the compute curve (oneDNN's inner product took it in 68 us against torch's
+108 on one CPU)."""
+
+FEW_ROWS_INTENSITY = 2.0
+"""FLOPs per byte moved below which a matrix op is priced by its kind's few-rows curve,
+where the profile has one: a product by one to three rows of a large weight."""
+
 MEASURED_ONLY = frozenset({"onednn_linear", "mkl_linear", "onednn_conv2d"})
 """Kernels priced only by a measured curve: their speed against torch's own kernel for
 the op varies too much between machines and sizes for a peak to stand for it (oneDNN's
@@ -92,7 +103,8 @@ class Hardware:
     ``onednn_conv``, ``attention``) in
     single precision, points in increasing FLOPs: a small product runs far below the peak
     (:meth:`compute_time` interpolates; a calibrated profile has them,
-    :mod:`extractors.calibration`).
+    :mod:`extractors.calibration`); and a second curve of products by a few rows for the
+    linear kinds (``matmul:rows``, :data:`FEW_ROWS`).
 
     >>> [HARDWARE[name].kernels_and_passes("rms_norm") for name in ("cpu", "H100")]
     [(7, 4), (1, 1)]
@@ -160,21 +172,29 @@ class Hardware:
                 return kernels, passes
         return 1, 1
 
-    def compute_time(self, op: str, flops: float, dtype) -> float:
+    def compute_time(self, op: str, flops: float, dtype, moved: float = 0.0) -> float:
         """Seconds ``op`` computes ``flops`` at ``dtype``: at the throughput its kind's
         measured curve gives for that much work (``rates``: interpolated between the
         points in log-log, held at the ends), or at the peak where there is no curve (half
         precision, ops other than matrix ops, or a datasheet profile); infinite for a
-        kernel of :data:`MEASURED_ONLY` without its curve.
+        kernel of :data:`MEASURED_ONLY` without its curve. An op that moves ``moved``
+        bytes for fewer than :data:`FEW_ROWS_INTENSITY` FLOPs each is priced by its
+        kind's few-rows curve (:data:`FEW_ROWS`) where the profile has one.
 
         >>> hw = Hardware("two-point", 1e9, 1e9, 1e9, 1e9, 0.0,
-        ...               rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))),))
+        ...               rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))),
+        ...                      ("matmul:rows", ((1e6, 2e8),))))
         >>> [round(hw.compute_time("linear", f, None) * 1e3, 3) for f in (1e3, 1e6, 1e9)]
         [0.01, 3.162, 1000.0]
+        >>> round(hw.compute_time("linear", 1e6, None, moved=2e6) * 1e3, 3)  # one row
+        5.0
         >>> hw.compute_time("add", 1e6, None), hw.compute_time("onednn_linear", 1e6, None)
         (0.001, inf)
         """
-        curve = self._rates.get(RATE_KINDS.get(op))
+        kind = RATE_KINDS.get(op)
+        curve = self._rates.get(kind)
+        if curve and flops < FEW_ROWS_INTENSITY * moved:
+            curve = self._rates.get(kind + FEW_ROWS, curve)
         half = dtype is not None and getattr(dtype, "itemsize", 4) == 2
         if op in MEASURED_ONLY and (not curve or half):
             return math.inf

@@ -182,3 +182,29 @@ def test_the_matrix_curve_is_timed_on_products_that_compute_bounds():
     for m, k, n in calibration.MATMUL_SHAPES:
         moved = 4 * (m * k + k * n + m * n)
         assert cpu.moving(moved) < 2 * m * k * n / cpu.matrix_fp32, (m, k, n)
+
+
+def test_a_product_by_one_row_is_priced_by_the_few_rows_curve():
+    """A decode step's projection (one row of a large weight) and a prompt's (many rows)
+    choose their kernels by different curves: here oneDNN's inner product is measured
+    faster at one row and slower in the compute curve, as on one CPU (68 us against
+    torch's 108 for GPT-2's one-row 768 x 2304)."""
+    from egraph.rules import load_rules
+
+    rows_curve = ((1e5, 1e10), (1e8, 1e10))
+    profile = dataclasses.replace(HARDWARE["cpu"], name="one-row oneDNN", rates=(
+        ("matmul", ((1e5, 1e11), (1e9, 1e11))), ("onednn_linear", ((1e5, 5e10), (1e9, 5e10))),
+        ("matmul:rows", rows_curve), ("onednn_linear:rows", tuple(
+            (f, 3 * r) for f, r in rows_curve))))
+    weight, bias = torch.randn(2304, 768), torch.randn(2304)
+    for rows, kernel in ((1, "onednn_linear"), (128, "linear")):
+        x = torch.randn(rows, 768)
+        gm = torch.fx.symbolic_trace(torch.nn.Linear(768, 2304))
+        gm.weight.data, gm.bias.data = weight, bias
+        eg = EGraph.from_fx(gm, (x,)).saturate(load_rules("all"))
+        program = eg.extract(Roofline(profile, fused=False), validate="raise")
+        calls = {getattr(n.target, "__name__", "") for n in program.graph.nodes
+                 if n.op == "call_function"}
+        other = ({"linear", "onednn_linear"} - {kernel}).pop()
+        assert kernel in calls and other not in calls, (rows, calls)
+        torch.testing.assert_close(program(x), gm(x), rtol=1e-4, atol=1e-4)
