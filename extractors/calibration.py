@@ -402,11 +402,17 @@ def _cached_or_measured(path: Path, threads: int) -> Hardware:
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
     import torch
 
-    threads = int(sys.argv[1]) if sys.argv[1:] else torch.get_num_threads()
+    parser = argparse.ArgumentParser(
+        prog="python -m extractors.calibration",
+        description="Measure this machine's CPU profile and save it where the default cost "
+                    "model reads it (the cache of cpu_profile).")
+    parser.add_argument("threads", nargs="?", type=int, default=torch.get_num_threads(),
+                        help="torch intra-op threads to measure at (default: torch's count)")
+    threads = parser.parse_args().threads
     target = cache_dir() / f"{profile_key(threads)}.json"
     measured = calibrate(threads)
     save_profile(measured, target)
