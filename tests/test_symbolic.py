@@ -153,6 +153,43 @@ def test_heads_flattened_into_a_symbolic_batch_get_the_rewrites_of_a_static_one(
     assert "torch.bmm(" in eg.extract(Flops()).code
 
 
+class _PaddedWindows(torch.nn.Module):
+    """Swin's stage in form (transformers' ``SwinLayer.maybe_pad``): the hidden states
+    padded to a multiple of the window, then projected to queries, keys and values."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        x = torch.nn.functional.pad(x, (0, 0, 0, 2, 0, 2))
+        return self.q(x) * self.k(x) + self.v(x)
+
+
+def test_a_padded_symbolic_batch_keeps_its_shape_and_the_rewrites_after_it():
+    """``pad`` of a tensor whose batch is symbolic has a symbolic shape (torch's C++
+    kernel, run on fake tensors, reads every size as the example's number, which left
+    Swin's padded stages shapeless and unmerged), so the projections after it merge as
+    at a static size, and the program runs at other batches."""
+    x = torch.randn(2, 6, 6, 16)
+    model = _PaddedWindows().eval()
+    rules = load_rules("all")
+    used = []
+    for shapes in (None, ({0: Dim.AUTO},)):
+        program = torch.export.export(model, (x,), dynamic_shapes=shapes)
+        eg = EGraph.from_fx(program, (x,))
+        padded = next(c for c in eg.classes() if any(n.op == "pad" for n in eg.nodes(c)))
+        assert eg.data(padded).shape is not None
+        eg.saturate(rules)
+        used.append({name for name, r in eg.report.rules.items() if r.applied})
+        out = eg.extract(Flops(), validate="raise")
+        for batch in (2, 5) if shapes else (2,):
+            y = torch.randn(batch, 6, 6, 16)
+            with torch.no_grad():
+                torch.testing.assert_close(out(y), model(y))
+    assert used[1] == used[0], used[0] ^ used[1]
+
+
 def test_broadcasting_two_sizes_of_equal_examples_leaves_the_shape_unknown():
     """``x + y`` for lengths ``s0`` and ``s1`` that are both 8 in the example: its shape
     is ``(s0,)`` only where ``s0 == s1``, which only the example says. The analysis

@@ -80,6 +80,12 @@ class OpDef:
     kind: str
     impl: str | None = None
     """Qualified name of the torch callable that runs it (``Tensor.x`` for a method)."""
+    symbolic_impl: str | None = None
+    """Qualified name of a callable of :attr:`impl`'s arguments that the shape analysis
+    runs where sizes are symbolic, when :attr:`impl` run on fake tensors reads a size as
+    its example's number (torch's C++ ``constant_pad_nd`` does: a padded Swin stage came
+    out of a symbolic graph with no shape, and none of the rewrites after it applied);
+    None: :attr:`impl` itself."""
     call: Callable[..., tuple[tuple, dict]] | None = None
     """Canonical parameter values -> ``(args, kwargs)`` of ``impl`` (default: in order)."""
     normalize: Callable[[list, list], list] | None = None
@@ -969,6 +975,7 @@ op("cat", "dim *xs", "library", finite=True, attributes="dim", impl="torch.cat",
 # the F.pad calls of real models. Its values are the operand's and the fill: exact.
 op("pad", "x sizes value", "library", finite=True, attributes="sizes value",
    impl="torch.nn.functional.pad", call=lambda x, p, v: ((x, list(p)), {"value": v}),
+   symbolic_impl="torch._refs.constant_pad_nd",
    exact=True, error="exact", interval=iv.padded,
    spell="torch.nn.functional.pad:pad torch._C._nn.pad:pad aten.pad.default:pad"
    " aten.constant_pad_nd.default:constant_pad_nd",

@@ -330,7 +330,7 @@ class _SymbolicShapes:
         try:
             with self.mode:
                 args = [_argument(map_sizes(k, self._symint), _meta_tensor) for k in key]
-                meta = Meta.of(SPECS[op].run(args))
+                meta = Meta.of(SPECS[op].run_symbolic(args))
         except Exception:  # noqa: BLE001 - an op fake tensors cannot run: shape unknown
             meta = UNKNOWN
         finally:

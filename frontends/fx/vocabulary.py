@@ -79,11 +79,27 @@ class OpSpec:
     call: Callable[..., tuple[tuple, dict]] | None = None
     normalize: Callable[[list, list], list] | None = None
     pointwise: bool = False
+    symbolic_impl: Callable | None = None
+    """What runs the op on fake tensors of symbolic sizes where :attr:`impl` would fix
+    them (the op table's ``symbolic_impl``); None: :attr:`impl`."""
 
     def run(self, values: list):
         """Apply the op to concrete (or meta) values."""
         args, kwargs = self.arguments(values)
         return self.impl_call(self.numbers_as_tensors(args, torch.Tensor.new_tensor), kwargs)
+
+    def run_symbolic(self, values: list):
+        """:meth:`run` on fake tensors whose sizes are symbols: through
+        :attr:`symbolic_impl` where the op has one.
+
+        >>> x = torch.empty(3, 4, device="meta")
+        >>> SPECS["pad"].run_symbolic([x, (1, 1), 0.0]).shape
+        torch.Size([3, 6])
+        """
+        if self.symbolic_impl is None:
+            return self.run(values)
+        args, kwargs = self.arguments(values)
+        return self.symbolic_impl(*args, **kwargs)
 
     def arguments(self, values: list) -> tuple[tuple, dict]:
         """``(args, kwargs)`` for :attr:`impl` from canonical parameter values."""
@@ -149,7 +165,8 @@ def _spec(entry) -> OpSpec:
     impl = entry.impl.removeprefix("Tensor.") if entry.impl.startswith("Tensor.") else (
         resolve(entry.impl))
     return OpSpec(entry.name, entry.params, impl, entry.call, entry.normalize,
-                  entry.kind == "pointwise")
+                  entry.kind == "pointwise",
+                  resolve(entry.symbolic_impl) if entry.symbolic_impl else None)
 
 
 SPECS: dict[str, OpSpec] = {name: _spec(e) for name, e in TABLE.items() if e.impl}
