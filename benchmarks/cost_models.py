@@ -12,7 +12,8 @@ programs and rounds):
 
 1. torch.export, ``EGraph.from_fx``, ``saturate(load_rules("all"))`` within :data:`LIMITS`
    (the export entry of ``benchmarks/models.py``).
-2. ``--programs`` distinct programs (distinct emitted code), found in this order: the
+2. ``--programs`` distinct programs (distinct at run time,
+   :func:`compiler.autotune.run_key`), found in this order: the
    source; each cost model's choice (:func:`cost_models`) by the pipeline's method
    (:func:`compiler.fx.choose_program`: what ``extract`` emits) and by greedy and DAG
    extraction where those differ; the Pareto frontier of the default cost and Curvature
@@ -24,9 +25,11 @@ programs and rounds):
    source on the example inputs (:class:`compiler.autotune.Candidates`, as the backend's
    autotuning finds its candidates); one that fails is listed and left out.
 3. Timed: medians of interleaved rounds (every program once per round, in a seeded
-   shuffled order, after a warm-up round), the source emitted twice; rounds are added
-   until the medians of the two copies differ by under 1%
-   (:func:`compiler.timing.interleaved_times`), up to ``--rounds``.
+   shuffled order, after a warm-up round), the source emitted twice; each call is
+   bracketed by calls of a copy of the default's program, whose speed around it divides
+   out the machine's drift (``reference`` of :func:`compiler.timing.interleaved_times`);
+   rounds are added until the medians of the source's two copies differ by under 1%,
+   up to ``--rounds``.
 4. Per cost model: its price of every program (``egraph.extract.program.dag_cost``: each
    chosen e-node once, or the model's own whole-program cost), Spearman's rank
    correlation of the prices with the measured times (:func:`spearman`), and its regret:
@@ -86,6 +89,7 @@ from egraph import EGraph  # noqa: E402
 from egraph.extract import best_nodes, choose, program_order, program_roots  # noqa: E402
 from egraph.extract.pareto import pareto  # noqa: E402
 from egraph.extract.program import dag_cost, is_acyclic, source_program  # noqa: E402
+from egraph.ops.table import TABLE  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from egraph.serialize import to_json  # noqa: E402
 from extractors import (  # noqa: E402
@@ -111,7 +115,7 @@ PARETO_LIMIT = 4
 """Points kept per class on the Pareto frontier."""
 SPREAD = 0.01
 """Timing stops once the two copies of the source differ by less than this."""
-MIN_ROUNDS = 5
+MIN_ROUNDS = 9
 PROFILE_RUNS = 3
 """Node-by-node profiles of each program, whose median times are its e-nodes'."""
 SUBJECTS = ("gpt2", "resnet50")
@@ -357,6 +361,41 @@ def measured_node_costs(egraph: EGraph, programs: Sequence[Candidate], inputs: S
     return costs, counts
 
 
+def misses(egraph: EGraph, programs: Sequence[Candidate], node_seconds: dict[tuple, float],
+           cost: CostModel, top: int = 12) -> list[dict[str, Any]]:
+    """Where ``cost`` prices e-nodes off the clock, by op: over the e-nodes the timed
+    programs ran (each measured, :func:`measured_node_costs`), their measured and priced
+    milliseconds summed, and the ratio; the ``top`` ops whose sums differ most.
+
+    >>> from egraph import EGraph
+    >>> from egraph.extract import source_program
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: torch.exp(x) * 2),
+    ...                     (torch.randn(8),))
+    >>> program = Candidate(["source"], source_program(eg), None)
+    >>> seconds = {n: 1e-3 for n in program.choice.values() if n[0] in ("exp", "mul")}
+    >>> sorted(row["op"] for row in misses(eg, [program], seconds, Flops()))
+    ['exp', 'mul']
+    """
+    ran = {program.choice[c] for program in programs
+           for c in program_order(egraph, program.choice)}
+    by_op: dict[str, list[float]] = {}
+    for c in egraph.classes():
+        for node in egraph.class_nodes[c]:
+            if node in ran and isinstance(node[0], str) and (  # not a literal
+                    node[0] not in TABLE or TABLE[node[0]].kind != "leaf"):
+                priced = float(cost.node_cost(egraph, c, node))
+                sums = by_op.setdefault(node[0], [0, 0.0, 0.0])
+                sums[0] += 1
+                sums[1] += node_seconds.get(node, 0.0) * 1e3
+                sums[2] += priced * 1e3 if math.isfinite(priced) else math.nan
+    rows = [{"op": op, "e-nodes": n, "measured ms": ms, "priced ms": priced,
+             "measured / priced": ms / priced if priced else math.inf}
+            for op, (n, ms, priced) in by_op.items() if ms or priced]
+    rows.sort(key=lambda r: -abs(r["measured ms"] - r["priced ms"])
+              if math.isfinite(r["priced ms"]) else 0.0)
+    return rows[:top]
+
+
 def gym_json(egraph: EGraph, node_seconds: dict[tuple, float]) -> dict:
     """``egraph`` in extraction-gym's JSON (``egraph.serialize.to_json``), each e-node's
     cost its seconds in ``node_seconds``."""
@@ -382,6 +421,7 @@ class ModelResult:
     twin_spread: float
     judged: dict[str, dict[str, float]]  # cost model -> spearman, regret
     counts: dict[str, int]
+    misses: list[dict[str, Any]]  # the default's, by op
     gym: dict
     seconds: dict[str, float]
 
@@ -399,11 +439,16 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     t2 = clock()
     kept = found.programs
     twin = build_module(eg, kept[0].choice)  # the source again: the timing's yardstick
+    # (every call is bracketed by calls of the default's program, which divide out the
+    # machine's drift: compiler.timing)
+    reference = build_module(eg, (chosen.get("default") or kept[0]).choice)
     fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}
     fns["twin"] = lambda: twin(*inputs)
+    fns["reference"] = lambda: reference(*inputs)
     with torch.no_grad():
         runs = interleaved_times(fns, rounds, twins=(0, "twin"), spread=SPREAD,
-                                 min_rounds=min(min_rounds, rounds), seed=seed)
+                                 min_rounds=min(min_rounds, rounds), seed=seed,
+                                 reference="reference")
     t3 = clock()
     prices = []
     for i, program in enumerate(kept):
@@ -421,7 +466,8 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     t4 = clock()
     return ModelResult(name, eg.num_classes, eg.num_nodes, eg.report.stop_reason, kept,
                        prices, found.left_out, chosen, len(runs[0]),
-                       twin_gap(runs, (0, "twin")), judged, counts, gym,
+                       twin_gap(runs, (0, "twin")), judged, counts,
+                       misses(eg, kept, node_seconds, costs["default"]), gym,
                        {"saturate": t1 - t0, "programs": t2 - t1, "timing": t3 - t2,
                         "node costs": t4 - t3})
 
@@ -452,6 +498,10 @@ def section(result: ModelResult, costs: Sequence[str]) -> str:
     rows = [{"#": i, "found by": _finders(p), "ms": p.ms, "/ fastest": p.ms / fastest,
              **{n: result.prices[i][n] for n in costs}} for i, p in enumerate(result.programs)]
     lines.append(markdown_table(rows, ["#", "found by", "ms", "/ fastest", *costs]))
+    lines += ["", "Where the default's prices miss the clock most, by op (the e-nodes the "
+              "programs ran, each measured in its program):", "",
+              markdown_table(result.misses, ["op", "e-nodes", "measured ms", "priced ms",
+                                             "measured / priced"])]
     if result.left_out:
         lines += ["", "Left out:", ""] + [f"- {who}: {why}" for who, why in result.left_out]
     return "\n".join(lines)

@@ -31,6 +31,7 @@ graph on the same kind of inputs gets the same program again without timing
 from __future__ import annotations
 
 import hashlib
+import re
 import statistics
 import time
 import warnings
@@ -51,7 +52,7 @@ from extractors import Flops, Memory, RandomCost, Roofline
 from frontends.fx.effects import updates_inputs
 
 __all__ = ["DECISIONS", "MODEL", "TWIN", "Autotune", "Autotuned", "Candidate", "Candidates",
-           "autotune", "candidates", "rival_costs"]
+           "autotune", "candidates", "rival_costs", "run_key"]
 
 MODEL = "model"
 """The label of the cost model's own choice among the candidates (and the timer's key)."""
@@ -148,12 +149,40 @@ class Candidate:
 
     @property
     def code(self) -> str:
-        """The emitted code, which tells programs apart."""
+        """The emitted code."""
         return self.module.code
 
 
+_FOLDED = re.compile(r"folded_\d+\b")
+
+
+def run_key(module: fx.GraphModule) -> tuple:
+    """What tells programs apart at run time: the emitted code with its folded constants
+    (:mod:`backends.folding`) named in the order the code reads them, and each one's
+    shape, strides and dtype. Two choices that fold one constant by different recipes (a
+    bias summed in another order) run the same calls on the same layouts: one program.
+
+    >>> from egraph import EGraph
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x * 2), (torch.randn(3),))
+    >>> code, layouts = run_key(build_module(eg, source_program(eg)))
+    >>> "torch.mul(x, 2)" in code, layouts
+    (True, ())
+    """
+    order: dict[str, str] = {}
+    code = _FOLDED.sub(lambda m: order.setdefault(m.group(), f"folded_{len(order)}"),
+                       module.code)
+    folded = getattr(module, "folded_constants", None)
+    layouts = []
+    for name in order:
+        value = getattr(folded, name, None)
+        layouts.append((tuple(value.shape), value.stride(), value.dtype)
+                       if isinstance(value, torch.Tensor) else None)
+    return code, tuple(layouts)
+
+
 class Candidates:
-    """The distinct programs found (by emitted code), each validated against the source
+    """The distinct programs found (by :func:`run_key`: emitted code and the layouts of
+    its folded constants), each validated against the source
     on its example inputs, and those left out with why: at most ``limit``. ``build``
     emits a choice (default :func:`backends.fx.build_module` for the CPU).
 
@@ -171,7 +200,7 @@ class Candidates:
         self.eg, self.limit = egraph, limit
         self.build = build or (lambda choice: build_module(egraph, choice))
         self.programs: list[Candidate] = []
-        self.by_code: dict[str, Candidate] = {}
+        self.by_key: dict[tuple, Candidate] = {}
         self.left_out: list[tuple[str, str]] = []  # (found by, why)
 
     @property
@@ -187,7 +216,8 @@ class Candidates:
         except Exception as exc:  # noqa: BLE001 - a program emission refuses is left out
             self.left_out.append((label, f"emission: {type(exc).__name__}: {exc}"[:160]))
             return None
-        known = self.by_code.get(module.code)
+        key = run_key(module)
+        known = self.by_key.get(key)
         if known is not None:
             known.found_by.append(label)
             return known
@@ -205,7 +235,7 @@ class Candidates:
         if not verdict.ok:
             self.left_out.append((label, f"validation: {verdict.reason}"[:160]))
             return None
-        program = self.by_code[module.code] = Candidate([label], choice, module)
+        program = self.by_key[key] = Candidate([label], choice, module)
         self.programs.append(program)
         return program
 

@@ -7,12 +7,13 @@ import warnings
 import pytest
 import torch
 
-from compiler.autotune import DECISIONS, MODEL, TWIN, Autotune, autotune
+from backends.fx import build_module
+from compiler.autotune import DECISIONS, MODEL, TWIN, Autotune, Candidates, autotune, run_key
 from compiler.compile import capture, make_backend
 from compiler.fx import choose_program
 from compiler.options import BackendOptions
 from egraph import EGraph
-from egraph.extract import program_roots
+from egraph.extract import program_roots, source_program
 from egraph.rules import load_rules
 from extractors import Flops
 
@@ -185,3 +186,36 @@ def test_a_timer_that_leaves_a_program_out_is_an_error():
     eg, _ = saturated()
     with pytest.raises(ValueError, match="no time for"):
         eg.extract(Flops(), autotune=Autotune(timer=lambda fns: {MODEL: 1.0}))
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Parameter(torch.randn(4)) for _ in range(3))
+
+    def forward(self, x):
+        return x * (self.a * self.b + self.a * self.c)
+
+
+def test_programs_that_fold_one_constant_by_other_recipes_are_one_program():
+    # a*b + a*c and a*(b + c) fold to the same scale; only the count of folded values
+    # (and so their names in the code) differs: timing both would time one program twice
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(_Scaled()), (torch.randn(4),))
+    eg.saturate(load_rules("all"), iter_limit=4)
+    source = source_program(eg)
+    scale = next(c for c in eg.classes()
+                 if any(n[0] == "add" for n in eg.class_nodes[c])
+                 and any(n[0] == "mul" for n in eg.class_nodes[c])
+                 and any(n[0] == "add" and all(k in source for k in n[1:])
+                         for n in eg.class_nodes[c]))
+    factored = next(n for n in eg.class_nodes[scale] if n[0] == "mul"
+                    and any(eg.class_nodes[k][0][0] == "add" for k in n[1:]))
+    inner = next(k for k in factored[1:] if eg.class_nodes[k][0][0] == "add")
+    other = {**source, scale: factored, inner: eg.class_nodes[inner][0]}
+    one, two = build_module(eg, source), build_module(eg, other)
+    assert one.code != two.code and run_key(one) == run_key(two)
+    found = Candidates(eg)
+    assert found.offer("source", source) is found.offer("factored", other)
+    assert len(found.programs) == 1 and found.programs[0].found_by == ["source", "factored"]
+    x = torch.randn(4)
+    torch.testing.assert_close(two(x), one(x))
