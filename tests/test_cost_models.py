@@ -94,3 +94,22 @@ def test_spearman_against_hand_values():
     # d = (0, 1, -1, 0, 0): 1 - 6 * 2 / (5 * 24) without ties
     assert spearman([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_the_programs_closest_to_the_fastest_are_timed_again_head_to_head():
+    # "lucky" was measured fastest but runs twice as long as "steady"; the head-to-head
+    # run finds it out, on the first run's scale; a program far behind is left as it was
+    import time
+
+    from benchmarks.cost_models import confirm
+    from compiler.autotune import Candidate
+
+    def sleeper(seconds):
+        return lambda: time.sleep(seconds)
+
+    lucky = Candidate(["lucky"], {}, sleeper(0.010), ms=1.00)
+    steady = Candidate(["steady"], {}, sleeper(0.005), ms=1.03)
+    behind = Candidate(["behind"], {}, sleeper(0.001), ms=2.00)
+    assert confirm([lucky, steady, behind], (), sleeper(0.005), [0.005], rounds=5) == 2
+    assert lucky.ms > 1.5 * steady.ms and 3 < steady.ms < 8
+    assert behind.ms == 2.00
