@@ -280,9 +280,12 @@ HARDWARE: dict[str, Hardware] = {
 ELEMENT_OPS = ("exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu:tanh", "erf",
                "softplus", "sin",
                "cos", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "softmax",
-               "log_softmax", "logsumexp")
+               "log_softmax", "logsumexp", "masked_fill")
 """The ops whose time per element :func:`measure_cpu` measures (the ``element_seconds``
-of a profile): the transcendental ones, and an add-like op (div) beside them."""
+of a profile): the transcendental ones, an add-like op (div) beside them, and
+``masked_fill``, whose CPU kernel branches on every element: 10 times a multiply's time
+with a causal mask, 30 with a random one (it is timed with a causal pattern, as attention
+masks are)."""
 
 
 def least_seconds(call, n: int = 7) -> float:
@@ -344,8 +347,10 @@ def measure_cpu(threads: int = 1) -> Hardware:
 
 def _element_kernels(torch) -> dict:
     """The torch call :func:`measure_cpu` times for each of :data:`ELEMENT_OPS` (GELU in
-    both forms; softmaxes and logsumexp over rows of 1024, timed per input element)."""
+    both forms; softmaxes and logsumexp over rows of 1024, timed per input element;
+    masked_fill above the diagonal of its (256, 1024) input)."""
     functional = torch.nn.functional
+    above = torch.ones(256, 1024, dtype=torch.bool).triu(1)  # a causal mask's pattern
     return {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
             "silu": functional.silu, "gelu": functional.gelu,
             "gelu:tanh": lambda x: functional.gelu(x, approximate="tanh"),
@@ -354,7 +359,8 @@ def _element_kernels(torch) -> dict:
             "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
             "div": lambda x: torch.div(x, x), "softmax": lambda x: torch.softmax(x, -1),
             "log_softmax": lambda x: torch.log_softmax(x, -1),
-            "logsumexp": lambda x: torch.logsumexp(x, -1)}
+            "logsumexp": lambda x: torch.logsumexp(x, -1),
+            "masked_fill": lambda x: x.masked_fill(above, float("-inf"))}
 
 
 def measure_merged_gemm(shapes=MERGED_SHAPES, repeat: int = 101,
