@@ -93,6 +93,7 @@ from egraph.extract.program import dag_cost, is_acyclic, source_program  # noqa:
 from egraph.ops.table import TABLE  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
 from egraph.serialize import to_json  # noqa: E402
+from egraph.term import is_literal_op  # noqa: E402
 from extractors import (  # noqa: E402
     AstSize,
     CostModel,
@@ -414,18 +415,19 @@ def misses(egraph: EGraph, programs: Sequence[Candidate], node_seconds: dict[tup
     >>> sorted(row["op"] for row in misses(eg, [program], seconds, Flops()))
     ['exp', 'mul']
     """
-    ran = {program.choice[c] for program in programs
-           for c in program_order(egraph, program.choice)}
+    ran: dict[tuple, int] = {}  # e-node -> its class
+    for program in programs:
+        for c in program_order(egraph, program.choice):
+            ran.setdefault(program.choice[c], c)
     by_op: dict[str, list[float]] = {}
-    for c in egraph.classes():
-        for node in egraph.class_nodes[c]:
-            if node in ran and isinstance(node[0], str) and (  # not a literal
-                    node[0] not in TABLE or TABLE[node[0]].kind != "leaf"):
-                priced = float(cost.node_cost(egraph, c, node))
-                sums = by_op.setdefault(node[0], [0, 0.0, 0.0])
-                sums[0] += 1
-                sums[1] += node_seconds.get(node, 0.0) * 1e3
-                sums[2] += priced * 1e3 if math.isfinite(priced) else math.nan
+    for node, c in ran.items():
+        if is_literal_op(node[0]) or node[0] in TABLE and TABLE[node[0]].kind == "leaf":
+            continue
+        priced = float(cost.node_cost(egraph, c, node))
+        sums = by_op.setdefault(node[0], [0, 0.0, 0.0])
+        sums[0] += 1
+        sums[1] += node_seconds.get(node, 0.0) * 1e3
+        sums[2] += priced * 1e3 if math.isfinite(priced) else math.nan
     rows = [{"op": op, "e-nodes": n, "measured ms": ms, "priced ms": priced,
              "measured / priced": ms / priced if priced else math.inf}
             for op, (n, ms, priced) in by_op.items() if ms or priced]
@@ -479,9 +481,10 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     t2 = clock()
     kept = found.programs
     twin = build_module(eg, kept[0].choice)  # the source again: the timing's yardstick
+    default = chosen.get("default") or kept[0]
     # (every call is bracketed by calls of the default's program, which divide out the
     # machine's drift: compiler.timing)
-    reference = build_module(eg, (chosen.get("default") or kept[0]).choice)
+    reference = build_module(eg, default.choice)
     fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}
     fns["twin"] = lambda: twin(*inputs)
     fns["reference"] = lambda: reference(*inputs)
@@ -491,8 +494,7 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
                                  reference="reference")
     for i, program in enumerate(kept):
         program.ms = statistics.median(runs[i]) * 1e3
-    mine = kept.index(chosen["default"]) if "default" in chosen else 0
-    copy_gap = twin_gap(runs, (mine, "reference"))
+    copy_gap = twin_gap(runs, (kept.index(default), "reference"))
     contenders = confirm(kept, inputs, fns["reference"], runs["reference"],
                          min(CONFIRM_ROUNDS, 3 * rounds), seed)
     t3 = clock()
