@@ -12,10 +12,11 @@ recomputation while the saved bytes stay within the budget:
 - a value the backward reads is saved or recomputed;
 - a recomputed value's inputs are saved, recomputed, or inputs of the graph (parameters
   and inputs exist anyway and cost nothing to keep);
-- random ops are never recomputed (their output is saved: a replay would draw anew),
-  nor ops that change a tensor in place, update one (batch norm's running statistics) or
-  read one the forward changes; a value a user's ``torch.utils.checkpoint``
-  region marks for recomputation is not saved;
+- a random op (dropout) is recomputed only by replaying it from its generator's state,
+  which the forward then keeps (:mod:`compiler.replay`): the backward draws the
+  forward's numbers; ops that change a tensor in place, update one (batch norm's running
+  statistics) or read one the forward changes are never recomputed; a value a user's
+  ``torch.utils.checkpoint`` region marks for recomputation is not saved;
 - a view costs the bytes of the storage it keeps alive (a view of a parameter, nothing).
 
 The budget is bytes, or a fraction of what torch's own min-cut partitioner (Inductor's
@@ -51,13 +52,15 @@ import operator
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+from compiler.replay import Replayable, draws_nothing, make_replayable
 
 __all__ = ["BudgetedPartition", "MemoryBudget", "SavedForBackward", "UnmetMemoryBudget"]
 
@@ -112,7 +115,7 @@ class MemoryBudget:
                  f"torch's min-cut partitioner saves)")
         return (f"{asked}: no partition of this graph saves so little for its backward; the "
                 f"least it can save is {least} bytes (inputs the backward reads, random ops' "
-                f"outputs, values no op recomputes), a fraction of "
+                f"generator states, values no op recomputes), a fraction of "
                 f"{math.ceil(1000 * least / max(min_cut, 1)) / 1000:g}: raise the budget to "
                 f"at least that")
 
@@ -129,8 +132,9 @@ class SavedForBackward:
     once), the ``budget_bytes``, what torch's min-cut partitioner saves
     (``min_cut_bytes``), the least any partition can save (``least_bytes``), the
     estimated seconds the recomputation adds (``recompute_seconds``), the solver's time,
-    and whether its answer is proven optimal (else it is the best found in
-    :data:`SOLVE_SECONDS`)."""
+    whether its answer is proven optimal (else it is the best found in
+    :data:`SOLVE_SECONDS`), and the random ops the backward draws again from their saved
+    generator states (``replayed``, :mod:`compiler.replay`)."""
 
     saved: dict[str, int]
     recomputed: dict[str, int]
@@ -141,6 +145,7 @@ class SavedForBackward:
     recompute_seconds: float
     solve_seconds: float
     optimal: bool
+    replayed: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         mib = 1 / (1 << 20)
@@ -150,7 +155,9 @@ class SavedForBackward:
                 f"{sum(self.recomputed.values()) * mib:.2f} MiB, about "
                 f"{self.recompute_seconds * 1e3:.3f} ms; solved in "
                 f"{self.solve_seconds * 1e3:.0f} ms"
-                + ("" if self.optimal else ", not proven optimal"))
+                + ("" if self.optimal else ", not proven optimal")
+                + (f"; replayed {len(self.replayed)} random ops from their saved states"
+                   if self.replayed else ""))
 
 
 class BudgetedPartition(CustomPartitionerFn):
@@ -202,7 +209,15 @@ class BudgetedPartition(CustomPartitionerFn):
                 static_lifetime_input_nodes=info.static_lifetime_input_nodes)
         _, gradients, _, _ = p._extract_fwd_bwd_outputs(joint_module,
                                                         num_fwd_outputs=num_fwd_outputs)
-        saved = self._choose(joint_module.graph, info, gradients)
+        # (what torch's min-cut partitioner saves: of the graph as traced, its random ops'
+        # outputs saved)
+        min_cut = self._min_cut(joint_module.graph, info)
+        replayable = make_replayable(joint_module.graph, info.required_bw_nodes)
+        if replayable.draws:
+            joint_module.recompile()
+            info = p.classify_nodes(joint_module, static, num_fwd_outputs)
+        saved = self._choose(joint_module.graph, info, gradients, min_cut, replayable)
+        joint_module.recompile()
         sym = [n for n in saved if p.is_sym_node(n)]
         fw, bw = p._extract_fwd_bwd_modules(
             joint_module, [n for n in saved if not p.is_sym_node(n)], saved_sym_nodes=sym,
@@ -211,8 +226,9 @@ class BudgetedPartition(CustomPartitionerFn):
         bw = p.reordering_to_mimic_autograd_engine(bw)
         return p.raise_getitems(fw), p.raise_getitems(bw)
 
-    def _choose(self, graph: fx.Graph, info, gradients: list) -> list[fx.Node]:
-        """The values the forward saves (see the module's docstring)."""
+    @staticmethod
+    def _min_cut(graph: fx.Graph, info) -> list[fx.Node]:
+        """What torch's min-cut partitioner saves for ``graph``."""
         from torch._functorch import partitioners as p
 
         for node in reversed(graph.nodes):  # (what the min-cut solver reads)
@@ -221,33 +237,42 @@ class BudgetedPartition(CustomPartitionerFn):
             else:
                 node.dist_from_bw = min((u.dist_from_bw + 1 for u in node.users),
                                         default=int(1e9))
+        return p.choose_saved_values_set(graph, info, memory_budget=1.0)
+
+    def _choose(self, graph: fx.Graph, info, gradients: list, min_cut_saves: list[fx.Node],
+                replayable: Replayable) -> list[fx.Node]:
+        """The values the forward saves (see the module's docstring), the random ops the
+        backward does not replay turned back as they were."""
         started = time.perf_counter()
-        problem = _Problem(graph, info, gradients, self.fused)
-        min_cut = problem.bytes_of(p.choose_saved_values_set(graph, info, memory_budget=1.0))
+        problem = _Problem(graph, info, gradients, self.fused, replayable.inputs)
+        min_cut = problem.bytes_of(min_cut_saves)
         least = problem.least()
         budget = self.budget.of(min_cut)
         if least > budget:
             raise UnmetMemoryBudget(self.budget.unmet(min_cut, least))
         chosen, optimal = problem.solve(budget)
-        decision = SavedForBackward(
+        replayed = replayable.settle(chosen["recomputed"], info.required_bw_nodes)
+        self.decisions.append(SavedForBackward(
             saved={n.name: b for n, b in problem.sizes(chosen["saved"])},
             recomputed={n.name: b for n, b in problem.sizes(chosen["recomputed"])},
             saved_bytes=problem.bytes_of(chosen["saved"]), budget_bytes=budget,
             min_cut_bytes=min_cut, least_bytes=least,
             recompute_seconds=sum(problem.seconds[n] for n in chosen["recomputed"]),
-            solve_seconds=time.perf_counter() - started, optimal=optimal)
-        self.decisions.append(decision)
+            solve_seconds=time.perf_counter() - started, optimal=optimal,
+            replayed=replayed))
         return chosen["saved"] + problem.free_inputs_read(chosen["recomputed"])
 
     def uuid(self) -> Any:
-        """The key Inductor's caches file this partitioner's programs under: its code, the
-        hardware profiles its estimates read, the budget."""
+        """The key Inductor's caches file this partitioner's programs under: its code and
+        the replay's, the hardware profiles its estimates read, the budget."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
+        import compiler.replay
         import extractors.hardware
         from extractors.calibration import cpu_profile
 
-        return (get_hash_for_files((__file__, extractors.hardware.__file__)),
+        return (get_hash_for_files((__file__, compiler.replay.__file__,
+                                    extractors.hardware.__file__)),
                 repr(cpu_profile()), self.budget, self.fused)
 
 
@@ -256,10 +281,15 @@ class _Problem:
     forward values (:class:`BudgetedPartition`): a pair of 0/1 columns for each value,
     saved and recomputed. The values are the forward's ops and the inputs that are not
     parameters (an activation from an earlier graph costs its bytes when saved, and
-    cannot be recomputed here); parameters cost nothing to keep."""
+    cannot be recomputed here); parameters cost nothing to keep. ``replays``: the values
+    recomputed from other inputs than their node's (a random op's outputs, from its kept
+    generator state: :class:`compiler.replay.Replayable`), and those inputs."""
 
-    def __init__(self, graph: fx.Graph, info, gradients: list, fused: bool):
+    def __init__(self, graph: fx.Graph, info, gradients: list, fused: bool,
+                 replays: dict[fx.Node, list[fx.Node]]):
         from torch._functorch import partitioners as p
+
+        self.inputs = {n: replays.get(n) or n.all_input_nodes for n in graph.nodes}
 
         self.backward = bw = info.required_bw_nodes
         self.free = {n for n in graph.nodes if n.op == "placeholder" and (
@@ -278,12 +308,12 @@ class _Problem:
         written = {n.args[0] for n in graph.nodes if isinstance(n.target, torch._ops.OpOverload)
                    and n.target._schema.is_mutable and n.args and isinstance(n.args[0], fx.Node)}
         for n in self.values:  # (in the graph's order: inputs first)
-            inputs = [a for a in n.all_input_nodes if a in self.index]
+            inputs = [a for a in self.inputs[n] if a in self.index]
             # (a part of a multi-output op is recomputed with it; what reads an input the
             # forward changes cannot run after it)
-            self.recomputable[n] = _recomputable(n) and not written.intersection(
-                n.all_input_nodes) and (n.target is not operator.getitem
-                                        or self.recomputable.get(inputs[0], False))
+            self.recomputable[n] = n in replays or _recomputable(n) and not (
+                written.intersection(n.all_input_nodes)) and (
+                n.target is not operator.getitem or self.recomputable.get(inputs[0], False))
             can_save = isinstance(n.meta.get("val"), torch.Tensor) or p.is_sym_node(n)
             recomputable = self.recomputable[n] and all(available[a] for a in inputs)
             # (a value a checkpoint region marks is recomputed, where it can be)
@@ -319,7 +349,8 @@ class _Problem:
         """The parameters the backward reads, itself or to recompute: saved beside the
         chosen values (they exist anyway)."""
         readers = [*recomputed, *(n for n in self.backward if n.op != "output")]
-        return list({a: None for n in readers for a in n.all_input_nodes if a in self.free})
+        return list({a: None for n in readers for a in self.inputs.get(n, n.all_input_nodes)
+                      if a in self.free})
 
     def _rows(self):
         """The constraints, and the index of the budget's row (its bound set per solve):
@@ -332,7 +363,7 @@ class _Problem:
         for v in self.read:
             rows.add([self.index[v], n + self.index[v]], [1.0, 1.0], 1.0, 2.0)
         for v in self.values:
-            for a in v.all_input_nodes:
+            for a in self.inputs[v]:
                 if a in self.index:
                     rows.add([n + self.index[v], self.index[a], n + self.index[a]],
                              [1.0, -1.0, -1.0], -math.inf, 0.0)
@@ -383,7 +414,7 @@ class _Problem:
                 saved[v] = None
             else:
                 recomputed[v] = None
-                stack.extend(a for a in v.all_input_nodes if a in self.index)
+                stack.extend(a for a in self.inputs[v] if a in self.index)
         return {"saved": sorted(saved, key=self.index.get),
                 "recomputed": sorted(recomputed, key=self.index.get)}
 
@@ -398,26 +429,19 @@ def _nbytes(value: Any) -> int:
 
 
 def _recomputable(node: fx.Node) -> bool:
-    """Whether the backward may compute ``node`` again: not a random op (a replay would draw
-    anew), not an op that changes a tensor in place or has effects."""
+    """Whether the backward may compute ``node`` again: not a random op (it would draw
+    anew; :mod:`compiler.replay`'s replay of one is not random), not an op that changes a
+    tensor in place or has effects."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         # (a *_functional op is functionalisation's form of one that updates its inputs:
         # batch norm's running statistics, which the forward changes once it has run)
         if target._schema.is_mutable or target._schema.name.endswith("_functional") or (
-                torch.Tag.nondeterministic_seeded in target.tags and not _no_dropout(node)):
+                torch.Tag.nondeterministic_seeded in target.tags and not draws_nothing(node)):
             return False
     elif isinstance(target, torch._ops.HigherOrderOperator):
         return False
     return node.op == "call_function"
-
-
-def _no_dropout(node: fx.Node) -> bool:
-    """Whether a random op draws nothing: its dropout probability is 0 (attention
-    without dropout, which aot_autograd traces as the op that can drop)."""
-    schema = node.target._schema
-    given = dict(zip((a.name for a in schema.arguments), node.args)) | node.kwargs
-    return any(name in given and given[name] == 0 for name in ("dropout_p", "p"))
 
 
 def _pointwise(node: fx.Node) -> bool:

@@ -1,6 +1,7 @@
 """A training graph's memory budget (compiler.partition): what the forward saves stays within
 the budget, the backward recomputes the rest, and the gradients are eager's, with both code
-generators, beside dropout and a user's checkpoint regions; bad budgets are refused."""
+generators, beside dropout (replayed from its generator state) and a user's checkpoint
+regions; bad budgets are refused."""
 
 from __future__ import annotations
 
@@ -76,6 +77,14 @@ def _train(model: torch.nn.Module, backend, x: torch.Tensor) -> tuple[list, int]
     return grads, saved_bytes(lambda x: _step(run, x), x, parameters=list(model.parameters()))
 
 
+@pytest.fixture(autouse=True)
+def _partitioned_anew():
+    """Inductor's caches off: a program cached by an earlier run would skip the partition
+    whose decision these tests read."""
+    with torch._inductor.config.patch(force_disable_caches=True):
+        yield
+
+
 def _decisions(backend) -> list:
     return [r.saved for r in backend.reports if r.saved is not None]
 
@@ -125,27 +134,100 @@ def test_the_least_fraction_is_named_and_reached(eager):
     assert saved < eager_saved / 4
 
 
-def test_dropout_is_saved_not_drawn_again():
-    """A recomputed dropout would draw a new mask: the gradients would differ from the
-    forward's. Its outputs are saved instead (a budget below them is refused). (Inductor
-    draws its own random numbers unless told to use eager's.)"""
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+def test_dropout_is_replayed_from_its_generator_state(codegen):
+    """A dropout recomputed would draw a new mask: the backward replays it from the
+    generator state the forward kept (5 KiB, not a byte per element), so a budget of 0.1
+    is met (saving every mask, the least was 0.21) and the gradients are eager's, drawn
+    from the same numbers. (Inductor draws its own random numbers unless told to use
+    eager's.)"""
     model = _model(p=0.3)
     x = torch.randn(4, 32, 64)
     expected, _ = _train(model, None, x)
-    for codegen in ("eager", "inductor"):
-        backend = make_backend(memory_budget=0.4, codegen=codegen,
+    for fraction in (0.5, 0.1):
+        backend = make_backend(memory_budget=fraction, codegen=codegen,
                                inductor_options={"fallback_random": True})
         grads, _ = _train(model, backend, x)
         for g, e in zip(grads, expected):
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        (decision,) = _decisions(backend)
+        assert decision.replayed and decision.saved_bytes <= decision.budget_bytes
+        assert "random ops from their saved states" in str(decision)
+
+
+def test_a_budget_that_replays_nothing_leaves_the_random_ops_as_they_were():
+    """Where every mask fits, the forward draws with the op as traced (no state kept)."""
+    model = _model(p=0.3)
+    x = torch.randn(4, 32, 64)
+    torch._dynamo.reset()
+    backend = make_backend(memory_budget=1.0)
+    _step(torch.compile(copy.deepcopy(model), backend=backend), x).backward()
+    (decision,) = _decisions(backend)
+    (forward,) = [c.module for key, c in backend.cache.items() if key[0] == "forward"]
+    assert not decision.replayed and "rng_state" not in forward.code
+
+
+def test_inductors_own_random_numbers_are_recomputed_from_its_seeds():
+    """Inductor draws dropout from seeds of its own, which its backward may recompute
+    from: the gradients follow the mask the forward drew (read off its output)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(64, 64))
+
+    def f(x):
+        h = F.dropout(x @ w, 0.5, True)
+        return h, (h.tanh() @ w).sum()
+
+    x = torch.randn(16, 64)
+    backend = make_backend(memory_budget=0.45, codegen="inductor")
+    h, loss = torch.compile(f, backend=backend)(x)
+    loss.backward()
+    mask = (h != 0).float() * 2.0
+    w_again = w.detach().clone().requires_grad_()
+    ((x @ w_again * mask).tanh() @ w_again).sum().backward()
+    torch.testing.assert_close(w.grad, w_again.grad, rtol=1e-4, atol=1e-4)
+    (decision,) = _decisions(backend)
+    assert decision.saved_bytes <= decision.budget_bytes
 
 
 @pytest.mark.parametrize("codegen", ["eager", "inductor"])
-def test_beside_a_users_checkpoint_regions(codegen):
-    model = _model(checkpoint=True)
+def test_random_numbers_made_like_a_tensor_are_replayed(codegen):
+    """``rand_like`` (one output, not a dropout's two) read by the backward through a
+    recomputed product: replayed at a budget below it, with eager's gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 64))
+
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            h = self.body[0](x)
+            return self.body[2](self.body[1](h * torch.rand_like(h)))
+
+    noisy = Noisy().train()
+    x = torch.randn(32, 64)
+    expected, _ = _train(noisy, None, x)
+    backend = make_backend(memory_budget=0.3, codegen=codegen,
+                           inductor_options={"fallback_random": True})
+    grads, _ = _train(noisy, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert _decisions(backend)[0].replayed
+
+
+@pytest.mark.parametrize("codegen", ["eager", "inductor"])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_beside_a_users_checkpoint_regions(codegen, p):
+    """Regions the user checkpoints, with dropout in them or not: eager's gradients, and
+    less saved than eager saves."""
+    model = _model(checkpoint=True, p=p)
     x = torch.randn(4, 32, 64)
     expected, eager_saved = _train(model, None, x)
-    backend = make_backend(memory_budget=0.5, codegen=codegen)
+    backend = make_backend(memory_budget=0.5, codegen=codegen,
+                           inductor_options={"fallback_random": True})
     grads, saved = _train(model, backend, x)
     for g, e in zip(grads, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
