@@ -3,12 +3,14 @@ time, for eager, checkpointing per layer, Inductor, Inductor under torch's activ
 budget, and the egraph backend under its own budgets (its own emission and Inductor's).
 
     .venv/bin/python benchmarks/memory.py [--models gpt2,bert] [--batch 1] [--seq 512]
-        [--layers N] [--systems NAME,...] [--rounds 5] [--tiny] [--out PATH]
+        [--layers N] [--dropout P] [--systems NAME,...] [--rounds 5] [--tiny] [--out PATH]
 
 Models are the real-size corpus's (:mod:`benchmarks.real_size`: published configs, random
-weights), in training mode with dropout off (so every row's gradients can be held to
-eager's); ``--layers`` shortens a transformer's stack (the activations per layer are the
-published model's). The loss (:func:`loss_of`) is compiled with the model.
+weights), in training mode with dropout off, or at probability ``--dropout`` everywhere
+the config has one; ``--layers`` shortens a transformer's stack (the activations per layer
+are the published model's). The loss (:func:`loss_of`) is compiled with the model. Each
+system's first step starts from one seed and, with dropout, Inductor draws eager's random
+numbers (``fallback_random``), so that every row's gradients can be held to eager's.
 
 Columns: ``saved MiB``, the bytes autograd keeps for the backward
 (:func:`compiler.memory.saved_bytes`: saved-tensor hooks, which see compiled graphs too;
@@ -54,9 +56,11 @@ LAYER_FIELDS = ("n_layer", "num_hidden_layers", "num_layers", "encoder_layers")
 
 
 def training_model(name: str, batch: int, seq: int, layers: int | None = None,
-                   tiny: bool = False) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    """Corpus model ``name`` in training mode with dropout off, and its inputs; ``layers``:
-    that many layers of a transformer's stack.
+                   tiny: bool = False, dropout: float = 0.0
+                   ) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """Corpus model ``name`` in training mode with every dropout probability ``dropout``
+    (off by default), and its inputs; ``layers``: that many layers of a transformer's
+    stack.
 
     >>> model, inputs = training_model("gpt2", 1, 8, tiny=True)
     >>> model.training, tuple(inputs[0].shape)
@@ -71,9 +75,9 @@ def training_model(name: str, batch: int, seq: int, layers: int | None = None,
     for module in model.modules():
         for attribute, value in list(vars(module).items()):
             if "drop" in attribute and isinstance(value, float):
-                setattr(module, attribute, 0.0)
+                setattr(module, attribute, dropout)
         if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+            module.p = dropout
     return model, entry.draw(fields, batch, seq)
 
 
@@ -141,6 +145,7 @@ def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: in
     can save leaves its row out, its error appended to ``unmet``."""
     unmet = [] if unmet is None else unmet
     parameters = list(model.parameters())
+    torch.manual_seed(SEED)  # (each system's first step draws eager's numbers)
     loss_of(model)(*inputs).backward()
     expected = [p.grad.clone() for p in parameters]
     scale = max(float(g.abs().max()) for g in expected) or 1.0
@@ -153,6 +158,7 @@ def measure(model: torch.nn.Module, inputs: tuple, chosen: list[str], rounds: in
         except NotImplementedError as why:
             print(f"{name}: skipped ({why})", flush=True)
             continue
+        torch.manual_seed(SEED)
         started = time.perf_counter()
         try:
             step(*inputs).backward()  # (compiles the forward and the backward)
@@ -215,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="every dropout's probability (0: off)")
     parser.add_argument("--systems", default=",".join(systems()))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="the corpus's tiny configs")
@@ -224,13 +232,15 @@ def main(argv: list[str] | None = None) -> None:
     # (torch's budget is not in the caches' keys: a cached default partition would answer)
     torch._inductor.config.fx_graph_cache = False
     torch._functorch.config.enable_autograd_cache = False
+    torch._inductor.config.fallback_random = args.dropout > 0
     chosen = args.systems.split(",")
     unknown = sorted(set(chosen) - set(systems()))
     if unknown:
         parser.error(f"unknown systems {unknown}; choose from {', '.join(systems())}")
     sections, plots = [], []
     for name in args.models.split(","):
-        model, inputs = training_model(name, args.batch, args.seq, args.layers, args.tiny)
+        model, inputs = training_model(name, args.batch, args.seq, args.layers, args.tiny,
+                                       args.dropout)
         unmet: list[str] = []
         rows = measure(model, inputs, chosen, args.rounds, unmet)
         table = markdown_table(rows, ["system", "saved MiB", "saved / Inductor", "peak MiB",
@@ -238,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
                                       "first call s"])
         shape = ", ".join(f"{tuple(x.shape)}" for x in inputs)
         sections.append(f"## {name}{'' if args.layers is None else f', {args.layers} layers'}"
+                        f"{f', dropout {args.dropout}' if args.dropout else ''}"
                         f": inputs {shape}\n\n{table}"
                         + ("\n\nBudgets below the least a graph can save:\n" + "\n".join(unmet)
                            if unmet else ""))
