@@ -50,7 +50,7 @@ from compiler.memory import saved_bytes, training_peak_bytes  # noqa: E402
 from compiler.partition import UnmetMemoryBudget  # noqa: E402
 
 MIB = 1 << 20
-BUDGETS = (0.5, 0.33, 0.25)
+BUDGETS = (0.5, 0.33, 0.25, 0.1)
 """The budgets of the egraph rows (fractions of what the min-cut partition saves)."""
 LAYER_FIELDS = ("n_layer", "num_hidden_layers", "num_layers", "encoder_layers")
 
@@ -127,7 +127,7 @@ def systems() -> dict[str, Callable[[torch.nn.Module], Callable[..., torch.Tenso
     found: dict[str, Callable] = {
         "eager": loss_of, "checkpoint per layer": checkpointed,
         "Inductor": lambda m: torch.compile(loss_of(m))}
-    for budget in (0.5, 0.25):
+    for budget in (0.5, 0.25, 0.1):
         found[f"Inductor torch-budget {budget}"] = (
             lambda m, b=budget: torch.compile(loss_of(m), backend=torch_budget(b)))
     for codegen, label in (("eager", "egraph"), ("inductor", "egraph + Inductor")):
