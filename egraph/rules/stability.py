@@ -14,7 +14,9 @@ import math
 
 from egraph.ops import (
     abs,
+    acosh,
     amax,
+    asinh,
     clamp,
     cos,
     cosh,
@@ -195,6 +197,23 @@ RULES: list[LibraryRule] = [
     rule("log-square", log(x * x), 2.0 * log(abs(x)), when=nonzero(x),
          example=lambda x: torch.log(x * x), inputs={"x": ((4, 8), "nonzero")},
          description="log(x^2) = 2 log|x| without overflow of x^2"),
+    # the inverse hyperbolic functions from their logarithms (Herbie's *-def rules, read
+    # towards the function)
+    rule("asinh", log(x + sqrt(x * x + 1)), asinh(x), when=floating(x),
+         example=lambda x: torch.log(x + torch.sqrt(x * x + 1)), inputs=X,
+         description="asinh x = log(x + sqrt(x^2 + 1)): the logarithm cancels for x < 0, "
+                     "loses x near 0 and overflows x^2 for |x| > 1.8e19 in float32; NaN "
+                     "only for a NaN x on both sides"),
+    rule("asinh-abs", log(abs(x) + sqrt(x * x + 1)), asinh(abs(x)), when=floating(x),
+         example=lambda x: torch.log(torch.abs(x) + torch.sqrt(x * x + 1)), inputs=X,
+         description="asinh |x| = log(|x| + sqrt(x^2 + 1)): as asinh, for the magnitude "
+                     "(libraries' copysign(log(|x| + ...), x))"),
+    rule("acosh", log(x + sqrt(x * x - 1)), acosh(x), when=all_of(floating(x), positive(x)),
+         example=lambda x: torch.log(x + torch.sqrt(x * x - 1)),
+         inputs={"x": ((4, 8), "positive")},
+         description="acosh x = log(x + sqrt(x^2 - 1)) for x >= 1 (x^2 overflows past "
+                     "1.8e19 in float32); both NaN in (0, 1); guarded positive, since for "
+                     "x <= -1 both are NaN only in floating point"),
     rule("add-sub-cancel", (a + b) - a, b, when=same_shape(a, b),
          example=(lambda a, b: (a + b) - a, lambda a, b: (a + b) - b), inputs=AB,
          description="(a + b) - a = b: no cancellation of a large a (same shapes, so b alone "
