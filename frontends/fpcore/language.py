@@ -97,6 +97,11 @@ def _fmod(x, y):
         return mp.nan
     if mp.isinf(y):
         return x
+    if x != 0 and mp.mag(x) - mp.mag(y) > 2 ** 20:
+        # the remainder is x's digits below |y|: none is known of an x that far above y
+        # (exp(1e300) at any precision covered), and mpmath would shift x's digits by the
+        # whole distance ("too many digits in integer")
+        return mp.nan
     r = mp.fmod(abs(x), abs(y))
     return r if x >= 0 else -r
 
