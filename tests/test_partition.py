@@ -89,6 +89,18 @@ def _decisions(backend) -> list:
     return [r.saved for r in backend.reports if r.saved is not None]
 
 
+def _with_eagers_gradients(model: torch.nn.Module, x: torch.Tensor, **options):
+    """The backend ``make_backend(**options)``, Inductor drawing eager's random numbers,
+    after a step through it gave eager's gradients; the bytes that step and eager's
+    saved for the backward."""
+    expected, eager_saved = _train(model, None, x)
+    backend = make_backend(inductor_options={"fallback_random": True}, **options)
+    grads, saved = _train(model, backend, x)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    return backend, saved, eager_saved
+
+
 @pytest.fixture(scope="module")
 def eager():
     model = _model()
@@ -143,13 +155,9 @@ def test_dropout_is_replayed_from_its_generator_state(codegen):
     eager's.)"""
     model = _model(p=0.3)
     x = torch.randn(4, 32, 64)
-    expected, _ = _train(model, None, x)
     for fraction in (0.5, 0.1):
-        backend = make_backend(memory_budget=fraction, codegen=codegen,
-                               inductor_options={"fallback_random": True})
-        grads, _ = _train(model, backend, x)
-        for g, e in zip(grads, expected):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        backend, _, _ = _with_eagers_gradients(model, x, memory_budget=fraction,
+                                               codegen=codegen)
         (decision,) = _decisions(backend)
         assert decision.replayed and decision.saved_bytes <= decision.budget_bytes
         assert "random ops from their saved states" in str(decision)
@@ -207,14 +215,8 @@ def test_random_numbers_made_like_a_tensor_are_replayed(codegen):
             h = self.body[0](x)
             return self.body[2](self.body[1](h * torch.rand_like(h)))
 
-    noisy = Noisy().train()
-    x = torch.randn(32, 64)
-    expected, _ = _train(noisy, None, x)
-    backend = make_backend(memory_budget=0.3, codegen=codegen,
-                           inductor_options={"fallback_random": True})
-    grads, _ = _train(noisy, backend, x)
-    for g, e in zip(grads, expected):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    backend, _, _ = _with_eagers_gradients(Noisy().train(), torch.randn(32, 64),
+                                           memory_budget=0.3, codegen=codegen)
     assert _decisions(backend)[0].replayed
 
 
@@ -223,14 +225,9 @@ def test_random_numbers_made_like_a_tensor_are_replayed(codegen):
 def test_beside_a_users_checkpoint_regions(codegen, p):
     """Regions the user checkpoints, with dropout in them or not: eager's gradients, and
     less saved than eager saves."""
-    model = _model(checkpoint=True, p=p)
-    x = torch.randn(4, 32, 64)
-    expected, eager_saved = _train(model, None, x)
-    backend = make_backend(memory_budget=0.5, codegen=codegen,
-                           inductor_options={"fallback_random": True})
-    grads, saved = _train(model, backend, x)
-    for g, e in zip(grads, expected):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    backend, saved, eager_saved = _with_eagers_gradients(
+        _model(checkpoint=True, p=p), torch.randn(4, 32, 64), memory_budget=0.5,
+        codegen=codegen)
     assert _decisions(backend) and saved < eager_saved
 
 
