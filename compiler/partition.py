@@ -214,10 +214,10 @@ class BudgetedPartition(CustomPartitionerFn):
         min_cut = self._min_cut(joint_module.graph, info)
         replayable = make_replayable(joint_module.graph, info.required_bw_nodes)
         if replayable.draws:
-            joint_module.recompile()
             info = p.classify_nodes(joint_module, static, num_fwd_outputs)
         saved = self._choose(joint_module.graph, info, gradients, min_cut, replayable)
-        joint_module.recompile()
+        if replayable.draws:
+            joint_module.recompile()
         sym = [n for n in saved if p.is_sym_node(n)]
         fw, bw = p._extract_fwd_bwd_modules(
             joint_module, [n for n in saved if not p.is_sym_node(n)], saved_sym_nodes=sym,
@@ -251,6 +251,7 @@ class BudgetedPartition(CustomPartitionerFn):
         if least > budget:
             raise UnmetMemoryBudget(self.budget.unmet(min_cut, least))
         chosen, optimal = problem.solve(budget)
+        parameters = problem.free_inputs_read(chosen["recomputed"])
         replayed = replayable.settle(chosen["recomputed"], info.required_bw_nodes)
         self.decisions.append(SavedForBackward(
             saved={n.name: b for n, b in problem.sizes(chosen["saved"])},
@@ -260,7 +261,7 @@ class BudgetedPartition(CustomPartitionerFn):
             recompute_seconds=sum(problem.seconds[n] for n in chosen["recomputed"]),
             solve_seconds=time.perf_counter() - started, optimal=optimal,
             replayed=replayed))
-        return chosen["saved"] + problem.free_inputs_read(chosen["recomputed"])
+        return chosen["saved"] + parameters
 
     def uuid(self) -> Any:
         """The key Inductor's caches file this partitioner's programs under: its code and
@@ -349,8 +350,7 @@ class _Problem:
         """The parameters the backward reads, itself or to recompute: saved beside the
         chosen values (they exist anyway)."""
         readers = [*recomputed, *(n for n in self.backward if n.op != "output")]
-        return list({a: None for n in readers for a in self.inputs.get(n, n.all_input_nodes)
-                      if a in self.free})
+        return list({a: None for n in readers for a in self.inputs[n] if a in self.free})
 
     def _rows(self):
         """The constraints, and the index of the budget's row (its bound set per solve):

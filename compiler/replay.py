@@ -191,11 +191,16 @@ def _replayable(node: fx.Node) -> bool:
             op.namespace != "aten" or torch.Tag.nondeterministic_seeded not in op.tags
             or op._schema.is_mutable):
         return False
-    schema = op._schema
-    given = dict(zip((a.name for a in schema.arguments), node.args)) | node.kwargs
+    schema, given = op._schema, _arguments(node)
     return bool(schema.returns) and all(str(r.type) == "Tensor" for r in schema.returns) and (
         all(given.get(a.name) is None for a in schema.arguments
             if "Generator" in str(a.type)))
+
+
+def _arguments(node: fx.Node) -> dict[str, object]:
+    """An operator call's arguments by their names in its schema (those given)."""
+    names = (a.name for a in node.target._schema.arguments)
+    return dict(zip(names, node.args)) | node.kwargs
 
 
 def _read_by(graph: fx.Graph, backward: set[fx.Node]) -> set[fx.Node]:
@@ -236,7 +241,6 @@ def draws_nothing(node: fx.Node) -> bool:
     >>> draws_nothing(g.call_function(torch.ops.aten.native_dropout.default, (x, 0.0, True)))
     True
     """
-    schema = node.target._schema
-    given = dict(zip((a.name for a in schema.arguments), node.args)) | node.kwargs
+    given = _arguments(node)
     return any(name in given and given[name] == 0 for name in ("dropout_p", "p")) or (
         given.get("train", True) is False)
