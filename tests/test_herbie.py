@@ -463,7 +463,7 @@ def test_a_log_identity_that_holds_for_positive_values_only_is_not_a_candidate()
 def _fpcore_through(entry: str, source: str):
     """An FPCore program sampled as Herbie samples it (64 training, 256 test points) and
     run through one entry point with its declared ranges: ``(program, the rewritten
-    module, errors before, errors after)`` on the test points, in binary64."""
+    module, errors before, errors after)`` on the test points, in its precision."""
     from compiler.sampling import errors, train_and_test
     from frontends import fpcore
 
@@ -477,7 +477,8 @@ def _fpcore_through(entry: str, source: str):
             load_rules("all"), iter_limit=4, node_limit=5_000).extract(Curvature())
     with torch.no_grad():
         out = fixed(*test)
-        before, after = errors(gm(*test), exact, "binary64"), errors(out, exact, "binary64")
+        before = errors(gm(*test), exact, program.precision)
+        after = errors(out, exact, program.precision)
     assert out.shape == test[0].shape and out.dtype == test[0].dtype
     return program, fixed, before, after
 
@@ -493,6 +494,26 @@ def test_a_product_that_overflows_where_its_quotient_does_not_is_reassociated(en
     _, _, before, after = _fpcore_through(entry, source)
     assert before.mean > 5
     assert after.mean < 1 and after.nonfinite <= before.nonfinite
+
+
+@pytest.mark.parametrize("entry", ["rewriter", "egraph"])
+@pytest.mark.parametrize("precision", ["binary64", "binary32"])
+def test_a_homogeneous_formula_runs_on_inputs_scaled_near_one(entry, precision):
+    # Herbie's complex division (numerics/every-cs.fpcore, math.js' _divideComplex): c*c
+    # and a*c overflow where the quotient does not; degree 1 in (a, b) and -1 in (c, d),
+    # it runs on both pairs scaled by powers of two, and FPCore can say the result
+    program, fixed, before, after = _fpcore_through(
+        entry, f"(FPCore (a b c d) :precision {precision} "
+               "(/ (+ (* a c) (* b d)) (+ (* c c) (* d d))))")
+    assert before.mean > 10 and before.nonfinite > 40
+    assert after.mean < 1 and after.nonfinite == 0
+    from compiler.sampling import train_and_test
+    from frontends import fpcore
+
+    (written,) = fpcore.parse(fpcore.write_module(fixed, program))
+    (_, _), (test, _) = train_and_test(program, 8, 64)
+    with torch.no_grad():
+        assert torch.equal(written.module()(*test), fixed(*test))
 
 
 @pytest.mark.parametrize("entry", ["rewriter", "egraph"])

@@ -17,9 +17,11 @@ bfloat16), as Herbie (Panchekha et al., PLDI 2015) improves a scalar expression:
    whole: flipping a difference into a quotient (``a - b = (a^2 - b^2) / (a + b)``, and with
    cubes), fraction arithmetic, sum-to-product, half-angle and addition formulas, log and exp
    identities, sympy's simplifier (:data:`REWRITES`); then the same once more on the best
-   candidates; and the series of the formula around 0 and infinity in each variable
-   (:mod:`compiler.series`). Emission fuses ``exp(u) - 1`` into ``expm1(u)`` and
-   ``log(1 + u)`` into ``log1p(u)``.
+   candidates; those and the formula on their inputs scaled by powers of two where they
+   are homogeneous (:mod:`~compiler.herbie.scaling`: ``c*c`` overflows where
+   ``(a*c + b*d) / (c*c + d*d)`` does not); and the series of the formula around 0 and
+   infinity in each variable (:mod:`compiler.series`). Emission fuses ``exp(u) - 1`` into
+   ``expm1(u)`` and ``log(1 + u)`` into ``log1p(u)``.
 4. *Measure* every candidate in the working dtype on the sample points against the formula
    evaluated in mpmath at 150 digits (error in bits, as
    :func:`compiler.stability.error_bits`).
@@ -30,10 +32,10 @@ bfloat16), as Herbie (Panchekha et al., PLDI 2015) improves a scalar expression:
 What changed is in ``gm.meta["accuracy_report"]`` (:class:`AccuracyReport`). The package
 is the method, a module per phase: :mod:`~compiler.herbie.localise` (steps 1 and 2),
 :mod:`~compiler.herbie.rewriting` (3, with :mod:`~compiler.herbie.domain`: a candidate
-undefined where the formula is defined is dropped), :mod:`~compiler.herbie.measure` (4),
-:mod:`compiler.regimes` and :mod:`~compiler.herbie.probes` (5), and
-:mod:`~compiler.herbie.emit` (from sympy back to torch); :func:`improve_accuracy` below is
-the outline.
+undefined where the formula is defined is dropped, and :mod:`~compiler.herbie.scaling`),
+:mod:`~compiler.herbie.measure` (4), :mod:`compiler.regimes` and
+:mod:`~compiler.herbie.probes` (5), and :mod:`~compiler.herbie.emit` (from sympy back to
+torch); :func:`improve_accuracy` below is the outline.
 
 >>> import torch
 >>> from compiler.herbie import improve_accuracy

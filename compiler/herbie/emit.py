@@ -21,7 +21,16 @@ import torch.fx as fx
 from compiler.herbie.localise import Formula
 from compiler.regimes import Regimes, select
 
-__all__ = ["emit_program", "evaluate", "program_text", "run_program"]
+__all__ = ["TorchFunction", "emit_program", "evaluate", "program_text", "run_program"]
+
+
+class TorchFunction(sp.Function):
+    """A sympy function whose value :func:`evaluate` computes with torch ops: a subclass
+    defines ``torch_value(values)``, its arguments' values (tensors, fx proxies or
+    numbers) to its own (:mod:`compiler.herbie.scaling`'s exact scalings)."""
+
+    def torch_value(self, values: list):
+        raise NotImplementedError
 
 _TORCH = {sp.exp: torch.exp, sp.log: torch.log, sp.sin: torch.sin, sp.cos: torch.cos,
           sp.tan: torch.tan, sp.atan: torch.atan, sp.sinh: torch.sinh, sp.cosh: torch.cosh,
@@ -72,6 +81,8 @@ def _walk(e: sp.Expr, env: dict, memo: dict):
         value = torch.log1p(_walk(e.args[0] - 1, env, memo))
     elif e.func in _TORCH:
         value = _TORCH[e.func](_tensor(_walk(e.args[0], env, memo), env))
+    elif isinstance(e, TorchFunction):
+        value = e.torch_value([_walk(a, env, memo) for a in e.args])
     elif isinstance(e, sp.Piecewise):
         *pieces, (value, _) = e.args
         value = math.nan if value is sp.nan else _walk(value, env, memo)

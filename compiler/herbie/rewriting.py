@@ -16,6 +16,7 @@ from compiler.herbie.domain import narrows_domain
 from compiler.herbie.emit import evaluate
 from compiler.herbie.localise import Formula, sympy_number, to_sympy
 from compiler.herbie.measure import error_in_bits
+from compiler.herbie.scaling import scaled
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 
 __all__ = ["REWRITES", "candidates", "formula_of", "rule_candidates"]
@@ -178,8 +179,10 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
                series: bool = True) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
     each localised subexpression ``hot``, at each sum and at the whole (then again, on the
-    sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all), and
-    the series expansions (unless ``series`` is False: identities alone). A candidate
+    sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all), the
+    formula and those candidates on inputs scaled by powers of two where they are
+    homogeneous (:func:`compiler.herbie.scaling.scaled`), and the series expansions
+    (unless ``series`` is False: identities alone). A candidate
     undefined where ``expr`` is defined, at the points of
     ``domain`` (default ``env``) and around them
     (:func:`~compiler.herbie.domain.narrows_domain`), is left out: no identity of it.
@@ -231,6 +234,15 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
         scored.sort(key=lambda s: s[0])
         sites = [(c, [a for a in sp.preorder_traversal(c) if isinstance(a, sp.Add)])
                  for _, _, c in scored[:keep]]
+    # the formula and the best candidates, each on its inputs scaled near 1 by powers of
+    # two where it is homogeneous: what overflows in a step but not in the result no longer
+    # does (compiler.herbie.scaling)
+    for base, _ in [(expr, None), *sites]:
+        if time.perf_counter() > deadline:
+            return found
+        s = scaled(base, symbols, dtype)
+        if s is not None:
+            add("scaling", s)
     if series:
         left = deadline - time.perf_counter()
         for label, c in series_candidates(expr, symbols, seconds=min(max(left, 0.0), 6.0)):
