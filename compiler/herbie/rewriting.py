@@ -16,7 +16,7 @@ from compiler.herbie.domain import narrows_domain
 from compiler.herbie.emit import evaluate
 from compiler.herbie.localise import Formula, sympy_number, to_sympy
 from compiler.herbie.measure import error_in_bits
-from compiler.herbie.scaling import scaled
+from compiler.herbie.scaling import scaled, scaled_products
 from compiler.series import SeriesTimeout, series_candidates, time_limit
 
 __all__ = ["REWRITES", "candidates", "formula_of", "rule_candidates"]
@@ -224,6 +224,12 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
                         continue
                     for r in results:
                         add(name, base.xreplace({place: r}) if place != base else r)
+            # a product inside a sum overflows alone: (y - x)*(z - t)/(a - t) in linMap's
+            # x + (y - x)*(z - t)/(a - t) is reassociated where it is
+            for place in dict.fromkeys(a for a in sp.preorder_traversal(base)
+                                       if isinstance(a, sp.Mul) and a != base):
+                for r in _reassociate(place, most=4):
+                    add("reassociate", base.xreplace({place: r}))
         scored = []
         for label, c in found:
             try:
@@ -238,11 +244,12 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
     # two where it is homogeneous: what overflows in a step but not in the result no longer
     # does (compiler.herbie.scaling)
     for base, _ in [(expr, None), *sites]:
-        if time.perf_counter() > deadline:
-            return found
-        s = scaled(base, symbols, dtype)
-        if s is not None:
-            add("scaling", s)
+        for scale in (scaled, scaled_products):
+            if time.perf_counter() > deadline:
+                return found
+            s = scale(base, symbols, dtype)
+            if s is not None:
+                add("scaling", s)
     if series:
         left = deadline - time.perf_counter()
         for label, c in series_candidates(expr, symbols, seconds=min(max(left, 0.0), 6.0)):

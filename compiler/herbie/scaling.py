@@ -17,7 +17,11 @@ test on points), :func:`homogeneous_groups` splits the inputs into the smallest 
 it is homogeneous in, and :func:`scaled` writes the scaled formula with :class:`Binade`
 (the power of two of a group) and :class:`Ldexp` (an exact scaling), which
 :func:`compiler.herbie.emit.evaluate` computes with torch's ``log2``, ``floor``, ``where``
-and ``pow`` of 2, so the program stays inside the op table (and FPCore can say it).
+and ``pow`` of 2, so the program stays inside the op table (and FPCore can say it). A
+group that spans more binades than the format has its small members scaled to 0, so the
+scaled formula gives way to the formula as written wherever it is not a finite number
+(:class:`FiniteOr`); where it is finite but has lost those members, the search measures
+it against the other candidates, and the regimes keep it off that range.
 
 >>> import torch
 >>> a, b, c, d = sp.symbols("a b c d", real=True)
@@ -42,8 +46,8 @@ import torch
 
 from compiler.herbie.emit import TorchFunction
 
-__all__ = ["Binade", "Ldexp", "PowersOfTwo", "homogeneous_degree", "homogeneous_groups", "scaled",
-           "scaled_products"]
+__all__ = ["Binade", "FiniteOr", "Ldexp", "PowersOfTwo", "homogeneous_degree",
+           "homogeneous_groups", "scaled", "scaled_products"]
 
 MOST_SUBSETS = 8
 """Formulas of at most this many inputs have every subset tried as a group; larger ones,
@@ -117,6 +121,24 @@ class Ldexp(TorchFunction):
         return x
 
 
+class FiniteOr(TorchFunction):
+    """``FiniteOr(scaled, formula)``: ``scaled`` where it is a finite number, else
+    ``formula`` (``s - s == 0`` holds exactly for the finite ``s``). Both are the same
+    real number; the scaled one is infinite or NaN only where a group spans more binades
+    than the format (``0/0`` when its small members were scaled to 0), where the formula
+    as written may still be a number.
+
+    >>> x, y = sp.symbols("x y", real=True)
+    >>> from compiler.herbie.emit import evaluate
+    >>> evaluate(FiniteOr(x / y, x), {x: torch.tensor([0.0, 6.0]), y: torch.tensor([0.0, 2.0])})
+    tensor([0., 3.])
+    """
+
+    def torch_value(self, values: list):
+        first, fallback = values
+        return torch.where(first - first == 0, first, fallback)
+
+
 def homogeneous_degree(e: sp.Expr, group: set[sp.Symbol]) -> sp.Rational | None:
     """``k`` where ``e(t*g) = t**k * e(g)`` for every ``t > 0`` (``g`` the ``group``'s
     symbols, the others held), proved from ``e``'s structure; None where that does not
@@ -184,8 +206,9 @@ def homogeneous_groups(e: sp.Expr, symbols: list[sp.Symbol]
 
 def scaled(e: sp.Expr, symbols: list[sp.Symbol], dtype: torch.dtype) -> sp.Expr | None:
     """``e`` computed on its homogeneous groups (:func:`homogeneous_groups`) scaled by
-    powers of two near 1 in ``dtype``, its result scaled back; None where ``e`` is
-    homogeneous in no group, or already scaled. See the module's example."""
+    powers of two near 1 in ``dtype``, its result scaled back, and ``e`` as written where
+    that is not a finite number (:class:`FiniteOr`); None where ``e`` is homogeneous in
+    no group, or already scaled. See the module's example."""
     if e.has(Ldexp):
         return None
     groups = homogeneous_groups(e, symbols)
@@ -204,10 +227,11 @@ def scaled(e: sp.Expr, symbols: list[sp.Symbol], dtype: torch.dtype) -> sp.Expr 
             replace[s] = Ldexp(s, PowersOfTwo(-binade, sp.Integer(chunk), sp.Integer(inner)))
         total += degree * binade
         bound += abs(degree) * reach
-    if total == 0:
-        return e.xreplace(replace)
-    return Ldexp(e.xreplace(replace), PowersOfTwo(
-        total, sp.Integer(chunk), sp.Integer(max(1, math.ceil(bound / chunk)))))
+    inner_e = e.xreplace(replace)
+    if total != 0:
+        inner_e = Ldexp(inner_e, PowersOfTwo(
+            total, sp.Integer(chunk), sp.Integer(max(1, math.ceil(bound / chunk)))))
+    return FiniteOr(inner_e, e)
 
 
 def scaled_products(e: sp.Expr, symbols: list[sp.Symbol], dtype: torch.dtype
