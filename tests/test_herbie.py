@@ -527,6 +527,22 @@ def test_probes_off_the_samples_keep_to_the_declared_range(entry):
     assert before.mean > 40 and after.mean < 1
 
 
+def test_a_program_no_worse_on_its_samples_is_judged_on_points_off_them_too():
+    # each sample pairs y with x itself, where (x + y) - y is x exactly; on pairs drawn
+    # anew y is often far larger than x and swallows it
+    from compiler.herbie import less_accurate_than_source
+
+    x = 10 ** torch.linspace(-8, 8, 64, dtype=torch.float64)
+    source = EGraph.from_fx(torch.fx.symbolic_trace(lambda x, y: x + (y - y)), (x, x)).fx
+    worse = torch.fx.symbolic_trace(lambda x, y: (x + y) - y)
+    same = torch.fx.symbolic_trace(lambda x, y: x)
+    with torch.no_grad():
+        assert torch.equal(worse(x, x), x)
+    why = less_accurate_than_source(source, worse, (x, x))
+    assert why is not None and "points off the samples" in why
+    assert less_accurate_than_source(source, same, (x, x)) is None
+
+
 @pytest.mark.parametrize("entry", ["rewriter", "egraph"])
 def test_a_formula_that_folds_to_a_constant_is_replaced_by_it(entry):
     # Herbie's "Cancel like terms": (1 + x) - x is 1, and in floats it is 0 past 2^53

@@ -21,7 +21,7 @@ from compiler.ordinals import from_ordinals, midpoint, ordinals, uniform
 from compiler.regimes import Regimes, between
 
 __all__ = ["NEAR", "OTHER_POINTS", "ROUNDS", "WRONG_PROBES", "loses_on_other_points",
-           "refine_thresholds", "refuting_probes", "resample"]
+           "off_samples", "refine_thresholds", "refuting_probes", "resample"]
 
 WRONG_PROBES = 0.1
 """The share of the points probed between samples where a program may lose more than
@@ -210,11 +210,7 @@ def loses_on_other_points(unit: Formula, regimes: Regimes, exprs: list[sp.Expr],
     True
     """
     gen = torch.Generator().manual_seed(1)
-    n, half = samples[0].numel(), OTHER_POINTS // 2
-    pick = torch.randint(0, n, (half,), generator=gen)
-    points = [torch.cat([s[torch.randperm(n, generator=gen)][pick],
-                         uniform(float(s.min()), float(s.max()), (half,), s.dtype, gen)])
-              for s in samples]
+    points = [off_samples(s, OTHER_POINTS, gen) for s in samples]
     exact = exact_values(unit.expr, unit.symbols, points)
     defined = representable(exact, dtype)
     if not bool(defined.any()):
@@ -231,6 +227,29 @@ def loses_on_other_points(unit: Formula, regimes: Regimes, exprs: list[sp.Expr],
     lost = (error_in_bits(got[defined], exact[defined], dtype).mean()
             - error_in_bits(formula[defined], exact[defined], dtype).mean())
     return float(lost) > tolerance
+
+
+def off_samples(values: torch.Tensor, count: int, generator: torch.Generator
+                ) -> torch.Tensor:
+    """``count`` values of one input off its samples ``values``: half of them sampled
+    values drawn anew (each input drawn on its own, so the points combine them anew), half
+    drawn uniformly over the dtype's values between the smallest and the largest finite
+    sample (the range the samples, and any declared range, keep to).
+
+    >>> x = off_samples(torch.tensor([1.0, 2.0, 1e30]), 100, torch.Generator().manual_seed(0))
+    >>> x.shape, bool(((x >= 1) & (x <= 1e30)).all()), bool((x > 1e10).any())
+    (torch.Size([100]), True, True)
+    """
+    flat = values.reshape(-1)
+    half = count // 2
+    again = flat[torch.randint(0, flat.numel(), (half,), generator=generator)]
+    finite = flat[torch.isfinite(flat)] if flat.is_floating_point() else flat[:0]
+    if finite.numel():
+        drawn = uniform(float(finite.min()), float(finite.max()), (count - half,), flat.dtype,
+                        generator)
+    else:  # (integers, or no finite sample: drawn from the samples too)
+        drawn = flat[torch.randint(0, flat.numel(), (count - half,), generator=generator)]
+    return torch.cat([again, drawn])
 
 
 def _extremes(dtype: torch.dtype, count: int = 8) -> torch.Tensor:
