@@ -303,9 +303,10 @@ def _measured(source: FxSource, gm: fx.GraphModule, samples
               ) -> list[tuple[str, tuple[float, int], tuple[float, int]]] | None:
     """``(where, source's error, gm's error)`` against the reals
     (:func:`~compiler.herbie.measure.program_error`: mean bits, non-finite results) on
-    the ``samples`` and on as many points off them (:func:`~compiler.herbie.probes.
-    off_samples`); None where the program is too large to run over the reals
-    (:data:`compiler.validate.reference.EXACT_LIMIT`), draws, or has no exact value."""
+    the ``samples`` and on as many points off them
+    (:func:`~compiler.herbie.probes.off_samples`); None where the program is too large
+    to run over the reals (:data:`compiler.validate.reference.EXACT_LIMIT`), draws, or
+    has no exact value."""
     from compiler.validate import program_numel
     from compiler.validate.reference import EXACT_LIMIT, exact_reference
     from compiler.validate.runs import flat_outputs

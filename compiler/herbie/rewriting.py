@@ -179,10 +179,11 @@ def candidates(expr: sp.Expr, symbols: list[sp.Symbol], hot: list[sp.Expr], env:
                series: bool = True) -> list[tuple[str, sp.Expr]]:
     """``(label, expression)`` candidates for ``expr``: every :data:`REWRITES` strategy at
     each localised subexpression ``hot``, at each sum and at the whole (then again, on the
-    sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all), the
-    formula and those candidates on inputs scaled by powers of two where they are
-    homogeneous (:func:`compiler.herbie.scaling.scaled`), and the series expansions
-    (unless ``series`` is False: identities alone). A candidate
+    sums inside the ``keep`` most accurate candidates so far, ``rounds`` times in all;
+    each product inside them reassociated in place), the formula and those candidates on
+    inputs scaled by powers of two where they, or their products, are homogeneous
+    (:mod:`compiler.herbie.scaling`), and the series expansions (unless ``series`` is
+    False: identities alone). A candidate
     undefined where ``expr`` is defined, at the points of
     ``domain`` (default ``env``) and around them
     (:func:`~compiler.herbie.domain.narrows_domain`), is left out: no identity of it.
