@@ -527,6 +527,22 @@ def test_probes_off_the_samples_keep_to_the_declared_range(entry):
     assert before.mean > 40 and after.mean < 1
 
 
+def test_a_point_whose_exact_value_mpmath_cannot_hold_is_not_judged():
+    # PROJ's somerc forward-phip at a point off its samples: mpmath aligns a sum's digits
+    # by shifting one term by the distance of their exponents, here past any memory
+    from compiler.herbie.measure import exact_values
+
+    c, phi, hlf_e, ecc, k = sp.symbols("c phi hlf_e ecc k", real=True)
+    quarter_pi = sp.Rational(884279719003555, 1125899906842624)
+    formula = 2 * sp.atan(sp.exp(c * (-hlf_e * sp.log((ecc * sp.sin(phi) + 1) / (
+        -ecc * sp.sin(phi) + 1)) + sp.log(sp.tan(phi / 2 + quarter_pi))) + k))
+    point = (-3.1734998860877005e17, -4.414970815480576e291, 2.619195364802307e-21,
+             1.239954373798248e-230, -1.2477316742359436e-283)
+    values = exact_values(formula, [c, phi, hlf_e, ecc, k],
+                          [torch.tensor([v, 0.5], dtype=torch.float64) for v in point])
+    assert math.isnan(values[0]) and math.isfinite(values[1])
+
+
 def test_a_program_no_worse_on_its_samples_is_judged_on_points_off_them_too():
     # each sample pairs y with x itself, where (x + y) - y is x exactly; on pairs drawn
     # anew y is often far larger than x and swallows it

@@ -47,7 +47,10 @@ def exact_values(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Te
             try:
                 v = f(*[mp.mpf(p) for p in point])
                 out.append(float(v) if mp.im(v) == 0 else math.nan)
-            except (ZeroDivisionError, ValueError, TypeError, OverflowError):
+            except (ZeroDivisionError, ValueError, TypeError, OverflowError, MemoryError):
+                # (MemoryError: mpmath aligns the digits of a sum by shifting one term by
+                # the distance of their exponents, which past exp(1e300) is no number a
+                # machine holds; the point is not judged, as one with no real value)
                 out.append(math.nan)
     return torch.tensor(out, dtype=torch.float64)
 
