@@ -425,6 +425,46 @@ def test_a_series_time_limit_waits_while_a_dropped_exception_is_reported():
 
 
 
+def test_a_callers_alarm_set_around_a_series_time_limit_still_fires():
+    """Herbie's suite gives each benchmark a minute with its own alarm; the first series
+    inside took the timer over and the minute was lost (a benchmark ran for two). The
+    caller's alarm is set again after the block, and fires at once if it came due."""
+    import signal
+    import time
+
+    from compiler.series import SeriesTimeout, time_limit
+
+    class CallersLimit(Exception):
+        pass
+
+    def callers(signum, frame):
+        raise CallersLimit
+
+    previous = signal.signal(signal.SIGALRM, callers)
+    began = time.perf_counter()
+    try:
+        with pytest.raises(CallersLimit):
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(SeriesTimeout):
+                with time_limit(0.05):
+                    while True:
+                        sum(range(1000))
+            while True:  # the caller's work after the series, until its own limit
+                sum(range(1000))
+        assert time.perf_counter() - began < 2.0
+        with pytest.raises(CallersLimit):
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            with time_limit(5.0):  # the caller's limit comes due inside the block
+                end = time.perf_counter() + 0.2
+                while time.perf_counter() < end:
+                    sum(range(1000))
+            while True:
+                sum(range(1000))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_a_candidate_undefined_where_the_formula_is_defined_is_not_used():
     # Hamming's 2nthrt sampled over all floats, as Herbie samples it: x**(1/n) is a number
     # at a negative x wherever 1/n rounds to an integer (every tiny n), but the series in
