@@ -206,9 +206,8 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     that reassociated ``(x / y) * z`` into ``(x * z) / y``, which overflows), the source
     is searched instead, as Herbie keeps the input program among its candidates, and
     where that search's result is less accurate than the source too, the source is
-    kept. Returns
-    the program to use and the search's report, whose ``refused`` says why a rewrite was
-    not kept. ``example_inputs``: the samples of the search (default: the source's
+    kept. Returns the program to use and the search's report, whose ``refused`` says why
+    a rewrite was not kept. ``example_inputs``: the samples of the search (default: the source's
     examples). Both entry points, extraction under ``Curvature`` and
     :class:`compiler.stability.StabilityRewriter`, use this.
 
@@ -223,9 +222,9 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     samples = source.example_inputs if example_inputs is None else example_inputs
     found, report = _searched(source, gm, samples, reference)
     worse = less_accurate_than_source(source, found, samples)
-    original = fx.GraphModule(source.graph_module, source.graph_module.graph)
     if worse is None:
         return found, report
+    original = fx.GraphModule(source.graph_module, source.graph_module.graph)
     found, report = _searched(source, original, samples, reference)
     report.refused = f"{worse}: the original was searched instead"
     if found is not original:
