@@ -21,7 +21,8 @@ import torch.fx as fx
 from compiler.herbie.localise import Formula
 from compiler.regimes import Regimes, select
 
-__all__ = ["TorchFunction", "emit_program", "evaluate", "program_text", "run_program"]
+__all__ = ["TorchFunction", "emit_program", "evaluate", "finite_or", "program_text",
+           "run_program"]
 
 
 class TorchFunction(sp.Function):
@@ -31,6 +32,16 @@ class TorchFunction(sp.Function):
 
     def torch_value(self, values: list):
         raise NotImplementedError
+
+
+def finite_or(first, fallback):
+    """``first`` where it is a finite number, else ``fallback`` (tensors, or fx proxies;
+    ``v - v == 0`` holds exactly for the finite ``v``, and FPCore can say it).
+
+    >>> finite_or(torch.tensor([1.0, float("inf")]), torch.tensor([2.0, 3.0]))
+    tensor([1., 3.])
+    """
+    return torch.where(first - first == 0, first, fallback)
 
 _TORCH = {sp.exp: torch.exp, sp.log: torch.log, sp.sin: torch.sin, sp.cos: torch.cos,
           sp.tan: torch.tan, sp.atan: torch.atan, sp.sinh: torch.sinh, sp.cosh: torch.cosh,
@@ -267,10 +278,14 @@ def _fused(e: sp.Expr) -> sp.Expr:
 
 def emit_program(gm: fx.GraphModule, unit: Formula, regimes: Regimes, exprs: list[sp.Expr],
                  numbers: set[sp.Symbol] = frozenset()) -> None:
-    """Replace the unit's value in ``gm`` by the chosen (piecewise) program. The leaves
-    ``numbers`` hold Python numbers when the program runs (``3 * 0.1`` folded by Python):
-    the program takes them as 0-d tensors, which torch's functions accept and which
-    broadcast and promote as the number would.
+    """Replace the unit's value in ``gm`` by the chosen (piecewise) program, guarded: where
+    the program is not a finite number and the formula as written is, the formula's value
+    is used (a branch chosen on some inputs can overflow on combinations the samples
+    missed: ``exp(2*eps*x)`` at ``x = 4e17`` in Hamming's section 6.1, where the formula
+    underflows to an exact 0), so the program is never non-finite where its source was
+    not. The leaves ``numbers`` hold Python numbers when the program runs (``3 * 0.1``
+    folded by Python): the program takes them as 0-d tensors, which torch's functions
+    accept and which broadcast and promote as the number would.
 
     >>> import torch
     >>> gm = torch.fx.symbolic_trace(lambda x: torch.exp(x) - 1)
@@ -280,18 +295,24 @@ def emit_program(gm: fx.GraphModule, unit: Formula, regimes: Regimes, exprs: lis
     >>> formula = Formula(sub, sp.exp(x) - 1, place, [x], [], [], {})
     >>> emit_program(gm, formula, Regimes(0, [], [0], 0.0), [sp.exp(x) - 1])
     >>> _ = gm.recompile()
-    >>> "expm1" in gm.code
-    True
+    >>> "expm1" in gm.code, gm(torch.tensor([1e-10, 1e4]))
+    (True, tensor([1.0000e-10,        inf]))
     """
     small = fx.Graph()
     tracer = fx.proxy.GraphAppendingTracer(small)
     proxies = {s: fx.Proxy(small.placeholder(s.name), tracer) for s in unit.symbols}
     for s in numbers:
         proxies[s] = torch.as_tensor(proxies[s])
+    written = fx.Proxy(small.placeholder("written"), tracer)
     key = unit.symbols[regimes.variable]
     out = run_program(regimes, exprs, key, proxies)
+    if isinstance(out, fx.Proxy):
+        out = finite_or(out, finite_or(written, out))
     small.output(out.node if isinstance(out, fx.Proxy) else out)
     mapping = {p.node: leaf for p, leaf in zip(proxies.values(), unit.leaves)}
-    with gm.graph.inserting_before(unit.root):
+    mapping[written.node] = unit.root
+    before = set(gm.graph.nodes)
+    with gm.graph.inserting_before(unit.root.next):
         new = gm.graph.graph_copy(small, mapping)
-    unit.root.replace_all_uses_with(new)
+    added = set(gm.graph.nodes) - before
+    unit.root.replace_all_uses_with(new, delete_user_cb=lambda user: user not in added)

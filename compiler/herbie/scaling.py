@@ -44,7 +44,7 @@ import math
 import sympy as sp
 import torch
 
-from compiler.herbie.emit import TorchFunction
+from compiler.herbie.emit import TorchFunction, finite_or
 
 __all__ = ["Binade", "FiniteOr", "Ldexp", "PowersOfTwo", "homogeneous_degree",
            "homogeneous_groups", "scaled", "scaled_products"]
@@ -135,8 +135,7 @@ class FiniteOr(TorchFunction):
     """
 
     def torch_value(self, values: list):
-        first, fallback = values
-        return torch.where(first - first == 0, first, fallback)
+        return finite_or(*values)
 
 
 def homogeneous_degree(e: sp.Expr, group: set[sp.Symbol]) -> sp.Rational | None:
