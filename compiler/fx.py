@@ -254,6 +254,8 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     ``"strict"`` (fall back to the source with a warning on a mismatch), ``"raise"`` or
     ``"off"``; ``reference``: the source in ``"float64"``, in its ``"working"`` dtype, or
     ``"auto"``: float64 unless the model is large (:data:`compiler.validate.REFERENCES`).
+    ``time_limit``: seconds for the extraction's solver, and again for the accuracy
+    search where the cost is :class:`~extractors.curvature.Curvature`.
     ``target``: ``"cpu"`` or ``"cuda"`` (default: the device of the example inputs).
     ``other_sizes``: what a program a rewrite specialised for the example's sizes does at
     others: run the ``"source"``'s program, captured with its sizes symbolic (where it
@@ -315,7 +317,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
     if getattr(cost, "refine_accuracy", False) and egraph.fx.example_inputs is not None:
-        gm = _refined(egraph.fx, gm, report, reference)
+        gm = _refined(egraph.fx, gm, report, reference, time_limit)
     if report.built_for and not report.fell_back:
         _serve_other_sizes(egraph.fx, gm, report, other_sizes)
     if egraph.fx.structure is not None and not report.fell_back:
@@ -437,15 +439,15 @@ def _validated(egraph: FxEGraph, gm: fx.GraphModule, report: ExtractionReport,
 
 
 def _refined(src: FxSource, gm: fx.GraphModule, report: ExtractionReport,
-             reference: str) -> fx.GraphModule:
-    """Accuracy is the objective (Curvature): Herbie's search on the validated program.
-    It judges against a 150-digit reference, which the float64 validation could not
-    (float64 cancels too)."""
+             reference: str, time_limit: float) -> fx.GraphModule:
+    """Accuracy is the objective (Curvature): Herbie's search on the validated program,
+    within ``time_limit`` seconds. It judges against a 150-digit reference, which the
+    float64 validation could not (float64 cancels too)."""
     from compiler.herbie import improve_validated
 
     t4 = time.perf_counter()
     explained = gm.meta.get("egraph_sizes_explained")
-    gm, accuracy = improve_validated(src, gm, reference=reference)
+    gm, accuracy = improve_validated(src, gm, reference=reference, time_limit_s=time_limit)
     if explained is not None:  # (a new module where formulas were replaced)
         gm.meta["egraph_sizes_explained"] = explained
     report.accuracy_refused = accuracy.refused

@@ -244,9 +244,10 @@ class StabilityRewriter:
 
     ``rules``: rule families for ``load_rules`` (default stability and fusion); ``cost``:
     the extraction cost (default ``Lexicographic(Curvature(), Flops())``: stability first,
-    then speed); ``limits``: saturation limits; ``accuracy``: then run Herbie's search
-    (:mod:`compiler.herbie`: error localised on the samples, rewrites, series, regimes) on
-    the elementwise formulas of the extracted program.
+    then speed); ``limits``: saturation limits (``time_limit`` bounds Herbie's search
+    too); ``accuracy``: then run Herbie's search (:mod:`compiler.herbie`: error localised
+    on the samples, rewrites, series, regimes) on the elementwise formulas of the
+    extracted program.
     """
 
     def __init__(self, rules: str = "stability,fusion", cost=None, iter_limit: int = 8,
@@ -388,7 +389,8 @@ class StabilityRewriter:
         from compiler.herbie import improve_validated
         from frontends.fx.error_analysis import rounding_error
 
-        better, accuracy = improve_validated(eg.fx, opt, samples)
+        better, accuracy = improve_validated(eg.fx, opt, samples,
+                                             time_limit_s=self.limits["time_limit"])
         found = [] if accuracy.refused else accuracy.improvements
         if not found:
             return opt, after, accuracy.refused

@@ -24,8 +24,10 @@ writes ``fpbench.md`` (the per-benchmark table, the per-file and suite summaries
 the issue's targets, the command, date and machine), ``fpbench.json`` (every row, with the
 rewritten programs as FPCore), ``fpbench.fpcore`` (the rewritten programs) and the plot of
 bits before against after (``fpbench.png``/``.svg``) beside it. Benchmarks run in parallel
-over ``--jobs`` processes, each within ``--time-limit`` seconds (an entry point that has
-not answered by then leaves the program as it was, and the row says so).
+over ``--jobs`` processes, each within ``--time-limit`` seconds: sampling at most a quarter
+of them, then each entry point a share of what is left, its saturation and search
+bounded within it (an entry point that has not answered by the end of its share leaves
+the program as it was, and the row says so).
 
 Herbie's published per-benchmark figures (its nightly reports) are not reachable from
 this machine: the table has no Herbie column; :data:`benchmarks.stability.hamming.
@@ -53,7 +55,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.report import add_out_option, markdown_table, results_path, write_results  # noqa: E402
 from benchmarks.stability.hamming import improved  # noqa: E402
 
-__all__ = ["ENTRIES", "SUITE", "benchmarks", "improved", "main", "run_benchmark",
+__all__ = ["ENTRIES", "JUDGING", "SUITE", "benchmarks", "improved", "main", "run_benchmark",
            "summarise", "worse"]
 
 SUITE = ROOT.parent / "shared" / "data" / "herbie-bench"
@@ -78,6 +80,10 @@ def benchmarks(suite: Path = SUITE, files: str = "**/*.fpcore") -> list[tuple[st
     return found
 
 
+JUDGING = 2.0
+"""Seconds of a benchmark's limit kept for judging the results and writing them."""
+
+
 class _OutOfTime(BaseException):
     """The time limit: not an Exception, so the engine's guards against failing ops
     (``except Exception``) let it through."""
@@ -88,6 +94,9 @@ def _alarm(signum, frame):
 
 
 def _run_entry(entry: str, gm, train, ranges, seconds: float):
+    """One entry point within about ``seconds``: saturation an eighth of them and the
+    accuracy search 70% (the e-graph), or each 40% (the rewriter, whose limit bounds
+    both; saturation takes far less on a formula), the rest for validation."""
     from compiler.stability import StabilityRewriter
     from egraph.egraph import EGraph
     from egraph.rules import load_rules
@@ -98,8 +107,9 @@ def _run_entry(entry: str, gm, train, ranges, seconds: float):
         if entry == "egraph":
             return EGraph.from_fx(gm, train, ranges=ranges).saturate(
                 load_rules("all"), iter_limit=8, node_limit=20_000,
-                time_limit=max(1.0, seconds / 4)).extract(Curvature())
-        return StabilityRewriter(time_limit=max(1.0, seconds / 4)).optimize(
+                time_limit=max(0.5, seconds / 8)).extract(
+                    Curvature(), time_limit=max(1.0, 0.7 * seconds))
+        return StabilityRewriter(time_limit=max(1.0, 0.4 * seconds)).optimize(
             gm, train, ranges=ranges)
 
 
@@ -143,8 +153,10 @@ def run_benchmark(suite: Path, file: str, index: int, train: int = 256, test: in
         source = errors(gm(*tests), exact, program.precision)
     row.update(ran=True, bits_before=source.mean, worst_before=source.worst,
                nonfinite_before=source.nonfinite)
-    for entry in ENTRIES:
-        row.update(_entry(entry, program, gm, xs, tests, exact, seconds))
+    deadline = start + seconds - JUDGING
+    for k, entry in enumerate(ENTRIES):  # (each shares what is left of the deadline)
+        share = (deadline - time.perf_counter()) / (len(ENTRIES) - k)
+        row.update(_entry(entry, program, gm, xs, tests, exact, share))
     alt = next((a for a in program.alternatives if not isinstance(a, fpcore.FPCoreError)),
                None)
     if alt is not None:
@@ -159,7 +171,7 @@ def run_benchmark(suite: Path, file: str, index: int, train: int = 256, test: in
 
 
 def _entry(entry: str, program, gm, train, tests, exact, seconds: float) -> dict:
-    """One entry point on one benchmark, within ``seconds / 2``: the row's columns of that
+    """One entry point on one benchmark, within ``seconds``: the row's columns of that
     entry (error after, non-finite results, time, what went wrong, the program as FPCore).
     """
     from compiler.sampling import errors
@@ -169,7 +181,7 @@ def _entry(entry: str, program, gm, train, tests, exact, seconds: float) -> dict
     result, note = gm, ""
     if program.arguments:
         previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds / 2))
+        signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds))
         try:
             result = _run_entry(entry, gm, train, program.ranges(), seconds)
         except _OutOfTime:

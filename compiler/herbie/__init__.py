@@ -194,7 +194,8 @@ def improve_accuracy(gm: fx.GraphModule, example_inputs, *, points: int = 256,
 
 
 def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
-                      reference: str = "auto") -> tuple[fx.GraphModule, AccuracyReport]:
+                      reference: str = "auto", time_limit_s: float = 60.0
+                      ) -> tuple[fx.GraphModule, AccuracyReport]:
     """:func:`improve_accuracy` on ``gm`` (a program equal to ``source``'s, checked already),
     the rewritten program kept only if it still agrees with ``source``
     (:func:`compiler.validate.validate_module` with ``defined_only``: the search judged
@@ -209,9 +210,11 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     is searched instead, as Herbie keeps the input program among its candidates, and
     where that search's result is less accurate than the source too, the source is
     kept. Returns the program to use and the search's report, whose ``refused`` says why
-    a rewrite was not kept. ``example_inputs``: the samples of the search (default: the source's
-    examples). Both entry points, extraction under ``Curvature`` and
-    :class:`compiler.stability.StabilityRewriter`, use this.
+    a rewrite was not kept. ``example_inputs``: the samples of the search (default: the
+    source's examples); ``time_limit_s``: the seconds all its searches share (each stops
+    adding candidates at the deadline and goes on with those it has). Both entry points,
+    extraction under ``Curvature`` and :class:`compiler.stability.StabilityRewriter`,
+    use this.
 
     >>> import torch
     >>> from egraph import EGraph
@@ -222,12 +225,13 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     1
     """
     samples = source.example_inputs if example_inputs is None else example_inputs
-    found, report = _searched(source, gm, samples, reference)
+    deadline = time.perf_counter() + time_limit_s
+    found, report = _searched(source, gm, samples, reference, deadline)
     worse = less_accurate_than_source(source, found, samples)
     if worse is None:
         return found, report
     original = fx.GraphModule(source.graph_module, source.graph_module.graph)
-    found, report = _searched(source, original, samples, reference)
+    found, report = _searched(source, original, samples, reference, deadline)
     report.refused = f"{worse}: the original was searched instead"
     if found is not original:
         again = less_accurate_than_source(source, found, samples)
@@ -238,8 +242,8 @@ def improve_validated(source: FxSource, gm: fx.GraphModule, example_inputs=None,
     return found, report
 
 
-def _searched(source: FxSource, gm: fx.GraphModule, samples,
-              reference: str) -> tuple[fx.GraphModule, AccuracyReport]:
+def _searched(source: FxSource, gm: fx.GraphModule, samples, reference: str,
+              deadline: float) -> tuple[fx.GraphModule, AccuracyReport]:
     """:func:`improve_accuracy` on ``gm``, kept where validation agrees (see
     :func:`improve_validated`)."""
     from compiler.validate import validate_module
@@ -249,7 +253,8 @@ def _searched(source: FxSource, gm: fx.GraphModule, samples,
         if unbranched == series:
             continue  # (the last search made no branch: without them it finds the same)
         improved = improve_accuracy(gm, samples, max_regimes=max_regimes,
-                                    ranges=source.ranges, series=series)
+                                    ranges=source.ranges, series=series,
+                                    time_limit_s=deadline - time.perf_counter())
         report = improved.meta["accuracy_report"]
         if not report.improvements:
             break

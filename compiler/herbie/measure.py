@@ -20,6 +20,7 @@ import sympy as sp
 import torch
 
 from compiler.herbie.emit import evaluate
+from egraph.ops.reals import lambdify
 from frontends.fx.exact import BITS as EXACT_BITS
 
 __all__ = ["at_points", "error_in_bits", "exact_values", "mantissa_bits", "representable",
@@ -38,7 +39,7 @@ def exact_values(expr: sp.Expr, symbols: list[sp.Symbol], samples: list[torch.Te
     >>> exact_values(sp.log(x), [x], [torch.tensor([1.0, -1.0])])
     tensor([0., nan], dtype=torch.float64)
     """
-    f = sp.lambdify(symbols, expr, modules="mpmath")
+    f = lambdify(symbols, expr)
     cols = [s.double().tolist() for s in samples]
     out = []
     wide = any(s.dtype == torch.float64 for s in samples)

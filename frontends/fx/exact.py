@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from egraph.ops.reals import lambdify
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.vocabulary import is_expression, lower
 
@@ -57,7 +58,7 @@ def real_function(op: str):
     import sympy as sp
 
     symbols = [sp.Symbol(p) for p in entry.params]
-    f = sp.lambdify(symbols, form(*symbols), modules="mpmath")
+    f = lambdify(symbols, form(*symbols))
 
     def real(*args):
         try:
