@@ -136,3 +136,13 @@ def test_a_log_cosh_loss_stays_finite_where_cosh_overflows():
     assert not torch.isfinite(log_cosh(*wide))
     truth = log_cosh(*(t.double() for t in wide))
     assert torch.isfinite(opt(*wide)) and abs(opt(*wide).double() - truth) <= 1e-5 * truth
+
+
+def test_the_correlation_experiments_reference_reads_a_complex_value_with_no_imaginary_part():
+    # mpmath gives a Hamming formula's reference on a negative argument as a complex
+    # number; the random-graph experiment crashed converting one with no imaginary part
+    import doctest
+
+    from benchmarks.stability import graphs
+
+    assert doctest.testmod(graphs).attempted > 0 and doctest.testmod(graphs).failed == 0

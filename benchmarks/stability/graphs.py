@@ -156,8 +156,18 @@ def _exact(program, xs, idioms: list = _IDIOMS) -> torch.Tensor:
     values = [np.vectorize(lambda v: mp.mpf(float(v)), otypes=[object])(x.double().numpy())
               for x in xs]
     out = _evaluate(program, values, _Exact, idioms)
-    real = np.vectorize(lambda v: float(v) if mp.im(v) == 0 else math.nan)
-    return torch.tensor(real(out).astype(np.float64))
+    return torch.tensor(np.vectorize(_real_or_nan)(out).astype(np.float64))
+
+
+def _real_or_nan(v) -> float:
+    """A reference value as a float: NaN where it is not real; an mpmath complex number
+    with no imaginary part (a Hamming formula's reference on a negative argument) is
+    its real part.
+
+    >>> _real_or_nan(mp.mpc(2, 0)), _real_or_nan(mp.mpc(2, 1)), _real_or_nan(mp.mpf(3))
+    (2.0, nan, 3.0)
+    """
+    return float(mp.re(v)) if mp.im(v) == 0 else math.nan
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
