@@ -37,7 +37,7 @@ def exp(x):
     ...     exp(mp.mpf("1e600")) == mp.exp(mp.mpf("1e600"))
     True
     """
-    if not mp.isfinite(x) or abs(x) < 1024:
+    if _near(x):
         return mp.exp(x)
     with mp.workprec(mp.mp.prec + int(mp.mag(x)) + 20):
         n = mp.floor(x / mp.ln2)
@@ -45,12 +45,17 @@ def exp(x):
     return mp.ldexp(mp.exp(r), int(n))
 
 
+def _near(x) -> bool:
+    """Whether mpmath's own function is quick at ``x`` (below 1024 in magnitude)."""
+    return not mp.isfinite(x) or abs(x) < 1024
+
+
 def _far(name: str, function: Callable, near: Callable) -> Callable:
     """``near`` below 1024 in magnitude, else ``function`` (a form through :func:`exp`
     that does not cancel there: one of ``exp(x)``, ``exp(-x)`` is below the other's last
     digit by a factor of ``e**2048``)."""
     def real(x):
-        return near(x) if not mp.isfinite(x) or abs(x) < 1024 else function(x)
+        return near(x) if _near(x) else function(x)
     real.__name__ = name
     real.__doc__ = f"``{name}`` over the reals, through :func:`exp` far from 0."
     return real
@@ -60,6 +65,7 @@ sinh = _far("sinh", lambda x: (exp(x) - exp(-x)) / 2, mp.sinh)
 cosh = _far("cosh", lambda x: (exp(x) + exp(-x)) / 2, mp.cosh)
 tanh = _far("tanh", lambda x: mp.sign(x) * (1 - 2 / (exp(2 * abs(x)) + 1)), mp.tanh)
 expm1 = _far("expm1", lambda x: exp(x) - 1, mp.expm1)
+
 
 def power(x, y):
     """``x**y`` over the reals (NaN for a negative ``x`` and a ``y`` that is not an
