@@ -240,3 +240,21 @@ def test_the_remainder_of_a_number_far_past_the_divisor_is_unknown_not_a_crash()
 
     (_, _), (_, exact) = train_and_test(program, 16, 64)
     assert len(exact) == 64
+
+
+def test_the_modules_exact_value_is_the_fpcore_reference():
+    # Herbie's libraries/jmatjs.fpcore, Jmat.Real.erf: near x = 0 the result is the
+    # 1e-9 its written coefficients miss 1 by, which their float64 roundings change in
+    # the eighth digit; the module's exact value reads them as written, as FPCore does
+    from compiler.sampling import sample
+    from frontends.fx.exact import exact_outputs
+
+    (program,) = fpcore.parse(
+        "(FPCore (x) (let ((x* (fabs x))) (let ((t (/ 1 (+ 1 (* 0.3275911 x*)))))"
+        " (let ((p (* t (+ 0.254829592 (* t (+ -0.284496736 (* t (+ 1.421413741"
+        " (* t (+ -1.453152027 (* t 1.061405429)))))))))))"
+        " (- 1 (* p (exp (- (* x* x*)))))))))")
+    (x,), _ = sample(program, 64, seed=1)
+    x = torch.cat([x, torch.tensor([0.0, 1e-300, 1e-12], dtype=x.dtype)])
+    (graph,) = exact_outputs(program.module(), (x,))
+    assert torch.equal(graph, program.reference(x))

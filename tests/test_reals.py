@@ -62,3 +62,20 @@ def test_a_formula_far_past_any_float_is_evaluated_through_them():
     with mp.workprec(BITS):
         assert f(mp.mpf(3000)) == 10 or _close(f(mp.mpf(3000)), 10)
         assert mp.isnan(f(mp.mpf(1e300)))  # (inf / inf: out of reach, not judged)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_literal_rounds_to_its_own_float(value):
+    assert float(reals.literal(value)) == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 10 ** 15 - 1), st.integers(-300, 300))
+def test_a_decimal_of_at_most_15_digits_is_read_as_written(digits, exponent):
+    from fractions import Fraction
+
+    written = Fraction(digits) * Fraction(10) ** exponent
+    value = float(written)
+    if float(written.limit_denominator(1000)) != value:  # (else the simple fraction)
+        assert reals.literal(value) == written

@@ -11,15 +11,14 @@ nodes take on the example inputs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 
 import sympy as sp
 import torch
 import torch.fx as fx
 
+from egraph.ops.reals import literal
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.vocabulary import is_expression, lower
 
@@ -95,22 +94,21 @@ def _composed(expression, leaves: list):
 
 
 def sympy_number(value) -> sp.Expr | None:
-    """A Python number as an exact sympy number: the simple fraction a literal such as
-    ``1 / 3`` was written as, else the float's exact binary value.
+    """A Python number as an exact sympy number: the real number it stands for
+    (:func:`egraph.ops.reals.literal`: the simple fraction or short decimal it was written
+    as, else the float's exact binary value).
 
-    >>> sympy_number(1 / 3), sympy_number(0.1 + 0.2), sympy_number(math.inf)
-    (1/3, 1351079888211149/4503599627370496, None)
+    >>> sympy_number(1 / 3), sympy_number(0.3275911), sympy_number(0.1 + 0.2)
+    (1/3, 3275911/10000000, 1351079888211149/4503599627370496)
+    >>> sympy_number(float("inf")) is None
+    True
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, int):
         return sp.Integer(value)
-    if not math.isfinite(value):
-        return None
-    simple = Fraction(value).limit_denominator(1000)
-    if float(simple) == value:
-        return sp.Rational(simple.numerator, simple.denominator)
-    return sp.Rational(Fraction(value).numerator, Fraction(value).denominator)
+    fraction = literal(value)
+    return None if fraction is None else sp.Rational(fraction.numerator, fraction.denominator)
 
 
 def formulas(gm: fx.GraphModule, floating: set[str], hot: set[str]) -> list[Formula]:

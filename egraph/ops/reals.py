@@ -20,11 +20,34 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import mpmath as mp
 
-__all__ = ["FUNCTIONS", "cosh", "exp", "expm1", "lambdify", "power", "sinh", "tanh"]
+__all__ = ["FUNCTIONS", "cosh", "exp", "expm1", "lambdify", "literal", "power", "sinh", "tanh"]
+
+
+def literal(value: float) -> Fraction | None:
+    """The real number a float constant of a program stands for: the simple fraction it
+    rounds (``1 / 3``), else the decimal of at most 15 digits it rounds (``0.3275911``, as
+    written in the source: every such decimal rounds to a float of its own), else the
+    float's own binary value (``math.pi``, ``0.1 + 0.2``); None for inf and NaN. References
+    read constants this way, as FPCore and Herbie do, so a program is judged against the
+    formula its author wrote, not against the rounding of its literals.
+
+    >>> literal(1 / 3), literal(0.3275911), literal(1e-05), literal(0.1 + 0.2) == 0.1 + 0.2
+    (Fraction(1, 3), Fraction(3275911, 10000000), Fraction(1, 100000), True)
+    """
+    if not math.isfinite(value):
+        return None
+    simple = Fraction(value).limit_denominator(1000)
+    if float(simple) == value:
+        return simple
+    written = repr(float(value))
+    digits = written.split("e")[0].replace("-", "").replace(".", "").strip("0")
+    return Fraction(written) if len(digits) <= 15 else Fraction(value)
 
 
 def exp(x):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 import torch.fx as fx
 
+from egraph.ops.reals import literal
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fpcore.expression import Call, Constant, Expr, If, Let, Number, Variable
 from frontends.fx.vocabulary import lower
@@ -192,7 +193,7 @@ def _lowered(op: str, args: list, values: dict, node: fx.Node) -> Expr:
 
 
 def _sympy_number(value) -> sp.Expr:
-    fraction = Fraction(value)
+    fraction = Fraction(value) if isinstance(value, int) else literal(value)
     return sp.Rational(fraction.numerator, fraction.denominator)
 
 

@@ -5,7 +5,9 @@ interpreter runs a graph on sample inputs with every elementwise op the op table
 over the reals (its ``sympy`` fact, evaluated in mpmath at :data:`BITS` bits), so each
 value is the real number the formula denotes at those inputs; selections (``where``,
 comparisons, ``maximum``, conversions) act on those values; any other op runs in float64
-on the values rounded (its result then counts as exact). Values are numpy arrays of mpmath
+on the values rounded (its result then counts as exact). A float constant is the real
+number it was written as (:func:`egraph.ops.reals.literal`: ``0.3275911``, not its
+float's binary value), as in FPCore. Values are numpy arrays of mpmath
 numbers; :func:`rounded` gives them as float64 tensors (each correctly rounded).
 
 >>> import torch
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from egraph.ops.reals import lambdify
+from egraph.ops.reals import lambdify, literal
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.vocabulary import is_expression, lower
 
@@ -71,6 +73,20 @@ def real_function(op: str):
     return real
 
 
+_FILLS = ("full", "full_like")
+
+
+def _literal(value):
+    """A float operand as the real number it stands for (:func:`literal`: ``0.3275911``
+    as that decimal, not its float's binary value); any other operand as it is."""
+    if not isinstance(value, float):
+        return value
+    fraction = literal(value)
+    if fraction is None:
+        return mp.mpf(value)
+    return mp.mpf(fraction.numerator) / fraction.denominator
+
+
 def _exact(value):
     """A float64 tensor (or a number) as an array of mpmath numbers."""
     if isinstance(value, torch.Tensor):
@@ -114,6 +130,10 @@ class ExactInterpreter(fx.Interpreter):
         lowered = lower(n.target, args, kwargs, method=n.op == "call_method")
         op, operands = (lowered[0], list(lowered[1])) if lowered else (None, [])
         with mp.workprec(BITS):
+            if op in _FILLS and isinstance(operands[1], float):
+                shape = self.fallback(n, args, kwargs).shape
+                return np.full(tuple(shape), _literal(operands[1]), dtype=object)
+            operands = [_literal(a) for a in operands]
             if op in ("to", "identity", "detach"):
                 return operands[0]
             if op == "where":
@@ -149,7 +169,7 @@ def _real_value(expression):
     themselves (``add(x, y, alpha=4)`` is ``("add", [x, ("mul", [y, 4])])``); None where
     one of its ops has no real function."""
     if not is_expression(expression):
-        return expression
+        return _literal(expression)
     op, operands = expression
     real = real_function(op)
     if real is None:
