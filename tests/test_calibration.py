@@ -258,3 +258,43 @@ def test_a_masked_fill_is_priced_at_its_measured_time_and_the_fused_attention_pa
     assert "masked_fill" in kernels(unmeasured)
     fused = kernels(measured)
     assert "masked_fill" not in fused and any("attention" in k for k in fused), fused
+
+
+def _caches(root, siblings, caches):
+    """A Linux description of one CPU's caches under ``root``: ``caches`` are ``(level,
+    size, the CPUs sharing it)``; ``siblings`` the hardware threads of its core."""
+    (root / "topology").mkdir(parents=True)
+    (root / "topology" / "thread_siblings_list").write_text(f"{siblings}\n")
+    for i, (level, size, shared) in enumerate(caches):
+        index = root / "cache" / f"index{i}"
+        index.mkdir(parents=True)
+        for name, text in (("level", level), ("size", size), ("shared_cpu_list", shared)):
+            (index / name).write_text(f"{text}\n")
+    return str(root / "cache")
+
+
+@pytest.mark.parametrize("siblings, caches, private", [
+    # one hardware thread a core (this machine): the L2, not the L3 both cores share
+    ("0", [(1, "48K", "0"), (1, "32K", "0"), (2, "1024K", "0"), (3, "32768K", "0-1")],
+     1 << 20),
+    # two hardware threads a core share its L2, which is still the core's own
+    ("0,64", [(1, "32K", "0,64"), (2, "2048K", "0,64"), (3, "32M", "0-127")], 2 << 20),
+    # a CPU whose every cache is shared: nothing of a core's own
+    ("0", [(3, "16384K", "0-7")], None),
+])
+def test_the_private_cache_is_the_largest_one_core_does_not_share(
+        tmp_path, siblings, caches, private):
+    from extractors.hardware import private_cache_bytes
+
+    assert private_cache_bytes(_caches(tmp_path, siblings, caches)) == private
+
+
+def test_a_calibrated_profile_runs_from_cache_only_what_fits_one_cores_own():
+    # inside a real-size program a value passed between kernels comes from memory: the
+    # shared cache is swept by the kernels between its writer and its reader
+    from extractors.hardware import CACHE_BYTES, measure_cpu, private_cache_bytes
+
+    hw = measure_cpu(1)
+    assert hw.cache_bytes == (private_cache_bytes() or CACHE_BYTES)
+    past = 4 * hw.cache_bytes
+    assert hw.moving(past) == pytest.approx(past / hw.bandwidth)
