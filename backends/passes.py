@@ -43,7 +43,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from egraph.ops.table import TABLE
 from frontends.fx.effects import is_in_place
+from frontends.fx.vocabulary import is_expression, lower
 
 
 def _broadcasts_to(shape: tuple, target: tuple) -> bool:
@@ -360,9 +362,6 @@ def row_major_first(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
 
 
 def _elementwise(node: fx.Node) -> bool:
-    from egraph.ops.table import TABLE
-    from frontends.fx.vocabulary import is_expression, lower
-
     lowered = lower(node.target, node.args, node.kwargs)
     if not is_expression(lowered):
         return False
