@@ -145,4 +145,5 @@ def test_the_correlation_experiments_reference_reads_a_complex_value_with_no_ima
 
     from benchmarks.stability import graphs
 
-    assert doctest.testmod(graphs).attempted > 0 and doctest.testmod(graphs).failed == 0
+    results = doctest.testmod(graphs)
+    assert results.attempted > 0 and results.failed == 0

@@ -18,7 +18,7 @@ import sympy as sp
 import torch
 import torch.fx as fx
 
-from egraph.ops.reals import literal
+from egraph.ops.reals import rational
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fx.vocabulary import is_expression, lower
 
@@ -95,8 +95,9 @@ def _composed(expression, leaves: list):
 
 def sympy_number(value) -> sp.Expr | None:
     """A Python number as an exact sympy number: the real number it stands for
-    (:func:`egraph.ops.reals.literal`: the simple fraction or short decimal it was written
-    as, else the float's exact binary value).
+    (:func:`egraph.ops.reals.rational`: the simple fraction or short decimal it was
+    written as, else the float's exact binary value); None for a bool, inf, NaN or what is
+    not a number.
 
     >>> sympy_number(1 / 3), sympy_number(0.3275911), sympy_number(0.1 + 0.2)
     (1/3, 3275911/10000000, 1351079888211149/4503599627370496)
@@ -105,10 +106,7 @@ def sympy_number(value) -> sp.Expr | None:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, int):
-        return sp.Integer(value)
-    fraction = literal(value)
-    return None if fraction is None else sp.Rational(fraction.numerator, fraction.denominator)
+    return rational(value)
 
 
 def formulas(gm: fx.GraphModule, floating: set[str], hot: set[str]) -> list[Formula]:

@@ -26,7 +26,8 @@ from fractions import Fraction
 
 import mpmath as mp
 
-__all__ = ["FUNCTIONS", "cosh", "exp", "expm1", "lambdify", "literal", "power", "sinh", "tanh"]
+__all__ = ["FUNCTIONS", "cosh", "exp", "expm1", "lambdify", "literal", "power", "rational",
+           "sinh", "tanh"]
 
 
 def literal(value: float) -> Fraction | None:
@@ -48,6 +49,19 @@ def literal(value: float) -> Fraction | None:
     written = repr(float(value))
     digits = written.split("e")[0].replace("-", "").replace(".", "").strip("0")
     return Fraction(written) if len(digits) <= 15 else Fraction(value)
+
+
+def rational(value: int | float):
+    """A Python number as the exact sympy number it stands for (:func:`literal` for a
+    float); None for inf and NaN.
+
+    >>> rational(3), rational(0.3275911), rational(float("nan")) is None
+    (3, 3275911/10000000, True)
+    """
+    import sympy as sp
+
+    fraction = Fraction(value) if isinstance(value, int) else literal(value)
+    return None if fraction is None else sp.Rational(fraction.numerator, fraction.denominator)
 
 
 def exp(x):

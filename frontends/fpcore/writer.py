@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 import torch.fx as fx
 
-from egraph.ops.reals import literal
+from egraph.ops.reals import rational
 from egraph.ops.table import TABLE, sympy_form
 from frontends.fpcore.expression import Call, Constant, Expr, If, Let, Number, Variable
 from frontends.fx.vocabulary import lower
@@ -188,13 +188,10 @@ def _lowered(op: str, args: list, values: dict, node: fx.Node) -> Expr:
     symbols = [sp.Symbol(f"_arg{i}") for i in range(len(args))]
     known = {s: arg(a) for s, a in zip(symbols, args)
              if isinstance(a, fx.Node) or not isinstance(a, (int, float))}
-    real = [s if s in known else _sympy_number(a) for s, a in zip(symbols, args)]
+    real = [s if s in known else rational(a) for s, a in zip(symbols, args)]
+    if any(r is None for r in real):
+        raise UnwritableModule(f"{node.format_node()}: a constant that is not a finite number")
     return _from_sympy(sympy_form(op)(*real), known)
-
-
-def _sympy_number(value) -> sp.Expr:
-    fraction = Fraction(value) if isinstance(value, int) else literal(value)
-    return sp.Rational(fraction.numerator, fraction.denominator)
 
 
 _FUNCTIONS = {sp.exp: "exp", sp.log: "log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan",
