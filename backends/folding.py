@@ -141,6 +141,54 @@ class FoldedConstants(nn.Module):
                 self._compute()
             self.key = key
 
+    def share(self, pool: dict) -> int:
+        """Hold, for each value this module computes by the same recipe from the same
+        source tensors as a value already in ``pool``, that tensor instead of its own; add
+        its other values to ``pool``. Returns the bytes let go. Programs of one e-graph held
+        at once (autotuning's candidates, a benchmark's programs) fold the same merged
+        weights: shared, a 1B-parameter model's two dozen programs hold one copy of each,
+        not two dozen. A value made from the inputs' sizes is not shared (it is made at the
+        first call); a source updated in place is recomputed by each module on its own
+        (:meth:`refresh` replaces its buffers, never writes into them).
+
+        >>> w = nn.Parameter(torch.ones(2))
+        >>> a = FoldedConstants({"folded_0": ("cat", [0, w, w])})
+        >>> b = FoldedConstants({"folded_3": ("cat", [0, w, w])})
+        >>> pool = {}
+        >>> a.share(pool), b.share(pool), b.folded_3 is a.folded_0
+        (0, 16, True)
+        """
+        if self.sized or self.untracked:
+            return 0
+        keys: dict[str, Any] = {}
+
+        def key(kid: Any) -> Any:
+            if isinstance(kid, torch.Tensor):
+                return ("tensor", id(kid))
+            if isinstance(kid, FoldedRef):
+                return keys[kid.name]
+            if isinstance(kid, (list, tuple)):
+                return (type(kid).__name__, *map(key, kid))
+            if isinstance(kid, dict):
+                return ("dict", *((k, key(v)) for k, v in kid.items()))
+            if isinstance(kid, slice):
+                return ("slice", key(kid.start), key(kid.stop), key(kid.step))
+            if isinstance(kid, float):  # (-0.0 == 0.0, but they fold differently)
+                return ("float", kid.hex())
+            return (type(kid).__name__, kid if kid.__hash__ is not None else id(kid))
+
+        freed = 0
+        for name, (op, kids) in self.recipes.items():
+            keys[name] = (op, key(kids))
+            if name not in self._buffers:
+                continue
+            # (the sources ride along in the pool, so that the ids in its keys stay theirs)
+            held = pool.setdefault(keys[name], (self._buffers[name], self.sources))[0]
+            if held is not self._buffers[name]:
+                freed += self._buffers[name].nbytes
+                self._buffers[name] = held
+        return freed
+
     def __getstate__(self) -> dict:
         # Copies and pickles hold detached values, recomputed on their first call.
         state = self.__dict__.copy()
@@ -204,3 +252,20 @@ def hold_folded(holder: nn.Module, graph: fx.Graph, foldable: Any, folded: dict,
                  if n.op != "placeholder" and n.target is not check_guards)
     with graph.inserting_before(first):
         graph.call_module("folded_constants", tuple(sized_inputs))
+
+
+def share_folded(module: nn.Module, pool: dict) -> int:
+    """:meth:`FoldedConstants.share` for an emitted ``module`` (one without folded
+    constants lets nothing go): programs of one e-graph built one after another hold one
+    copy of each constant they fold alike.
+
+    >>> w = nn.Parameter(torch.ones(2))
+    >>> a, b = nn.Module(), nn.Module()
+    >>> a.folded_constants = FoldedConstants({"folded_0": ("cat", [0, w, w])})
+    >>> b.folded_constants = FoldedConstants({"folded_0": ("cat", [0, w, w])})
+    >>> pool = {}
+    >>> share_folded(a, pool), share_folded(b, pool), share_folded(nn.Module(), pool)
+    (0, 16, 0)
+    """
+    folded = getattr(module, "folded_constants", None)
+    return folded.share(pool) if isinstance(folded, FoldedConstants) else 0

@@ -485,6 +485,8 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     # (every call is bracketed by calls of the default's program, which divide out the
     # machine's drift: compiler.timing)
     reference = build_module(eg, default.choice)
+    # (the programs share the constants they fold alike, FoldedConstants.share; these two
+    # keep their own, so that the reference's calls leave no program's weights in cache)
     fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}
     fns["twin"] = lambda: twin(*inputs)
     fns["reference"] = lambda: reference(*inputs)

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from backends.folding import share_folded
 from backends.fx import build_module
 from compiler.timing import interleaved_times
 from compiler.validate import stand_ins, validate_module
@@ -202,6 +203,7 @@ class Candidates:
         self.programs: list[Candidate] = []
         self.by_key: dict[tuple, Candidate] = {}
         self.left_out: list[tuple[str, str]] = []  # (found by, why)
+        self.folded: dict = {}  # the programs' shared folded constants (FoldedConstants.share)
 
     @property
     def full(self) -> bool:
@@ -216,6 +218,7 @@ class Candidates:
         except Exception as exc:  # noqa: BLE001 - a program emission refuses is left out
             self.left_out.append((label, f"emission: {type(exc).__name__}: {exc}"[:160]))
             return None
+        share_folded(module, self.folded)
         key = run_key(module)
         known = self.by_key.get(key)
         if known is not None:

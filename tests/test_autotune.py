@@ -13,7 +13,8 @@ from compiler.compile import capture, make_backend
 from compiler.fx import choose_program
 from compiler.options import BackendOptions
 from egraph import EGraph
-from egraph.extract import program_roots, source_program
+from egraph.extract import best_nodes, program_order, program_roots, source_program
+from egraph.extract.program import is_acyclic
 from egraph.rules import load_rules
 from extractors import Flops
 
@@ -219,3 +220,32 @@ def test_programs_that_fold_one_constant_by_other_recipes_are_one_program():
     assert len(found.programs) == 1 and found.programs[0].found_by == ["source", "factored"]
     x = torch.randn(4)
     torch.testing.assert_close(two(x), one(x))
+
+
+class _ScaledSoftplus(_Scaled):
+    def forward(self, x):
+        return torch.log(1 + torch.exp(x)) * (self.a * self.b + self.a * self.c)
+
+
+def test_programs_of_one_egraph_share_the_constants_they_fold_alike():
+    # autotuning and the cost-model harness hold many programs of one model at once: each
+    # folding its own copy of the same merged weights would hold a 1B-parameter model's
+    # weights two dozen times over
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(_ScaledSoftplus()), (torch.randn(4),))
+    eg.saturate(load_rules("all"), iter_limit=3)
+    source, roots = source_program(eg), program_roots(eg)
+    filler = {c: v[1] for c, v in best_nodes(eg, Flops()).items()}
+    found = Candidates(eg)
+    first = found.offer("source", source)
+    for c in program_order(eg, source):
+        for alt in eg.class_nodes[c]:
+            trial = {**filler, **source, c: alt}
+            if alt != source[c] and is_acyclic(eg, trial, roots):
+                found.offer(f"{alt[0]} in {c}", trial)
+    held = {t.data_ptr() for t in first.module.folded_constants.buffers()}
+    sharing = [p for p in found.programs[1:] if hasattr(p.module, "folded_constants")
+               and {t.data_ptr() for t in p.module.folded_constants.buffers()} == held]
+    assert held and sharing
+    x = torch.randn(4)
+    for program in found.programs[1:]:
+        torch.testing.assert_close(program.module(x), first.module(x))
