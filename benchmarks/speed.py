@@ -60,6 +60,7 @@ from typing import Any
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 
 import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -73,6 +74,7 @@ from compiler.timing import interleaved_ms  # noqa: E402
 from compiler.validate.judging import relative_errors  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
+from extractors.hardware import RATE_KINDS, Hardware  # noqa: E402
 
 
 def _export_pipeline(model: torch.nn.Module, inputs: tuple) -> Callable:
@@ -139,6 +141,7 @@ class Cell:
     seq: int | None
     decode: bool = False  # (a decode step: one token against a cache of ``seq``)
     eager_ms: float | None = None
+    matrix_flops: float | None = None  # (eager's products, convolutions and attention)
     entries: dict[str, Entry] = field(default_factory=dict)
     error: str = ""
 
@@ -217,7 +220,9 @@ def run_cell(name: str, batch: int, seq: int | None, entries: Sequence[str], rou
 
 def _time_cell(cell: Cell, case: Case, entries: Sequence[str], rounds: int) -> None:
     model, inputs = case.model, case.inputs
-    want = model(*inputs)
+    with FlopCounterMode(display=False) as counted:
+        want = model(*inputs)
+    cell.matrix_flops = float(counted.get_total_flops())
     timed: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
     for entry in entries:
         result = cell.entries[entry] = Entry()
@@ -309,6 +314,41 @@ def geomean_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
             row[f"{TITLES[e]} / Inductor"] = f"{mean:.2f}x" if mean else "-"
         rows.append(row)
     return markdown_table(rows, columns)
+
+
+def matrix_peak(hardware: Hardware) -> float:
+    """The fastest a product or a convolution ran in ``hardware``'s calibration (any
+    kernel, any size), in FLOP/s; its nominal matrix peak where that is higher (a profile
+    without curves).
+
+    >>> from extractors.hardware import HARDWARE
+    >>> matrix_peak(HARDWARE["cpu"]) == HARDWARE["cpu"].matrix_fp32
+    True
+    """
+    measured = [rate for kind, curve in hardware.rates
+                if RATE_KINDS.get(kind.split(":")[0], kind) in MATRIX_KINDS
+                for _, rate in curve]
+    return max([hardware.matrix_fp32, *measured])
+
+
+MATRIX_KINDS = ("matmul", "onednn_linear", "mkl_linear", "conv", "onednn_conv")
+"""The calibration's curves of products and convolutions (``extractors.hardware.RATE_KINDS``)."""
+
+
+def limit_table(cells: Sequence[Cell], entries: Sequence[str], peak: float) -> str:
+    """The physical limit per cell: the model's matrix FLOPs (products, convolutions and
+    attention, counted by ``torch.utils.flop_counter`` over eager's forward) over eager's
+    and each entry point's time, as a fraction of ``peak`` (:func:`matrix_peak`)."""
+    def reached(cell: Cell, ms: float | None, agrees: bool = True) -> str:
+        return f"{cell.matrix_flops / (ms / 1e3) / peak:.0%}" if (
+            ms and cell.matrix_flops and agrees) else "-"
+    rows = [{"model": c.model, "batch x seq": _size(c),
+             "GFLOP": f"{(c.matrix_flops or 0) / 1e9:.1f}",
+             "eager": reached(c, c.eager_ms),
+             **{TITLES[e]: reached(c, c.entries[e].ms, c.entries[e].agrees)
+                for e in entries if e in c.entries}} for c in cells]
+    return markdown_table(rows, ["model", "batch x seq", "GFLOP", "eager",
+                                 *(TITLES[e] for e in entries)])
 
 
 def first_call_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
@@ -434,9 +474,14 @@ def main(argv: Sequence[str] | None = None) -> Path:
                 print(f"{name:<16} {_size(cell):<10} eager {cell.eager_ms or 0:8.1f} ms  "
                       + "  ".join(f"{e} {_timed(cell, e)}" for e in entries), flush=True)
     total = time.perf_counter() - start
+    peak = matrix_peak(default_cost((torch.zeros(1),)).hardware)  # (the cells run on the CPU)
     document = (_about(args, total)
                 + "Median ms (speedup over eager):\n\n" + speed_table(cells, entries)
                 + "\n\nGeometric means of the speedups:\n\n" + geomean_table(cells, entries)
+                + f"\n\nThe physical limit: each program's matrix FLOPs a second, as a "
+                f"fraction of the fastest this machine's calibration ran a product or a "
+                f"convolution ({peak / 1e9:.0f} GFLOP/s):\n\n"
+                + limit_table(cells, entries, peak)
                 + "\n\nFirst call, seconds:\n\n" + first_call_table(cells, entries)
                 + "\n\nChecks:\n\n" + checks_section(cells, entries) + "\n")
     print()

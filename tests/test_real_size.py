@@ -92,6 +92,11 @@ def test_a_cell_of_the_speed_table_and_its_tables():
     assert "1.0" in speed.first_call_table(cells, ["egraph"])
     checks = speed.checks_section(cells, ["egraph"])
     assert "vit 1 egraph: RuntimeError: no" in checks and "rewrites used: " in checks
+    # the physical limit: the cell's counted matrix FLOPs a second over the peak
+    assert cell.matrix_flops > 0
+    image.matrix_flops = 4e9  # 4 GFLOP in 2 ms: 2 TFLOP/s, half of a 4 TFLOP/s peak
+    limits = speed.limit_table([image, failed], ["egraph"], peak=4e12)
+    assert "| resnet50 | 1 | 4.0 | 25% | 50% |" in limits and "| vit | 1 | 0.0 | - |" in limits
 
 
 @pytest.mark.parametrize("name", real_size.DECODERS)
