@@ -74,7 +74,7 @@ from compiler.timing import interleaved_ms  # noqa: E402
 from compiler.validate.judging import relative_errors  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
-from extractors.hardware import RATE_KINDS, Hardware  # noqa: E402
+from extractors.hardware import Hardware  # noqa: E402
 
 
 def _export_pipeline(model: torch.nn.Module, inputs: tuple) -> Callable:
@@ -316,6 +316,11 @@ def geomean_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
     return markdown_table(rows, columns)
 
 
+MATRIX_KINDS = ("matmul", "onednn_linear", "mkl_linear", "conv", "onednn_conv")
+"""The calibration's curves of products and convolutions (the kinds of
+``extractors.hardware.RATE_KINDS``; ``kind:rows``, their few-rows curves)."""
+
+
 def matrix_peak(hardware: Hardware) -> float:
     """The fastest a product or a convolution ran in ``hardware``'s calibration (any
     kernel, any size), in FLOP/s; its nominal matrix peak where that is higher (a profile
@@ -326,13 +331,8 @@ def matrix_peak(hardware: Hardware) -> float:
     True
     """
     measured = [rate for kind, curve in hardware.rates
-                if RATE_KINDS.get(kind.split(":")[0], kind) in MATRIX_KINDS
-                for _, rate in curve]
+                if kind.split(":")[0] in MATRIX_KINDS for _, rate in curve]
     return max([hardware.matrix_fp32, *measured])
-
-
-MATRIX_KINDS = ("matmul", "onednn_linear", "mkl_linear", "conv", "onednn_conv")
-"""The calibration's curves of products and convolutions (``extractors.hardware.RATE_KINDS``)."""
 
 
 def limit_table(cells: Sequence[Cell], entries: Sequence[str], peak: float) -> str:
