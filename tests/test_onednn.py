@@ -313,3 +313,87 @@ def test_the_operator_packs_nothing_so_a_buffer_rewritten_without_a_version_is_r
         assert w._version == version
         torch.testing.assert_close(conv(x, w, None, [1, 1], [1, 1], [1, 1], 1),
                                    F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([1, 3]), st.sampled_from([1, 2]), st.booleans(),
+       st.sampled_from(["none", "same", "broadcast"]), st.booleans())
+def test_the_sum_and_relu_as_post_ops_are_torchs_for_any_setting(batch, kernel, stride, bias,
+                                                                   other, channels_last):
+    """``onednn_conv2d_relu`` is ``relu(conv2d(...) + other)`` before and after its weight
+    is packed, with ``other`` in either layout; an ``other`` that broadcasts goes through
+    the calls one by one."""
+    x = torch.randn(batch, 4, 9, 9)
+    w, b = torch.randn(6, 4, kernel, kernel), torch.randn(6) if bias else None
+    conv = F.conv2d(x, w, b, stride, kernel // 2)
+    y = {"none": None, "same": torch.randn_like(conv), "broadcast": torch.randn(6, 1, 1)}[other]
+    if y is not None and channels_last and y.dim() == 4:
+        y = y.contiguous(memory_format=torch.channels_last)
+    expected = torch.relu(conv if y is None else conv + y)
+    with torch.no_grad():
+        for _ in range(3):
+            got = kernels.onednn_conv2d_relu(x, w, b, stride, kernel // 2, other=y)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert y is None or y.shape != conv.shape or not torch.equal(y, expected)  # (unwritten)
+
+
+def test_the_post_ops_differentiate_as_torchs_calls():
+    x, w, y = (torch.randn(*s, requires_grad=True) for s in ((2, 3, 6, 6), (4, 3, 3, 3),
+                                                              (2, 4, 6, 6)))
+    kernels.onednn_conv2d_relu(x, w, None, 1, 1, other=y).sum().backward()
+    grads = [t.grad for t in (x, w, y)]
+    for t in (x, w, y):
+        t.grad = None
+    torch.relu(F.conv2d(x, w, None, 1, 1) + y).sum().backward()
+    for got, t in zip(grads, (x, w, y)):
+        torch.testing.assert_close(got, t.grad)
+
+
+@needs_onednn
+def test_residual_sums_and_relus_run_as_the_convolutions_post_ops(measured_profile):
+    """ResNet's bottlenecks in our own emission: the ReLU after a convolution and the
+    residual sum and ReLU after the last one are one oneDNN call each, right call after
+    call."""
+    from compiler.compile import make_backend
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_Bottleneck(), _Bottleneck()).eval()
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 64, 28, 28)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    code = "\n".join(entry.module.code for entry in backend.cache.values())
+    assert "onednn_conv2d_relu(" in code, code
+
+
+@needs_onednn
+@pytest.mark.parametrize("order", ["conv first", "residual first"])
+def test_emission_fuses_a_residual_sum_and_relu_read_once(order):
+    """``relu(y + onednn_conv2d(x))`` in an emitted graph becomes one call with ``y`` as
+    the post-op sum's operand (either side of the sum), giving the same values; a sum
+    read twice stays as it is."""
+    from backends.passes import post_ops_into_convolution
+
+    meta = type("Meta", (), {"kind": "tensor", "shape": (2, 4, 8, 8),
+                             "dtype": torch.float32})()
+    for read_twice in (False, True):
+        g = torch.fx.Graph()
+        x, w, y = g.placeholder("x"), g.placeholder("w"), g.placeholder("y")
+        c = g.call_function(onednn_conv2d, (x, w, None, (1, 1), (1, 1), (1, 1), 1))
+        total = g.call_function(torch.add, (c, y) if order == "conv first" else (y, c))
+        out = g.call_function(torch.relu, (total,))
+        g.output((out, total) if read_twice else out)
+        before = torch.fx.GraphModule(torch.nn.Module(), g)
+        args = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(2, 4, 8, 8)
+        with torch.no_grad():
+            expected = before(*args)
+        post_ops_into_convolution(g, {n: meta for n in g.nodes})
+        after = torch.fx.GraphModule(torch.nn.Module(), g)
+        calls = [n.target.__name__ for n in g.nodes if n.op == "call_function"]
+        assert calls == (["onednn_conv2d", "add", "relu"] if read_twice
+                         else ["onednn_conv2d_relu"]), calls
+        with torch.no_grad():
+            torch.testing.assert_close(after(*args), expected, rtol=1e-4, atol=1e-4)

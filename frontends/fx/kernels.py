@@ -38,7 +38,9 @@ through oneDNN's convolution with the weight packed once into oneDNN's blocked l
 Inductor's CPU freezing path does, here for weights that may change: a weight is packed
 again when written), under the same conditions as ``onednn_linear``, its result
 channels-last. With packed weights and channels-last activations ResNet-50's convolutions
-ran 1.76x faster than ``F.conv2d`` on one CPU.
+ran 1.76x faster than ``F.conv2d`` on one CPU. ``onednn_conv2d_relu(..., other=None)``:
+``relu(conv + other)`` (or ``relu(conv)``) with the sum and the ReLU as the convolution's
+post-ops, which emission uses where nothing else reads the convolution or the sum.
 
 ``mkl_linear(x, weight, bias=None)``: ``F.linear`` through MKL's packed matrix product
 (``torch.ops.mkl._mkl_linear``, the kernel Inductor's CPU freezing path calls for float32
@@ -69,8 +71,8 @@ import torch
 
 from frontends.fx.observed import triangle_of
 
-__all__ = ["grouped_mm", "masked_attention", "mkl_linear", "onednn_conv2d", "onednn_linear",
-           "setitem"]
+__all__ = ["grouped_mm", "masked_attention", "mkl_linear", "onednn_conv2d", "onednn_conv2d_relu",
+           "onednn_linear", "setitem"]
 
 _LIBRARY = torch.library.Library("egraph", "DEF")
 _LIBRARY.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
@@ -407,7 +409,8 @@ def _runs_onednn_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 _PACKED = _PerTensor()
 
 
-def _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups, pack=True):
+def _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups, pack=True,
+                        other=None, relu=False):
     setting = (tuple(stride), tuple(padding), tuple(dilation), groups)
     found, packed = _PACKED.get(weight, setting) if pack else (False, None)
     if found and packed is None:  # a weight seen twice is a model's: packed once
@@ -416,9 +419,14 @@ def _onednn_conv2d_call(x, weight, bias, stride, padding, dilation, groups, pack
         _PACKED.put(weight, packed, setting)
     elif pack and not found:  # (a weight made anew on every call is never packed)
         _PACKED.put(weight, None, setting)
+    x = x.contiguous(memory_format=torch.channels_last)
+    weight = weight if packed is None else packed
+    if other is not None:  # (the sum and the ReLU as the convolution's post-ops)
+        return torch.ops.mkldnn._convolution_pointwise.binary(
+            x, other.contiguous(memory_format=torch.channels_last), weight, bias, padding,
+            stride, dilation, groups, "add", None, "relu" if relu else None, [], "")
     return torch.ops.mkldnn._convolution_pointwise(
-        x.contiguous(memory_format=torch.channels_last), weight if packed is None else packed,
-        bias, padding, stride, dilation, groups, "none", [], "")
+        x, weight, bias, padding, stride, dilation, groups, "relu" if relu else "none", [], "")
 
 
 @torch.library.custom_op("egraph::onednn_conv2d", mutates_args=())
@@ -497,6 +505,46 @@ def onednn_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if _traced(*operands):
         return torch.ops.egraph.onednn_conv2d.default(x, weight, bias, *setting, groups)
     return _onednn_conv2d_call(x, weight, bias, *setting, groups)
+
+
+def onednn_conv2d_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                       stride=1, padding=0, dilation=1, groups: int = 1,
+                       other: torch.Tensor | None = None) -> torch.Tensor:
+    """``relu(F.conv2d(x, weight, bias, stride, padding, dilation, groups) + other)``
+    (without ``other``: ``relu(F.conv2d(...))``) as one call of oneDNN's convolution, the
+    sum and the ReLU its post-ops, applied to each block of the output while it is in
+    cache: a residual network's sums and ReLUs no longer read and write their tensors
+    once more each. The same values as :func:`onednn_conv2d` then the sum and the ReLU
+    (each rounded once, in that order). Emission fuses the calls where nothing else reads
+    the convolution or the sum (:func:`backends.passes.post_ops_into_convolution`).
+    Where oneDNN does not run, autograd needs the graph, a tracer is running, or
+    ``other`` is not of the output's shape and dtype, it is those calls one by one.
+
+    >>> x, w, r = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(2, 4, 8, 8)
+    >>> conv = torch.nn.functional.conv2d(x, w, padding=1)
+    >>> all(torch.allclose(onednn_conv2d_relu(x, w, padding=1, other=r),
+    ...                    torch.relu(conv + r), atol=1e-5) for _ in range(3))
+    True
+    >>> torch.allclose(onednn_conv2d_relu(x, w, padding=1), torch.relu(conv), atol=1e-5)
+    True
+    """
+    setting = _conv_setting(weight, stride, padding, dilation)
+    operands = tuple(t for t in (x, weight, bias, other) if t is not None)
+    if (setting is None or not _runs_onednn_conv(x, weight, bias, operands)
+            or (torch.is_grad_enabled() and any(t.requires_grad for t in operands))
+            or _traced(*operands) or (other is not None and (
+                other.dtype != x.dtype or other.dim() != 4
+                or tuple(other.shape) != _conv_shape(x, weight, *setting)))):
+        y = onednn_conv2d(x, weight, bias, stride, padding, dilation, groups)
+        return torch.relu(y if other is None else y + other)
+    return _onednn_conv2d_call(x, weight, bias, *setting, groups, other=other, relu=True)
+
+
+def _conv_shape(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> tuple:
+    """The shape of ``F.conv2d(x, weight, ...)`` for oneDNN's setting of the call."""
+    sizes = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, p, d in zip(
+        x.shape[-2:], weight.shape[-2:], stride, padding, dilation)]
+    return (x.shape[0], weight.shape[0], *sizes)
 
 
 def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
