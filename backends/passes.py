@@ -19,7 +19,9 @@ rule by those two checks:
   ``addcmul_``/``addcdiv_``/``alpha``): the functional result read once, no write between;
 - :func:`lerp_into_update` (dynamo's ``foreach_lerp`` spelling -> ``lerp_``): same;
 - :func:`post_ops_into_convolution` (``relu(onednn_conv2d(...) + y)`` -> one oneDNN call
-  with the sum and the ReLU as post-ops): the convolution and the sum read once.
+  with the sum and the ReLU as post-ops): the convolution and the sum read once;
+- :func:`gelu_into_linear` (``gelu(onednn_linear(...))`` -> one oneDNN call with the GELU
+  as its post-op): the product read once.
 
 :func:`peephole` runs them in that order. A fused call takes the ``node.meta`` of the
 call whose value it gives (the class it computes, :data:`backends.fx.EMITTED_CLASS`).
@@ -44,10 +46,16 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
 from egraph.ops.table import TABLE
 from frontends.fx.effects import is_in_place
-from frontends.fx.kernels import onednn_conv2d, onednn_conv2d_relu
+from frontends.fx.kernels import (
+    onednn_conv2d,
+    onednn_conv2d_relu,
+    onednn_linear,
+    onednn_linear_gelu,
+)
 from frontends.fx.vocabulary import is_expression, lower
 
 
@@ -429,17 +437,53 @@ def post_ops_into_convolution(graph: fx.Graph, metas: dict[fx.Node, Any]) -> Non
             conv, moved = inner, [inner]
         else:
             continue
-        if not _unwritten(writes, moved, node):
+        if _unwritten(writes, moved, node):
+            kwargs = {**conv.kwargs, **({} if other is None else {"other": other})}
+            _fuse(graph, node, moved, onednn_conv2d_relu, conv.args, kwargs, metas, writes)
+
+
+def gelu_into_linear(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
+    """``gelu(onednn_linear(...))`` (exact or tanh), where nothing else reads the product
+    and no call between them writes into a tensor, as one call of
+    :func:`frontends.fx.kernels.onednn_linear_gelu`: oneDNN applies the GELU to each block
+    of the product while it is in cache, where a GELU of its own reads and writes the
+    whole activation once more (a transformer's MLP, ConvNeXt's).
+
+    >>> import torch.fx as fx
+    >>> from frontends.fx.kernels import onednn_linear
+    >>> g = fx.Graph()
+    >>> x, w = g.placeholder("x"), g.placeholder("w")
+    >>> p = g.call_function(onednn_linear, (x, w, None))
+    >>> _ = g.output(g.call_function(F.gelu, (p,), {"approximate": "tanh"}))
+    >>> gelu_into_linear(g, {})
+    >>> [(n.target.__name__, dict(n.kwargs)) for n in g.nodes if n.op == "call_function"]
+    [('onednn_linear_gelu', {'approximate': 'tanh'})]
+    """
+    writes = _writes_before(graph)
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target is F.gelu
+                and len(node.args) == 1 and set(node.kwargs) <= {"approximate"}):
             continue
-        kwargs = {**conv.kwargs, **({} if other is None else {"other": other})}
-        with graph.inserting_before(node):
-            fused = graph.call_function(onednn_conv2d_relu, conv.args, kwargs)
-        metas[fused] = metas.get(node)
-        writes[fused] = writes[node]
-        node.replace_all_uses_with(fused, propagate_meta=True)
-        graph.erase_node(node)
-        for dead in reversed(moved):
-            graph.erase_node(dead)
+        product = node.args[0]
+        if (isinstance(product, fx.Node) and product.op == "call_function"
+                and product.target is onednn_linear and len(product.users) == 1
+                and _unwritten(writes, [product], node)):
+            _fuse(graph, node, [product], onednn_linear_gelu, product.args,
+                  {**product.kwargs, **node.kwargs}, metas, writes)
+
+
+def _fuse(graph: fx.Graph, node: fx.Node, moved: list[fx.Node], target: Any, args: tuple,
+          kwargs: dict, metas: dict[fx.Node, Any], writes: dict[fx.Node, int]) -> None:
+    """Replace ``node`` and the calls ``moved`` it alone reads by one call of ``target``
+    at ``node``'s place, with ``node``'s meta (the class whose value it gives)."""
+    with graph.inserting_before(node):
+        fused = graph.call_function(target, args, kwargs)
+    metas[fused] = metas.get(node)
+    writes[fused] = writes[node]
+    node.replace_all_uses_with(fused, propagate_meta=True)
+    graph.erase_node(node)
+    for dead in reversed(moved):
+        graph.erase_node(dead)
 
 
 def peephole(graph: fx.Graph, metas: dict[fx.Node, Any], copies: set[fx.Node],
@@ -454,3 +498,4 @@ def peephole(graph: fx.Graph, metas: dict[fx.Node, Any], copies: set[fx.Node],
     scale_into_add(graph, metas)
     lerp_into_update(graph, metas)
     post_ops_into_convolution(graph, metas)
+    gelu_into_linear(graph, metas)

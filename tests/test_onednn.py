@@ -397,3 +397,51 @@ def test_emission_fuses_a_residual_sum_and_relu_read_once(order):
                          else ["onednn_conv2d_relu"]), calls
         with torch.no_grad():
             torch.testing.assert_close(after(*args), expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=0, max_size=2), st.integers(1, 9),
+       st.integers(1, 9), st.booleans(), st.sampled_from(["none", "tanh"]))
+def test_the_gelu_as_a_post_op_is_torchs_for_any_shape(rows, k, n, bias, approximate):
+    x, w, b = torch.randn(*rows, k), torch.randn(n, k), torch.randn(n) if bias else None
+    expected = F.gelu(F.linear(x, w, b), approximate=approximate)
+    with torch.no_grad():
+        got = kernels.onednn_linear_gelu(x, w, b, approximate)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_gelu_post_op_differentiates_as_torchs_calls():
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in ((3, 5, 8), (6, 8), (6,)))
+    kernels.onednn_linear_gelu(x, w, b, "tanh").sum().backward()
+    grads = [t.grad for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    F.gelu(F.linear(x, w, b), approximate="tanh").sum().backward()
+    for got, t in zip(grads, (x, w, b)):
+        torch.testing.assert_close(got, t.grad)
+
+
+@needs_onednn
+def test_a_gelu_after_onednns_inner_product_runs_as_its_post_op(measured_profile):
+    """BERT's MLP in our own emission: the GELU is the inner product's post-op, right call
+    after call; a product read twice keeps its GELU a call of its own."""
+    from backends.passes import gelu_into_linear
+    from compiler.compile import make_backend
+
+    torch.manual_seed(0)
+    model, x = _Block(), torch.randn(2, 64, 256)
+    backend = make_backend(validate="raise")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    code = "\n".join(entry.module.code for entry in backend.cache.values())
+    assert "onednn_linear_gelu(" in code, code
+    g = torch.fx.Graph()
+    a, w = g.placeholder("a"), g.placeholder("w")
+    product = g.call_function(kernels.onednn_linear, (a, w, None))
+    g.output((g.call_function(F.gelu, (product,)), product))
+    gelu_into_linear(g, {})
+    assert [n.target.__name__ for n in g.nodes if n.op == "call_function"] == [
+        "onednn_linear", "gelu"]
