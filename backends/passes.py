@@ -411,10 +411,6 @@ def post_ops_into_convolution(graph: fx.Graph, metas: dict[fx.Node, Any]) -> Non
     ...  if n.op == "call_function"]
     [('onednn_conv2d_relu', 7, ['other'])]
     """
-    def convolution(node: Any) -> bool:
-        return (isinstance(node, fx.Node) and node.op == "call_function"
-                and node.target is onednn_conv2d and len(node.users) == 1)
-
     def alike(a: Any, b: Any) -> bool:
         ma, mb = metas.get(a), metas.get(b)
         return (getattr(ma, "kind", None) == getattr(mb, "kind", None) == "tensor"
@@ -428,12 +424,13 @@ def post_ops_into_convolution(graph: fx.Graph, metas: dict[fx.Node, Any]) -> Non
             continue
         inner, other = node.args[0], None
         if _binary_call(inner, torch.add):
-            conv, other = inner.args if convolution(inner.args[0]) else inner.args[::-1]
-            if not (convolution(conv) and isinstance(other, fx.Node) and other is not conv
-                    and alike(other, conv)):
+            conv, other = (inner.args if _read_once(inner.args[0], onednn_conv2d)
+                           else inner.args[::-1])
+            if not (_read_once(conv, onednn_conv2d) and isinstance(other, fx.Node)
+                    and other is not conv and alike(other, conv)):
                 continue
             moved = [conv, inner]
-        elif convolution(inner):
+        elif _read_once(inner, onednn_conv2d):
             conv, moved = inner, [inner]
         else:
             continue
@@ -465,11 +462,15 @@ def gelu_into_linear(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
                 and len(node.args) == 1 and set(node.kwargs) <= {"approximate"}):
             continue
         product = node.args[0]
-        if (isinstance(product, fx.Node) and product.op == "call_function"
-                and product.target is onednn_linear and len(product.users) == 1
-                and _unwritten(writes, [product], node)):
+        if _read_once(product, onednn_linear) and _unwritten(writes, [product], node):
             _fuse(graph, node, [product], onednn_linear_gelu, product.args,
                   {**product.kwargs, **node.kwargs}, metas, writes)
+
+
+def _read_once(node: Any, target: Any) -> bool:
+    """Whether ``node`` is a call of ``target`` that one call reads."""
+    return (isinstance(node, fx.Node) and node.op == "call_function"
+            and node.target is target and len(node.users) == 1)
 
 
 def _fuse(graph: fx.Graph, node: fx.Node, moved: list[fx.Node], target: Any, args: tuple,

@@ -189,8 +189,9 @@ def _below_autograd(x, w, offs):
 _TRACED = _function(_below_autograd, torch.ops.egraph.grouped_mm_backward.default)
 
 
-def _needs_grad(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records a call on ``tensors``: it needs torch's own kernels."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _autograd_kernel(x, w, offs):
@@ -297,8 +298,7 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor,
     'AddmmBackward0'
     """
     operands = (x, weight) if bias is None else (x, weight, bias)
-    if not (ONEDNN and _float32_linear(weight, bias, operands)) or (
-            torch.is_grad_enabled() and any(t.requires_grad for t in operands)):
+    if not (ONEDNN and _float32_linear(weight, bias, operands)) or _needs_grad(*operands):
         return torch.nn.functional.linear(x, weight, bias)
     if _traced(*operands):
         return torch.ops.egraph.onednn_linear.default(x, weight, bias)
@@ -356,9 +356,8 @@ def mkl_linear(x: torch.Tensor, weight: torch.Tensor,
     """
     operands = (x, weight) if bias is None else (x, weight, bias)
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    if not (MKL and rows and _float32_linear(weight, bias, operands)) or (
-            torch.is_grad_enabled() and any(t.requires_grad for t in operands)) or _traced(
-            *operands):
+    if (not (MKL and rows and _float32_linear(weight, bias, operands))
+            or _needs_grad(*operands) or _traced(*operands)):
         return torch.nn.functional.linear(x, weight, bias)
     found, packed = _MKL_PACKED.get(weight, (rows,))
     if found and packed is None:
@@ -500,8 +499,8 @@ def onednn_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """
     setting = _conv_setting(weight, stride, padding, dilation)
     operands = (x, weight) if bias is None else (x, weight, bias)
-    if setting is None or not _runs_onednn_conv(x, weight, bias, operands) or (
-            torch.is_grad_enabled() and any(t.requires_grad for t in operands)):
+    if (setting is None or not _runs_onednn_conv(x, weight, bias, operands)
+            or _needs_grad(*operands)):
         return torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation, groups)
     if _traced(*operands):
         return torch.ops.egraph.onednn_conv2d.default(x, weight, bias, *setting, groups)
@@ -527,7 +526,7 @@ def onednn_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     operands = (x, weight) if bias is None else (x, weight, bias)
     if (not (ONEDNN and _float32_linear(weight, bias, operands))
             or approximate not in ("none", "tanh") or _traced(*operands)
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in operands))):
+            or _needs_grad(*operands)):
         return torch.nn.functional.gelu(onednn_linear(x, weight, bias), approximate=approximate)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], approximate)
 
@@ -556,7 +555,7 @@ def onednn_conv2d_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     setting = _conv_setting(weight, stride, padding, dilation)
     operands = tuple(t for t in (x, weight, bias, other) if t is not None)
     if (setting is None or not _runs_onednn_conv(x, weight, bias, operands)
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in operands))
+            or _needs_grad(*operands)
             or _traced(*operands) or (other is not None and (
                 other.dtype != x.dtype or other.dim() != 4
                 or tuple(other.shape) != _conv_shape(x, weight, *setting)))):
