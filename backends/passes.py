@@ -17,11 +17,13 @@ rule by those two checks:
 - :func:`update_in_place`: a fresh tensor read only by the copy an update writes into;
 - :func:`arithmetic_into_update` (``dst.copy_(dst + y)`` -> ``dst.add_(y)``, then
   ``addcmul_``/``addcdiv_``/``alpha``): the functional result read once, no write between;
-- :func:`lerp_into_update` (dynamo's ``foreach_lerp`` spelling -> ``lerp_``): same;
-- :func:`post_ops_into_convolution` (``relu(onednn_conv2d(...) + y)`` -> one oneDNN call
-  with the sum and the ReLU as post-ops): the convolution and the sum read once;
-- :func:`gelu_into_linear` (``gelu(onednn_linear(...))`` -> one oneDNN call with the GELU
-  as its post-op): the product read once.
+- :func:`lerp_into_update` (dynamo's ``foreach_lerp`` spelling -> ``lerp_``): same.
+
+(oneDNN's post-ops, a ReLU or a residual sum after its convolution and a GELU after its
+inner product, are e-graph alternatives instead (:mod:`egraph.rules.kernels`): their
+speed differs from the calls they replace by more than a spelling's, so the cost model
+has to see them, and DAG extraction, which pays for a product read twice once more, takes
+them only where nothing else reads the product.)
 
 :func:`peephole` runs them in that order. A fused call takes the ``node.meta`` of the
 call whose value it gives (the class it computes, :data:`backends.fx.EMITTED_CLASS`).
@@ -46,16 +48,9 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 
 from egraph.ops.table import TABLE
 from frontends.fx.effects import is_in_place
-from frontends.fx.kernels import (
-    onednn_conv2d,
-    onednn_conv2d_relu,
-    onednn_linear,
-    onednn_linear_gelu,
-)
 from frontends.fx.vocabulary import is_expression, lower
 
 
@@ -390,103 +385,6 @@ def _full_size(meta: Any, shape: tuple) -> bool:
     return all(d == t for d, t in zip(own, shape))
 
 
-def post_ops_into_convolution(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
-    """``relu(onednn_conv2d(...))`` and ``relu(onednn_conv2d(...) + y)`` (``y`` of the
-    convolution's shape and dtype, either side of the sum), where nothing else reads the
-    convolution or the sum and no call between them writes into a tensor, as one call of
-    :func:`frontends.fx.kernels.onednn_conv2d_relu`: oneDNN applies the sum and the ReLU
-    to each block of the output while it is in cache (ResNet-50 at batch 8: its 48
-    residual sums and 147 ReLUs had taken 37 ms of a 223 ms call as calls of their own).
-
-    >>> import torch.fx as fx
-    >>> from frontends.fx.kernels import onednn_conv2d
-    >>> g = fx.Graph()
-    >>> x, w, y = g.placeholder("x"), g.placeholder("w"), g.placeholder("y")
-    >>> c = g.call_function(onednn_conv2d, (x, w, None, (1, 1), (1, 1), (1, 1), 1))
-    >>> _ = g.output(g.call_function(torch.relu, (g.call_function(torch.add, (c, y)),)))
-    >>> meta = type("Meta", (), {"kind": "tensor", "shape": (2, 4, 8, 8),
-    ...                          "dtype": torch.float32})()
-    >>> post_ops_into_convolution(g, {n: meta for n in g.nodes})
-    >>> [(n.target.__name__, len(n.args), list(n.kwargs)) for n in g.nodes
-    ...  if n.op == "call_function"]
-    [('onednn_conv2d_relu', 7, ['other'])]
-    """
-    def alike(a: Any, b: Any) -> bool:
-        ma, mb = metas.get(a), metas.get(b)
-        return (getattr(ma, "kind", None) == getattr(mb, "kind", None) == "tensor"
-                and ma.shape is not None and tuple(ma.shape) == tuple(mb.shape)
-                and ma.dtype == mb.dtype)
-
-    writes = _writes_before(graph)
-    for node in list(graph.nodes):
-        if not (node.op == "call_function" and node.target is torch.relu
-                and len(node.args) == 1 and not node.kwargs):
-            continue
-        inner, other = node.args[0], None
-        if _binary_call(inner, torch.add):
-            conv, other = (inner.args if _read_once(inner.args[0], onednn_conv2d)
-                           else inner.args[::-1])
-            if not (_read_once(conv, onednn_conv2d) and isinstance(other, fx.Node)
-                    and other is not conv and alike(other, conv)):
-                continue
-            moved = [conv, inner]
-        elif _read_once(inner, onednn_conv2d):
-            conv, moved = inner, [inner]
-        else:
-            continue
-        if _unwritten(writes, moved, node):
-            kwargs = {**conv.kwargs, **({} if other is None else {"other": other})}
-            _fuse(graph, node, moved, onednn_conv2d_relu, conv.args, kwargs, metas, writes)
-
-
-def gelu_into_linear(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
-    """``gelu(onednn_linear(...))`` (exact or tanh), where nothing else reads the product
-    and no call between them writes into a tensor, as one call of
-    :func:`frontends.fx.kernels.onednn_linear_gelu`: oneDNN applies the GELU to each block
-    of the product while it is in cache, where a GELU of its own reads and writes the
-    whole activation once more (a transformer's MLP, ConvNeXt's).
-
-    >>> import torch.fx as fx
-    >>> from frontends.fx.kernels import onednn_linear
-    >>> g = fx.Graph()
-    >>> x, w = g.placeholder("x"), g.placeholder("w")
-    >>> p = g.call_function(onednn_linear, (x, w, None))
-    >>> _ = g.output(g.call_function(F.gelu, (p,), {"approximate": "tanh"}))
-    >>> gelu_into_linear(g, {})
-    >>> [(n.target.__name__, dict(n.kwargs)) for n in g.nodes if n.op == "call_function"]
-    [('onednn_linear_gelu', {'approximate': 'tanh'})]
-    """
-    writes = _writes_before(graph)
-    for node in list(graph.nodes):
-        if not (node.op == "call_function" and node.target is F.gelu
-                and len(node.args) == 1 and set(node.kwargs) <= {"approximate"}):
-            continue
-        product = node.args[0]
-        if _read_once(product, onednn_linear) and _unwritten(writes, [product], node):
-            _fuse(graph, node, [product], onednn_linear_gelu, product.args,
-                  {**product.kwargs, **node.kwargs}, metas, writes)
-
-
-def _read_once(node: Any, target: Any) -> bool:
-    """Whether ``node`` is a call of ``target`` that one call reads."""
-    return (isinstance(node, fx.Node) and node.op == "call_function"
-            and node.target is target and len(node.users) == 1)
-
-
-def _fuse(graph: fx.Graph, node: fx.Node, moved: list[fx.Node], target: Any, args: tuple,
-          kwargs: dict, metas: dict[fx.Node, Any], writes: dict[fx.Node, int]) -> None:
-    """Replace ``node`` and the calls ``moved`` it alone reads by one call of ``target``
-    at ``node``'s place, with ``node``'s meta (the class whose value it gives)."""
-    with graph.inserting_before(node):
-        fused = graph.call_function(target, args, kwargs)
-    metas[fused] = metas.get(node)
-    writes[fused] = writes[node]
-    node.replace_all_uses_with(fused, propagate_meta=True)
-    graph.erase_node(node)
-    for dead in reversed(moved):
-        graph.erase_node(dead)
-
-
 def peephole(graph: fx.Graph, metas: dict[fx.Node, Any], copies: set[fx.Node],
              allocated: set[fx.Node], view_of: dict[fx.Node, fx.Node]) -> None:
     """Run the passes over an emitted ``graph``, in place: ``metas`` holds each emitted
@@ -498,5 +396,3 @@ def peephole(graph: fx.Graph, metas: dict[fx.Node, Any], copies: set[fx.Node],
     arithmetic_into_update(graph, metas, view_of)
     scale_into_add(graph, metas)
     lerp_into_update(graph, metas)
-    post_ops_into_convolution(graph, metas)
-    gelu_into_linear(graph, metas)

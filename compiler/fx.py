@@ -55,7 +55,7 @@ from egraph.extract.program import dag_cost, program_order
 from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
 from extractors import PeakMemory
-from extractors.costs import Roofline
+from extractors.costs import Roofline, kernel_blind
 from frontends.fx.exported import ExportedModule, is_input_guards
 from frontends.fx.ingest import from_fx as ingest
 from frontends.fx.source import FxSource
@@ -366,6 +366,7 @@ def choose_program(egraph: FxEGraph, cost, method: str = "auto", roots: list | N
     """
     if roots is None:
         roots = program_roots(egraph)
+    cost = kernel_blind(cost)
     exact = False
     if method == "auto":
         method = "dag" if getattr(cost, "additive", False) else "greedy"

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from egraph.cache import current_cache
-from egraph.extract.program import program_order, source_program
+from egraph.enode import ENode
+from egraph.extract.program import dag_cost, node_costs, program_order, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
 from extractors.hardware import HARDWARE, OWN_EMISSION_ONLY, Hardware
@@ -287,6 +288,80 @@ class CostModel:
     __rmul__ = __mul__
 
 
+class KernelBlind:
+    """``cost`` as extraction uses it where the model does not price machine kernels (every
+    model but :class:`Roofline`, whose profile prices them by its measured curves): an
+    e-node of a kernel of :data:`~extractors.hardware.MEASURED_ONLY` (oneDNN's and MKL's
+    products and convolutions, with their post-ops) costs infinity, so that such a model
+    keeps torch's ops. Otherwise AstSize would take oneDNN's convolution with its ReLU for
+    one e-node where torch's two are two, a kernel no measurement chose. Every other
+    attribute is the model's own.
+
+    >>> import torch
+    >>> from egraph import AstSize, EGraph
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: x + 1), (torch.randn(2),))
+    >>> blind = KernelBlind(AstSize())
+    >>> blind.node_cost(eg, 0, ("onednn_conv2d_relu", 0)), blind.node_cost(eg, 0, ("add", 0))
+    (inf, 1)
+    """
+
+    prices_kernels = True  # (as the model extraction uses: not wrapped again)
+
+    def __init__(self, cost: Any):
+        from extractors.hardware import MEASURED_ONLY
+
+        self.cost, self.kernels = cost, MEASURED_ONLY
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["cost"], name)
+
+    def node_cost(self, egraph, cid: int, node: tuple) -> Any:
+        cost = node_costs(egraph, self.cost)(cid, node)
+        return _infinite(cost) if node[0] in self.kernels else cost
+
+    def bind(self, egraph) -> Callable[[int, tuple, list], Any]:
+        cost, kernels = self.cost, self.kernels
+        if hasattr(cost, "bind"):
+            bound = cost.bind(egraph)
+        else:
+            def bound(cid: int, node: tuple, child_costs: list) -> Any:
+                return cost(ENode(node[0], node[1:]), child_costs)
+
+        def total(cid: int, node: tuple, child_costs: list) -> Any:
+            found = bound(cid, node, child_costs)
+            return _infinite(found) if node[0] in kernels else found
+        return total
+
+    def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> Any:
+        if choice is None:
+            choice = source_program(egraph)
+        cost = dag_cost(egraph, self.cost, choice)
+        if any(choice[c][0] in self.kernels for c in program_order(egraph, choice)):
+            return _infinite(cost)
+        return cost
+
+    def __repr__(self) -> str:
+        return repr(self.cost)
+
+
+def _infinite(cost: Any) -> Any:
+    """An infinite cost of ``cost``'s kind (a number, or a :class:`LexCost`)."""
+    if isinstance(cost, LexCost):
+        return LexCost((math.inf,) * len(cost.parts))
+    return math.inf
+
+
+def kernel_blind(cost: Any) -> Any:
+    """``cost`` itself where it prices machine kernels (``prices_kernels``), else
+    :class:`KernelBlind` of it.
+
+    >>> from egraph import AstSize
+    >>> type(kernel_blind(AstSize())).__name__, type(kernel_blind(Roofline("cpu"))).__name__
+    ('KernelBlind', 'Roofline')
+    """
+    return cost if getattr(cost, "prices_kernels", False) else KernelBlind(cost)
+
+
 class WeightedSum(CostModel):
     """``sum(weight * model)`` of several cost models."""
 
@@ -382,6 +457,8 @@ class Roofline(CostModel):
     it prices the kernels whose speed holds only in our own emission
     (:data:`~extractors.hardware.OWN_EMISSION_ONLY`) infinite.
     """
+
+    prices_kernels = True  # (its profile's curves do: MEASURED_ONLY)
 
     def __init__(self, hardware: str | Hardware = "H100", fused: bool = True):
         if isinstance(hardware, str):

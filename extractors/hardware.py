@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "mkl_linear", "conv1d",
-               "conv2d", "onednn_conv2d", "sdpa", "masked_attention"}
+_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "onednn_linear_gelu",
+               "mkl_linear", "conv1d", "conv2d", "onednn_conv2d", "onednn_conv2d_relu", "sdpa",
+               "masked_attention"}
 
 RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
-              "onednn_linear": "onednn_linear", "mkl_linear": "mkl_linear",
+              "onednn_linear": "onednn_linear", "onednn_linear_gelu": "onednn_linear",
+              "mkl_linear": "mkl_linear",
               "conv1d": "conv", "conv2d": "conv",
-              "onednn_conv2d": "onednn_conv",
+              "onednn_conv2d": "onednn_conv", "onednn_conv2d_relu": "onednn_conv",
               "sdpa": "attention", "masked_attention": "attention"}
 """The measured throughput curve (``Hardware.rates``) each matrix op is priced by."""
 
@@ -37,7 +39,8 @@ FEW_ROWS_INTENSITY = 2.0
 """FLOPs per byte moved below which a matrix op is priced by its kind's few-rows curve,
 where the profile has one: a product by one to three rows of a large weight."""
 
-MEASURED_ONLY = frozenset({"onednn_linear", "mkl_linear", "onednn_conv2d"})
+MEASURED_ONLY = frozenset({"onednn_linear", "onednn_linear_gelu", "mkl_linear",
+                           "onednn_conv2d", "onednn_conv2d_relu"})
 """Kernels priced only by a measured curve: their speed against torch's own kernel for
 the op varies too much between machines and sizes for a peak to stand for it (oneDNN's
 inner product: 2.5x faster than torch's linear on one CPU at GPT-2's sizes, 3x slower on
@@ -45,11 +48,13 @@ a tiny model's; MKL's packed product: 1.2-1.3x faster on another CPU, no faster 
 first). A profile without their curve prices them infinite, so that extraction
 never chooses them there."""
 
-OWN_EMISSION_ONLY = frozenset({"onednn_conv2d", "mkl_linear"})
+OWN_EMISSION_ONLY = frozenset({"onednn_conv2d", "onednn_conv2d_relu", "onednn_linear_gelu",
+                               "mkl_linear"})
 """Kernels whose measured speed holds only in our own emission: oneDNN's convolution and
 MKL's product pack their weight once there, while under Inductor they pack nothing (its
-generated code reuses its buffers with no new version). The fused cost model, which prices
-the programs Inductor generates, prices them infinite."""
+generated code reuses its buffers with no new version), and the post-op kernels are their
+plain calls under a tracer (Inductor fuses the post-ops itself). The fused cost model,
+which prices the programs Inductor generates, prices them infinite."""
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
@@ -222,7 +227,10 @@ class Hardware:
         measured curve gives for that much work (``rates``: interpolated between the
         points in log-log, held at the ends), or at the peak where there is no curve (half
         precision, ops other than matrix ops, or a datasheet profile); infinite for a
-        kernel of :data:`MEASURED_ONLY` without its curve. An op that moves ``moved``
+        kernel of :data:`MEASURED_ONLY` without its curve. Below the curve's first point a
+        call takes that point's time, not its throughput: what the smallest call measured
+        took is the kernel's fixed cost (oneDNN's inner product took 19 us for 1e5 FLOPs
+        and 14-17 us for a 2 x 16 x 16 product on one CPU, not 0.3). An op that moves ``moved``
         bytes for fewer than :data:`FEW_ROWS_INTENSITY` FLOPs each is priced by its
         kind's few-rows curve (:data:`FEW_ROWS`) where the profile has one.
 
@@ -230,7 +238,7 @@ class Hardware:
         ...               rates=(("matmul", ((1e4, 1e8), (1e8, 1e9))),
         ...                      ("matmul:rows", ((1e6, 2e8),))))
         >>> [round(hw.compute_time("linear", f, None) * 1e3, 3) for f in (1e3, 1e6, 1e9)]
-        [0.01, 3.162, 1000.0]
+        [0.1, 3.162, 1000.0]
         >>> round(hw.compute_time("linear", 1e6, None, moved=2e6) * 1e3, 3)  # one row
         5.0
         >>> hw.compute_time("add", 1e6, None), hw.compute_time("onednn_linear", 1e6, None)
@@ -245,6 +253,9 @@ class Hardware:
             return math.inf
         if not curve or half or flops <= 0:
             return flops / self.peak_flops(op, dtype)
+        least, rate = curve[0]
+        if flops < least:
+            return least / rate
         return flops / _interpolated(curve, flops)
 
     def peak_flops(self, op: str, dtype) -> float:

@@ -862,10 +862,12 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", cont
 # linear through oneDNN's inner product on the CPU (torch's linear elsewhere): the rule
 # linear-onednn adds it beside linear, and the cost model chooses by this machine's
 # measured curve of each (a profile that has not measured it never chooses it); a
-# program that calls it (one we emitted) reads back as linear
+# program that calls it (one we emitted, or its operator in a graph traced from one:
+# aot_autograd's) reads back as linear
 op("onednn_linear", "x weight bias", "library", impl="frontends.fx.kernels.onednn_linear",
    contiguous=True, workspace="measured", flops=_linear_flops, error="multilinear",
-   interval=iv.contraction, spell="frontends.fx.kernels.onednn_linear:linear",
+   interval=iv.contraction,
+   spell="frontends.fx.kernels.onednn_linear:linear ops.egraph.onednn_linear.default:linear",
    why={"triton": _NO_KERNEL})
 # linear through MKL's packed matrix product on the CPU, the weight packed once for the
 # input's row count (torch's linear elsewhere, and under tracers): the rule linear-mkl adds
@@ -917,7 +919,32 @@ for _name in ("conv1d", "conv2d"):
 op("onednn_conv2d", "x weight bias stride padding dilation groups", "library",
    workspace="measured", channels_last=True, attributes="stride padding dilation groups",
    impl="frontends.fx.kernels.onednn_conv2d", flops=_conv_flops, error="multilinear",
-   interval=iv.convolution, spell="frontends.fx.kernels.onednn_conv2d:as_conv2d",
+   interval=iv.convolution, spell="frontends.fx.kernels.onednn_conv2d:as_conv2d"
+   " ops.egraph.onednn_conv2d.default:as_conv2d", why={"triton": _NO_KERNEL})
+# oneDNN's convolution and inner product with their post-ops (a residual sum, a ReLU, a
+# GELU) applied to each block of the output while it is in cache: the rules
+# conv-relu-onednn, conv-add-relu-onednn and linear-gelu-onednn add them beside the calls
+# they fuse, and extraction pays for them as for the one library call they are, so that it
+# chooses them where nothing else reads the product (DAG extraction pays for a product read
+# twice once more); programs that call them read back as the plain ops
+op("onednn_conv2d_relu", "x weight bias stride padding dilation groups other", "library",
+   workspace="measured", channels_last=True, attributes="stride padding dilation groups",
+   impl="frontends.fx.kernels.onednn_conv2d_relu",
+   call=lambda x, w, b, st, pa, di, g, other: (
+       (x, w, b, st, pa, di, g), {} if other is None else {"other": other}),
+   flops=lambda n, kids: _conv_flops(n, kids) + (2 if _has_bias(kids[7]) else 1) * n,
+   error="multilinear", sign=NONNEG,
+   interval=lambda kids, values, shapes: iv.relu(
+       [iv.convolution(kids, values, shapes) if kids[7] is None else iv.total(
+           [iv.convolution(kids, values, shapes), kids[7]], values, shapes)], values, shapes),
+   spell="frontends.fx.kernels.onednn_conv2d_relu:as_conv2d_relu",
+   why={"triton": _NO_KERNEL})
+op("onednn_linear_gelu", "x weight bias approximate", "library", attributes="approximate",
+   impl="frontends.fx.kernels.onednn_linear_gelu", contiguous=True, workspace="measured",
+   flops=lambda n, kids: _linear_flops(n, kids) + 8 * n, error="multilinear",
+   interval=lambda kids, values, shapes: iv.gated(
+       [iv.contraction(kids, values, shapes)], values, shapes),
+   spell="frontends.fx.kernels.onednn_linear_gelu:as_linear_gelu",
    why={"triton": _NO_KERNEL})
 # Pooling: a window's max (exact: one of its values) or average (a sum), per sample and
 # channel, so both commute with concatenation over the batch or the channels.

@@ -66,7 +66,9 @@ query, each shared by a group of query heads (sdpa's ``enable_gqa``).
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -210,6 +212,26 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 """The tensor types that hold values; a tracer's tensors are other subclasses."""
 
 
+def one_call_when_traced(kernel: Callable) -> Callable:
+    """``kernel`` as one call of itself in a graph that torch.fx's symbolic tracer records
+    (its arguments proxies): what loading a saved module does to its code, which would
+    otherwise trace into the kernel's tests of its operands' values and layouts and fail
+    (a program of oneDNN's kernels could not be saved). Elsewhere the kernel itself.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x, w: onednn_linear(x, w))
+    >>> [n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"]
+    ['onednn_linear']
+    """
+    @functools.wraps(kernel)
+    def call(*args, **kwargs):
+        proxy = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.fx.Proxy)),
+                     None)
+        if proxy is not None:
+            return proxy.tracer.create_proxy("call_function", call, args, kwargs)
+        return kernel(*args, **kwargs)
+    return call
+
+
 def _traced(*tensors: torch.Tensor) -> bool:
     """Whether the offsets have no values to read: a tracer is running (dynamo, make_fx,
     fake or functional tensors) or the tensors are meta. The operator's fake kernel runs
@@ -219,6 +241,7 @@ def _traced(*tensors: torch.Tensor) -> bool:
             or any(type(t) not in _PLAIN or t.is_meta for t in tensors))
 
 
+@one_call_when_traced
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """Rows of ``x`` in groups times one matrix of ``w`` each (see the module docstring).
 
@@ -279,6 +302,7 @@ def _onednn_linear_backward(ctx, grad):
 _onednn_linear_op.register_autograd(_onednn_linear_backward, setup_context=_onednn_linear_setup)
 
 
+@one_call_when_traced
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor,
                   bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN's inner product where it runs (see
@@ -338,6 +362,7 @@ MKL = torch.backends.mkl.is_available()
 _MKL_PACKED = _PerTensor()
 
 
+@one_call_when_traced
 def mkl_linear(x: torch.Tensor, weight: torch.Tensor,
                bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, through MKL's packed matrix product with the weight
@@ -470,6 +495,7 @@ _onednn_conv2d_op.register_autograd(_onednn_conv2d_backward,
                                     setup_context=_onednn_conv2d_setup)
 
 
+@one_call_when_traced
 def onednn_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   stride=1, padding=0, dilation=1, groups: int = 1) -> torch.Tensor:
     """``F.conv2d(x, weight, bias, stride, padding, dilation, groups)``, through oneDNN's
@@ -507,14 +533,15 @@ def onednn_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _onednn_conv2d_call(x, weight, bias, *setting, groups)
 
 
+@one_call_when_traced
 def onednn_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                        approximate: str = "none") -> torch.Tensor:
     """``F.gelu(F.linear(x, weight, bias), approximate=approximate)`` as one call of
     oneDNN's inner product with the GELU as its post-op, applied to each block of the
     product while it is in cache (a transformer's or ConvNeXt's MLP: on one CPU a 25088 x
     96 x 384 product and its GELU took 28 ms as two calls, 16 as one). The same values as
-    :func:`onednn_linear` then the GELU. Emission fuses the calls where nothing else reads
-    the product (:func:`backends.passes.gelu_into_linear`). Where oneDNN does not run,
+    :func:`onednn_linear` then the GELU: the op ``onednn_linear_gelu``, which the rule
+    ``linear-gelu-onednn`` adds beside the two calls. Where oneDNN does not run,
     autograd needs the graph or a tracer is running, it is the two calls.
 
     >>> x, w, b = torch.randn(8, 16), torch.randn(4, 16), torch.randn(4)
@@ -531,6 +558,7 @@ def onednn_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], approximate)
 
 
+@one_call_when_traced
 def onednn_conv2d_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                        stride=1, padding=0, dilation=1, groups: int = 1,
                        other: torch.Tensor | None = None) -> torch.Tensor:
@@ -539,8 +567,8 @@ def onednn_conv2d_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     sum and the ReLU its post-ops, applied to each block of the output while it is in
     cache: a residual network's sums and ReLUs no longer read and write their tensors
     once more each. The same values as :func:`onednn_conv2d` then the sum and the ReLU
-    (each rounded once, in that order). Emission fuses the calls where nothing else reads
-    the convolution or the sum (:func:`backends.passes.post_ops_into_convolution`).
+    (each rounded once, in that order): the op ``onednn_conv2d_relu``, which the rules
+    ``conv-relu-onednn`` and ``conv-add-relu-onednn`` add beside the calls.
     Where oneDNN does not run, autograd needs the graph, a tracer is running, or
     ``other`` is not of the output's shape and dtype, it is those calls one by one.
 
@@ -607,6 +635,7 @@ def _causal(mask: torch.Tensor, rows: int, cols: int) -> bool:
     return causal
 
 
+@one_call_when_traced
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                      scale: float, gqa: bool = False) -> torch.Tensor:
     """``softmax((q @ k.T * scale).masked_fill(mask, -inf)) @ v`` for a bool ``mask``,

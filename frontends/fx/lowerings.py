@@ -194,6 +194,18 @@ def _conv(name: str):
     return lower
 
 
+def _conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                 other=None):
+    """oneDNN's convolution with its post-ops, as emitted: ``relu(conv2d(...) + other)``."""
+    conv = _conv("conv2d")(input, weight, bias, stride, padding, dilation, groups)
+    return ("relu", [conv if other is None else ("add", [conv, other])])
+
+
+def _linear_gelu(input, weight, bias=None, approximate="none"):
+    """oneDNN's inner product with its GELU post-op, as emitted."""
+    return _gelu(_linear(input, weight, bias), approximate)
+
+
 def _max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
     if return_indices:
@@ -566,7 +578,8 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "clamp": _clamp, "clamp_min": _clamp_min, "clamp_max": _clamp_max,
     "where": _where, "masked_fill": _masked_fill, "gather": _gather,
     "matmul": _matmul, "einsum": _einsum, "linear": _linear, "addmm": _addmm,
-    "as_conv2d": _conv("conv2d"),
+    "as_conv2d": _conv("conv2d"), "as_conv2d_relu": _conv2d_relu,
+    "as_linear_gelu": _linear_gelu,
     "baddbmm": _baddbmm,
     "layer_norm": _layer_norm,
     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "aten_batch_norm": _aten_batch_norm,
