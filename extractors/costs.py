@@ -34,7 +34,7 @@ from egraph.enode import ENode
 from egraph.extract.program import dag_cost, node_costs, program_order, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
-from extractors.hardware import HARDWARE, OWN_EMISSION_ONLY, Hardware
+from extractors.hardware import HARDWARE, MEASURED_ONLY, OWN_EMISSION_ONLY, Hardware
 
 # From the op table: ops that compute nothing, views, and ops that move no bytes.
 _FREE = names(flops=0.0)
@@ -308,8 +308,6 @@ class KernelBlind:
     prices_kernels = True  # (as the model extraction uses: not wrapped again)
 
     def __init__(self, cost: Any):
-        from extractors.hardware import MEASURED_ONLY
-
         self.cost, self.kernels = cost, MEASURED_ONLY
 
     def __getattr__(self, name: str) -> Any:

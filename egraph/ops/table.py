@@ -922,9 +922,9 @@ op("onednn_conv2d", "x weight bias stride padding dilation groups", "library",
    interval=iv.convolution, spell="frontends.fx.kernels.onednn_conv2d:as_conv2d"
    " ops.egraph.onednn_conv2d.default:as_conv2d", why={"triton": _NO_KERNEL})
 # oneDNN's convolution and inner product with their post-ops (a residual sum, a ReLU, a
-# GELU) applied to each block of the output while it is in cache: the rules
-# conv-relu-onednn, conv-add-relu-onednn and linear-gelu-onednn add them beside the calls
-# they fuse, and extraction pays for them as for the one library call they are, so that it
+# GELU) applied to each block of the output while it is in cache: the post-op rules of
+# egraph/rules/kernels.py add them beside the calls they fuse, and extraction pays for
+# them as for the one library call they are, so that it
 # chooses them where nothing else reads the product (DAG extraction pays for a product read
 # twice once more); programs that call them read back as the plain ops
 op("onednn_conv2d_relu", "x weight bias stride padding dilation groups other", "library",
@@ -932,6 +932,7 @@ op("onednn_conv2d_relu", "x weight bias stride padding dilation groups other", "
    impl="frontends.fx.kernels.onednn_conv2d_relu",
    call=lambda x, w, b, st, pa, di, g, other: (
        (x, w, b, st, pa, di, g), {} if other is None else {"other": other}),
+   # (the ReLU, and the sum where ``other`` is a tensor)
    flops=lambda n, kids: _conv_flops(n, kids) + (2 if _has_bias(kids[7]) else 1) * n,
    error="multilinear", sign=NONNEG,
    interval=lambda kids, values, shapes: iv.relu(
