@@ -214,9 +214,10 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 def one_call_when_traced(kernel: Callable) -> Callable:
     """``kernel`` as one call of itself in a graph that torch.fx's symbolic tracer records
-    (its arguments proxies): what loading a saved module does to its code, which would
-    otherwise trace into the kernel's tests of its operands' values and layouts and fail
-    (a program of oneDNN's kernels could not be saved). Elsewhere the kernel itself.
+    (its first argument, a tensor, a proxy, as every tensor of a traced graph is): what
+    loading a saved module does to its code, which would otherwise trace into the
+    kernel's tests of its operands' values and layouts and fail (a program of oneDNN's
+    kernels could not be saved). Elsewhere the kernel itself, after one type test.
 
     >>> gm = torch.fx.symbolic_trace(lambda x, w: onednn_linear(x, w))
     >>> [n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"]
@@ -224,10 +225,8 @@ def one_call_when_traced(kernel: Callable) -> Callable:
     """
     @functools.wraps(kernel)
     def call(*args, **kwargs):
-        proxy = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.fx.Proxy)),
-                     None)
-        if proxy is not None:
-            return proxy.tracer.create_proxy("call_function", call, args, kwargs)
+        if args and isinstance(args[0], torch.fx.Proxy):
+            return args[0].tracer.create_proxy("call_function", call, args, kwargs)
         return kernel(*args, **kwargs)
     return call
 
