@@ -288,6 +288,69 @@ class CostModel:
     __rmul__ = __mul__
 
 
+KEEPS_LAYOUT = frozenset({"conv2d", "batch_norm", "max_pool2d", "avg_pool2d"})
+"""Library ops whose CPU result takes their first operand's memory format (torch's
+convolution and batch norm, the poolings)."""
+
+
+def mixed_layout_elements(egraph, choice: dict[int, tuple]) -> int:
+    """The elements that elementwise ops of the program ``choice`` compute over operands
+    laid out in two orders in memory. Each class's order (its dims from the outermost in
+    memory to the innermost) is channels-last where its op writes that format (the op
+    table's ``channels_last``: oneDNN's convolutions), its operand's order moved by a
+    ``permute`` or ``transpose``, its first operand's for :data:`KEEPS_LAYOUT` and for an
+    elementwise op (the first operand of the result's shape), and row-major otherwise; an
+    elementwise op whose operands of the result's shape differ in order counts its
+    elements. :class:`Roofline` charges them at the profile's ``mixed_layout`` time.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> from egraph.extract.program import source_program
+    >>> def block(x, w):  # ConvNeXt's: a product over channels between two permutes
+    ...     y = torch.nn.functional.linear(x.permute(0, 2, 3, 1), w)  # row-major (N, H, W, C)
+    ...     return y.permute(0, 3, 1, 2) + x, y.exp() + 1  # channels-last + row-major
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(block),
+    ...                     (torch.randn(1, 2, 3, 3), torch.randn(2, 2)))
+    >>> mixed_layout_elements(eg, source_program(eg))  # the first sum only
+    18
+    """
+    find = egraph.find
+    orders: dict[int, tuple] = {}
+    mixed = 0
+    for c in program_order(egraph, choice):
+        node = choice[c]
+        entry = TABLE.get(node[0]) if isinstance(node[0], str) else None
+        meta = _meta(egraph, c)
+        shape = getattr(meta, "shape", None)
+        if entry is None or shape is None or len(shape) < 2 or len(node) < 2:
+            continue
+        rank = len(shape)
+        first = find(node[1])
+        if entry.channels_last and rank == 4:
+            orders[c] = (0, 2, 3, 1)
+        elif node[0] in ("permute", "transpose"):
+            dims = list(range(rank))
+            if node[0] == "permute":
+                dims = list(getattr(_meta(egraph, find(node[2])), "value", None) or dims)
+            else:
+                a, b = (getattr(_meta(egraph, find(k)), "value", None) for k in node[2:4])
+                if isinstance(a, int) and isinstance(b, int):
+                    dims[a % rank], dims[b % rank] = dims[b % rank], dims[a % rank]
+            inner = orders.get(first, tuple(range(rank)))
+            if sorted(dims) == list(range(rank)) and len(inner) == rank:
+                orders[c] = tuple(dims.index(d) for d in inner)
+        elif node[0] in KEEPS_LAYOUT:
+            if first in orders:
+                orders[c] = orders[first]
+        elif entry.kind == "pointwise":
+            found = [orders.get(k, tuple(range(rank))) for k in map(find, node[1:])
+                     if getattr(_meta(egraph, k), "shape", None) == shape]
+            if found:
+                orders[c] = found[0]
+                mixed += _numel(meta) if len(set(found)) > 1 else 0
+    return mixed
+
+
 class KernelBlind:
     """``cost`` as extraction uses it where the model does not price machine kernels (every
     model but :class:`Roofline`, whose profile prices them by its measured curves): an
@@ -473,10 +536,12 @@ class Roofline(CostModel):
         self._node_costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def program_cost(self, egraph, choice: dict[int, tuple] | None = None) -> float:
-        if not self.fused:
-            return super().program_cost(egraph, choice)
         if choice is None:
             choice = source_program(egraph)
+        if not self.fused:
+            mixed = self.hardware.element_time("mixed_layout", mixed_layout_elements(
+                egraph, choice)) if "mixed_layout" in self.hardware.measured_ops else 0.0
+            return super().program_cost(egraph, choice) + mixed
         hw = self.hardware
         total = 0.0
         for region in regions(egraph, choice):

@@ -142,7 +142,10 @@ class Hardware:
     one): :meth:`element_time`, which the roofline takes where it exceeds the FLOPs at
     peak; ``op:variant`` names one form of an op that has several (``gelu:tanh``, GELU's
     tanh approximation, three times the cost of its erf form). ``measured_ops``: the ops
-    named there. ``extern_seconds``: ``(op, seconds)``, the fixed cost of a library op's
+    named there; ``mixed_layout`` there is the time an elementwise op over operands of
+    two memory formats (channels-last and contiguous) takes per element beyond the same
+    op over one format (5-11x an add's time on one CPU). ``extern_seconds``: ``(op,
+    seconds)``, the fixed cost of a library op's
     call beyond a launch, where generated code (Inductor's) calls it as an external kernel
     (:meth:`extern_time`): the fused cost model's alternative is then a few generated
     kernels, not eager's op-by-op dispatch, which the per-op model prices at one launch
@@ -368,7 +371,8 @@ def measure_cpu(threads: int = 1) -> Hardware:
     """Measure this machine's profile on ``threads`` threads: fp32 matmul, memory and
     cache bandwidth (copies of 128 MiB and of half the private cache,
     :func:`private_cache_bytes`), per-op overhead, the time per
-    element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), and sdpa's setup
+    element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), what a sum over
+    two memory formats adds per element (``mixed_layout``), and sdpa's setup
     (a call on a tiny attention, less a launch); each the least of several calls
     (:func:`least_seconds`)."""
     import torch
@@ -396,6 +400,13 @@ def measure_cpu(threads: int = 1) -> Hardware:
     element_seconds = tuple(
         (op, (least_seconds(lambda fn=kernels[op]: fn(positive), 31) - overhead) / positive.numel())
         for op in ELEMENT_OPS)
+    # an elementwise op over operands of two memory formats (a oneDNN convolution's
+    # channels-last output beside a contiguous one), at a ResNet stage's size, both orders
+    plain, other = torch.randn(1, 256, 56, 56), torch.randn(1, 256, 56, 56)
+    last = other.contiguous(memory_format=torch.channels_last)
+    one_format = least_seconds(lambda: plain + other, 31)
+    mixed = (least_seconds(lambda: plain + last, 31) + least_seconds(lambda: last + plain, 31)) / 2
+    element_seconds += (("mixed_layout", max(mixed - one_format, 0.0) / plain.numel()),)
     q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
     attention = least_seconds(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)

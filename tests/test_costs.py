@@ -403,3 +403,27 @@ def test_herbie_cost_chooses_herbies_cheaper_forms():
     opt = eg.saturate(load_rules("all"), iter_limit=4).extract(HerbieCost())
     assert "sqrt" in opt.code and "pow" not in opt.code
     torch.testing.assert_close(opt(x), x ** 0.5 + x ** 2)
+
+
+def test_an_elementwise_op_over_two_memory_orders_is_charged_its_measured_time():
+    """ConvNeXt's residual sum of a row-major product permuted to (N, C, H, W) (so
+    channels-last in memory) and a row-major input: 5-11x an add's time on one CPU. A
+    profile that measured it charges those elements; one that did not, nothing; the same
+    sum over one order costs the same under both."""
+    import dataclasses
+
+    def mixed(x, w):
+        return torch.nn.functional.linear(x.permute(0, 2, 3, 1), w).permute(0, 3, 1, 2) + x
+
+    def one_order(x, w):  # (an elementwise op keeps its operand's order)
+        y = torch.nn.functional.linear(x.permute(0, 2, 3, 1), w).permute(0, 3, 1, 2)
+        return y + y.exp()
+
+    measured = dataclasses.replace(HARDWARE["cpu"], element_seconds=(
+        *HARDWARE["cpu"].element_seconds, ("mixed_layout", 1e-9)))
+    inputs = (torch.randn(2, 8, 5, 5), torch.randn(8, 8))
+    for program, charged in ((mixed, 2 * 8 * 5 * 5 * 1e-9), (one_order, 0.0)):
+        eg = EGraph.from_fx(torch.fx.symbolic_trace(program), inputs)
+        priced = [Roofline(profile, fused=False).program_cost(eg)
+                  for profile in (measured, HARDWARE["cpu"])]
+        assert priced[0] - priced[1] == pytest.approx(charged, abs=1e-15), program.__name__
