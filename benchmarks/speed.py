@@ -74,7 +74,7 @@ from compiler.timing import interleaved_ms  # noqa: E402
 from compiler.validate.judging import relative_errors  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.rules import load_rules  # noqa: E402
-from extractors.hardware import Hardware  # noqa: E402
+from extractors.hardware import RATE_KINDS, Hardware  # noqa: E402
 
 
 def _export_pipeline(model: torch.nn.Module, inputs: tuple) -> Callable:
@@ -316,9 +316,10 @@ def geomean_table(cells: Sequence[Cell], entries: Sequence[str]) -> str:
     return markdown_table(rows, columns)
 
 
-MATRIX_KINDS = ("matmul", "onednn_linear", "mkl_linear", "conv", "onednn_conv")
+MATRIX_KINDS = frozenset(RATE_KINDS.values()) - {"attention"}
 """The calibration's curves of products and convolutions (the kinds of
-``extractors.hardware.RATE_KINDS``; ``kind:rows``, their few-rows curves)."""
+``extractors.hardware.RATE_KINDS`` but attention's; ``kind:rows``, their few-rows
+curves)."""
 
 
 def matrix_peak(hardware: Hardware) -> float:

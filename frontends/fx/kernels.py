@@ -40,7 +40,8 @@ again when written), under the same conditions as ``onednn_linear``, its result
 channels-last. With packed weights and channels-last activations ResNet-50's convolutions
 ran 1.76x faster than ``F.conv2d`` on one CPU. ``onednn_conv2d_relu(..., other=None)``:
 ``relu(conv + other)`` (or ``relu(conv)``) with the sum and the ReLU as the convolution's
-post-ops, which emission uses where nothing else reads the convolution or the sum;
+post-ops, which extraction chooses (the ops of the same names, added by the rules of
+:mod:`egraph.rules.kernels`) where nothing else reads the convolution or the sum;
 ``onednn_linear_gelu(x, weight, bias, approximate)``, likewise a GELU after the inner product.
 
 ``mkl_linear(x, weight, bias=None)``: ``F.linear`` through MKL's packed matrix product
