@@ -44,6 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.autotune import Autotune
 from compiler.bound import Bound, bind_parameters
+from compiler.forms import choose_form, training_forms
 from compiler.fx import cuda_device
 from compiler.options import BackendOptions
 from compiler.partition import BudgetedPartition
@@ -366,7 +367,15 @@ class _Backend:
                 return compiled
         self.calls.append(tuple(example_inputs))
         try:
-            return self.aot(gm, example_inputs)
+            if not (self.partitions and _trains(example_inputs)):
+                return self.aot(gm, example_inputs)
+            # (the form of the graph chosen with what it saves, under the budget)
+            choice = choose_form(training_forms(gm, example_inputs, self.options),
+                                 example_inputs, self.options.budget,
+                                 kept=lambda module: _parameter_inputs(module, example_inputs))
+            with self.partitions[0].keeping(_parameter_inputs(choice.module, example_inputs),
+                                            choice):
+                return self.aot(choice.module, example_inputs)
         finally:
             self.calls.pop()
 
@@ -438,9 +447,11 @@ class _Backend:
         graph = self.options if self.options.cost is not None else dataclasses.replace(
             self.options, cost=default_cost(example_inputs, fused=inductor))
         name = f"{kind} {sum(r.name.startswith(kind) for r in self.reports)}"
-        # Inductor writes the kernels: it is handed torch ops, not ours
-        module = compile_one(gm, example_inputs, graph, target="cpu" if inductor else None,
-                             name=name)
+        if inductor and self.partitions and _trains(example_inputs):
+            module = self._training_form(gm, example_inputs, graph, name)
+        else:  # (Inductor writes the kernels: it is handed torch ops, not ours)
+            module = compile_one(gm, example_inputs, graph, target="cpu" if inductor else None,
+                                 name=name)
         compiled = finish(module, gm, example_inputs)
         if compiled is None:
             return None
@@ -452,6 +463,24 @@ class _Backend:
         self.reports.extend(module.meta["egraph_graph"].regions)
         self.reports.append(module.meta["egraph_graph"])
         return compiled
+
+    def _training_form(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                       options: BackendOptions, name: str) -> torch.fx.GraphModule:
+        """The form of a training graph Inductor compiles under the budget, chosen with
+        what it saves (:mod:`compiler.forms`), with the choice in its ``meta["egraph_form"]``
+        for the partition (the source's form: the graph emitted without rewrites)."""
+        forms = training_forms(gm, example_inputs, options, fused=True)
+        choice = choose_form(forms, example_inputs, options.budget, fused=True,
+                             kept=lambda module: _parameter_inputs(module, example_inputs))
+        module = choice.module
+        if module is gm:
+            module = compile_one(gm, example_inputs, dataclasses.replace(options, rules=()),
+                                 target="cpu", name=name)
+        else:
+            module.meta["egraph_graph"].name = name
+        # (without the module: Inductor's cache key pickles the graph and its meta)
+        module.meta["egraph_form"] = dataclasses.replace(choice, module=None)
+        return module
 
     def _give_decision(self, report: GraphReport) -> None:
         """The report of a graph whose joint graph was just partitioned under the budget
@@ -508,7 +537,8 @@ def _inductor_code(options: Mapping[str, Any] | None) -> Callable:
 
         patches = {**default_inductor_options(example_inputs), **(options or {})}
         partition = patches.get("custom_partitioner_fn")
-        with partition.keeping(_parameter_inputs(module, example_inputs)) if isinstance(
+        with partition.keeping(_parameter_inputs(module, example_inputs),
+                               module.meta.get("egraph_form")) if isinstance(
                 partition, BudgetedPartition) else nullcontext():
             return _Compiled(compile_fx(module, list(example_inputs), config_patches=patches),
                              module)

@@ -62,7 +62,8 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from compiler.replay import Replayable, draws_nothing, make_replayable
 
-__all__ = ["BudgetedPartition", "MemoryBudget", "SavedForBackward", "UnmetMemoryBudget"]
+__all__ = ["BudgetedPartition", "MemoryBudget", "SavedForBackward", "UnmetMemoryBudget",
+           "seconds_of"]
 
 SOLVE_SECONDS = 2.0
 """The time the mixed-integer program may take; past it, its best answer so far is used
@@ -122,7 +123,14 @@ class MemoryBudget:
 
 class UnmetMemoryBudget(ValueError):
     """No choice of what to save meets the budget: the error names the least that can be
-    saved."""
+    saved; ``least_bytes``, ``budget_bytes`` and ``min_cut_bytes`` hold it, the budget
+    and what the min-cut partitioner saves, where they are known."""
+
+    def __init__(self, message: str, least_bytes: int | None = None,
+                 budget_bytes: int | None = None, min_cut_bytes: int | None = None):
+        super().__init__(message)
+        self.least_bytes, self.budget_bytes = least_bytes, budget_bytes
+        self.min_cut_bytes = min_cut_bytes
 
 
 @dataclass
@@ -134,7 +142,9 @@ class SavedForBackward:
     estimated seconds the recomputation adds (``recompute_seconds``), the solver's time,
     whether its answer is proven optimal (else it is the best found in
     :data:`SOLVE_SECONDS`), and the random ops the backward draws again from their saved
-    generator states (``replayed``, :mod:`compiler.replay`)."""
+    generator states (``replayed``, :mod:`compiler.replay`); ``form``: where the form of
+    the graph was chosen with it (:mod:`compiler.forms`), that choice (the budget and the
+    min-cut bytes are then the source's)."""
 
     saved: dict[str, int]
     recomputed: dict[str, int]
@@ -146,6 +156,7 @@ class SavedForBackward:
     solve_seconds: float
     optimal: bool
     replayed: list[str] = field(default_factory=list)
+    form: Any = None
 
     def __str__(self) -> str:
         mib = 1 / (1 << 20)
@@ -157,7 +168,8 @@ class SavedForBackward:
                 f"{self.solve_seconds * 1e3:.0f} ms"
                 + ("" if self.optimal else ", not proven optimal")
                 + (f"; replayed {len(self.replayed)} random ops from their saved states"
-                   if self.replayed else ""))
+                   if self.replayed else "")
+                + (f"; {self.form}" if self.form is not None else ""))
 
 
 class BudgetedPartition(CustomPartitionerFn):
@@ -173,17 +185,20 @@ class BudgetedPartition(CustomPartitionerFn):
         self.fused = fused
         self.decisions: list[SavedForBackward] = []
         self.kept_inputs: tuple[int, ...] = ()
+        self.form: Any = None
 
     @contextmanager
-    def keeping(self, indices: Iterable[int]) -> Iterator[None]:
+    def keeping(self, indices: Iterable[int], form: Any = None) -> Iterator[None]:
         """Within the block, the joint graph's inputs at ``indices`` are parameters (free to
         keep) besides those aot_autograd marks: where it cannot tell (a graph that did not
-        come from dynamo, as the emitted module handed to Inductor)."""
-        self.kept_inputs = tuple(indices)
+        come from dynamo, as the emitted module handed to Inductor); with ``form`` (a
+        :class:`compiler.forms.FormChoice`), the graph is that form of its source, held to
+        the budget in bytes the choice took from the source's joint graph."""
+        self.kept_inputs, self.form = tuple(indices), form
         try:
             yield
         finally:
-            self.kept_inputs = ()
+            self.kept_inputs, self.form = (), None
 
     def __call__(self, joint_module: fx.GraphModule, joint_inputs: Sequence[Any], *,
                  num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
@@ -248,8 +263,10 @@ class BudgetedPartition(CustomPartitionerFn):
         min_cut = problem.bytes_of(min_cut_saves)
         least = problem.least()
         budget = self.budget.of(min_cut)
+        if self.form is not None:  # (the source's min-cut, which the budget is of)
+            budget, min_cut = self.form.budget_bytes, self.form.min_cut_bytes
         if least > budget:
-            raise UnmetMemoryBudget(self.budget.unmet(min_cut, least))
+            raise UnmetMemoryBudget(self.budget.unmet(min_cut, least), least, budget, min_cut)
         chosen, optimal = problem.solve(budget)
         parameters = problem.free_inputs_read(chosen["recomputed"])
         replayed = replayable.settle(chosen["recomputed"], info.required_bw_nodes)
@@ -260,7 +277,7 @@ class BudgetedPartition(CustomPartitionerFn):
             min_cut_bytes=min_cut, least_bytes=least,
             recompute_seconds=sum(problem.seconds[n] for n in chosen["recomputed"]),
             solve_seconds=time.perf_counter() - started, optimal=optimal,
-            replayed=replayed))
+            replayed=replayed, form=self.form))
         return chosen["saved"] + parameters
 
     def uuid(self) -> Any:
@@ -274,7 +291,8 @@ class BudgetedPartition(CustomPartitionerFn):
 
         return (get_hash_for_files((__file__, compiler.replay.__file__,
                                     extractors.hardware.__file__)),
-                repr(cpu_profile()), self.budget, self.fused)
+                repr(cpu_profile()), self.budget, self.fused, None if self.form is None else
+                (self.form.budget_bytes, self.form.min_cut_bytes))
 
 
 class _Problem:
@@ -301,7 +319,7 @@ class _Problem:
         # (the output node counts as backward's: it returns the gradients)
         self.read = [n for n in self.values if n in gradients or any(
             u in bw and u.op != "output" for u in n.users)]
-        self.seconds = {n: _seconds(n, fused) for n in self.values}
+        self.seconds = {n: seconds_of(n, fused) for n in self.values}
         self.recomputable: dict[fx.Node, bool] = {}
         self.savable: dict[fx.Node, bool] = {}
         available: dict[fx.Node, bool] = {}
@@ -456,12 +474,20 @@ _MATRIX = {"mm": lambda a, b: 2 * a[0] * a[1] * b[1],
            "baddbmm": lambda c, a, b: 2 * a[0] * a[1] * a[2] * b[2]}
 
 
-def _seconds(node: fx.Node, fused: bool) -> float:
-    """The estimated time of computing ``node`` once more in the backward, on the
+def seconds_of(node: fx.Node, fused: bool) -> float:
+    """The estimated time of computing ``node`` (once more, in the backward), on the
     hardware profile of its device: a roofline of its FLOPs and the bytes it moves, with a
-    launch; a pointwise op in fused code whose readers are pointwise too costs its
-    arithmetic only (it runs inside their kernel; read by a matrix product or a reduction,
-    it is written out first). Views and sizes cost next to nothing."""
+    launch; an op of several outputs (a fused attention, a layer norm, a convolution's
+    backward) writes them all; a pointwise op in fused code whose readers are pointwise
+    too costs its arithmetic only (it runs inside their kernel; read by a matrix product or
+    a reduction, it is written out first). Views and sizes cost next to nothing.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> a = torch.randn(256, 256)
+    >>> product, = (n for n in make_fx(torch.mm)(a, a).graph.nodes if n.op == "call_function")
+    >>> 1e-6 < seconds_of(product, fused=False) < 1e-2  # 34 MFLOP
+    True
+    """
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 
     from extractors.calibration import cpu_profile
@@ -469,11 +495,14 @@ def _seconds(node: fx.Node, fused: bool) -> float:
 
     value = node.meta.get("val")
     target = node.target
-    if not isinstance(value, torch.Tensor) or getattr(target, "is_view", False):
+    outputs = [v for v in (value if isinstance(value, (tuple, list)) else (value,))
+               if isinstance(v, torch.Tensor)]
+    if not outputs or getattr(target, "is_view", False):
         return 1e-9
+    value = outputs[0]
     hw = cpu_profile() if value.device.type == "cpu" else HARDWARE["H100"]
-    out = _nbytes(value)
-    elements = out / value.dtype.itemsize
+    out = sum(map(_nbytes, outputs))
+    elements = _nbytes(value) / value.dtype.itemsize
     name = getattr(getattr(target, "_overloadpacket", None), "__name__", str(target))
     shapes = [[optimization_hint(s, fallback=4096) for s in a.meta["val"].shape]
               for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
@@ -483,9 +512,13 @@ def _seconds(node: fx.Node, fused: bool) -> float:
     elif name == "convolution":
         weight = shapes[1]
         flops, kind = 2 * elements * math.prod(weight[1:]), "conv2d"
+    elif name == "convolution_backward":  # (the input's gradient and the weight's)
+        flops, kind = 4 * math.prod(shapes[0]) * math.prod(shapes[2][1:]), "conv2d"
     elif "scaled_dot_product" in name:
-        q, k = shapes[0], shapes[1]
-        flops, kind = 4 * math.prod(q) * k[-2], "sdpa"
+        # (the backward, reading the output's gradient first, does 2.5x the products)
+        backward = name.endswith("_backward")
+        q, k = shapes[backward], shapes[1 + backward]
+        flops, kind = 4 * math.prod(q) * k[-2] * (2.5 if backward else 1), "sdpa"
     moved = out + sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes)
     compute = hw.compute_time(kind, flops, value.dtype, moved)
     compute = max(compute, hw.element_time(name, elements))
