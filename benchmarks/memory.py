@@ -63,12 +63,24 @@ def training_model(name: str, batch: int, seq: int, layers: int | None = None,
                    ) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """Corpus model ``name`` in training mode with every dropout probability ``dropout``
     (off by default), and its inputs; ``layers``: that many layers of a transformer's
-    stack.
+    stack. ``nanogpt``: the plainly written GPT-2-small decoder of
+    :mod:`benchmarks.nanogpt` (its attention written out over a ``tril`` buffer; no
+    dropout), which no library's attention kernel reaches.
 
     >>> model, inputs = training_model("gpt2", 1, 8, tiny=True)
     >>> model.training, tuple(inputs[0].shape)
     (True, (1, 8))
+    >>> model, inputs = training_model("nanogpt", 2, 8, layers=1, tiny=True)
+    >>> tuple(model(*inputs).shape)
+    (2, 8, 256)
     """
+    if name == "nanogpt":
+        from benchmarks.nanogpt import GPT, GPTConfig
+
+        config = GPTConfig(block_size=seq, n_layer=12 if layers is None else layers,
+                           **(dict(vocab_size=256, n_head=4, n_embd=64) if tiny else {}))
+        torch.manual_seed(SEED)
+        return GPT(config).train(), (torch.randint(0, config.vocab_size, (batch, seq)),)
     entry = REAL_SIZE[name]
     fields = entry.config(tiny)
     if layers is not None:

@@ -110,6 +110,8 @@ class GPT(nn.Module):
     torch.Size([1, 8, 32])
     """
 
+    outputs = ("logits",)  # (what ``forward`` returns: a language model's loss reads them)
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config

@@ -80,8 +80,9 @@ def training_forms(gm: fx.GraphModule, example_inputs: Sequence[Any], options: B
                    fused: bool = False) -> dict[str, fx.GraphModule]:
     """The candidate forms of a training graph: the ``source`` and the e-graph's programs
     under the default time cost (``fused`` where Inductor generates the code) and under
-    :class:`extractors.peak.PeakMemory`, in torch's ops (aot_autograd differentiates
-    them), each distinct one once; a program that fell back to the source is the source.
+    :class:`extractors.peak.PeakMemory`, in torch's ops, not the machine's kernels (the
+    pipeline chooses those for the partitioned forward and backward), each distinct one
+    once; a program that fell back to the source is the source.
 
     >>> import torch
     >>> gm = torch.fx.symbolic_trace(lambda x: (x * 2 * 3).sum())
@@ -89,9 +90,12 @@ def training_forms(gm: fx.GraphModule, example_inputs: Sequence[Any], options: B
     ['source', 'time']
     """
     from compiler.pipeline import compile_one, default_cost
+    from extractors.costs import KernelBlind
     from extractors.peak import PeakMemory
 
-    costs = {"time": options.cost or default_cost(example_inputs, fused=fused),
+    # (torch's own ops: aot_autograd differentiates a kernel of ours, oneDNN's product, into
+    # plain products the backward's pipeline no longer gives to oneDNN's kernel)
+    costs = {"time": KernelBlind(options.cost or default_cost(example_inputs, fused=fused)),
              "peak memory": PeakMemory()}
     forms: dict[str, fx.GraphModule] = {"source": gm}
     seen = {gm.code}

@@ -198,9 +198,11 @@ def _replayable(node: fx.Node) -> bool:
 
 
 def _arguments(node: fx.Node) -> dict[str, object]:
-    """An operator call's arguments by their names in its schema (those given)."""
-    names = (a.name for a in node.target._schema.arguments)
-    return dict(zip(names, node.args)) | node.kwargs
+    """An operator call's arguments by their names in its schema, those not given at their
+    defaults (aot_autograd traces sdpa's CPU kernel with ``dropout_p`` left at its 0)."""
+    schema = node.target._schema.arguments
+    defaults = {a.name: a.default_value for a in schema if a.has_default_value()}
+    return defaults | dict(zip((a.name for a in schema), node.args)) | node.kwargs
 
 
 def _read_by(graph: fx.Graph, backward: set[fx.Node]) -> set[fx.Node]:
@@ -239,6 +241,9 @@ def draws_nothing(node: fx.Node) -> bool:
     >>> g = fx.Graph()
     >>> x = g.placeholder("x")
     >>> draws_nothing(g.call_function(torch.ops.aten.native_dropout.default, (x, 0.0, True)))
+    True
+    >>> sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    >>> draws_nothing(g.call_function(sdpa, (x, x, x), {"scale": 0.125}))  # (p left at 0)
     True
     """
     given = _arguments(node)

@@ -142,7 +142,9 @@ def test_the_least_fraction_is_named_and_reached(eager):
     for g, e in zip(grads, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
     (decision,) = _decisions(backend)
-    assert decision.saved_bytes == decision.least_bytes <= decision.budget_bytes
+    # (the fraction is named to a thousandth: the budget is the least, within that)
+    assert decision.least_bytes <= decision.saved_bytes <= decision.budget_bytes
+    assert decision.budget_bytes - decision.least_bytes <= decision.min_cut_bytes / 1000
     assert saved < eager_saved / 4
 
 
