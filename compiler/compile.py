@@ -57,6 +57,7 @@ from compiler.pipeline import (
 )
 from compiler.signature import signature, sizeless_signature
 from compiler.specialise import BySize, size_symbols, specialised
+from compiler.validate.inputs import stand_ins
 from egraph.moved import moved_names
 from frontends.fx.effects import updates_an_alias, updates_inputs
 from frontends.fx.kept import attributes_kept
@@ -318,6 +319,8 @@ class _Backend:
         self.reports: list[GraphReport] = []
         # the real inputs of the call dynamo compiles for, while it does
         self.calls: list[tuple] = []
+        # the values the last forward compiled saves for its backward, on those inputs
+        self.saved: dict[str, torch.Tensor] = {}
         # what a training graph saves for its backward, under the budget (None: the
         # partitioners' own choice: aot_autograd's min-cut, Inductor's)
         budget = options.budget
@@ -373,6 +376,8 @@ class _Backend:
             choice = choose_form(training_forms(gm, example_inputs, self.options),
                                  example_inputs, self.options.budget,
                                  kept=lambda module: _parameter_inputs(module, example_inputs))
+            # (the forward's inputs: the form's own parameters and buffers, lifted first)
+            self.calls[-1] = (*_lifted(choice.module), *example_inputs)
             with self.partitions[0].keeping(_parameter_inputs(choice.module, example_inputs),
                                             choice):
                 return self.aot(choice.module, example_inputs)
@@ -414,12 +419,20 @@ class _Backend:
         the function dynamo or aot_autograd calls, or None where it cannot be used
         (``inductor``: Inductor generates its code)."""
         def compiler(gm: torch.fx.GraphModule, example_inputs):
+            real = False
             if kind == "backward":
                 example_inputs = kernel_statistics(gm, example_inputs)
-            real = kind == "forward" and bool(self.calls)
-            if real:
+                if self.saved:  # (the output's gradients drawn at random)
+                    example_inputs = stand_ins(saved_values(gm, example_inputs, self.saved), gm)
+                    real, self.saved = True, {}
+            elif kind == "forward" and self.calls:
                 example_inputs = real_values(example_inputs, self.calls[-1])
                 real = not any(isinstance(x, FakeTensor) for x in example_inputs)
+                # (what it saves, on the user's values: the backward's validation runs on
+                # them, where random stand-ins for a mask or an attention's statistics
+                # make both programs' gradients NaN)
+                with unset_fake_temporarily():
+                    self.saved = forward_values(gm, example_inputs) if real else {}
             # (with grad mode: a graph run as emitted is checked for gradients only there)
             key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
             # (gradients that differ on the user's values at one size: refused at any
@@ -545,12 +558,63 @@ def _inductor_code(options: Mapping[str, Any] | None) -> Callable:
     return finish
 
 
+def forward_values(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> dict[str, Any]:
+    """The outputs of an aot forward graph ``gm`` run on real ``inputs`` (the caller's
+    random state kept), by the names of the nodes it returns: its backward graph's inputs
+    are the saved ones, under the same names.
+
+    >>> gm = torch.fx.symbolic_trace(lambda x: (x.sin(), x.cos()))
+    >>> sorted(forward_values(gm, (torch.zeros(2),)).items())
+    [('cos', tensor([1., 1.])), ('sin', tensor([0., 0.]))]
+    """
+    (output,) = gm.graph.find_nodes(op="output")
+    names = [a.name if isinstance(a, torch.fx.Node) else None
+             for a in torch.fx.node.map_aggregate(output.args[0], lambda a: a)]
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        values = gm(*inputs)
+    return {n: v for n, v in zip(names, values) if n is not None}
+
+
+def saved_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 saved: Mapping[str, Any]) -> tuple:
+    """A backward graph's example inputs, each placeholder the forward saved under its name
+    replaced by the real value in ``saved`` (:func:`forward_values`) where the two agree
+    in shape, strides and dtype (the output's gradients stay as given).
+
+    >>> g = torch.fx.Graph()
+    >>> saved_tanh, grad = g.placeholder("tanh"), g.placeholder("tangents_1")
+    >>> _ = g.output(g.call_function(torch.mul, (saved_tanh, grad)))
+    >>> given = (torch.empty(2), torch.empty(2))
+    >>> real = saved_values(torch.fx.GraphModule({}, g), given, {"tanh": torch.ones(2)})
+    >>> real[0], real[1] is given[1]
+    (tensor([1., 1.]), True)
+    """
+    if not saved:
+        return tuple(example_inputs)
+    names = [n.name for n in gm.graph.find_nodes(op="placeholder")]
+    out = []
+    for name, x in zip(names, example_inputs):
+        value = saved.get(name)
+        same = (isinstance(x, torch.Tensor) and isinstance(value, torch.Tensor)
+                and not has_symbolic_sizes(x) and value.shape == x.shape
+                and value.stride() == x.stride() and value.dtype == x.dtype
+                and value.device == x.device)
+        out.append(value if same else x)
+    return tuple(out)
+
+
+def _lifted(module: torch.nn.Module) -> list[torch.Tensor]:
+    """``module``'s parameters and buffers, as aot_autograd lifts them into the first
+    inputs of its joint graph."""
+    return [*(p for _, p in module.named_parameters(remove_duplicate=False)),
+            *(b for _, b in module.named_buffers(remove_duplicate=False))]
+
+
 def _parameter_inputs(module: torch.nn.Module, example_inputs: Sequence[Any]) -> list[int]:
     """The places of the parameters among the inputs aot_autograd gives the joint graph of
     ``module`` called on ``example_inputs``: its own parameters and buffers (lifted first),
     then the inputs that are parameters of the model dynamo traced."""
-    lifted = len([*module.named_parameters(remove_duplicate=False),
-                  *module.named_buffers(remove_duplicate=False)])
+    lifted = len(_lifted(module))
     return [*range(lifted), *(lifted + i for i, x in enumerate(example_inputs) if isinstance(
         x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None))]
 

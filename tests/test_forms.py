@@ -92,3 +92,17 @@ def test_the_report_names_the_form_and_its_rivals():
     text = str(decision)
     assert f"form {decision.form.name!r} of {len(decision.form.trials)}" in text
     assert "source: saves" in text
+
+
+def test_the_backward_is_validated_on_what_the_forward_saved(monkeypatch):
+    """The fused attention's backward reads the saved mask and row statistics: drawn at
+    random, a mask drops whole rows and both programs' gradients are NaN, and the
+    backward's optimised program was refused. Validated on the values the forward saved on
+    the user's inputs, it is kept."""
+    model = _model()
+    x = torch.randn(4, 32, 64)
+    torch._dynamo.reset()
+    backend = make_backend(memory_budget=0.5)
+    _step(torch.compile(copy.deepcopy(model), backend=backend), x).backward()
+    backward = [r for r in backend.reports if r.name.startswith("backward")]
+    assert backward and not any(r.fell_back for r in backward), [str(r) for r in backward]
