@@ -568,10 +568,13 @@ def forward_values(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> dict[str,
     [('cos', tensor([1., 1.])), ('sin', tensor([0., 0.]))]
     """
     (output,) = gm.graph.find_nodes(op="output")
-    names = [a.name if isinstance(a, torch.fx.Node) else None
-             for a in torch.fx.node.map_aggregate(output.args[0], lambda a: a)]
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    returned = output.args[0] if isinstance(output.args[0], (tuple, list)) else output.args
+    names = [a.name if isinstance(a, torch.fx.Node) else None for a in returned]
+    cuda = sorted({x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda},
+                  key=str)
+    with torch.random.fork_rng(devices=cuda), torch.no_grad():
         values = gm(*inputs)
+    values = values if isinstance(values, (tuple, list)) else (values,)
     return {n: v for n, v in zip(names, values) if n is not None}
 
 

@@ -21,9 +21,11 @@ recomputation while the saved bytes stay within the budget:
 
 The budget is bytes, or a fraction of what torch's own min-cut partitioner (Inductor's
 default) saves for the same joint graph; a budget below the least any partition saves is
-an error that names that least. The equivalent forms the e-graph chose for the
-forward (a fused attention that saves a row statistic, not a probability matrix) are
-what the partition starts from.
+an error that names that least. Which of the graph's equivalent forms is partitioned (a
+fused attention saves a row statistic, a written-out one a probability matrix) is chosen
+with it by :mod:`compiler.forms`; a :class:`compiler.forms.FormChoice` given to
+:meth:`BudgetedPartition.keeping` holds the partition to the budget the choice took from
+the source's joint graph.
 
 >>> import torch
 >>> from torch._dynamo.backends.common import aot_autograd
