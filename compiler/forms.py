@@ -120,7 +120,6 @@ def choose_form(forms: Mapping[str, fx.GraphModule], example_inputs: Sequence[An
     is an :class:`compiler.partition.UnmetMemoryBudget` naming the least any form saves.
     """
     names = list(forms)
-    source = forms[names[0]]
     trials: list[FormTrial] = []
     budget_bytes = min_cut = None
     best: tuple[float, str] | None = None
@@ -129,7 +128,7 @@ def choose_form(forms: Mapping[str, fx.GraphModule], example_inputs: Sequence[An
         module = forms[name]
         partition = BudgetedPartition(budget if budget_bytes is None else
                                       MemoryBudget(bytes=budget_bytes), fused)
-        with partition.keeping(() if module is source else kept(module)):
+        with partition.keeping(kept(module)):
             try:
                 seconds = _partitioned_seconds(module, example_inputs, partition, fused)
             except UnmetMemoryBudget as unmet:
