@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from compiler.autotune import Autotune
 from compiler.bound import Bound, bind_parameters
-from compiler.forms import choose_form, training_forms
+from compiler.forms import FormChoice, choose_form, training_forms
 from compiler.fx import cuda_device
 from compiler.options import BackendOptions
 from compiler.partition import BudgetedPartition
@@ -372,10 +372,7 @@ class _Backend:
         try:
             if not (self.partitions and _trains(example_inputs)):
                 return self.aot(gm, example_inputs)
-            # (the form of the graph chosen with what it saves, under the budget)
-            choice = choose_form(training_forms(gm, example_inputs, self.options),
-                                 example_inputs, self.options.budget,
-                                 kept=lambda module: _parameter_inputs(module, example_inputs))
+            choice = _chosen_form(gm, example_inputs, self.options)
             # (the forward's inputs: the form's own parameters and buffers, lifted first)
             self.calls[-1] = (*_lifted(choice.module), *example_inputs)
             with self.partitions[0].keeping(_parameter_inputs(choice.module, example_inputs),
@@ -425,14 +422,11 @@ class _Backend:
                 if self.saved:  # (the output's gradients drawn at random)
                     example_inputs = stand_ins(saved_values(gm, example_inputs, self.saved), gm)
                     real, self.saved = True, {}
-            elif kind == "forward" and self.calls:
-                example_inputs = real_values(example_inputs, self.calls[-1])
-                real = not any(isinstance(x, FakeTensor) for x in example_inputs)
-                # (what it saves, on the user's values: the backward's validation runs on
-                # them, where random stand-ins for a mask or an attention's statistics
-                # make both programs' gradients NaN)
-                with unset_fake_temporarily():
-                    self.saved = forward_values(gm, example_inputs) if real else {}
+            elif kind == "forward":
+                self.saved = {}
+                if self.calls:
+                    example_inputs = real_values(example_inputs, self.calls[-1])
+                    real = not any(isinstance(x, FakeTensor) for x in example_inputs)
             # (with grad mode: a graph run as emitted is checked for gradients only there)
             key = (kind, torch.is_grad_enabled(), *signature(gm, example_inputs))
             # (gradients that differ on the user's values at one size: refused at any
@@ -443,6 +437,11 @@ class _Backend:
             if key not in self.cache:
                 # (aot_autograd's fake mode would intercept ops on the real values)
                 with unset_fake_temporarily() if real else nullcontext():
+                    if kind == "forward" and real:
+                        # (what it saves, on the user's values: the backward's validation
+                        # runs on them, where random stand-ins for a mask or an
+                        # attention's statistics make both programs' gradients NaN)
+                        self.saved = forward_values(gm, example_inputs)
                     compiled = self._compile(kind, finish, inductor, gm, example_inputs)
                 if compiled is None:
                     self.refused.update((key, program))
@@ -482,9 +481,7 @@ class _Backend:
         """The form of a training graph Inductor compiles under the budget, chosen with
         what it saves (:mod:`compiler.forms`), with the choice in its ``meta["egraph_form"]``
         for the partition (the source's form: the graph emitted without rewrites)."""
-        forms = training_forms(gm, example_inputs, options, fused=True)
-        choice = choose_form(forms, example_inputs, options.budget, fused=True,
-                             kept=lambda module: _parameter_inputs(module, example_inputs))
+        choice = _chosen_form(gm, example_inputs, options, fused=True)
         module = choice.module
         if module is gm:
             module = compile_one(gm, example_inputs, dataclasses.replace(options, rules=()),
@@ -556,6 +553,16 @@ def _inductor_code(options: Mapping[str, Any] | None) -> Callable:
             return _Compiled(compile_fx(module, list(example_inputs), config_patches=patches),
                              module)
     return finish
+
+
+def _chosen_form(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 options: BackendOptions, fused: bool = False) -> FormChoice:
+    """The form of a training graph chosen with what it saves under ``options``' budget
+    (:mod:`compiler.forms`), each form's own parameters free to keep; ``fused``: Inductor
+    generates the code."""
+    return choose_form(training_forms(gm, example_inputs, options, fused=fused),
+                       example_inputs, options.budget, fused=fused,
+                       kept=lambda module: _parameter_inputs(module, example_inputs))
 
 
 def forward_values(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> dict[str, Any]:
