@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 11
+CALIBRATION_VERSION = 12
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 

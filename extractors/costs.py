@@ -27,7 +27,7 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from egraph.cache import current_cache
 from egraph.enode import ENode
@@ -293,15 +293,31 @@ KEEPS_LAYOUT = frozenset({"conv2d", "batch_norm", "max_pool2d", "avg_pool2d"})
 convolution and batch norm, the poolings)."""
 
 
-def mixed_layout_elements(egraph, choice: dict[int, tuple]) -> int:
-    """The elements that elementwise ops of the program ``choice`` compute over operands
-    laid out in two orders in memory. Each class's order (its dims from the outermost in
-    memory to the innermost) is channels-last where its op writes that format (the op
-    table's ``channels_last``: oneDNN's convolutions), its operand's order moved by a
-    ``permute`` or ``transpose``, its first operand's for :data:`KEEPS_LAYOUT` and for an
-    elementwise op (the first operand of the result's shape), and row-major otherwise; an
-    elementwise op whose operands of the result's shape differ in order counts its
-    elements. :class:`Roofline` charges them at the profile's ``mixed_layout`` time.
+class LayoutWork(NamedTuple):
+    """What a program pays for mixing memory orders (:func:`layout_work`): ``mixed``, the
+    elements elementwise ops compute over operands in two orders; ``reordered_weights``,
+    the weight elements torch's convolution permutes on every call because its input is
+    channels-last and its weight row-major."""
+
+    mixed: int
+    reordered_weights: int
+
+
+def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
+    """The work the program ``choice`` does because of its operands' orders in memory.
+    Each class's order (its dims from the outermost in memory to the innermost) is
+    channels-last where its op writes that format (the op table's ``channels_last``:
+    oneDNN's convolutions), its operand's order moved by a ``permute`` or ``transpose``,
+    its first operand's for :data:`KEEPS_LAYOUT` and for an elementwise op (the first
+    operand of the result's shape), and row-major otherwise. An elementwise op whose
+    operands of the result's shape differ in order counts its elements in ``mixed``; a
+    ``conv2d`` over a channels-last input with a row-major weight counts its weight's
+    elements in ``reordered_weights`` where the two orders differ in memory (more than
+    one input channel per group and a kernel wider than 1 x 1): torch's CPU convolution
+    then permutes the weight to channels-last each call, 5.6x the time of the same
+    convolution over row-major operands at ResNet-50's 512 channels, 3 x 3, on one CPU
+    (``benchmarks/conv_layouts.py``). :class:`Roofline` charges them at the profile's
+    ``mixed_layout`` and ``conv_weight_layout`` times per element.
 
     >>> import torch
     >>> from egraph import EGraph
@@ -311,12 +327,19 @@ def mixed_layout_elements(egraph, choice: dict[int, tuple]) -> int:
     ...     return y.permute(0, 3, 1, 2) + x, y.exp() + 1  # channels-last + row-major
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(block),
     ...                     (torch.randn(1, 2, 3, 3), torch.randn(2, 2)))
-    >>> mixed_layout_elements(eg, source_program(eg))  # the first sum only
-    18
+    >>> layout_work(eg, source_program(eg))  # the first sum only
+    LayoutWork(mixed=18, reordered_weights=0)
+    >>> def stage(x, p, w):  # a convolution over the product's channels-last result
+    ...     y = torch.nn.functional.linear(x.permute(0, 2, 3, 1), p).permute(0, 3, 1, 2)
+    ...     return torch.nn.functional.conv2d(y, w)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stage), (torch.randn(1, 4, 6, 6),
+    ...                     torch.randn(4, 4), torch.randn(8, 4, 3, 3)))
+    >>> layout_work(eg, source_program(eg))  # 8 x 4 x 3 x 3 weight elements
+    LayoutWork(mixed=0, reordered_weights=288)
     """
     find = egraph.find
     orders: dict[int, tuple] = {}
-    mixed = 0
+    mixed = reordered = 0
     for c in program_order(egraph, choice):
         node = choice[c]
         entry = TABLE.get(node[0]) if isinstance(node[0], str) else None
@@ -342,13 +365,26 @@ def mixed_layout_elements(egraph, choice: dict[int, tuple]) -> int:
         elif node[0] in KEEPS_LAYOUT:
             if first in orders:
                 orders[c] = orders[first]
+                if node[0] == "conv2d" and orders[first] == (0, 2, 3, 1):
+                    reordered += _permuted_weight(egraph, orders, find(node[2]))
         elif entry.kind == "pointwise":
             found = [orders.get(k, tuple(range(rank))) for k in map(find, node[1:])
                      if getattr(_meta(egraph, k), "shape", None) == shape]
             if found:
                 orders[c] = found[0]
                 mixed += _numel(meta) if len(set(found)) > 1 else 0
-    return mixed
+    return LayoutWork(mixed, reordered)
+
+
+def _permuted_weight(egraph, orders: dict[int, tuple], weight: int) -> int:
+    """The elements of a convolution's ``weight`` that moving it to channels-last
+    permutes in memory: none where it is channels-last already, or where a single input
+    channel per group or a 1 x 1 kernel makes the two orders one."""
+    shape = getattr(_meta(egraph, weight), "shape", None)
+    if orders.get(weight) == (0, 2, 3, 1) or shape is None or len(shape) != 4:
+        return 0
+    _, per_group, height, width = shape
+    return 0 if per_group == 1 or height * width == 1 else _numel(_meta(egraph, weight))
 
 
 class KernelBlind:
@@ -539,9 +575,7 @@ class Roofline(CostModel):
         if choice is None:
             choice = source_program(egraph)
         if not self.fused:
-            mixed = self.hardware.element_time("mixed_layout", mixed_layout_elements(
-                egraph, choice)) if "mixed_layout" in self.hardware.measured_ops else 0.0
-            return super().program_cost(egraph, choice) + mixed
+            return super().program_cost(egraph, choice) + self._layout_time(egraph, choice)
         hw = self.hardware
         total = 0.0
         for region in regions(egraph, choice):
@@ -562,6 +596,17 @@ class Roofline(CostModel):
                                           else 0.0)
             total += max(compute, measured, hw.moving(b)) + fixed
         return total
+
+    def _layout_time(self, egraph, choice: dict[int, tuple]) -> float:
+        """What mixing memory orders costs the program ``choice`` on this profile
+        (:func:`layout_work` at its ``mixed_layout`` and ``conv_weight_layout`` times); 0
+        on a profile that measured neither."""
+        hw = self.hardware
+        if not {"mixed_layout", "conv_weight_layout"} & hw.measured_ops:
+            return 0.0
+        work = layout_work(egraph, choice)
+        return (hw.element_time("mixed_layout", work.mixed)
+                + hw.element_time("conv_weight_layout", work.reordered_weights))
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
         costs = current_cache(self._node_costs, egraph)

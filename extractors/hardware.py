@@ -144,7 +144,9 @@ class Hardware:
     tanh approximation, three times the cost of its erf form). ``measured_ops``: the ops
     named there; ``mixed_layout`` there is the time an elementwise op over operands of
     two memory formats (channels-last and contiguous) takes per element beyond the same
-    op over one format (5-11x an add's time on one CPU). ``extern_seconds``: ``(op,
+    op over one format (5-11x an add's time on one CPU), ``conv_weight_layout`` the time
+    per weight element torch's convolution over a channels-last input spends permuting a
+    row-major weight. ``extern_seconds``: ``(op,
     seconds)``, the fixed cost of a library op's
     call beyond a launch, where generated code (Inductor's) calls it as an external kernel
     (:meth:`extern_time`): the fused cost model's alternative is then a few generated
@@ -372,7 +374,9 @@ def measure_cpu(threads: int = 1) -> Hardware:
     cache bandwidth (copies of 128 MiB and of half the private cache,
     :func:`private_cache_bytes`), per-op overhead, the time per
     element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), what a sum over
-    two memory formats adds per element (``mixed_layout``), and sdpa's setup
+    two memory formats adds per element (``mixed_layout``), what a convolution over a
+    channels-last input adds per element of a row-major weight (``conv_weight_layout``),
+    and sdpa's setup
     (a call on a tiny attention, less a launch); each the least of several calls
     (:func:`least_seconds`)."""
     import torch
@@ -407,6 +411,18 @@ def measure_cpu(threads: int = 1) -> Hardware:
     one_format = least_seconds(lambda: plain + other, 31)
     mixed = (least_seconds(lambda: plain + last, 31) + least_seconds(lambda: last + plain, 31)) / 2
     element_seconds += (("mixed_layout", max(mixed - one_format, 0.0) / plain.numel()),)
+    # torch's convolution over a channels-last input permutes a row-major weight each call
+    # into a new buffer (ResNet-50's last stage, 512 channels, 3 x 3): per weight element,
+    # less the same convolution with the weight channels-last; calls timed four in a row,
+    # as a model makes them (the least single call missed most of what a fresh buffer
+    # costs: 1.0 ms against 3.8 a call in a row on one CPU)
+    image = torch.randn(1, 512, 7, 7).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(512, 512, 3, 3)
+    weight_last = weight.contiguous(memory_format=torch.channels_last)
+    permuting, permuted = (least_seconds(lambda w=w: [functional.conv2d(image, w, padding=1)
+                                                        for _ in range(4)], 7) / 4
+                           for w in (weight, weight_last))
+    element_seconds += (("conv_weight_layout", max(permuting - permuted, 0.0) / weight.numel()),)
     q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
     attention = least_seconds(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)
