@@ -120,6 +120,13 @@ CASES = {
     "conv_circular": lambda: (nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular"),
                               (_r(2, 3, 8, 8),)),
     "conv_same": lambda: (nn.Conv2d(3, 4, 4, padding="same"), (_r(2, 3, 8, 8),)),
+    # (padding by name, as transformers' EfficientNet and MobileNet write it: a dilated
+    # even kernel's odd total, a kernel of 2 x 5, none)
+    "conv1d_same_dilated": lambda: (nn.Conv1d(3, 4, 4, padding="same", dilation=3),
+                                    (_r(2, 3, 17),)),
+    "conv_same_oblong": lambda: (nn.Conv2d(3, 6, (2, 5), padding="same", groups=3),
+                                 (_r(2, 3, 7, 9),)),
+    "conv_valid": lambda: (nn.Conv2d(3, 4, 3, padding="valid", stride=2), (_r(2, 3, 9, 9),)),
     "conv_groups": lambda: (nn.Conv2d(4, 8, 3, groups=2), (_r(2, 4, 8, 8),)),
     "max_pool_indices": lambda: (nn.MaxPool2d(2, return_indices=True), (_r(2, 3, 8, 8),)),
     "max_pool_ceil": lambda: (nn.MaxPool2d(3, 2, ceil_mode=True), (_r(2, 3, 9, 9),)),

@@ -263,6 +263,56 @@ def test_batch_norms_fold_into_the_measured_convolution():
                 assert out.is_contiguous()  # (as the source's: the caller may view it)
 
 
+class _MobileBlock(torch.nn.Module):
+    """An inverted-residual block as transformers' EfficientNet writes it: a 1 x 1
+    expansion with ``padding="valid"``, a depthwise convolution with ``padding="same"``,
+    each followed by a batch norm and SiLU, and a 1 x 1 projection with its norm."""
+
+    def __init__(self, kernel: int, width: int = 16, expanded: int = 48):
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(
+            nn.Conv2d(width, expanded, 1, padding="valid", bias=False),
+            nn.BatchNorm2d(expanded), nn.SiLU(),
+            nn.Conv2d(expanded, expanded, kernel, padding="same", groups=expanded,
+                      bias=False),
+            nn.BatchNorm2d(expanded), nn.SiLU(),
+            nn.Conv2d(expanded, width, 1, padding="valid", bias=False),
+            nn.BatchNorm2d(width)).eval()
+        with torch.no_grad():
+            for m in self.body:
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_var.uniform_(0.5, 2)
+                    m.running_mean.normal_()
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+@pytest.mark.parametrize("kernel", [3, 4])
+@pytest.mark.parametrize("entry", ["export", "symbolic_trace"])
+def test_convolutions_padded_by_name_fold_their_norms_and_take_the_measured_kernel(kernel,
+                                                                                   entry):
+    """``padding="same"`` and ``"valid"`` are the numbers they stand for (an even kernel's
+    odd row and column as a pad of the input), so the block's convolutions fold their
+    norms, and the ungrouped ones run as oneDNN's where it is faster, through either
+    capture."""
+    torch.manual_seed(0)
+    model, x = _MobileBlock(kernel), torch.randn(1, 16, 15, 15)
+    graph = (torch.export.export(model, (x,)) if entry == "export"
+             else torch.fx.symbolic_trace(model))
+    eg = EGraph.from_fx(graph, (x,)).saturate(load_rules("all"))
+    assert len(eg.classes_with_op("pad")) == (kernel % 2 == 0)
+    faster = dataclasses.replace(MEASURED, rates=(*MEASURED.rates, ("onednn_conv", (
+        (1e4, 4e10), (1e8, 4.4e11)))))  # (at every size: this block's are small)
+    program = eg.extract(Roofline(faster, fused=False), validate="raise")
+    assert "batch_norm" not in program.code, program.code
+    # (the two 1 x 1 convolutions: conv2d-onednn takes ungrouped ones only)
+    assert program.code.count("onednn_conv2d(") == 2, program.code
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-4)
+
+
 class _Bottleneck(torch.nn.Module):
     """ResNet's bottleneck block in eval mode: three conv + batch norm pairs and a residual."""
 

@@ -449,7 +449,7 @@ def _norm_pool(sizes: int):
 
 
 def _zero_padded(m) -> bool:
-    return m.padding_mode == "zeros" and not isinstance(m.padding, str)
+    return m.padding_mode == "zeros"
 
 
 def _inference_statistics(m) -> bool:
@@ -909,7 +909,8 @@ for _name in ("conv1d", "conv2d"):
     op(_name, "x weight bias stride padding dilation groups", "library", workspace="measured",
        attributes="stride padding dilation groups", impl=f"torch.nn.functional.{_name}",
        flops=_conv_flops, error="multilinear", interval=iv.convolution,
-       spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv aten.{_name}.default:conv",
+       spell=f"torch.nn.functional.{_name}:conv torch.{_name}:conv aten.{_name}.default:conv"
+       f" aten.{_name}.padding:conv",
        modules=(Module(f"torch.nn.Conv{_name[-2:-1]}d",
                        ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                        _zero_padded),),

@@ -29,6 +29,21 @@ _MAX_FOLDED_BYTES = 1 << 20
 module): a float32 table of 256K elements, a bool causal mask of 2 x 724 x 724."""
 
 
+_CONVOLUTIONS = frozenset({"conv1d", "conv2d"})
+"""Ops whose padding may be given by name (:meth:`TermBuilder._explicit_padding`)."""
+
+
+def _per_dim(value: Any, dims: int) -> tuple[int, ...] | None:
+    """A stride or dilation (an int, or one per spatial dim) as one int per dim; None
+    where it is not known here."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * dims
+    if isinstance(value, tuple) and len(value) in (1, dims) and all(
+            isinstance(v, int) for v in value):
+        return value * dims if len(value) == 1 else value
+    return None
+
+
 class TermBuilder:
     """Adds canonical expressions to a new e-graph made by ``make_egraph(analysis=...)``;
     ``env`` holds the class of each FX node added so far, for :meth:`value`.
@@ -145,6 +160,8 @@ class TermBuilder:
             return shaped
         if name in SHAPE_PARAMS:
             kids[SHAPE_PARAMS[name]] = self._whole_shape(kids[SHAPE_PARAMS[name]])
+        if name in _CONVOLUTIONS:
+            kids = self._explicit_padding(kids)
         spec = SPECS[name]
         if spec.normalize is not None:
             kids = self._normalized(spec, kids)
@@ -152,6 +169,45 @@ class TermBuilder:
         if folded is not None:
             return folded
         return self.eg.add_node(name, kids)
+
+    def _explicit_padding(self, kids: list[int]) -> list[int]:
+        """A convolution's operands with its padding given by name (``padding="same"`` or
+        ``"valid"``, as transformers' EfficientNet and MobileNet write it) as the numbers it
+        stands for, by torch's own rule: ``"valid"`` none; ``"same"`` each spatial dim's
+        ``dilation * (kernel - 1)``, half on each side, the odd one on the right as a pad
+        of the input. Left as given where the weight's shape is unknown or torch refuses
+        the call (``"same"`` with a stride): the program then keeps the user's call.
+
+        >>> import torch.nn.functional as F
+        >>> terms = TermBuilder()
+        >>> x = terms.leaf("input", "x", Meta("tensor", shape=(1, 2, 5, 5), dtype=torch.float32))
+        >>> w = terms.leaf("param", "w", Meta("tensor", shape=(3, 2, 2, 3), dtype=torch.float32))
+        >>> conv = terms.apply("conv2d", [x, w, terms.literal(None), terms.literal(1),
+        ...                              terms.literal("same"), terms.literal(1), terms.literal(1)])
+        >>> terms.eg.data(conv).shape  # a kernel of 2 rows: one row of zeros below
+        (1, 3, 5, 5)
+        >>> len(terms.eg.classes_with_op("pad"))
+        1
+        """
+        padding, weight = (self.eg.data(k) for k in (kids[4], kids[1]))
+        named = getattr(padding, "value", None)
+        shape = getattr(weight, "shape", None)
+        if named not in ("same", "valid") or shape is None or any(map(is_symbolic, shape)):
+            return kids
+        spatial = len(shape) - 2
+        stride, dilation = (_per_dim(getattr(self.eg.data(kids[i]), "value", None), spatial)
+                            for i in (3, 5))
+        if named == "valid":
+            return [*kids[:4], self.literal((0,) * spatial), *kids[5:]]
+        if stride is None or dilation is None or any(s != 1 for s in stride):
+            return kids
+        totals = [d * (k - 1) for d, k in zip(dilation, shape[2:])]
+        extra = [t - t // 2 * 2 for t in totals]
+        x = kids[0]
+        if any(extra):  # (torch.nn.functional.pad's order: the last dim first)
+            pads = tuple(p for e in reversed(extra) for p in (0, e))
+            x = self.apply("pad", [x, self.literal(pads), self.literal(0.0)])
+        return [x, *kids[1:4], self.literal(tuple(t // 2 for t in totals)), *kids[5:]]
 
     # -- sizes: ``x.size()`` is the tuple of its dims, each computed from the input -------
 
