@@ -395,10 +395,23 @@ def _conv_flops(n: int, kids: list) -> float:
     return 2.0 * n * per_output + (n if _has_bias(kids[2]) else 0)
 
 
+def _ints(value, length: int | None = None) -> bool:
+    return (isinstance(value, tuple) and all(type(v) is int for v in value)
+            and length in (None, len(value)))
+
+
 def _pool_flops(n: int, kids: list) -> float:
+    """A pooling's work: each output element reads its window, which ends where the padded
+    input does (transformers' EfficientNet pools 7 x 7 with a kernel of 1280 and ceil_mode:
+    49 reads, not 1.6 million)."""
     # kids are the classes' analysis data; the window is the kernel-size literal's value
-    window = getattr(kids[1], "value", None)
-    window = window if isinstance(window, tuple) and all(type(k) is int for k in window) else ()
+    window, padding = (getattr(kids[i], "value", None) for i in (1, 3))
+    if not _ints(window):
+        return float(n)
+    x = _shape(kids[0])
+    if x is not None and len(x) >= len(window):
+        pads = padding if _ints(padding, len(window)) else (0,) * len(window)
+        window = tuple(min(k, s + 2 * p) for k, s, p in zip(window, x[-len(window):], pads))
     return float(n * math.prod(window))
 
 
