@@ -51,6 +51,22 @@ def test_pooling_costs_one_flop_per_window_element_and_extracts(pool, window):
         torch.testing.assert_close(opt(x), pool(x))
 
 
+@pytest.mark.parametrize("pool", [torch.nn.AvgPool2d(1280, ceil_mode=True),
+                                  torch.nn.AvgPool2d((7, 12), count_include_pad=False,
+                                                     ceil_mode=True),
+                                  torch.nn.MaxPool2d(9, 4, ceil_mode=True)])
+def test_a_window_over_the_whole_input_is_the_inputs_extent(pool):
+    """EfficientNet's pooler as transformers writes it: its kernel is the input's 7 x 7 in
+    the program, the same one window (Inductor loops over a kernel's every element)."""
+    from extractors import AstSize
+
+    x = torch.randn(2, 3, 7, 7)
+    opt = EGraph.from_fx(torch.export.export(pool, (x,)), (x,)).extract(AstSize())
+    assert "(7, 7), (7, 7)" in opt.code, opt.code
+    torch.testing.assert_close(opt(x), pool(x))
+    torch.testing.assert_close(opt(2 * x), pool(2 * x))
+
+
 def test_roofline_is_memory_bound_for_elementwise_and_compute_bound_for_big_matmul():
     h100 = HARDWARE["H100"]
     eg = _eg(lambda x: torch.exp(x), torch.randn(1024, 1024))
