@@ -227,7 +227,10 @@ class CostModel:
       e-nodes reached from the roots, each once. A model whose true cost is not such a sum
       (fusion-aware time, peak memory) overrides it and sets ``local = False``: extraction
       then optimises the node costs as a proxy and improves the result under
-      ``program_cost`` by local search.
+      ``program_cost`` by local search. One whose ``program_cost`` adds a term to the sum
+      that only some ops' choices change (the memory orders convolutions leave) keeps
+      ``local`` and names those ops in ``program_ops``: extraction then improves the
+      classes that hold them, alone, by local search.
 
     Subclassing :class:`CostModel` gives the default ``program_cost``, ``+`` and ``*``
     (weighted sums). A user's own model, counting each call of ``exp`` as ten ops and
@@ -251,6 +254,7 @@ class CostModel:
 
     local = True
     additive = True
+    program_ops: frozenset = frozenset()
 
     def node_cost(self, egraph, cid: int, node: tuple) -> Any:
         """The cost of one e-node, without its children (see the class docstring)."""
@@ -295,6 +299,10 @@ convolution and batch norm, the poolings)."""
 
 LAYOUT_TIMES = ("mixed_layout", "conv_weight_layout", "conv_row_major")
 """The profile's times per element of each field of :class:`LayoutWork`, in its order."""
+
+LAYOUT_OPS = frozenset({"conv2d"} | {op for op, entry in TABLE.items() if entry.channels_last})
+"""The ops whose choice changes :func:`layout_work`'s counts where the alternatives are (a
+convolution: torch's, keeping its input's order, or oneDNN's, writing channels-last)."""
 
 
 class LayoutWork(NamedTuple):
@@ -586,6 +594,9 @@ class Roofline(CostModel):
         self.hardware = hardware
         self.fused = fused
         self.local = not fused
+        # (per e-node, a convolution is priced without the orders its neighbours leave)
+        self.program_ops = LAYOUT_OPS if self.local and hardware.measured_ops.intersection(
+            LAYOUT_TIMES) else frozenset()
         # per e-graph: (its version when asked, (class, e-node) -> cost); one extraction asks
         # for each e-node's cost several times (the DAG pass, the source program, the
         # local search), and each answer walks the e-node's operands

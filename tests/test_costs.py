@@ -515,3 +515,35 @@ def test_a_convolution_of_a_row_major_image_is_charged_moving_it_to_onednns_orde
               for profile in (measured, HARDWARE["cpu"])]
     assert priced[0] - priced[1] == pytest.approx((image + 2 * middle + out) * 1e-9,
                                                   abs=1e-15)
+
+
+def test_extraction_takes_the_convolution_that_leaves_the_ones_after_it_channels_last():
+    """Per e-node oneDNN's convolution is dearer here, so a sum over e-nodes keeps torch's
+    everywhere; but oneDNN's first leaves its output channels-last, and every torch
+    convolution after it then runs without moving its image (priced by the profile's
+    ``conv_row_major``): extraction improves the convolutions' classes by local search."""
+    import dataclasses
+
+    from compiler.fx import choose_program
+    from extractors.costs import layout_work
+
+    def stack(x, w1, w2, w3):
+        for w in (w1, w2, w3):
+            x = torch.tanh(torch.conv2d(x, w, padding=1))
+        return x
+
+    profile = dataclasses.replace(
+        HARDWARE["cpu"], element_seconds=(*HARDWARE["cpu"].element_seconds,
+                                          ("conv_row_major", 1e-8)),
+        rates=(("conv", ((1e6, 4.5e10), (1e8, 3e11))),
+               ("onednn_conv", ((1e6, 4.4e10), (1e8, 2.9e11)))))
+    inputs = (torch.randn(1, 8, 12, 12), *(torch.randn(8, 8, 3, 3) for _ in range(3)))
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(stack), inputs).saturate(load_rules("all"))
+    cost = Roofline(profile, fused=False)
+    assert cost.program_ops and not Roofline(HARDWARE["cpu"], fused=False).program_ops
+    picked = choose_program(eg, cost)[0]
+    ops = [op for op, *_ in picked.values() if isinstance(op, str)]
+    assert sum(op.startswith("onednn_conv2d") for op in ops) == 1, ops
+    assert layout_work(eg, picked).row_major_images == 8 * 144  # oneDNN's copy of x
+    program = eg.extract(cost, validate="raise")
+    torch.testing.assert_close(program(*inputs), stack(*inputs), rtol=1e-4, atol=1e-4)
