@@ -392,11 +392,6 @@ def choose_program(egraph: FxEGraph, cost, method: str = "auto", roots: list | N
     if not getattr(cost, "local", True):
         # a whole-program cost: the proxy's choice, improved under the exact cost
         picked = improve(egraph, picked, cost)
-    elif ops := getattr(cost, "program_ops", None):
-        # a sum with a whole-program term that only these ops' choices change
-        cnodes = egraph.class_nodes
-        picked = improve(egraph, picked, cost, classes=frozenset(
-            c for c in picked if len(cnodes[c]) > 1 and any(n[0] in ops for n in cnodes[c])))
     # What a user reads is the cost of the program run: its DAG, each e-node once.
     cost_after = dag_cost(egraph, cost, picked)
     source = source_program(egraph, cost)

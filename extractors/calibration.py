@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_di
            "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 13
+CALIBRATION_VERSION = 12
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -187,16 +187,12 @@ def _linears(kernel: str, shapes=MATMUL_SHAPES):
 
 
 def _convolutions(conv2d=None):
-    """The calls of ``conv2d`` (torch's by default) at :data:`CONV_SHAPES`, image and
-    weight channels-last: what a row-major image or a permuted weight adds is priced
-    apart (``extractors.costs.layout_work``)."""
     import torch
 
     conv2d = conv2d or torch.nn.functional.conv2d
-    last = torch.channels_last
     for channels, size, out, kernel, stride in CONV_SHAPES:
-        x = torch.randn(1, channels, size, size).contiguous(memory_format=last)
-        w = torch.randn(out, channels, kernel, kernel).contiguous(memory_format=last)
+        x = torch.randn(1, channels, size, size)
+        w = torch.randn(out, channels, kernel, kernel)
         side = (size + 2 * (kernel // 2) - kernel) // stride + 1
         flops = 2.0 * out * side * side * channels * kernel * kernel
         yield flops, lambda x=x, w=w, s=stride, p=kernel // 2: conv2d(x, w, stride=s, padding=p)

@@ -227,10 +227,7 @@ class CostModel:
       e-nodes reached from the roots, each once. A model whose true cost is not such a sum
       (fusion-aware time, peak memory) overrides it and sets ``local = False``: extraction
       then optimises the node costs as a proxy and improves the result under
-      ``program_cost`` by local search. One whose ``program_cost`` adds a term to the sum
-      that only some ops' choices change (the memory orders convolutions leave) keeps
-      ``local`` and names those ops in ``program_ops``: extraction then improves the
-      classes that hold them, alone, by local search.
+      ``program_cost`` by local search.
 
     Subclassing :class:`CostModel` gives the default ``program_cost``, ``+`` and ``*``
     (weighted sums). A user's own model, counting each call of ``exp`` as ten ops and
@@ -254,7 +251,6 @@ class CostModel:
 
     local = True
     additive = True
-    program_ops: frozenset = frozenset()
 
     def node_cost(self, egraph, cid: int, node: tuple) -> Any:
         """The cost of one e-node, without its children (see the class docstring)."""
@@ -297,25 +293,14 @@ KEEPS_LAYOUT = frozenset({"conv2d", "batch_norm", "max_pool2d", "avg_pool2d"})
 convolution and batch norm, the poolings)."""
 
 
-LAYOUT_TIMES = ("mixed_layout", "conv_weight_layout", "conv_row_major")
-"""The profile's times per element of each field of :class:`LayoutWork`, in its order."""
-
-LAYOUT_OPS = frozenset({"conv2d"} | {op for op, entry in TABLE.items() if entry.channels_last})
-"""The ops whose choice changes :func:`layout_work`'s counts where the alternatives are (a
-convolution: torch's, keeping its input's order, or oneDNN's, writing channels-last)."""
-
-
 class LayoutWork(NamedTuple):
     """What a program pays for mixing memory orders (:func:`layout_work`): ``mixed``, the
     elements elementwise ops compute over operands in two orders; ``reordered_weights``,
     the weight elements torch's convolution permutes on every call because its input is
-    channels-last and its weight row-major; ``row_major_images``, the image elements
-    convolutions move to and from channels-last, where oneDNN computes: torch's convolution
-    of a row-major input its input and output, oneDNN's its input (the copy it makes)."""
+    channels-last and its weight row-major."""
 
     mixed: int
     reordered_weights: int
-    row_major_images: int = 0
 
 
 def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
@@ -331,13 +316,8 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
     one input channel per group and a kernel wider than 1 x 1): torch's CPU convolution
     then permutes the weight to channels-last each call, 5.6x the time of the same
     convolution over row-major operands at ResNet-50's 512 channels, 3 x 3, on one CPU
-    (``benchmarks/conv_layouts.py``). A ``conv2d`` over a row-major input counts its input
-    and output elements in ``row_major_images``, and a channels-last op over one its
-    input's: oneDNN computes in channels-last, and torch's convolution of a row-major
-    image reorders both (1.5-4x the same convolution channels-last, at EfficientNet's and
-    ResNet's 1 x 1 and depthwise sizes on one CPU). :class:`Roofline` charges them at the
-    profile's ``mixed_layout``, ``conv_weight_layout`` and ``conv_row_major`` times per
-    element.
+    (``benchmarks/conv_layouts.py``). :class:`Roofline` charges them at the profile's
+    ``mixed_layout`` and ``conv_weight_layout`` times per element.
 
     >>> import torch
     >>> from egraph import EGraph
@@ -348,22 +328,18 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(block),
     ...                     (torch.randn(1, 2, 3, 3), torch.randn(2, 2)))
     >>> layout_work(eg, source_program(eg))  # the first sum only
-    LayoutWork(mixed=18, reordered_weights=0, row_major_images=0)
+    LayoutWork(mixed=18, reordered_weights=0)
     >>> def stage(x, p, w):  # a convolution over the product's channels-last result
     ...     y = torch.nn.functional.linear(x.permute(0, 2, 3, 1), p).permute(0, 3, 1, 2)
     ...     return torch.nn.functional.conv2d(y, w)
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stage), (torch.randn(1, 4, 6, 6),
     ...                     torch.randn(4, 4), torch.randn(8, 4, 3, 3)))
     >>> layout_work(eg, source_program(eg))  # 8 x 4 x 3 x 3 weight elements
-    LayoutWork(mixed=0, reordered_weights=288, row_major_images=0)
-    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x, w: torch.conv2d(x, w)),
-    ...                     (torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)))
-    >>> layout_work(eg, source_program(eg))  # 4 x 6 x 6 in, 8 x 4 x 4 out, reordered
-    LayoutWork(mixed=0, reordered_weights=0, row_major_images=272)
+    LayoutWork(mixed=0, reordered_weights=288)
     """
     find = egraph.find
     orders: dict[int, tuple] = {}
-    mixed = reordered = row_major = 0
+    mixed = reordered = 0
     for c in program_order(egraph, choice):
         node = choice[c]
         entry = TABLE.get(node[0]) if isinstance(node[0], str) else None
@@ -375,7 +351,6 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
         first = find(node[1])
         if entry.channels_last and rank == 4:
             orders[c] = (0, 2, 3, 1)
-            row_major += 0 if orders.get(first) == (0, 2, 3, 1) else _numel(_meta(egraph, first))
         elif node[0] in ("permute", "transpose"):
             dims = list(range(rank))
             if node[0] == "permute":
@@ -390,18 +365,15 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
         elif node[0] in KEEPS_LAYOUT:
             if first in orders:
                 orders[c] = orders[first]
-            if node[0] == "conv2d" and rank == 4:
-                if orders.get(first) == (0, 2, 3, 1):
+                if node[0] == "conv2d" and orders[first] == (0, 2, 3, 1):
                     reordered += _permuted_weight(egraph, orders, find(node[2]))
-                else:
-                    row_major += _numel(_meta(egraph, first)) + _numel(meta)
         elif entry.kind == "pointwise":
             found = [orders.get(k, tuple(range(rank))) for k in map(find, node[1:])
                      if getattr(_meta(egraph, k), "shape", None) == shape]
             if found:
                 orders[c] = found[0]
                 mixed += _numel(meta) if len(set(found)) > 1 else 0
-    return LayoutWork(mixed, reordered, row_major)
+    return LayoutWork(mixed, reordered)
 
 
 def _permuted_weight(egraph, orders: dict[int, tuple], weight: int) -> int:
@@ -594,9 +566,6 @@ class Roofline(CostModel):
         self.hardware = hardware
         self.fused = fused
         self.local = not fused
-        # (per e-node, a convolution is priced without the orders its neighbours leave)
-        self.program_ops = LAYOUT_OPS if self.local and hardware.measured_ops.intersection(
-            LAYOUT_TIMES) else frozenset()
         # per e-graph: (its version when asked, (class, e-node) -> cost); one extraction asks
         # for each e-node's cost several times (the DAG pass, the source program, the
         # local search), and each answer walks the e-node's operands
@@ -630,13 +599,14 @@ class Roofline(CostModel):
 
     def _layout_time(self, egraph, choice: dict[int, tuple]) -> float:
         """What mixing memory orders costs the program ``choice`` on this profile
-        (:func:`layout_work` at its ``mixed_layout``, ``conv_weight_layout`` and
-        ``conv_row_major`` times); 0 on a profile that measured none."""
+        (:func:`layout_work` at its ``mixed_layout`` and ``conv_weight_layout`` times); 0
+        on a profile that measured neither."""
         hw = self.hardware
-        if not hw.measured_ops.intersection(LAYOUT_TIMES):
+        if not {"mixed_layout", "conv_weight_layout"} & hw.measured_ops:
             return 0.0
         work = layout_work(egraph, choice)
-        return sum(hw.element_time(op, n) for op, n in zip(LAYOUT_TIMES, work))
+        return (hw.element_time("mixed_layout", work.mixed)
+                + hw.element_time("conv_weight_layout", work.reordered_weights))
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
         costs = current_cache(self._node_costs, egraph)

@@ -146,8 +146,7 @@ class Hardware:
     two memory formats (channels-last and contiguous) takes per element beyond the same
     op over one format (5-11x an add's time on one CPU), ``conv_weight_layout`` the time
     per weight element torch's convolution over a channels-last input spends permuting a
-    row-major weight, ``conv_row_major`` the time per element of its input and output that
-    it spends on a row-major image (oneDNN computes channels-last). ``extern_seconds``: ``(op,
+    row-major weight. ``extern_seconds``: ``(op,
     seconds)``, the fixed cost of a library op's
     call beyond a launch, where generated code (Inductor's) calls it as an external kernel
     (:meth:`extern_time`): the fused cost model's alternative is then a few generated
@@ -377,8 +376,7 @@ def measure_cpu(threads: int = 1) -> Hardware:
     element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), what a sum over
     two memory formats adds per element (``mixed_layout``), what a convolution over a
     channels-last input adds per element of a row-major weight (``conv_weight_layout``),
-    what it adds per image element over a row-major input (``conv_row_major``), and sdpa's
-    setup
+    and sdpa's setup
     (a call on a tiny attention, less a launch); each the least of several calls
     (:func:`least_seconds`)."""
     import torch
@@ -425,7 +423,6 @@ def measure_cpu(threads: int = 1) -> Hardware:
                                                         for _ in range(4)], 7) / 4
                            for w in (weight, weight_last))
     element_seconds += (("conv_weight_layout", max(permuting - permuted, 0.0) / weight.numel()),)
-    element_seconds += (("conv_row_major", _row_major_convolution_seconds(torch)),)
     q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
     attention = least_seconds(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)
@@ -434,25 +431,6 @@ def measure_cpu(threads: int = 1) -> Hardware:
                     element_seconds=element_seconds,
                     extern_seconds=tuple((op, max(attention - overhead, 0.0))
                                          for op in ("sdpa", "masked_attention")))
-
-
-def _row_major_convolution_seconds(torch) -> float:
-    """What torch's convolution of a row-major image takes per element of its input and
-    output beyond the same convolution channels-last: ResNet's 1 x 1 of 256 channels to 64
-    and EfficientNet's depthwise 3 x 3 of 144, at 56 x 56: the least of single calls (four
-    in a row varied 7-fold between runs with the fresh buffers each took; single calls 1.2-fold)."""
-    conv2d = torch.nn.functional.conv2d
-    extra = elements = 0.0
-    for image, weight, groups in (((1, 256, 56, 56), (64, 256, 1, 1), 1),
-                                  ((1, 144, 56, 56), (144, 1, 3, 3), 144)):
-        x, w = torch.randn(image), torch.randn(weight)
-        setting = (None, 1, weight[-1] // 2, 1, groups)
-        times = [least_seconds(lambda a=a, b=b, s=setting: conv2d(a, b, *s), 15)
-                 for a, b in ((x, w), (x.contiguous(memory_format=torch.channels_last),
-                                       w.contiguous(memory_format=torch.channels_last)))]
-        extra += max(times[0] - times[1], 0.0)
-        elements += x.numel() + conv2d(x, w, *setting).numel()
-    return extra / elements
 
 
 def _element_kernels(torch) -> dict:

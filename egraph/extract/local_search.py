@@ -25,9 +25,8 @@ from egraph.extract.tree import cheaper
 
 
 def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
-            rounds: int = 3, classes: frozenset[int] | None = None) -> dict[int, tuple]:
-    """A choice at least as good as ``choice`` under ``cost.program_cost``, trying the
-    other e-nodes of ``classes`` only where given."""
+            rounds: int = 3) -> dict[int, tuple]:
+    """A choice at least as good as ``choice`` under ``cost.program_cost``."""
     find = egraph.find
     cnodes = egraph.class_nodes
     best = dict(choice)
@@ -38,8 +37,6 @@ def improve(egraph, choice: dict[int, tuple], cost, budget: int = 2000,
         improved = False
         order = program_order(egraph, best, roots)
         for c in order:
-            if classes is not None and c not in classes:
-                continue
             for alt in cnodes[c]:
                 if alt == best[c] or evaluations >= budget:
                     continue
