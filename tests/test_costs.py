@@ -67,6 +67,28 @@ def test_a_window_over_the_whole_input_is_the_inputs_extent(pool):
     torch.testing.assert_close(opt(2 * x), pool(2 * x))
 
 
+@pytest.mark.parametrize("size, mean", [(1, True), ((1, 1), True), ((1, 7), False)])
+def test_an_adaptive_pooling_to_one_element_is_a_mean(size, mean):
+    """A squeeze-and-excite block's and a ResNet's pooling, as torch.export spells it, is
+    the mean over the image (the e-graph can rewrite and fuse it); to more than one
+    element it stays the pooling."""
+    from extractors import AstSize
+
+    def excite(x, w):
+        pooled = torch.nn.functional.adaptive_avg_pool2d(x, size)
+        return x * torch.sigmoid(torch.nn.functional.conv2d(pooled, w))
+
+    class Excite(torch.nn.Module):
+        def forward(self, x, w):
+            return excite(x, w)
+
+    inputs = (torch.randn(2, 8, 5, 7), torch.randn(8, 8, 1, 1))
+    opt = EGraph.from_fx(torch.export.export(Excite(), inputs), inputs).extract(AstSize())
+    assert ("torch.mean(x, dim = (2, 3), keepdim = True)" in opt.code) == mean, opt.code
+    assert ("adaptive_avg_pool2d" in opt.code) != mean, opt.code
+    torch.testing.assert_close(opt(*inputs), excite(*inputs))
+
+
 def test_roofline_is_memory_bound_for_elementwise_and_compute_bound_for_big_matmul():
     h100 = HARDWARE["H100"]
     eg = _eg(lambda x: torch.exp(x), torch.randn(1024, 1024))

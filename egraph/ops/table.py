@@ -804,6 +804,12 @@ op("to_layout", "x layout", "library", attributes="layout", impl="Tensor.to",
         "triton": "a kernel writes its output contiguous; the copy runs as torch's",
         "spellings": "the memory_format of contiguous, clone and to (identity's and to's)"})
 
+_GLOBAL_MEAN = (" torch.nn.functional.adaptive_avg_pool2d:global_mean"
+                " torch._C._nn.adaptive_avg_pool2d:global_mean"
+                " aten.adaptive_avg_pool2d.default:global_mean"
+                " aten._adaptive_avg_pool2d.default:global_mean")
+"""The adaptive average poolings to one element that are means (``global_mean``)."""
+
 for _name, _flops, _sign, _interval, _error, _aten in [
         ("sum", 1, signs.one_signed, iv.summed, "summing", "dim_IntList default"),
         ("mean", 1, signs.one_signed, iv.same, "summing", "dim default"),
@@ -815,7 +821,8 @@ for _name, _flops, _sign, _interval, _error, _aten in [
        error=_error, sign=_sign, interval=_interval, triton=f"@{_name}",
        stable=_name == "logsumexp",
        spell=f"torch.{_name} Tensor.{_name} " + " ".join(
-           f"aten.{_name}.{overload}" for overload in _aten.split()))
+           f"aten.{_name}.{overload}" for overload in _aten.split())
+       + (_GLOBAL_MEAN if _name == "mean" else ""))
 op("var", "x dim correction keepdim", "reduction", attributes="dim correction keepdim",
    impl="torch.var", call=lambda x, d, c, k: ((x,), {"dim": d, "correction": c,
                                                     "keepdim": k}),

@@ -219,6 +219,16 @@ def _avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                            divisor_override])
 
 
+def _global_mean(input, output_size):
+    """An adaptive average pooling to one element per channel (a ResNet's or a
+    squeeze-and-excite block's, as torch.export and nn.AdaptiveAvgPool2d spell it) is the
+    mean over the last two dims: the same sum and divisor, a reduction the e-graph can
+    rewrite and fuse where the pooling was opaque."""
+    if output_size not in (1, (1,), (1, 1), [1], [1, 1]):
+        raise Unsupported(f"adaptive average pooling to {output_size!r}, not one element")
+    return ("mean", [input, (-2, -1), True])
+
+
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     if dropout_p:
@@ -586,6 +596,7 @@ _FIXED: dict[str, Callable[..., Lowered]] = {
     "embedding": _embedding, "grouped_mm_fallback": _grouped_mm_fallback,
     "aten_embedding": _aten_embedding, "sdpa": _sdpa, "reshape": _reshape,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "pad": _pad,
+    "global_mean": _global_mean,
     "constant_pad_nd": _constant_pad_nd,
     "permute": _permute, "transpose": _transpose, "t": _t, "expand": _expand,
     "identity": _identity, "contiguous": _contiguous, "flatten": _flatten,
