@@ -468,7 +468,7 @@ def _whole_input(values: list, metas: list, sizes: int) -> tuple[int, int] | Non
     padding, a kernel at least that large (and no dilation). transformers' EfficientNet
     pools its 7 x 7 map with a kernel of 1280 in ceil_mode; as a kernel of 7 x 7 the
     window, its divisor and the values are the same, and Inductor reduces 49 elements
-    where it looped over the 1.6 million of the kernel (14x slower than eager)."""
+    where it looped over the 1.6 million of the kernel (11-14x slower than eager)."""
     shape = getattr(metas[0], "shape", None)
     kernel, padding = values[1], values[3]
     if shape is None or len(shape) < 3 or UNKNOWN_VALUE in (kernel, padding):
