@@ -195,14 +195,14 @@ class TermBuilder:
         if named not in ("same", "valid") or shape is None or any(map(is_symbolic, shape)):
             return kids
         spatial = len(shape) - 2
-        stride, dilation = (_per_dim(getattr(self.eg.data(kids[i]), "value", None), spatial)
-                            for i in (3, 5))
         if named == "valid":
             return [*kids[:4], self.literal((0,) * spatial), *kids[5:]]
+        stride, dilation = (_per_dim(getattr(self.eg.data(kids[i]), "value", None), spatial)
+                            for i in (3, 5))
         if stride is None or dilation is None or any(s != 1 for s in stride):
             return kids
         totals = [d * (k - 1) for d, k in zip(dilation, shape[2:])]
-        extra = [t - t // 2 * 2 for t in totals]
+        extra = [t % 2 for t in totals]
         x = kids[0]
         if any(extra):  # (torch.nn.functional.pad's order: the last dim first)
             pads = tuple(p for e in reversed(extra) for p in (0, e))
