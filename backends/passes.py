@@ -112,6 +112,9 @@ def bias_into_matmul(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     product, as ``torch.addmm(c, a, b)``: the canonical vocabulary spells ``addmm`` (GPT-2's
     Conv1D) as a product and a sum, but one GEMM with the bias in its accumulator is faster
     in eager torch, and Inductor keeps it one library call instead of a GEMM and a sum.
+    (The e-graph holds ``addmm`` of a product-shaped ``c`` too, the rule ``addmm``, so that
+    the cost model weighs it against other kernels for the product; this pass joins what
+    extraction left as two calls, a broadcast bias and scaled terms among them.)
     Scaled terms, ``matmul(a, b) * alpha + c * beta`` (Muon's Newton-Schulz step, in
     bfloat16), become ``addmm``'s ``alpha`` and ``beta``: one rounding of the sum where
     the terms rounded three times more."""

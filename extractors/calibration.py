@@ -41,11 +41,11 @@ from pathlib import Path
 
 from extractors.hardware import FEW_ROWS, HARDWARE, Hardware, measure_cpu
 
-__all__ = ["CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine", "cache_dir",
-           "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
+__all__ = ["ALLOCATOR_SETTINGS", "CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine",
+           "cache_dir", "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile"]
 
-CALIBRATION_VERSION = 12
+CALIBRATION_VERSION = 13
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 
@@ -76,6 +76,16 @@ and 3 x 3 stages, its 7 x 7 stem)."""
 ATTENTION_SHAPES = ((1, 4, 8, 16), (1, 12, 128, 64), (1, 12, 512, 64))
 """``(batch, heads, tokens, head size)`` of the ``sdpa`` calls timed for the
 ``attention`` curve."""
+
+ALLOCATOR_SETTINGS = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_MMAP_MAX_",
+                      "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_CONF",
+                      "TCMALLOC_RELEASE_RATE", "THP_MEM_ALLOC_ENABLE")
+"""The environment variables that choose or tune the memory allocator (a preloaded
+jemalloc or tcmalloc, glibc's malloc settings, torch's huge pages): part of
+:func:`profile_key`. glibc's malloc maps a block of 32 MiB or more anew on every
+allocation, and a fresh result's pages then fault in (0.25 ns a byte on one CPU: a fill
+of 154 MiB took 50 ms against 6.6 into a kept block); with ``MALLOC_MMAP_MAX_=0`` and
+``MALLOC_TRIM_THRESHOLD_`` large, it took 4.9 ms."""
 
 _profiles: dict[tuple[str, int, str], Hardware] = {}
 
@@ -289,14 +299,18 @@ def cache_dir() -> Path:
 def profile_key(threads: int) -> str:
     """The name of this machine's cached profile at ``threads`` threads: a hash of what
     makes a measurement stale (the CPU's model and core count, the thread count, torch's
-    version, :data:`CALIBRATION_VERSION`).
+    version, :data:`CALIBRATION_VERSION`, and the memory allocator's settings
+    (:data:`ALLOCATOR_SETTINGS`), which decide what a fresh large result costs:
+    :data:`extractors.hardware.FRESH_MAPPING_BYTES`).
 
     >>> profile_key(2) != profile_key(1)
     True
     """
     import torch
 
-    facts = (_cpu_model(), os.cpu_count(), threads, torch.__version__, CALIBRATION_VERSION)
+    allocator = tuple(os.environ.get(name, "") for name in ALLOCATOR_SETTINGS)
+    facts = (_cpu_model(), os.cpu_count(), threads, torch.__version__, CALIBRATION_VERSION,
+             *((allocator,) if any(allocator) else ()))
     digest = hashlib.sha256(repr(facts).encode()).hexdigest()[:16]
     return f"cpu-{threads}t-{digest}"
 

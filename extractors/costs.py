@@ -34,7 +34,13 @@ from egraph.enode import ENode
 from egraph.extract.program import dag_cost, node_costs, program_order, source_program
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
-from extractors.hardware import HARDWARE, MEASURED_ONLY, OWN_EMISSION_ONLY, Hardware
+from extractors.hardware import (
+    HARDWARE,
+    MEASURED_ONLY,
+    OWN_EMISSION_ONLY,
+    ROW_MAJOR_OPERAND,
+    Hardware,
+)
 
 # From the op table: ops that compute nothing, views, and ops that move no bytes.
 _FREE = names(flops=0.0)
@@ -387,6 +393,53 @@ def _permuted_weight(egraph, orders: dict[int, tuple], weight: int) -> int:
     return 0 if per_group == 1 or height * width == 1 else _numel(_meta(egraph, weight))
 
 
+def transposed_matrix(egraph, cid: int) -> bool:
+    """Whether class ``cid`` is a transposed matrix whichever form is extracted: one of its
+    e-nodes is a ``transpose`` or ``permute`` of a row-major matrix whose dims are both
+    longer than 1, and none gives it in row-major order (an op that computes it anew, a
+    view of a row-major tensor). A kernel of
+    :data:`~extractors.hardware.ROW_MAJOR_OPERAND` copies it first.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda g, x: (g.t() @ x, g.t(), g.t().t())),
+    ...                     (torch.randn(8, 4), torch.randn(8, 3)))
+    >>> [transposed_matrix(eg, c) for c in eg.roots]
+    [False, True, False]
+    """
+    return _matrix_order(egraph, egraph.find(cid), {}) == "transposed"
+
+
+def _matrix_order(egraph, cid: int, seen: dict) -> str | None:
+    """``"row"`` where some form of class ``cid`` is row-major in memory, else
+    ``"transposed"`` where some form is a transposed row-major matrix, else None (not
+    known: a cycle of views, a view of a tensor of another rank)."""
+    if cid in seen:
+        return seen[cid]
+    seen[cid] = None  # (a cycle through this class tells nothing)
+    shape = getattr(_meta(egraph, cid), "shape", None)
+    found = set()
+    for node in egraph.nodes(cid):
+        entry = TABLE.get(node.op) if isinstance(node.op, str) else None
+        if entry is None or entry.kind != "view":
+            found.add("row")
+            break
+        inner = egraph.find(node.children[0]) if node.children else None
+        inner_shape = getattr(_meta(egraph, inner), "shape", None) if inner is not None else None
+        if node.op in ("transpose", "permute") and shape is not None and len(shape) == 2:
+            if min(map(int, shape)) > 1:
+                order = _matrix_order(egraph, inner, seen)
+                found.add({"row": "transposed", "transposed": "row"}.get(order))
+            else:
+                found.add("row")
+        elif inner_shape is not None and tuple(inner_shape) == tuple(shape or ()):
+            found.add(_matrix_order(egraph, inner, seen))
+        elif _matrix_order(egraph, inner, seen) == "row" and node.op == "reshape":
+            found.add("row")
+    seen[cid] = "row" if "row" in found else "transposed" if "transposed" in found else None
+    return seen[cid]
+
+
 class KernelBlind:
     """``cost`` as extraction uses it where the model does not price machine kernels (every
     model but :class:`Roofline`, whose profile prices them by its measured curves): an
@@ -553,6 +606,12 @@ class Roofline(CostModel):
     kernel (a plain sum). ``hardware`` is a :class:`Hardware` or a profile name. Fused,
     it prices the kernels whose speed holds only in our own emission
     (:data:`~extractors.hardware.OWN_EMISSION_ONLY`) infinite.
+
+    Per op, where the profile measured them, it also charges the copy a kernel of
+    :data:`~extractors.hardware.ROW_MAJOR_OPERAND` makes of a transposed matrix
+    (:func:`transposed_matrix`, ``transposed_copy``) and, unfused, the page faults of a
+    result too large for the allocator to keep (:meth:`Hardware.fresh_time`; generated
+    code reuses its dead buffers).
     """
 
     prices_kernels = True  # (its profile's curves do: MEASURED_ONLY)
@@ -592,8 +651,10 @@ class Roofline(CostModel):
             compute = hw.compute_time(region.ops[0] if region.library else "add", f, dtype,
                                       b)
             measured = sum(self._element_time(egraph, c, choice[c]) for c in region.classes)
-            fixed = hw.launch_overhead + (hw.extern_time(region.ops[0]) if region.library
-                                          else 0.0)
+            fixed = hw.launch_overhead + (
+                hw.extern_time(region.ops[0]) + sum(self._operand_copy(egraph, choice[c])
+                                                    for c in region.classes)
+                if region.library else 0.0)
             total += max(compute, measured, hw.moving(b)) + fixed
         return total
 
@@ -634,7 +695,19 @@ class Roofline(CostModel):
         compute = max(hw.compute_time(node[0], f, dtype, b),
                       self._element_time(egraph, cid, node))
         fixed = kernels * hw.launch_overhead + (hw.extern_time(node[0]) if self.fused else 0.0)
-        return max(compute, passes * hw.moving(b)) + fixed
+        if not self.fused:  # (generated code reuses its dead buffers: Inductor plans them)
+            fixed += hw.fresh_time(_bytes(_meta(egraph, cid)))
+        return max(compute, passes * hw.moving(b)) + fixed + self._operand_copy(egraph, node)
+
+    def _operand_copy(self, egraph, node: tuple) -> float:
+        """Seconds a kernel of :data:`~extractors.hardware.ROW_MAJOR_OPERAND` spends
+        copying its transposed first operand to row-major (0 for any other e-node)."""
+        if node[0] not in ROW_MAJOR_OPERAND or not transposed_matrix(egraph, node[1]):
+            return 0.0
+        hw, operand = self.hardware, _meta(egraph, node[1])
+        moved = 2 * _bytes(operand)  # (read strided, written row-major)
+        return (max(hw.element_time("transposed_copy", _numel(operand)), hw.moving(moved))
+                + (0.0 if self.fused else hw.fresh_time(moved / 2)) + hw.launch_overhead)
 
     def _element_time(self, egraph, cid: int, node: tuple) -> float:
         """The measured compute time of one e-node (``Hardware.element_seconds``); 0 where

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MATRIX_OPS = {"matmul", "einsum", "linear", "onednn_linear", "onednn_linear_gelu",
+_MATRIX_OPS = {"matmul", "addmm", "einsum", "linear", "onednn_linear", "onednn_linear_gelu",
                "mkl_linear", "conv1d", "conv2d", "onednn_conv2d", "onednn_conv2d_relu", "sdpa",
                "masked_attention"}
 
-RATE_KINDS = {"matmul": "matmul", "einsum": "matmul", "linear": "matmul",
+RATE_KINDS = {"matmul": "matmul", "addmm": "matmul", "einsum": "matmul", "linear": "matmul",
               "onednn_linear": "onednn_linear", "onednn_linear_gelu": "onednn_linear",
               "mkl_linear": "mkl_linear",
               "conv1d": "conv", "conv2d": "conv",
@@ -56,6 +56,14 @@ generated code reuses its buffers with no new version), and the post-op kernels 
 plain calls under a tracer (Inductor fuses the post-ops itself). The fused cost model,
 which prices the programs Inductor generates, prices them infinite."""
 
+ROW_MAJOR_OPERAND = frozenset({"onednn_linear", "onednn_linear_gelu", "mkl_linear"})
+"""Kernels that copy a transposed matrix operand to row-major before they run, where
+torch's products read it in place (BLAS takes a transposed operand as it is): a weight's
+gradient, ``g.t() @ x``, through oneDNN's inner product copied the 512 x 50304 output
+gradient of GPT-2's tied ``lm_head`` in 76 ms on one CPU, and then ran 288 ms against
+226 for torch's ``mm``. :class:`~extractors.costs.Roofline` charges the copy
+(``transposed_copy``, :func:`measure_cpu`)."""
+
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
     (16, 64, (64, 32, 32)),       # the corpus Llama's Q, K, V (two key/value heads)
@@ -76,6 +84,15 @@ timed separately and merged by :func:`measure_merged_gemm`."""
 # which is what the roofline charges (launch_overhead, bytes_moved); no size-dependent
 # efficiency term is needed.
 
+
+FRESH_MAPPING_BYTES = 32 << 20
+"""The size from which a tensor the CPU allocates is a fresh mapping from the operating
+system, whose pages fault in (and are zeroed) as the kernel first writes them: glibc's
+malloc maps every block of at least this size (its largest mmap threshold) anew and
+unmaps it when freed. On one CPU writing a fresh 154 MiB result took 0.28-0.33 ns a byte
+more than writing it into a buffer (a fill: 50 ms against 6.6), where below 32 MiB the
+two took the same time; an allocator that keeps such blocks measures no difference
+(``fresh_mapping``, :func:`measure_cpu`)."""
 
 CACHE_BYTES = 16 << 20
 """What a CPU kernel may move and still run from cache in the shipped profile: half the CI
@@ -146,7 +163,9 @@ class Hardware:
     two memory formats (channels-last and contiguous) takes per element beyond the same
     op over one format (5-11x an add's time on one CPU), ``conv_weight_layout`` the time
     per weight element torch's convolution over a channels-last input spends permuting a
-    row-major weight. ``extern_seconds``: ``(op,
+    row-major weight, ``transposed_copy`` the time per element of copying a transposed
+    matrix to row-major (:data:`ROW_MAJOR_OPERAND`), ``fresh_mapping`` the time per byte
+    of a fresh result's page faults (:meth:`fresh_time`). ``extern_seconds``: ``(op,
     seconds)``, the fixed cost of a library op's
     call beyond a launch, where generated code (Inductor's) calls it as an external kernel
     (:meth:`extern_time`): the fused cost model's alternative is then a few generated
@@ -198,6 +217,18 @@ class Hardware:
         if self.cache_bytes and nbytes <= self.cache_bytes:
             return nbytes / self.cache_bandwidth
         return nbytes / self.bandwidth
+
+    def fresh_time(self, nbytes: float) -> float:
+        """Seconds the pages of a fresh result of ``nbytes`` take to fault in: the
+        profile's ``fresh_mapping`` time per byte from :data:`FRESH_MAPPING_BYTES`, 0
+        below it or where not measured.
+
+        >>> hw = Hardware("cpu", 1e9, 1e9, 1e9, 1e9, 0.0,
+        ...               element_seconds=(("fresh_mapping", 3e-10),))
+        >>> hw.fresh_time(1 << 20), round(hw.fresh_time(100 << 20) * 1e3, 1)
+        (0.0, 31.5)
+        """
+        return self.element_time("fresh_mapping", nbytes) if nbytes >= FRESH_MAPPING_BYTES else 0.0
 
     def element_time(self, op: str, elements: float, variant: str | None = None) -> float:
         """Seconds ``op`` (in its form ``variant``, where measured) takes over
@@ -376,6 +407,8 @@ def measure_cpu(threads: int = 1) -> Hardware:
     element of :data:`ELEMENT_OPS` on 256K elements (1 MiB, in cache), what a sum over
     two memory formats adds per element (``mixed_layout``), what a convolution over a
     channels-last input adds per element of a row-major weight (``conv_weight_layout``),
+    what copying a transposed matrix to row-major takes per element (``transposed_copy``),
+    what a fresh result's pages take to fault in per byte (``fresh_mapping``),
     and sdpa's setup
     (a call on a tiny attention, less a launch); each the least of several calls
     (:func:`least_seconds`)."""
@@ -423,6 +456,19 @@ def measure_cpu(threads: int = 1) -> Hardware:
                                                         for _ in range(4)], 7) / 4
                            for w in (weight, weight_last))
     element_seconds += (("conv_weight_layout", max(permuting - permuted, 0.0) / weight.numel()),)
+    # a transposed matrix copied to row-major (ROW_MAJOR_OPERAND), larger than the caches:
+    # strided reads, 3 ns an element against 1.1 for a plain copy on one CPU
+    rows = torch.randn(2048, 4096)
+    element_seconds += (("transposed_copy",
+                         least_seconds(lambda: rows.t().contiguous(), 5) / rows.numel()),)
+    # a result of FRESH_MAPPING_BYTES or more: a fill of a fresh block less one into a
+    # block kept, per byte (0 where the allocator keeps large blocks)
+    large = 2 * FRESH_MAPPING_BYTES // 4
+    kept = torch.empty(large)
+    fresh = least_seconds(lambda: torch.empty(large).fill_(0.0), 5)
+    element_seconds += (("fresh_mapping",
+                         max(fresh - least_seconds(lambda: kept.fill_(0.0), 5), 0.0)
+                         / (4 * large)),)
     q = torch.randn(2, 4, 8, 16)  # arithmetic of 0.1 us: the call's setup alone
     attention = least_seconds(lambda: functional.scaled_dot_product_attention(q, q, q), 101)
     torch.set_num_threads(before)

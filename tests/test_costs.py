@@ -504,3 +504,70 @@ def test_a_convolution_over_a_channels_last_input_is_charged_its_weights_permuta
         priced = [Roofline(profile, fused=False).program_cost(eg)
                   for profile in (measured, HARDWARE["cpu"])]
         assert priced[0] - priced[1] == pytest.approx(charged, abs=1e-15), program.__name__
+
+
+def _profile_with(*element_seconds, rates=()):
+    import dataclasses
+
+    return dataclasses.replace(HARDWARE["cpu"], rates=rates, element_seconds=(
+        *HARDWARE["cpu"].element_seconds, *element_seconds))
+
+
+def test_a_weight_gradient_through_onednn_pays_for_copying_its_transposed_operand():
+    """A weight's gradient reads the output gradient transposed (``g.t() @ h``). oneDNN's
+    inner product copies that operand to row-major first (76 ms of GPT-2's 288 for the
+    tied lm_head on one CPU), torch's product reads it in place: with the copy priced,
+    extraction keeps torch's product there even where oneDNN's curve is the faster, and
+    still takes oneDNN's for a row-major operand."""
+    from egraph.extract import choose, program_roots
+    from extractors.costs import transposed_matrix
+
+    curve = ((1e5, 1e10), (1e9, 1e11))
+    profile = _profile_with(("transposed_copy", 3e-9), rates=(
+        ("matmul", curve), ("onednn_linear", tuple((f, 1.1 * r) for f, r in curve))))
+    rules = load_rules("all")
+
+    def kernels(fn, *inputs):
+        eg = _eg(fn, *inputs)
+        eg.saturate(rules)
+        choice = choose(eg, Roofline(profile, fused=False), "dag", program_roots(eg))[0]
+        return eg, sorted({n[0] for n in choice.values() if isinstance(n[0], str)})
+
+    g, h, w = torch.randn(256, 1024), torch.randn(256, 128), torch.randn(1024, 128)
+    eg, gradient = kernels(lambda g, h: g.t() @ h, g, h)
+    assert "onednn_linear" not in gradient and {"matmul", "linear"} & set(gradient)
+    assert "onednn_linear" in kernels(lambda g, w: g @ w, g, w)[1]
+    # (a transpose of a transpose is row-major again; a vector is not a transposed matrix)
+    eg = _eg(lambda g, v: (g.t(), g.t().t(), v.t()), g, torch.randn(1, 7))
+    assert [transposed_matrix(eg, c) for c in eg.roots] == [True, False, False]
+
+
+def test_a_result_too_large_for_the_allocator_to_keep_pays_for_its_pages():
+    """glibc maps every block of 32 MiB or more anew and its pages fault in as they are
+    first written (a fill of 154 MiB: 50 ms against 6.6 into a kept block, on one CPU): a
+    profile that measured it charges the result's bytes, from that size only."""
+    from extractors.hardware import FRESH_MAPPING_BYTES
+
+    charged = _profile_with(("fresh_mapping", 3e-10))
+    for rows, paid in ((FRESH_MAPPING_BYTES // (4 * 1024), True), (1024, False)):
+        x = torch.randn(rows, 1024)
+        eg = _eg(lambda x: x + 1, x)
+        gap = (Roofline(charged, fused=False).program_cost(eg)
+               - Roofline(HARDWARE["cpu"], fused=False).program_cost(eg))
+        assert gap == pytest.approx(3e-10 * x.numel() * 4 if paid else 0.0, abs=1e-12)
+
+
+def test_a_tied_weights_two_gradients_are_one_addmm():
+    """GPT-2's lm_head shares the embedding's weight, so its gradient is the product
+    ``g.t() @ h`` plus the embedding's: ``addmm`` adds it as it writes the product (231 ms
+    against 275 for ``mm`` then ``add`` at 512 x 50304 x 768 on one CPU), the same values."""
+    def tied(g, h, c):
+        return c + torch.mm(g.permute(1, 0), h)
+
+    inputs = (torch.randn(16, 40), torch.randn(16, 24), torch.randn(40, 24))
+    eg = _eg(tied, *inputs)
+    eg.saturate(load_rules("all"))
+    module = eg.extract(Roofline(HARDWARE["cpu"], fused=False))
+    calls = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert torch.addmm in calls and torch.add not in calls
+    torch.testing.assert_close(module(*inputs), tied(*inputs))

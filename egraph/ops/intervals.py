@@ -273,6 +273,19 @@ def contraction(kids, values, shapes) -> Interval:
     return _summed_products(kids, shapes[1][-1])
 
 
+def accumulated_contraction(kids, values, shapes) -> Interval:
+    """``c + x @ y`` (addmm's operands ``c, x, y``): ``k`` products summed (``k`` the
+    second operand's last dim), plus ``c``.
+
+    >>> accumulated_contraction([(0.0, 1.0), (-1.0, 1.0), (0.0, 2.0)], [],
+    ...                         [(2, 3), (2, 3), (2, 4), (4, 3)])
+    (-8.0, 9.0)
+    """
+    if shapes is None or not shapes[2]:
+        return UNBOUNDED
+    return _summed_products([kids[1], kids[2], kids[0]], shapes[2][-1])
+
+
 def einsum_contraction(kids, values, shapes) -> Interval:
     """A two-operand einsum: as many products summed per output element as the letters
     no output dim keeps span (:func:`egraph.ops.einsum_plan.summed_count`).

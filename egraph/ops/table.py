@@ -214,7 +214,7 @@ def names(**facts) -> frozenset[str]:
     """The ops whose facts equal the given values (``names(kind="view")``).
 
     >>> sorted(names(kind="library", error="multilinear"))[:6]
-    ['conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear', 'matmul']
+    ['addmm', 'conv1d', 'conv2d', 'einsum', 'grouped_mm', 'linear']
     """
     return frozenset(n for n, e in TABLE.items()
                      if all(getattr(e, k) == v for k, v in facts.items()))
@@ -902,6 +902,15 @@ op("linear", "x weight bias", "library", impl="torch.nn.functional.linear", cont
    " Tensor.baddbmm:baddbmm aten.baddbmm.default:baddbmm",
    modules=(Module("torch.nn.Linear", ("input", "weight", "bias")),),
    why={"triton": _NO_KERNEL})
+# a product plus a tensor of its shape as one BLAS call that adds it while writing the
+# product (a tied weight's two gradients, GPT-2's lm_head and embedding: 231 ms against 275
+# for mm then add at 512 x 50304 x 768 on one CPU); programs' addmm lower to the sum and
+# the product, the rule addmm joins them where the cost model prices it lower
+op("addmm", "c x y", "library", impl="torch.addmm", contiguous=True, workspace="measured",
+   flops=lambda n, kids: _matmul_flops(n, kids[1:]) + n, error="multilinear",
+   interval=iv.accumulated_contraction,
+   why={"triton": _NO_KERNEL, "spellings": "reached only from rules: torch.addmm lowers "
+        "to its sum and product (linear's spellings)"})
 # linear through oneDNN's inner product on the CPU (torch's linear elsewhere): the rule
 # linear-onednn adds it beside linear, and the cost model chooses by this machine's
 # measured curve of each (a profile that has not measured it never chooses it); a

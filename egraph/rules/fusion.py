@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from egraph.ops import (
+    addmm,
     amax,
     batch_norm,
     clamp,
@@ -118,6 +119,13 @@ def _affine_matches(*names):
         target = value_of(egraph, subst["s"])
         return all(shape_of(egraph, subst[n]) == target for n in names)
     return guard
+
+
+@named("x and w are matrices and c has the shape of their product")
+def _product_shaped(egraph, subst) -> bool:
+    a, b = shape_of(egraph, subst["x"]), shape_of(egraph, subst["w"])
+    return (a is not None and b is not None and len(a) == len(b) == 2
+            and shape_of(egraph, subst["c"]) == (a[0], b[1]))
 
 
 @named("transpose of the last two dims of k")
@@ -577,6 +585,12 @@ RULES: list[LibraryRule] = [
     rule("linear-add-bias", linear(x, w, None) + b, linear(x, w, b), when=rank_is(b, 1),
          example=lambda x, w, b: F.linear(x, w) + b, inputs={"x": (4, 8), "w": (6, 8), "b": (6,)},
          description="a bias added after linear fuses into it"),
+    rule("addmm", matmul(x, w) + c, addmm(c, x, w),
+         when=all_of(_product_shaped, floating(x), same_dtype(x, w, c)),
+         example=(lambda x, w, c: x @ w + c, lambda x, w, c: c + x.t().t() @ w),
+         inputs={"x": (4, 8), "w": (8, 6), "c": (4, 6)},
+         description="a matrix product plus a tensor of its shape is addmm, which adds it "
+                     "as it writes the product (a tied weight's two gradients)"),
     rule("gelu-tanh", 0.5 * x * (1 + tanh(c * (x + r * x ** 3))), gelu(x, "tanh"),
          when=all_of(literal_near(c, math.sqrt(2 / math.pi)), literal_near(r, 0.044715)),
          example=lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2 / math.pi)
