@@ -76,6 +76,22 @@ def test_a_profile_of_another_calibration_version_is_not_read(tmp_path):
         load_profile(path)
 
 
+def test_another_allocator_is_measured_anew(monkeypatch):
+    """What a fresh result of 32 MiB or more costs is the allocator's doing (glibc maps it
+    anew; jemalloc, tcmalloc or glibc told not to map keep it): a preloaded allocator or
+    malloc's settings name another profile; the same settings, the same one."""
+    for name in calibration.ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    plain = profile_key(2)
+    monkeypatch.setenv("LD_PRELOAD", "libjemalloc.so.2")
+    preloaded = profile_key(2)
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
+    assert len({plain, preloaded, profile_key(2)}) == 3
+    monkeypatch.delenv("MALLOC_MMAP_MAX_")
+    assert profile_key(2) == plain
+
+
 def test_an_unwritable_cache_still_gives_the_measured_profile(cache, monkeypatch, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
