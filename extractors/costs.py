@@ -434,7 +434,7 @@ def _matrix_order(egraph, cid: int, seen: dict) -> str | None:
                 found.add("row")
         elif inner_shape is not None and tuple(inner_shape) == tuple(shape or ()):
             found.add(_matrix_order(egraph, inner, seen))
-        elif _matrix_order(egraph, inner, seen) == "row" and node.op == "reshape":
+        elif node.op == "reshape" and _matrix_order(egraph, inner, seen) == "row":
             found.add("row")
     seen[cid] = "row" if "row" in found else "transposed" if "transposed" in found else None
     return seen[cid]

@@ -57,12 +57,13 @@ plain calls under a tracer (Inductor fuses the post-ops itself). The fused cost 
 which prices the programs Inductor generates, prices them infinite."""
 
 ROW_MAJOR_OPERAND = frozenset({"onednn_linear", "onednn_linear_gelu", "mkl_linear"})
-"""Kernels that copy a transposed matrix operand to row-major before they run, where
-torch's products read it in place (BLAS takes a transposed operand as it is): a weight's
-gradient, ``g.t() @ x``, through oneDNN's inner product copied the 512 x 50304 output
-gradient of GPT-2's tied ``lm_head`` in 76 ms on one CPU, and then ran 288 ms against
-226 for torch's ``mm``. :class:`~extractors.costs.Roofline` charges the copy
-(``transposed_copy``, :func:`measure_cpu`)."""
+"""Kernels that copy a transposed first operand (the input; a transposed weight they read
+as it is) to row-major before they run, where torch's products read it in place (BLAS
+takes a transposed operand as it is): a weight's gradient, ``g.t() @ x``, through
+oneDNN's inner product copied the 512 x 50304 output gradient of GPT-2's tied ``lm_head``
+in 76 ms on one CPU, and then ran 288 ms against 226 for torch's ``mm``; MKL's packed
+product computes on a row-major input too. :class:`~extractors.costs.Roofline` charges
+the copy (``transposed_copy``, :func:`measure_cpu`)."""
 
 MERGED_SHAPES = (
     (32, 64, (64, 64, 64)),       # the bundled demo's Q, K, V projections
