@@ -82,10 +82,10 @@ ALLOCATOR_SETTINGS = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_MMAP_MAX_",
                       "TCMALLOC_RELEASE_RATE", "THP_MEM_ALLOC_ENABLE")
 """The environment variables that choose or tune the memory allocator (a preloaded
 jemalloc or tcmalloc, glibc's malloc settings, torch's huge pages): part of
-:func:`profile_key`. glibc's malloc maps a block of 32 MiB or more anew on every
-allocation, and a fresh result's pages then fault in (0.25 ns a byte on one CPU: a fill
-of 154 MiB took 50 ms against 6.6 into a kept block); with ``MALLOC_MMAP_MAX_=0`` and
-``MALLOC_TRIM_THRESHOLD_`` large, it took 4.9 ms."""
+:func:`profile_key`, since they decide what a fresh large result costs
+(:data:`extractors.hardware.FRESH_MAPPING_BYTES`): with ``MALLOC_MMAP_MAX_=0`` and
+``MALLOC_TRIM_THRESHOLD_`` large, glibc keeps such blocks, and a fill of 154 MiB that took
+50 ms took 4.9 on one CPU."""
 
 _profiles: dict[tuple[str, int, str], Hardware] = {}
 
@@ -299,9 +299,8 @@ def cache_dir() -> Path:
 def profile_key(threads: int) -> str:
     """The name of this machine's cached profile at ``threads`` threads: a hash of what
     makes a measurement stale (the CPU's model and core count, the thread count, torch's
-    version, :data:`CALIBRATION_VERSION`, and the memory allocator's settings
-    (:data:`ALLOCATOR_SETTINGS`), which decide what a fresh large result costs:
-    :data:`extractors.hardware.FRESH_MAPPING_BYTES`).
+    version, :data:`CALIBRATION_VERSION`, and the memory allocator's settings,
+    :data:`ALLOCATOR_SETTINGS`).
 
     >>> profile_key(2) != profile_key(1)
     True
