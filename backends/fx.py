@@ -99,10 +99,13 @@ def _plain_matmul(a: tuple | None, b: tuple | None):
 
 
 class _Emitter:
-    def __init__(self, egraph: EGraph, choice: dict[int, tuple], fusions: list[Fusion] = ()):
+    def __init__(self, egraph: EGraph, choice: dict[int, tuple], fusions: list[Fusion] = (),
+                 channels_last: frozenset[int] = frozenset()):
         self.eg = egraph
         self.src: FxSource = egraph.fx
         self.choice = choice
+        # the convolutions whose input is converted to channels-last first
+        self.channels_last = frozenset(map(egraph.find, channels_last))
         self.graph = fx.Graph()
         self.values: dict[int, Any] = {}
         self.attrs: dict[str, fx.Node] = {}
@@ -247,17 +250,23 @@ class _Emitter:
                 stack.extend(reversed(missing))
                 continue
             stack.pop()
-            self.values[c] = value = self.emit(node, self.eg.data(c))
+            first = self.to_channels_last(node[1]) if c in self.channels_last else None
+            self.values[c] = value = self.emit(node, self.eg.data(c), first)
             if isinstance(value, fx.Node):
                 value.meta.setdefault(EMITTED_CLASS, c)
                 self.metas[value] = self.eg.data(c)
-                self.note_storage(node[0], [self.values[self.find(k)] for k in node[1:]],
+                kids = [self.values[self.find(k)] for k in node[1:]]
+                self.note_storage(node[0], kids if first is None else [first, *kids[1:]],
                                   value)
         return self.values[root]
 
-    def emit(self, node: tuple, meta: Any) -> Any:
+    def emit(self, node: tuple, meta: Any, first: fx.Node | None = None) -> Any:
+        """The FX value of e-node ``node`` (its class's analysis data ``meta``), its
+        operands emitted; ``first`` stands for its first operand where given."""
         op = node[0]
         kids = [self.values[self.find(k)] for k in node[1:]]
+        if first is not None:
+            kids[0] = first
         if meta is not None and meta.kind == "scalar" and op in SCALAR_OPS:
             # shape arithmetic on Python numbers: operator/math, not torch
             call = self.graph.call_function(SCALAR_OPS[op], tuple(kids))
@@ -317,6 +326,15 @@ class _Emitter:
         if isinstance(spec.impl, str):
             return self.graph.call_method(spec.impl, args, kwargs)
         return self.graph.call_function(spec.impl, args, kwargs)
+
+    def to_channels_last(self, cid: int) -> fx.Node:
+        """Class ``cid``'s value converted to channels-last (the same tensor where it is
+        already): a convolution's input, where the cost model says it runs faster so."""
+        value = self.graph.call_method("contiguous", (self.values[self.find(cid)],),
+                                       {"memory_format": torch.channels_last})
+        self.metas[value] = self.eg.data(cid)
+        self.strided.add(value)
+        return value
 
     def input_size(self, given: fx.Node, dim: int) -> fx.Node:
         """``given.size(dim)`` of an input, which a folded value may read
@@ -597,8 +615,13 @@ def _set_path(root: nn.Module, path: str, value: torch.Tensor, buffer: bool) -> 
 
 
 def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
-                 judge: Roofline | None = None) -> fx.GraphModule:
+                 judge: Roofline | None = None, channels_last: frozenset[int] = frozenset()
+                 ) -> fx.GraphModule:
     """The GraphModule of a choice (class -> chosen e-node) over an e-graph from FX.
+
+    ``channels_last``: the convolutions whose input is converted to channels-last first
+    (:meth:`extractors.costs.Roofline.channels_last_convolutions`); a convolution keeps its
+    input's format, so one conversion serves the stack after it.
 
     ``target="cuda"`` emits the fusion regions as Triton kernel calls
     (:mod:`backends.triton`): those ``judge`` (a Roofline model) says pay, or every region
@@ -625,7 +648,7 @@ def build_module(egraph: EGraph, choice: dict[int, tuple], target: str = "cpu",
         from backends.triton.regions import plan
 
         fusions = plan(egraph, choice, judge)
-    emitter = _Emitter(egraph, choice, fusions)
+    emitter = _Emitter(egraph, choice, fusions, channels_last)
     graph = emitter.run()
     if fusions:
         from backends.triton.emit import KernelNames

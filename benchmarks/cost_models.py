@@ -21,7 +21,9 @@ programs and rounds):
    program, one class's e-node changed to another that keeps the program acyclic (the
    sub-programs it adds taken from the default's greedy choice), drawn in a seeded order;
    random extractions (:class:`extractors.RandomCost`), then more neighbours where those repeat
-   programs. Each is emitted (``backends.fx.build_module``) and validated against the
+   programs. Each is emitted as the pipeline emits the default's choice
+   (:func:`compiler.fx.emitter`: channels-last convolutions where the default cost model
+   says they pay) and validated against the
    source on the example inputs (:class:`compiler.autotune.Candidates`, as the backend's
    autotuning finds its candidates); one that fails is listed and left out.
 3. Timed: medians of interleaved rounds (every program once per round, in a seeded
@@ -74,7 +76,7 @@ import torch.fx as fx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.fx import EMITTED_CLASS, build_module  # noqa: E402
+from backends.fx import EMITTED_CLASS  # noqa: E402
 from benchmarks import real_size  # noqa: E402
 from benchmarks.report import (  # noqa: E402
     add_out_option,
@@ -84,7 +86,7 @@ from benchmarks.report import (  # noqa: E402
 )
 from compiler.autotune import Candidate, Candidates  # noqa: E402
 from compiler.compile import default_cost  # noqa: E402
-from compiler.fx import choose_program  # noqa: E402
+from compiler.fx import choose_program, emitter  # noqa: E402
 from compiler.timing import interleaved_times, twin_gap  # noqa: E402
 from egraph import EGraph  # noqa: E402
 from egraph.extract import best_nodes, choose, program_order, program_roots  # noqa: E402
@@ -168,7 +170,8 @@ def collect_programs(egraph: EGraph, costs: dict[str, Any], limit: int, seed: in
     of the default's program and random extractions until ``limit`` distinct programs
     (the module docstring says how each is found). Returns the collection and, per cost
     model, the program its pipeline method extracts."""
-    found = Candidates(egraph)  # every cost model's choice is kept
+    # (every cost model's choice is kept; each emitted as the pipeline emits the default's)
+    found = Candidates(egraph, emitter(egraph, costs["default"]))
     roots = program_roots(egraph)
     source = source_program(egraph)
     found.offer("source", source)
@@ -245,6 +248,7 @@ def class_seconds(module: fx.GraphModule, inputs: Sequence, runs: int = PROFILE_
     """Seconds each class's calls take in a run of ``module`` on ``inputs`` (the median of
     ``runs`` runs after a first), key None for calls of no class.
 
+    >>> from backends.fx import build_module
     >>> from egraph import EGraph
     >>> from egraph.extract import source_program
     >>> x = torch.randn(8)
@@ -480,11 +484,12 @@ def run_model(name: str, model: torch.nn.Module, inputs: tuple, programs: int = 
     found, chosen = collect_programs(eg, costs, programs, seed)
     t2 = clock()
     kept = found.programs
-    twin = build_module(eg, kept[0].choice)  # the source again: the timing's yardstick
+    build = emitter(eg, costs["default"])
+    twin = build(kept[0].choice)  # the source again: the timing's yardstick
     default = chosen.get("default") or kept[0]
     # (every call is bracketed by calls of the default's program, which divide out the
     # machine's drift: compiler.timing)
-    reference = build_module(eg, default.choice)
+    reference = build(default.choice)
     # (the programs share the constants they fold alike, FoldedConstants.share; these two
     # keep their own, so that the reference's calls leave no program's weights in cache)
     fns = {i: (lambda m=p.module: m(*inputs)) for i, p in enumerate(kept)}

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +142,8 @@ class ExtractionReport:
     program holds, with how many (what the program owes to each rule).
     ``accuracy_refused``: why the accuracy search's rewrite (under ``Curvature``) was not
     kept, when its program failed the validation the extracted one passed.
+    ``channels_last``: the convolutions whose input the program converts to channels-last
+    (:meth:`extractors.costs.Roofline.channels_last_convolutions`).
     """
 
     cost_before: Any
@@ -160,6 +163,7 @@ class ExtractionReport:
     accuracy_refused: str | None = None
     memory: BudgetedProgram | None = None  # under a memory budget: the peak and its bounds
     autotune: Autotuned | None = None  # with autotune: what was timed, what was kept
+    channels_last: int = 0
 
     def __str__(self) -> str:
         lines = [
@@ -179,6 +183,9 @@ class ExtractionReport:
             lines.append(str(self.validation))
         if self.kernels:
             lines.append("fused kernels: " + ", ".join(self.kernels))
+        if self.channels_last:
+            lines.append(f"channels-last: the inputs of {self.channels_last} convolutions "
+                         "converted (each keeps the format for the ones after it)")
         if self.fell_back:
             lines.append("validation failed: the original program was returned" + (
                 "" if self.memory is None else ", whose peak the memory budget does not hold"))
@@ -294,15 +301,16 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     judge = None
     if target == "cuda":
         judge = cost if isinstance(cost, Roofline) else Roofline()
+
+    build = emitter(egraph, cost, target, judge)
     tuned = None
     if tune is not None and roots:
         picked, tuned = autotune_program(
             egraph, cost, picked, lambda rival: choose_program(
-                egraph, rival, "auto", roots, time_limit)[0], tune,
-            lambda choice: build_module(egraph, choice, target, judge))
+                egraph, rival, "auto", roots, time_limit)[0], tune, build)
         cost_after, times["autotune"] = dag_cost(egraph, cost, picked), tuned.seconds
     t1 = time.perf_counter()
-    gm = build_module(egraph, picked, target, judge)
+    gm = build(picked)
     times["emit"] = time.perf_counter() - t1
     rewrites = {}
     if egraph.report is not None:
@@ -313,6 +321,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
         memory=budgeted, autotune=tuned,
+        channels_last=len(channels_last_convolutions(egraph, cost, picked, target)),
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
@@ -329,6 +338,31 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
                                     "optimal": optimal, "time": round(times["extract"], 6),
                                     "memory": budgeted}
     return gm
+
+
+def channels_last_convolutions(egraph: EGraph, cost: Any, choice: dict[int, tuple],
+                               target: str = "cpu") -> frozenset[int]:
+    """The convolutions of program ``choice`` whose input emission converts to
+    channels-last: where ``cost`` is a :class:`~extractors.costs.Roofline` for the CPU
+    that says it pays (:meth:`~extractors.costs.Roofline.channels_last_convolutions`)."""
+    if target != "cpu" or not isinstance(cost, Roofline):
+        return frozenset()
+    return cost.channels_last_convolutions(egraph, choice)
+
+
+def emitter(egraph: EGraph, cost: Any, target: str = "cpu", judge: Roofline | None = None
+            ) -> Callable[[dict[int, tuple]], fx.GraphModule]:
+    """How the pipeline emits a program of ``egraph`` chosen under ``cost``
+    (:func:`backends.fx.build_module`, with :func:`channels_last_convolutions`): for
+    tools that time programs as the pipeline would run them (autotuning, the cost-model
+    harness).
+
+    >>> eg = from_fx(torch.fx.symbolic_trace(lambda x: x * 2), (torch.randn(3),))
+    >>> print(emitter(eg, None)(source_program(eg)).code.strip().splitlines()[-2].strip())
+    mul = torch.mul(x, 2);  x = None
+    """
+    return lambda choice: build_module(egraph, choice, target, judge,
+                                       channels_last_convolutions(egraph, cost, choice, target))
 
 
 def _check_choices(validate: str, other_sizes: str, method: str, autotune: Any = False,

@@ -210,11 +210,13 @@ def default_cost(example_inputs: Sequence[Any], fused: bool = False):
     """
     from extractors import Roofline
     from extractors.calibration import cpu_profile
+    from extractors.convolution_times import measured_convolutions
     from extractors.hardware import HARDWARE
 
     device = cuda_device(example_inputs)
-    if device is None:
-        return Roofline(cpu_profile(), fused=fused)
+    if device is None:  # (own emission runs torch's convolutions: timed per shape)
+        return Roofline(cpu_profile(), fused=fused,
+                        convolution_times=None if fused else measured_convolutions())
     name = torch.cuda.get_device_name(device)
     return Roofline(next((p for p in HARDWARE if p != "cpu" and p in name), "H100"))
 

@@ -31,7 +31,13 @@ from typing import Any, NamedTuple
 
 from egraph.cache import current_cache
 from egraph.enode import ENode
-from egraph.extract.program import dag_cost, node_costs, program_order, source_program
+from egraph.extract.program import (
+    dag_cost,
+    node_costs,
+    program_order,
+    program_roots,
+    source_program,
+)
 from egraph.ops.table import TABLE, names
 from extractors.fusion import regions
 from extractors.hardware import (
@@ -303,13 +309,27 @@ class LayoutWork(NamedTuple):
     """What a program pays for mixing memory orders (:func:`layout_work`): ``mixed``, the
     elements elementwise ops compute over operands in two orders; ``reordered_weights``,
     the weight elements torch's convolution permutes on every call because its input is
-    channels-last and its weight row-major."""
+    channels-last and its weight row-major; ``convolutions``, each float32 ``conv2d`` of
+    torch's as ``(its shape's key, whether its input is channels-last, the weight
+    elements it so permutes)`` (:func:`convolution_key`); ``converted``, the classes of
+    those whose input the program converts to channels-last first (asked for with
+    ``channels_last_convolutions``); and ``channels_last_outputs``, the elements of the
+    program's 4-d outputs left channels-last (emission makes them contiguous where the
+    source's were)."""
 
     mixed: int
     reordered_weights: int
+    convolutions: tuple[tuple[tuple, bool, int], ...] = ()
+    converted: tuple[int, ...] = ()
+    channels_last_outputs: int = 0
 
 
-def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
+CHANNELS_LAST = (0, 2, 3, 1)
+"""The order in memory of a channels-last 4-d tensor, outermost dim first."""
+
+
+def layout_work(egraph, choice: dict[int, tuple], channels_last_convolutions: bool = False
+                ) -> LayoutWork:
     """The work the program ``choice`` does because of its operands' orders in memory.
     Each class's order (its dims from the outermost in memory to the innermost) is
     channels-last where its op writes that format (the op table's ``channels_last``:
@@ -325,6 +345,11 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
     (``benchmarks/conv_layouts.py``). :class:`Roofline` charges them at the profile's
     ``mixed_layout`` and ``conv_weight_layout`` times per element.
 
+    ``channels_last_convolutions``: the same program with the input of each float32
+    ``conv2d`` of torch's converted to channels-last where it is not already (then
+    ``converted``): what emission makes of it where
+    :meth:`Roofline.channels_last_convolutions` says it pays.
+
     >>> import torch
     >>> from egraph import EGraph
     >>> from egraph.extract.program import source_program
@@ -333,19 +358,28 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
     ...     return y.permute(0, 3, 1, 2) + x, y.exp() + 1  # channels-last + row-major
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(block),
     ...                     (torch.randn(1, 2, 3, 3), torch.randn(2, 2)))
-    >>> layout_work(eg, source_program(eg))  # the first sum only
-    LayoutWork(mixed=18, reordered_weights=0)
+    >>> layout_work(eg, source_program(eg)).mixed  # the first sum only
+    18
     >>> def stage(x, p, w):  # a convolution over the product's channels-last result
     ...     y = torch.nn.functional.linear(x.permute(0, 2, 3, 1), p).permute(0, 3, 1, 2)
     ...     return torch.nn.functional.conv2d(y, w)
     >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stage), (torch.randn(1, 4, 6, 6),
     ...                     torch.randn(4, 4), torch.randn(8, 4, 3, 3)))
-    >>> layout_work(eg, source_program(eg))  # 8 x 4 x 3 x 3 weight elements
-    LayoutWork(mixed=0, reordered_weights=288)
+    >>> layout_work(eg, source_program(eg)).reordered_weights  # 8 x 4 x 3 x 3
+    288
+    >>> def stack(x, w, v):  # two convolutions, the second over the first's result
+    ...     return torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, w).relu(), v)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stack), (torch.randn(1, 4, 6, 6),
+    ...                     torch.randn(4, 4, 1, 1), torch.randn(8, 4, 1, 1)))
+    >>> work = layout_work(eg, source_program(eg), channels_last_convolutions=True)
+    >>> len(work.converted), [cl for _, cl, _ in work.convolutions], work.channels_last_outputs
+    (1, [True, True], 288)
     """
     find = egraph.find
     orders: dict[int, tuple] = {}
     mixed = reordered = 0
+    convolutions: list[tuple[tuple, bool, int]] = []
+    converted: list[int] = []
     for c in program_order(egraph, choice):
         node = choice[c]
         entry = TABLE.get(node[0]) if isinstance(node[0], str) else None
@@ -356,7 +390,7 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
         rank = len(shape)
         first = find(node[1])
         if entry.channels_last and rank == 4:
-            orders[c] = (0, 2, 3, 1)
+            orders[c] = CHANNELS_LAST
         elif node[0] in ("permute", "transpose"):
             dims = list(range(rank))
             if node[0] == "permute":
@@ -369,17 +403,55 @@ def layout_work(egraph, choice: dict[int, tuple]) -> LayoutWork:
             if sorted(dims) == list(range(rank)) and len(inner) == rank:
                 orders[c] = tuple(dims.index(d) for d in inner)
         elif node[0] in KEEPS_LAYOUT:
-            if first in orders:
-                orders[c] = orders[first]
-                if node[0] == "conv2d" and orders[first] == (0, 2, 3, 1):
-                    reordered += _permuted_weight(egraph, orders, find(node[2]))
+            order = orders.get(first)
+            key = convolution_key(egraph, node) if node[0] == "conv2d" else None
+            if key is not None:
+                if channels_last_convolutions and order != CHANNELS_LAST and not (
+                        _in_both_orders(key[0])):
+                    converted.append(c)
+                    order = CHANNELS_LAST
+                weights = (_permuted_weight(egraph, orders, find(node[2]))
+                           if order == CHANNELS_LAST else 0)
+                reordered += weights
+                convolutions.append((key, order == CHANNELS_LAST, weights))
+            if order is not None:
+                orders[c] = order
         elif entry.kind == "pointwise":
             found = [orders.get(k, tuple(range(rank))) for k in map(find, node[1:])
                      if getattr(_meta(egraph, k), "shape", None) == shape]
             if found:
                 orders[c] = found[0]
                 mixed += _numel(meta) if len(set(found)) > 1 else 0
-    return LayoutWork(mixed, reordered)
+    outputs = sum(_numel(_meta(egraph, r)) for r in set(map(find, program_roots(egraph)))
+                  if orders.get(r) == CHANNELS_LAST)
+    return LayoutWork(mixed, reordered, tuple(convolutions), tuple(converted), outputs)
+
+
+def _in_both_orders(shape: tuple) -> bool:
+    """Whether a 4-d tensor of ``shape`` lies alike in memory row-major and channels-last
+    (one channel, or one pixel: a squeeze-and-excite's pooled channels)."""
+    return shape[1] == 1 or shape[2] * shape[3] == 1
+
+
+def convolution_key(egraph, node: tuple) -> tuple | None:
+    """The :data:`~extractors.convolution_times.ConvolutionKey` of a ``conv2d`` e-node of
+    float32 4-d tensors with numbers for its attributes, or None."""
+    x, w, b = (_meta(egraph, egraph.find(k)) for k in node[1:4])
+    shapes = [getattr(m, "shape", None) for m in (x, w)]
+    if any(s is None or len(s) != 4 for s in shapes) or getattr(x, "dtype", None) is None \
+            or str(x.dtype) != "torch.float32":
+        return None
+    attributes = [getattr(_meta(egraph, egraph.find(k)), "value", None) for k in node[4:8]]
+    *pairs, groups = attributes
+    pairs = [tuple(p) if isinstance(p, (tuple, list)) else (p, p) for p in pairs]
+    if not isinstance(groups, int) or not all(
+            len(p) == 2 and all(type(v) is int for v in p) for p in pairs):
+        return None
+    try:
+        sizes = tuple(tuple(map(int, s)) for s in shapes)
+    except TypeError:  # (a symbolic size)
+        return None
+    return (*sizes, getattr(b, "kind", None) == "tensor", *pairs, groups)
 
 
 def _permuted_weight(egraph, orders: dict[int, tuple], weight: int) -> int:
@@ -616,7 +688,8 @@ class Roofline(CostModel):
 
     prices_kernels = True  # (its profile's curves do: MEASURED_ONLY)
 
-    def __init__(self, hardware: str | Hardware = "H100", fused: bool = True):
+    def __init__(self, hardware: str | Hardware = "H100", fused: bool = True,
+                 convolution_times: Callable | None = None):
         if isinstance(hardware, str):
             if hardware not in HARDWARE:
                 raise ValueError(f"no hardware profile {hardware!r}; profiles: "
@@ -625,6 +698,7 @@ class Roofline(CostModel):
         self.hardware = hardware
         self.fused = fused
         self.local = not fused
+        self.convolution_times = convolution_times
         # per e-graph: (its version when asked, (class, e-node) -> cost); one extraction asks
         # for each e-node's cost several times (the DAG pass, the source program, the
         # local search), and each answer walks the e-node's operands
@@ -634,7 +708,7 @@ class Roofline(CostModel):
         if choice is None:
             choice = source_program(egraph)
         if not self.fused:
-            return super().program_cost(egraph, choice) + self._layout_time(egraph, choice)
+            return super().program_cost(egraph, choice) + self._layouts(egraph, choice)[0]
         hw = self.hardware
         total = 0.0
         for region in regions(egraph, choice):
@@ -658,16 +732,76 @@ class Roofline(CostModel):
             total += max(compute, measured, hw.moving(b)) + fixed
         return total
 
-    def _layout_time(self, egraph, choice: dict[int, tuple]) -> float:
-        """What mixing memory orders costs the program ``choice`` on this profile
-        (:func:`layout_work` at its ``mixed_layout`` and ``conv_weight_layout`` times); 0
-        on a profile that measured neither."""
-        hw = self.hardware
-        if not {"mixed_layout", "conv_weight_layout"} & hw.measured_ops:
-            return 0.0
+    def channels_last_convolutions(self, egraph, choice: dict[int, tuple]) -> frozenset[int]:
+        """The ``conv2d`` classes of the program ``choice`` whose input emission should
+        convert to channels-last: all those of :func:`layout_work`'s ``converted`` where
+        the program is cheaper so, none otherwise. Priced by each convolution's own times
+        over the two formats (``convolution_times``, :mod:`extractors.convolution_times`),
+        with the copies the conversions and the outputs left channels-last make; only for
+        a profile that times them (own emission on a calibrated CPU profile).
+
+        >>> import torch
+        >>> from egraph import EGraph
+        >>> from egraph.extract.program import source_program
+        >>> def stack(x, w, v):
+        ...     return torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, w).relu(), v)
+        >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stack), (torch.randn(1, 4, 6, 6),
+        ...                     torch.randn(4, 4, 1, 1), torch.randn(8, 4, 1, 1)))
+        >>> def faster(keys):  # as if channels-last ran every convolution in a tenth
+        ...     return {k: (1e-3, 1e-4) for k in keys}
+        >>> len(Roofline("cpu", fused=False, convolution_times=faster)
+        ...     .channels_last_convolutions(eg, source_program(eg)))  # the first one's input
+        1
+        >>> Roofline("cpu", fused=False).channels_last_convolutions(eg, source_program(eg))
+        frozenset()
+        """
+        return self._layouts(egraph, choice)[1]
+
+    def _layouts(self, egraph, choice: dict[int, tuple]) -> tuple[float, frozenset[int]]:
+        """What the program ``choice`` pays for its memory orders on this profile, and the
+        convolutions whose input it converts to channels-last to pay least (see
+        :meth:`channels_last_convolutions`); nothing where the profile measured none of it."""
+        if self.convolution_times is None and not (
+                {"mixed_layout", "conv_weight_layout"} & self.hardware.measured_ops):
+            return 0.0, frozenset()
         work = layout_work(egraph, choice)
-        return (hw.element_time("mixed_layout", work.mixed)
-                + hw.element_time("conv_weight_layout", work.reordered_weights))
+        seconds = self._layout_time(work)
+        if self.fused or self.convolution_times is None or all(
+                cl for _, cl, _ in work.convolutions):
+            return seconds, frozenset()
+        converting = layout_work(egraph, choice, channels_last_convolutions=True)
+        converted = self._layout_time(converting) + sum(
+            self._copy_time(_meta(egraph, egraph.find(choice[c][1])))
+            for c in converting.converted)
+        if converted < seconds:
+            return converted, frozenset(converting.converted)
+        return seconds, frozenset()
+
+    def _layout_time(self, work: LayoutWork) -> float:
+        """What the memory orders of :func:`layout_work`'s ``work`` cost on this profile:
+        its mixed elements and reordered weights at the profile's ``mixed_layout`` and
+        ``conv_weight_layout`` times, and, where ``convolution_times`` times torch's
+        convolutions, each channels-last one's time over its row-major time (its weight's
+        reordering included) and the copy that makes the outputs left channels-last
+        contiguous."""
+        hw = self.hardware
+        seconds = hw.element_time("mixed_layout", work.mixed)
+        reordered = work.reordered_weights
+        if self.convolution_times is not None and work.convolutions:
+            times = self.convolution_times({key for key, _, _ in work.convolutions})
+            for key, channels_last, weights in work.convolutions:
+                if channels_last:
+                    row_major, over_channels_last = times[key]
+                    seconds += over_channels_last - row_major
+                    reordered -= weights
+            seconds += self._copy_time(None, work.channels_last_outputs)
+        return seconds + hw.element_time("conv_weight_layout", reordered)
+
+    def _copy_time(self, meta: Any, elements: int | None = None) -> float:
+        """Seconds one copy of a tensor (``meta``, or of ``elements`` float32 elements)
+        into another memory order takes: a read and a write, and a call."""
+        nbytes = _bytes(meta) if meta is not None else 4 * (elements or 0)
+        return self.hardware.moving(2 * nbytes) + self.hardware.launch_overhead if nbytes else 0.0
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:
         costs = current_cache(self._node_costs, egraph)

@@ -1,0 +1,126 @@
+"""torch's CPU convolution timed per shape over a row-major and a channels-last input, on
+demand, on this machine, and cached beside its calibrated profile.
+
+A curve of FLOPs a second cannot say what a convolution's input format costs: it depends
+on the shape, both ways. Over EfficientNet-B0's convolutions at batch 1 on one CPU, a
+channels-last input ran its depthwise ones at 0.61x their row-major time and its 1 x 1
+ones at 0.86x; over ResNet-50's, its 1 x 1 ones at 1.24x. So the price of running a
+program's convolutions channels-last (:meth:`extractors.costs.Roofline.channels_last_convolutions`)
+reads each convolution's own two times.
+
+A shape is a :data:`ConvolutionKey`. :func:`convolution_times` times the shapes it has not
+seen, interleaving the two formats, and keeps the least call of each (the weight as the
+program holds it, row-major, so that a channels-last time includes torch's reordering of
+a 3 x 3 weight on every call). The times are saved in :func:`~extractors.calibration.cache_dir`
+under the profile's :func:`~extractors.calibration.profile_key`: a machine measures a shape
+once, and the same cache gives the same program. ``EGRAPH_CALIBRATION=builtin`` or a
+profile's path measures nothing (:func:`measured_convolutions` is then None): the shipped
+and the borrowed profiles hold no such times.
+
+>>> key = ((1, 8, 12, 12), (8, 1, 3, 3), True, (1, 1), (1, 1), (1, 1), 8)  # depthwise
+>>> row_major, channels_last = convolution_times([key], cache=False)[key]
+>>> row_major > 0 and channels_last > 0
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from extractors.calibration import ENV, cache_dir, profile_key
+
+__all__ = ["ConvolutionKey", "convolution_times", "measured_convolutions"]
+
+ConvolutionKey = tuple
+"""``(input shape, weight shape, has a bias, stride, padding, dilation, groups)`` of a
+float32 ``conv2d``, each a tuple of ints but the bias (a bool) and the groups (an int)."""
+
+CALLS = 7
+"""The most timed calls of each format per shape (fewer where the calls are slow:
+:data:`SECONDS`)."""
+SECONDS = 0.05
+"""After this many seconds of timed calls of one shape, no more are made (at least two of
+each format are)."""
+
+_measured: dict[str, dict[str, tuple[float, float]]] = {}
+
+
+def _path(threads: int) -> Path:
+    return cache_dir() / f"{profile_key(threads)}-convolutions.json"
+
+
+def convolution_times(keys: Iterable[ConvolutionKey], threads: int | None = None,
+                      cache: bool = True) -> dict[ConvolutionKey, tuple[float, float]]:
+    """Seconds of one call of torch's ``conv2d`` of each shape in ``keys``, ``(over a
+    row-major input, over a channels-last input)``, at ``threads`` intra-op threads (None:
+    torch's count): read from the cache (``cache``) or measured now, and saved."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    threads = threads or torch.get_num_threads()
+    path = _path(threads) if cache else None
+    known = _measured.setdefault(str(path), _read(path) if path else {})
+    wanted = {repr(k): k for k in keys}
+    missing = [k for text, k in wanted.items() if text not in known]
+    if missing:
+        # (first use may come inside a compile, under its fake tensor mode: see calibrate)
+        with _disable_current_modes(), torch.no_grad():
+            for key in missing:
+                known[repr(key)] = _time(key)
+        if path is not None:
+            _write(path, known)
+    return {k: known[text] for text, k in wanted.items()}
+
+
+def measured_convolutions() -> Callable | None:
+    """:func:`convolution_times` where the CPU profile is this machine's calibration
+    (``EGRAPH_CALIBRATION`` unset or ``auto``), else None."""
+    return convolution_times if (os.environ.get(ENV) or "auto") == "auto" else None
+
+
+def _time(key: ConvolutionKey) -> tuple[float, float]:
+    import torch
+
+    x_shape, w_shape, bias, stride, padding, dilation, groups = key
+    x = torch.randn(x_shape)
+    w = torch.randn(w_shape)
+    b = torch.randn(w_shape[0]) if bias else None
+    inputs = (x, x.contiguous(memory_format=torch.channels_last))
+    calls = [lambda x=x: torch.conv2d(x, w, b, stride, padding, dilation, groups)
+             for x in inputs]
+    for call in calls:  # (twice: the first call of a shape sets up its kernel)
+        call()
+        call()
+    least = [float("inf"), float("inf")]
+    spent = 0.0
+    for i in range(CALLS):
+        for j, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            took = time.perf_counter() - start
+            least[j] = min(least[j], took)
+            spent += took
+        if i >= 1 and spent > SECONDS:
+            break
+    return least[0], least[1]
+
+
+def _read(path: Path) -> dict[str, tuple[float, float]]:
+    try:
+        return {k: tuple(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}  # (none yet, or damaged: measured again)
+
+
+def _write(path: Path, known: dict[str, tuple[float, float]]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps(known, indent=0))
+        scratch.replace(path)
+    except OSError:
+        pass  # (a read-only cache: measured again in the next process)
