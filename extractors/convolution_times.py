@@ -17,7 +17,7 @@ once, and the same cache gives the same program. ``EGRAPH_CALIBRATION=builtin`` 
 profile's path measures nothing (:func:`measured_convolutions` is then None): the shipped
 and the borrowed profiles hold no such times.
 
->>> key = ((1, 8, 12, 12), (8, 1, 3, 3), True, (1, 1), (1, 1), (1, 1), 8)  # depthwise
+>>> key = ((1, 8, 12, 12), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1), 8)  # depthwise
 >>> row_major, channels_last = convolution_times([key], cache=False)[key]
 >>> row_major > 0 and channels_last > 0
 True
@@ -36,8 +36,10 @@ from extractors.calibration import ENV, cache_dir, profile_key
 __all__ = ["ConvolutionKey", "convolution_times", "measured_convolutions"]
 
 ConvolutionKey = tuple
-"""``(input shape, weight shape, has a bias, stride, padding, dilation, groups)`` of a
-float32 ``conv2d``, each a tuple of ints but the bias (a bool) and the groups (an int)."""
+"""``(input shape, weight shape, stride, padding, dilation, groups)`` of a float32
+``conv2d``, each a tuple of ints but the groups (an int). A bias is left out: both formats
+add it alike, and one key for a convolution with and without it (a folded batch norm's
+bias) gives the two programs one measurement, not two that differ by their noise."""
 
 CALLS = 7
 """The most timed calls of each format per shape (fewer where the calls are slow:
@@ -85,10 +87,10 @@ def measured_convolutions() -> Callable | None:
 def _time(key: ConvolutionKey) -> tuple[float, float]:
     import torch
 
-    x_shape, w_shape, bias, stride, padding, dilation, groups = key
+    x_shape, w_shape, stride, padding, dilation, groups = key
     x = torch.randn(x_shape)
     w = torch.randn(w_shape)
-    b = torch.randn(w_shape[0]) if bias else None
+    b = torch.randn(w_shape[0])
     inputs = (x, x.contiguous(memory_format=torch.channels_last))
     calls = [lambda x=x: torch.conv2d(x, w, b, stride, padding, dilation, groups)
              for x in inputs]

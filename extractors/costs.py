@@ -436,7 +436,7 @@ def _in_both_orders(shape: tuple) -> bool:
 def convolution_key(egraph, node: tuple) -> tuple | None:
     """The :data:`~extractors.convolution_times.ConvolutionKey` of a ``conv2d`` e-node of
     float32 4-d tensors with numbers for its attributes, or None."""
-    x, w, b = (_meta(egraph, egraph.find(k)) for k in node[1:4])
+    x, w = (_meta(egraph, egraph.find(k)) for k in node[1:3])
     shapes = [getattr(m, "shape", None) for m in (x, w)]
     if any(s is None or len(s) != 4 for s in shapes) or getattr(x, "dtype", None) is None \
             or str(x.dtype) != "torch.float32":
@@ -451,7 +451,7 @@ def convolution_key(egraph, node: tuple) -> tuple | None:
         sizes = tuple(tuple(map(int, s)) for s in shapes)
     except TypeError:  # (a symbolic size)
         return None
-    return (*sizes, getattr(b, "kind", None) == "tensor", *pairs, groups)
+    return (*sizes, *pairs, groups)
 
 
 def _permuted_weight(egraph, orders: dict[int, tuple], weight: int) -> int:

@@ -181,7 +181,7 @@ def test_per_shape_times_are_measured_once_and_read_back(tmp_path, monkeypatch):
     by the next process (here: with the process's memory of them cleared)."""
     monkeypatch.setenv("EGRAPH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(times_module, "_measured", {})
-    key = ((1, 4, 8, 8), (4, 1, 3, 3), False, (1, 1), (1, 1), (1, 1), 4)
+    key = ((1, 4, 8, 8), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4)
     first = times_module.convolution_times([key], threads=1)[key]
     assert all(t > 0 for t in first)
     assert list(tmp_path.glob("*-convolutions.json"))
