@@ -57,6 +57,7 @@ from egraph.extract.tree import canonical_nodes
 from egraph.gcpause import gc_paused
 from extractors import PeakMemory
 from extractors.costs import Roofline, kernel_blind
+from extractors.peak import peak_of
 from frontends.fx.exported import ExportedModule, is_input_guards
 from frontends.fx.ingest import from_fx as ingest
 from frontends.fx.source import FxSource
@@ -302,7 +303,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     if target == "cuda":
         judge = cost if isinstance(cost, Roofline) else Roofline()
 
-    build = emitter(egraph, cost, target, judge)
+    build = emitter(egraph, cost, target, judge, memory_budget)
     tuned = None
     if tune is not None and roots:
         picked, tuned = autotune_program(
@@ -321,7 +322,8 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
         memory=budgeted, autotune=tuned,
-        channels_last=len(channels_last_convolutions(egraph, cost, picked, target)),
+        channels_last=len(channels_last_convolutions(egraph, cost, picked, target,
+                                                     memory_budget)),
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)
@@ -341,28 +343,36 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
 
 
 def channels_last_convolutions(egraph: EGraph, cost: Any, choice: dict[int, tuple],
-                               target: str = "cpu") -> frozenset[int]:
+                               target: str = "cpu", memory_budget: float | None = None
+                               ) -> frozenset[int]:
     """The convolutions of program ``choice`` whose input emission converts to
     channels-last: where ``cost`` is a :class:`~extractors.costs.Roofline` for the CPU
-    that says it pays (:meth:`~extractors.costs.Roofline.channels_last_convolutions`)."""
+    that says it pays (:meth:`~extractors.costs.Roofline.channels_last_convolutions`),
+    and, under a ``memory_budget`` (bytes), where the conversions' copies keep the
+    program's peak (:func:`extractors.peak.peak_of`) within it."""
     if target != "cpu" or not isinstance(cost, Roofline):
         return frozenset()
-    return cost.channels_last_convolutions(egraph, choice)
+    converted = cost.channels_last_convolutions(egraph, choice)
+    if converted and memory_budget is not None and peak_of(
+            egraph, choice, converted) > memory_budget:
+        return frozenset()
+    return converted
 
 
-def emitter(egraph: EGraph, cost: Any, target: str = "cpu", judge: Roofline | None = None
+def emitter(egraph: EGraph, cost: Any, target: str = "cpu", judge: Roofline | None = None,
+            memory_budget: float | None = None
             ) -> Callable[[dict[int, tuple]], fx.GraphModule]:
-    """How the pipeline emits a program of ``egraph`` chosen under ``cost``
-    (:func:`backends.fx.build_module`, with :func:`channels_last_convolutions`): for
-    tools that time programs as the pipeline would run them (autotuning, the cost-model
-    harness).
+    """How the pipeline emits a program of ``egraph`` chosen under ``cost`` (and
+    ``memory_budget``): :func:`backends.fx.build_module`, with
+    :func:`channels_last_convolutions`; for tools that time programs as the pipeline
+    would run them (autotuning, the cost-model harness).
 
     >>> eg = from_fx(torch.fx.symbolic_trace(lambda x: x * 2), (torch.randn(3),))
     >>> print(emitter(eg, None)(source_program(eg)).code.strip().splitlines()[-2].strip())
     mul = torch.mul(x, 2);  x = None
     """
-    return lambda choice: build_module(egraph, choice, target, judge,
-                                       channels_last_convolutions(egraph, cost, choice, target))
+    return lambda choice: build_module(egraph, choice, target, judge, channels_last_convolutions(
+        egraph, cost, choice, target, memory_budget))
 
 
 def _check_choices(validate: str, other_sizes: str, method: str, autotune: Any = False,

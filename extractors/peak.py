@@ -135,9 +135,13 @@ def _bytes_of(meta: Any) -> int:
 _CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def peak_of(egraph, choice: dict[int, tuple]) -> int:
+def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = frozenset()
+            ) -> int:
     """The most bytes live at once while the program ``choice`` of ``egraph`` runs,
-    temporaries inside calls included (see the module docstring).
+    temporaries inside calls included (see the module docstring). ``channels_last``: the
+    convolutions whose input emission converts to channels-last first
+    (:meth:`extractors.costs.Roofline.channels_last_convolutions`), each conversion a copy
+    live while its convolution runs.
 
     >>> import torch
     >>> from egraph import EGraph
@@ -171,7 +175,7 @@ def peak_of(egraph, choice: dict[int, tuple]) -> int:
         node = choice[c]
         if c in fused:  # computed inside its reader's call: no tensor of its own
             continue
-        value, workspace = _replay(egraph, c, node, values, calls, i)
+        value, workspace = _replay(egraph, c, node, values, calls, i, c in channels_last)
         if _folds(egraph, choice, c, foldable):  # computed once into a buffer, not per call
             value, workspace = _in_buffer(value, (i, _BUFFER)), 0
         for t in _tensors(value):
@@ -303,9 +307,11 @@ def _scale_fits(egraph, product: tuple, cid: int, other: int) -> bool:
 
 
 def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
-            at: int) -> tuple[Any, int]:
+            at: int, channels_last: bool = False) -> tuple[Any, int]:
     """What the emitted call of ``node`` (class ``cid``, the ``at``-th of the program)
-    makes given the operands' ``values``, and the bytes of its temporaries."""
+    makes given the operands' ``values``, and the bytes of its temporaries
+    (``channels_last``: its first operand's copy in that format among them, where it is
+    not in it already)."""
     op = node[0]
     meta = egraph.data(cid)
     if len(node) == 1 or getattr(meta, "kind", None) in ("literal", "scalar"):
@@ -321,11 +327,19 @@ def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
         return tuple(kids), 0
     if op == "slice":
         return slice(*kids), 0
-    value, workspace = None, 0
+    value, workspace, converted = None, 0, 0
+    first = kids[0] if kids else None
+    if channels_last and isinstance(first, Tensor) and len(first.shape) == 4:
+        n, c, h, w = first.shape
+        stride = (h * w * c, 1, w * c, c)
+        if tuple(first.stride) != stride:
+            kids[0] = Tensor(first.shape, stride, first.dtype, (at, "channels_last"))
+            converted = first.nbytes
     if op == "opaque":
         value, workspace = _opaque(egraph, kids[0], values, calls, at)
     elif op in SPECS:
         value, workspace = _call(op, kids, calls, at)
+    workspace += converted
     if value is None:
         value = _new(meta, (at, 0))
     return value, workspace
