@@ -360,7 +360,7 @@ def _as_given(egraph, name: Any, given: Tensor) -> Tensor:
         return given
     try:
         stride = tuple(int(st) for st in example.stride())
-    except TypeError:  # (a symbolic stride: the layout is not known)
+    except (TypeError, RuntimeError, ValueError):  # (a symbolic stride: not known)
         return given
     return Tensor(given.shape, stride, given.dtype, given.storage, given.held,
                   given.parameter)
