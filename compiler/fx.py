@@ -303,15 +303,16 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
     if target == "cuda":
         judge = cost if isinstance(cost, Roofline) else Roofline()
 
-    build = emitter(egraph, cost, target, judge, memory_budget)
     tuned = None
     if tune is not None and roots:
         picked, tuned = autotune_program(
             egraph, cost, picked, lambda rival: choose_program(
-                egraph, rival, "auto", roots, time_limit)[0], tune, build)
+                egraph, rival, "auto", roots, time_limit)[0], tune,
+            emitter(egraph, cost, target, judge, memory_budget))
         cost_after, times["autotune"] = dag_cost(egraph, cost, picked), tuned.seconds
     t1 = time.perf_counter()
-    gm = build(picked)
+    converted = channels_last_convolutions(egraph, cost, picked, target, memory_budget)
+    gm = build_module(egraph, picked, target, judge, converted)
     times["emit"] = time.perf_counter() - t1
     rewrites = {}
     if egraph.report is not None:
@@ -322,8 +323,7 @@ def extract_module(egraph: FxEGraph, cost, method: str = "auto", validate: str =
         optimal=optimal, times=times, nodes_before=_count(egraph.fx.graph_module),
         nodes_after=_count(gm), kernels=list(gm.meta.get("triton_kernels", ())),
         memory=budgeted, autotune=tuned,
-        channels_last=len(channels_last_convolutions(egraph, cost, picked, target,
-                                                     memory_budget)),
+        channels_last=len(converted),
     )
     if validate != "off" and egraph.fx.example_inputs is not None:
         gm = _validated(egraph, gm, report, (picked, roots), validate, reference)

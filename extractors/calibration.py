@@ -38,12 +38,13 @@ import platform
 import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from extractors.hardware import FEW_ROWS, HARDWARE, Hardware, measure_cpu
 
 __all__ = ["ALLOCATOR_SETTINGS", "CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "busy_machine",
            "cache_dir", "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
-           "save_profile"]
+           "save_profile", "write_json"]
 
 CALIBRATION_VERSION = 13
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
@@ -335,11 +336,17 @@ def save_profile(profile: Hardware, path: str | os.PathLike) -> None:
     >>> load_profile(path) == HARDWARE["cpu"]
     True
     """
+    write_json(path, {"version": CALIBRATION_VERSION, **asdict(profile)})
+
+
+def write_json(path: str | os.PathLike, value: Any) -> None:
+    """Write ``value`` as JSON to ``path``, atomically (a reader, another process among
+    them, never sees half a file), making its folder where it is missing; an OSError
+    where it cannot be written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_text(json.dumps({"version": CALIBRATION_VERSION, **asdict(profile)},
-                                  indent=1))
+    scratch.write_text(json.dumps(value, indent=1))
     scratch.replace(path)
 
 

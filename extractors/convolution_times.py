@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from extractors.calibration import ENV, cache_dir, profile_key
+from extractors.calibration import ENV, cache_dir, profile_key, write_json
 
 __all__ = ["ConvolutionKey", "convolution_times", "measured_convolutions"]
 
@@ -120,9 +120,6 @@ def _read(path: Path) -> dict[str, tuple[float, float]]:
 
 def _write(path: Path, known: dict[str, tuple[float, float]]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps(known, indent=0))
-        scratch.replace(path)
+        write_json(path, known)
     except OSError:
         pass  # (a read-only cache: measured again in the next process)

@@ -771,7 +771,7 @@ class Roofline(CostModel):
             return seconds, frozenset()
         converting = layout_work(egraph, choice, channels_last_convolutions=True)
         converted = self._layout_time(converting) + sum(
-            self._copy_time(_meta(egraph, egraph.find(choice[c][1])))
+            self._copy_time(_bytes(_meta(egraph, egraph.find(choice[c][1]))))
             for c in converting.converted)
         if converted < seconds:
             return converted, frozenset(converting.converted)
@@ -794,13 +794,13 @@ class Roofline(CostModel):
                     row_major, over_channels_last = times[key]
                     seconds += over_channels_last - row_major
                     reordered -= weights
-            seconds += self._copy_time(None, work.channels_last_outputs)
+            # (float32 elements: the outputs of convolutions timed in float32)
+            seconds += self._copy_time(4 * work.channels_last_outputs)
         return seconds + hw.element_time("conv_weight_layout", reordered)
 
-    def _copy_time(self, meta: Any, elements: int | None = None) -> float:
-        """Seconds one copy of a tensor (``meta``, or of ``elements`` float32 elements)
-        into another memory order takes: a read and a write, and a call."""
-        nbytes = _bytes(meta) if meta is not None else 4 * (elements or 0)
+    def _copy_time(self, nbytes: float) -> float:
+        """Seconds one copy of ``nbytes`` into another memory order takes: a read and a
+        write, and a call (nothing for no bytes)."""
         return self.hardware.moving(2 * nbytes) + self.hardware.launch_overhead if nbytes else 0.0
 
     def node_cost(self, egraph, cid: int, node: tuple) -> float:

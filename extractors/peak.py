@@ -333,7 +333,8 @@ def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
     first = kids[0] if kids else None
     if channels_last and isinstance(first, Tensor) and len(first.shape) == 4:
         n, c, h, w = first.shape
-        stride = (h * w * c, 1, w * c, c)
+        batch, row, column, channel = _contiguous((n, h, w, c))
+        stride = (batch, channel, row, column)
         if tuple(first.stride) != stride:
             kids[0] = Tensor(first.shape, stride, first.dtype, (at, "channels_last"))
             converted = first.nbytes
