@@ -42,7 +42,6 @@ call whose value it gives (the class it computes, :data:`backends.fx.EMITTED_CLA
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +50,14 @@ import torch.fx as fx
 
 from egraph.ops.table import TABLE
 from frontends.fx.effects import is_in_place
-from frontends.fx.vocabulary import is_expression, lower
+from frontends.fx.vocabulary import (
+    COMMUTATIVE_CALLS,
+    LAYOUT_KEEPING_CALLS,
+    PERMUTING_CALLS,
+    full_size,
+    is_expression,
+    lower,
+)
 
 
 def _broadcasts_to(shape: tuple, target: tuple) -> bool:
@@ -321,13 +327,6 @@ def lerp_into_update(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
         graph.erase_node(difference)
 
 
-_PERMUTING = {torch.permute, torch.transpose, torch.t, torch.movedim, torch.swapaxes,
-              torch.swapdims}
-_FOLLOWING = {torch.reshape, torch.unsqueeze, torch.squeeze, torch.flatten}
-_COMMUTATIVE = {torch.add, torch.mul, operator.add, operator.mul, torch.maximum,
-                torch.minimum}
-
-
 def row_major_first(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     """Give a commutative elementwise call an operand laid out row-major first, where its
     first is a permuted view (``torch.add(x.permute(0, 2, 1), pos)`` ->
@@ -339,6 +338,7 @@ def row_major_first(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
     point. Permuted views are tracked through the emitted calls (a permute or transpose
     makes one, reshapes and elementwise calls keep their operand's, any other call
     writes a new tensor row-major); a layout the graph's inputs bring is not seen.
+    :func:`extractors.peak.peak_of` predicts the same order.
 
     >>> g = fx.Graph()
     >>> x, pos = g.placeholder("x"), g.placeholder("pos")
@@ -357,13 +357,14 @@ def row_major_first(graph: fx.Graph, metas: dict[fx.Node, Any]) -> None:
             continue
         operands = [a for a in node.args if isinstance(a, fx.Node)]
         shape = getattr(metas.get(node), "shape", None)
-        if node.target in _PERMUTING:
+        if node.target in PERMUTING_CALLS:
             permuted.add(node)
-        elif node.target in _FOLLOWING and operands and operands[0] in permuted:
+        elif node.target in LAYOUT_KEEPING_CALLS and operands and operands[0] in permuted:
             permuted.add(node)
         elif _elementwise(node) and shape is not None:
-            full = [a for a in operands if _full_size(metas.get(a), shape)]
-            if (node.target in _COMMUTATIVE and not node.kwargs and len(node.args) == 2
+            full = [a for a in operands if full_size(getattr(metas.get(a), "shape", None),
+                                                     shape)]
+            if (node.target in COMMUTATIVE_CALLS and not node.kwargs and len(node.args) == 2
                     and len(full) == 2 and full[0] in permuted and full[1] not in permuted):
                 node.args = (node.args[1], node.args[0])
             elif full and full[0] in permuted:
@@ -376,16 +377,6 @@ def _elementwise(node: fx.Node) -> bool:
         return False
     entry = TABLE.get(lowered[0])
     return entry is not None and entry.kind == "pointwise"
-
-
-def _full_size(meta: Any, shape: tuple) -> bool:
-    """Whether an operand of ``meta`` has every size of the result ``shape`` (or 1 in place
-    of a size 1): it decides the result's layout."""
-    own = getattr(meta, "shape", None)
-    if own is None or len(own) > len(shape):
-        return False
-    own = (1,) * (len(shape) - len(own)) + tuple(own)
-    return all(d == t for d, t in zip(own, shape))
 
 
 def peephole(graph: fx.Graph, metas: dict[fx.Node, Any], copies: set[fx.Node],

@@ -53,8 +53,14 @@ from extractors.allocator import allocated_peak
 from extractors.costs import CostModel
 from frontends.fx.analysis import SCALAR_OPS
 from frontends.fx.effects import foldable_call
-from frontends.fx.source import AttributeRef, ClassRef, OutputRef, WrittenRef
-from frontends.fx.vocabulary import SPECS
+from frontends.fx.source import AttributeRef, ClassRef, ContiguousRef, OutputRef, WrittenRef
+from frontends.fx.vocabulary import (
+    COMMUTATIVE_CALLS,
+    LAYOUT_KEEPING_CALLS,
+    PERMUTING_CALLS,
+    SPECS,
+    full_size,
+)
 
 __all__ = ["PeakMemory", "Tensor", "peak_of"]
 
@@ -163,6 +169,8 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
     holders: dict[tuple, int] = {}   # storage -> live values holding it
     sizes: dict[tuple, int] = {}     # storage -> bytes, for the storages the program made
     live = peak = 0
+    addmm = {s for p, s in fused.items() if choice[p][0] == "matmul"}
+    permuted: set[int] = set()
 
     def release(value: Any) -> None:
         nonlocal live
@@ -173,11 +181,14 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
 
     for i, c in enumerate(order):
         node = choice[c]
+        swapped = c not in addmm and _row_major_first(egraph, c, node, permuted)
         if c in fused:  # computed inside its reader's call: no tensor of its own
             continue
-        value, workspace = _replay(egraph, c, node, values, calls, i, c in channels_last)
+        value, workspace = _replay(egraph, c, node, values, calls, i, c in channels_last,
+                                   swapped)
         if _folds(egraph, choice, c, foldable):  # computed once into a buffer, not per call
             value, workspace = _in_buffer(value, (i, _BUFFER)), 0
+            permuted.discard(c)
         for t in _tensors(value):
             if t.held and t.storage not in holders:
                 sizes[t.storage] = max(sizes.get(t.storage, 0), t.nbytes)
@@ -235,9 +246,7 @@ def _output_copies(egraph, values: dict) -> int:
         if value.storage[1] == _BUFFER or fresh and (not value.held or makers.setdefault(
                 value.storage, ref.maker) != ref.maker):
             copied += value.nbytes
-        elif contiguous and value.stride != _contiguous(value.shape) and any(
-                d > 1 and s != c for d, s, c in zip(value.shape, value.stride,
-                                                    _contiguous(value.shape))):
+        elif contiguous and not _is_contiguous(value):
             copied += value.nbytes
     return copied
 
@@ -306,12 +315,42 @@ def _scale_fits(egraph, product: tuple, cid: int, other: int) -> bool:
     return dtype is not None and (dtype.is_floating_point or type(scale) is int)
 
 
+def _row_major_first(egraph, cid: int, node: tuple, permuted: set[int]) -> bool:
+    """Whether emission swaps the two operands of ``node`` (class ``cid``) to put a
+    row-major one first (:func:`backends.passes.row_major_first`, whose rule this is,
+    over the e-graph's ops): ``permuted`` holds the classes emitted as permuted views so
+    far, and gains ``cid`` where it is one. The result of an elementwise call takes its
+    first full-size operand's layout."""
+    spec, meta = SPECS.get(node[0]), egraph.data(cid)
+    if spec is None or isinstance(spec.impl, str) or getattr(meta, "kind", None) != "tensor" \
+            or meta.shape is None:  # (a method call: not followed, as the pass does not)
+        return False
+    find = egraph.find
+    operands = [find(k) for k in node[1:]
+                if getattr(egraph.data(k), "kind", None) in ("tensor", "scalar")]
+    if spec.impl in PERMUTING_CALLS:
+        permuted.add(cid)
+    elif spec.impl in LAYOUT_KEEPING_CALLS and operands and operands[0] in permuted:
+        permuted.add(cid)
+    elif TABLE[node[0]].kind == "pointwise":
+        shape = tuple(hints(meta.shape))
+        full = [k for k in operands
+                if full_size(getattr(egraph.data(k), "shape", None) and tuple(
+                    hints(egraph.data(k).shape)), shape)]
+        if spec.impl in COMMUTATIVE_CALLS and len(node) == 3 and len(full) == 2 \
+                and full[0] in permuted and full[1] not in permuted:
+            return True
+        if full and full[0] in permuted:
+            permuted.add(cid)
+    return False
+
+
 def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
-            at: int, channels_last: bool = False) -> tuple[Any, int]:
+            at: int, channels_last: bool = False, swapped: bool = False) -> tuple[Any, int]:
     """What the emitted call of ``node`` (class ``cid``, the ``at``-th of the program)
     makes given the operands' ``values``, and the bytes of its temporaries
     (``channels_last``: its first operand's copy in that format among them, where it is
-    not in it already)."""
+    not in it already; ``swapped``: emission puts its second operand first)."""
     op = node[0]
     meta = egraph.data(cid)
     if len(node) == 1 or getattr(meta, "kind", None) in ("literal", "scalar"):
@@ -329,6 +368,8 @@ def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
         return tuple(kids), 0
     if op == "slice":
         return slice(*kids), 0
+    if swapped:
+        kids.reverse()
     value, workspace, converted = None, 0, 0
     first = kids[0] if kids else None
     if channels_last and isinstance(first, Tensor) and len(first.shape) == 4:
@@ -445,6 +486,12 @@ def _in_buffer(value: Any, storage: tuple) -> Any:
     if isinstance(value, tuple):
         return tuple(_in_buffer(v, storage) for v in value)
     return value
+
+
+def _is_contiguous(t: Tensor) -> bool:
+    """Whether ``t`` is contiguous as torch says it: row-major strides, a dim of one
+    element's stride aside."""
+    return all(d == 1 or s == c for d, s, c in zip(t.shape, t.stride, _contiguous(t.shape)))
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -590,8 +637,9 @@ def _rebuild(shapes: tuple, operands: list[Tensor], at: int, path: tuple = ()) -
 
 
 def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any, int]:
-    """An opaque call replayed as emission makes it, each operand it writes into a copy:
-    a functional ATen operator that draws nothing run once per operand layouts on real
+    """An opaque call replayed as emission makes it, each operand it writes into a copy
+    and each the source gave it contiguous made so where it is not (a temporary): a
+    functional ATen operator that draws nothing run once per operand layouts on real
     tensors (its result's layout and its temporaries measured), another on meta tensors
     (no temporaries); ``(None, 0)`` where neither runs it."""
     call = getattr(getattr(egraph, "fx", None), "opaque", {}).get(token)
@@ -599,6 +647,7 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
         return None, 0
     find = egraph.find
     written: list[Tensor] = []
+    copied: list[Tensor] = []
 
     def resolve(a: Any) -> Any:
         if isinstance(a, AttributeRef):
@@ -609,6 +658,11 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
                 value = Tensor(value.shape, _contiguous(value.shape), value.dtype,
                                (at, "copy", len(written)))
                 written.append(value)
+            elif isinstance(a, ContiguousRef) and isinstance(value, Tensor) and not (
+                    _is_contiguous(value)):
+                value = Tensor(value.shape, _contiguous(value.shape), value.dtype,
+                               (at, "contiguous", len(copied)))
+                copied.append(value)
             return value
         return a
 
@@ -633,4 +687,5 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
         except Exception:  # noqa: BLE001 - not on meta tensors: a new tensor
             return None, 0
 
-    return _remembered(calls, ("opaque", token), operands, at, measure)
+    value, workspace = _remembered(calls, ("opaque", token), operands, at, measure)
+    return value, workspace + sum(t.nbytes for t in copied)

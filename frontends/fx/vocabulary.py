@@ -19,6 +19,7 @@ constant, or a nested canonical expression.
 from __future__ import annotations
 
 import importlib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,9 @@ import torch
 from egraph.ops.table import TABLE, UNKNOWN_VALUE, Module, dims_of
 from frontends.fx.lowerings import Lowered, Unsupported, lowering
 
-__all__ = ["IMPURE", "METHODS", "MODULES", "OPERATORS_BY_NAME", "SCALAR_FUNCTIONS", "SPECS",
-           "SPELLINGS", "UNKNOWN_VALUE", "OpSpec", "dims_of", "is_expression", "lower",
+__all__ = ["COMMUTATIVE_CALLS", "IMPURE", "LAYOUT_KEEPING_CALLS", "METHODS", "MODULES",
+           "OPERATORS_BY_NAME", "PERMUTING_CALLS", "SCALAR_FUNCTIONS", "SPECS", "SPELLINGS",
+           "UNKNOWN_VALUE", "OpSpec", "dims_of", "full_size", "is_expression", "lower",
            "module_op", "resolve"]
 
 aten = torch.ops.aten
@@ -171,6 +173,33 @@ def _spec(entry) -> OpSpec:
 
 SPECS: dict[str, OpSpec] = {name: _spec(e) for name, e in TABLE.items() if e.impl}
 """Every op of the table that torch runs, by name."""
+
+
+PERMUTING_CALLS = frozenset({torch.permute, torch.transpose, torch.t, torch.movedim,
+                             torch.swapaxes, torch.swapdims})
+"""The calls whose result is a permuted view of their operand."""
+LAYOUT_KEEPING_CALLS = frozenset({torch.reshape, torch.unsqueeze, torch.squeeze, torch.flatten})
+"""The calls whose result keeps their operand's order of dimensions in memory (a view of
+a permuted tensor stays permuted where it can be a view)."""
+COMMUTATIVE_CALLS = frozenset({torch.add, torch.mul, operator.add, operator.mul,
+                               torch.maximum, torch.minimum})
+"""The elementwise calls whose two operands can swap places with the same values
+(``a + b`` is ``b + a`` in floating point)."""
+
+
+def full_size(shape: Any, result: tuple) -> bool:
+    """Whether an operand of ``shape`` has every size of an elementwise ``result`` (or 1 in
+    place of a size 1): the operands that decide the result's layout. None: not known.
+
+    >>> full_size((3, 4), (2, 3, 4)), full_size((1, 4), (2, 3, 4))
+    (False, False)
+    >>> full_size((1, 3, 4), (1, 3, 4))
+    True
+    """
+    if shape is None or len(shape) > len(result):
+        return False
+    shape = (1,) * (len(result) - len(shape)) + tuple(shape)
+    return all(d == t for d, t in zip(shape, result))
 
 
 # Targets with effects torch's op schemas do not tell, always opaque and kept in order
