@@ -49,9 +49,10 @@ from egraph.cache import current_cache
 from egraph.dims import hints
 from egraph.extract.program import program_order, source_program
 from egraph.ops.table import NOT_FOLDED, TABLE, names
+from egraph.term import is_literal_op, is_number_op
 from extractors.allocator import allocated_peak
 from extractors.costs import CostModel
-from frontends.fx.analysis import SCALAR_OPS
+from frontends.fx.analysis import SCALAR_OPS, literal_value
 from frontends.fx.effects import foldable_call
 from frontends.fx.source import AttributeRef, ClassRef, ContiguousRef, OutputRef, WrittenRef
 from frontends.fx.vocabulary import (
@@ -279,7 +280,7 @@ def _fused(egraph, choice: dict[int, tuple], order: list[int]) -> dict[int, int]
             if product == other or readers.get(product) != {c}:
                 continue
             if _bias_fits(egraph, choice[product], other, c) or _scale_fits(
-                    egraph, choice[product], product, other):
+                    egraph, choice, choice[product], product, other):
                 fused[product] = c
                 break
     return fused
@@ -299,20 +300,32 @@ def _bias_fits(egraph, product: tuple, bias: int, total: int) -> bool:
             and out.dtype is not None and out.dtype.is_floating_point)
 
 
-def _scale_fits(egraph, product: tuple, cid: int, other: int) -> bool:
-    if product[0] != "mul" or len(product) != 3:
+def _scale_fits(egraph, choice: dict[int, tuple], product: tuple, cid: int,
+                other: int) -> bool:
+    find = egraph.find
+    numbers = [_number(choice.get(find(k))) for k in product[1:]]
+    if product[0] != "mul" or len(product) != 3 or (numbers[0] is None) == (
+            numbers[1] is None) or getattr(egraph.data(other), "kind", None) != "tensor":
         return False
-    kinds = [getattr(egraph.data(k), "kind", None) for k in product[1:]]
-    if sorted(kinds) != ["literal", "tensor"] or getattr(
-            egraph.data(other), "kind", None) != "tensor":
+    y, scale = (product[1], numbers[1]) if numbers[1] is not None else (product[2],
+                                                                         numbers[0])
+    if getattr(egraph.data(y), "kind", None) != "tensor":
         return False
-    y, s = (product[1], product[2]) if kinds[0] == "tensor" else (product[2], product[1])
-    scale = getattr(egraph.data(s), "value", None)
     dtype = getattr(egraph.data(y), "dtype", None)
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0 \
             or not math.isfinite(scale) or dtype != getattr(egraph.data(cid), "dtype", None):
         return False
     return dtype is not None and (dtype.is_floating_point or type(scale) is int)
+
+
+def _number(node: tuple | None) -> Any:
+    """The Python number emission writes for a class chosen as ``node`` (a literal, a
+    scalar folded to one), None where it emits a node."""
+    if node is None or len(node) != 1:
+        return None
+    op = node[0]
+    value = literal_value(op) if is_literal_op(op) else op if is_number_op(op) else None
+    return value if isinstance(value, (int, float)) else None
 
 
 def _row_major_first(egraph, cid: int, node: tuple, permuted: set[int]) -> bool:

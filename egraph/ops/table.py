@@ -325,9 +325,10 @@ def _reduce_call(x, dim, keepdim):
 
 
 def _row_statistics(values: list, result: Any) -> int:
-    """layer_norm: a float32 mean and inverse deviation per normalised row."""
+    """layer_norm: a float32 mean and inverse deviation per normalised row, after a
+    contiguous copy of a strided operand."""
     x, shape = values[0], values[1]
-    return 2 * 4 * (x.numel() // max(math.prod(shape), 1))
+    return 2 * 4 * (x.numel() // max(math.prod(shape), 1)) + _contiguous_copy(values, result)
 
 
 def _channel_statistics(values: list, result: Any) -> int:
@@ -738,7 +739,8 @@ op("logsigmoid", "x", "pointwise", sympy="log(1 / (1 + exp(-x)))",
    impl="torch.nn.functional.logsigmoid", flops=5,
    stable=True, sign=NEG, interval=iv.monotone(lambda v: -iv.softplus(-v)),
    triton="tl.minimum({x}, 0.0) - _log1p(tl.exp(-tl.abs({x})))",
-   spell="torch.nn.functional.logsigmoid")
+   spell="torch.nn.functional.logsigmoid",
+   workspace="measured")  # (aten's log_sigmoid_forward also returns a buffer of its size)
 op("floor", "x", "pointwise", finite=True, impl="torch.floor", flops=1, exact=True, error="exact",
    interval=iv.monotone(math.floor), triton="tl.floor({x})",
    spell=_UNARY_SPELL.format("floor") + " math.floor")
@@ -820,6 +822,9 @@ for _name, _flops, _sign, _interval, _error, _aten in [
        call=_reduce_call, normalize=_norm_reduce, flops=_flops, exact=_error == "exact",
        error=_error, sign=_sign, interval=_interval, triton=f"@{_name}",
        stable=_name == "logsumexp",
+       # (torch's logsumexp allocates its maxima and the shifted operand, whose exp it
+       # sums; a half-precision sum or mean over several dims, a float32 copy of its operand)
+       workspace="measured" if _name in ("logsumexp", "sum", "mean") else None,
        spell=f"torch.{_name} Tensor.{_name} " + " ".join(
            f"aten.{_name}.{overload}" for overload in _aten.split())
        + (_GLOBAL_MEAN if _name == "mean" else ""))
