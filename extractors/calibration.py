@@ -46,7 +46,7 @@ __all__ = ["ALLOCATOR_SETTINGS", "CALIBRATION_VERSION", "ENV", "MOST_FLOPS", "bu
            "cache_dir", "calibrate", "cpu_profile", "implausible", "load_profile", "profile_key",
            "save_profile", "write_json"]
 
-CALIBRATION_VERSION = 13
+CALIBRATION_VERSION = 15
 """Raised whenever :func:`calibrate` measures something new or differently, so that every
 cached profile is measured again."""
 

@@ -188,6 +188,30 @@ def _work_elements(egraph, cid: int, node: tuple) -> int:
     return _elements(entry, n, [_meta(egraph, k) for k in node[1:]])
 
 
+_MEASURED_CONVOLUTIONS = {"conv2d": 0, "onednn_conv2d": 2, "onednn_conv2d_relu": 2}
+"""The convolutions own emission prices at their shape's measured time where it has them
+(``Roofline(convolution_times=...)``): op -> its place among the times of
+:func:`~extractors.convolution_times.convolution_times` (a fused ReLU is a post-op of
+oneDNN's, free beside the convolution)."""
+
+
+def _number_operands(egraph, node: tuple) -> int:
+    """How many operands of an elementwise e-node emission passes as Python numbers
+    (literals, sizes), each of which the call makes a tensor of; attributes aside."""
+    entry = TABLE.get(node[0])
+    if entry is None or entry.kind != "pointwise":
+        return 0
+    count = 0
+    for param, k in zip(entry.params, node[1:]):
+        meta = _meta(egraph, k)
+        value = getattr(meta, "value", None)
+        if param not in entry.attributes and getattr(meta, "kind", None) in (
+                "literal", "scalar") and isinstance(value, (int, float)) and not isinstance(
+                value, bool):
+            count += 1
+    return count
+
+
 def _variant(egraph, node: tuple) -> str | None:
     """Which form of its op an e-node computes, where an attribute names it (GELU's
     ``approximate="tanh"``): the first string literal among its arguments."""
@@ -683,7 +707,11 @@ class Roofline(CostModel):
     :data:`~extractors.hardware.ROW_MAJOR_OPERAND` makes of a transposed matrix
     (:func:`transposed_matrix`, ``transposed_copy``) and, unfused, the page faults of a
     result too large for the allocator to keep (:meth:`Hardware.fresh_time`; generated
-    code reuses its dead buffers).
+    code reuses its dead buffers), each eager call's fixed cost beyond a launch and each
+    Python number an elementwise call is given (:meth:`Hardware.call_time`).
+    ``convolution_times`` (:func:`~extractors.convolution_times.convolution_times`), where
+    given, prices each float32 ``conv2d`` of own emission at its shape's measured time,
+    and its input's format (:meth:`channels_last_convolutions`).
     """
 
     prices_kernels = True  # (its profile's curves do: MEASURED_ONLY)
@@ -748,7 +776,7 @@ class Roofline(CostModel):
         >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(stack), (torch.randn(1, 4, 6, 6),
         ...                     torch.randn(4, 4, 1, 1), torch.randn(8, 4, 1, 1)))
         >>> def faster(keys):  # as if channels-last ran every convolution in a tenth
-        ...     return {k: (1e-3, 1e-4) for k in keys}
+        ...     return {k: (1e-3, 1e-4, 1e-3) for k in keys}
         >>> len(Roofline("cpu", fused=False, convolution_times=faster)
         ...     .channels_last_convolutions(eg, source_program(eg)))  # the first one's input
         1
@@ -791,7 +819,7 @@ class Roofline(CostModel):
             times = self.convolution_times({key for key, _, _ in work.convolutions})
             for key, channels_last, weights in work.convolutions:
                 if channels_last:
-                    row_major, over_channels_last = times[key]
+                    row_major, over_channels_last, _ = times[key]
                     seconds += over_channels_last - row_major
                     reordered -= weights
             # (float32 elements: the outputs of convolutions timed in float32)
@@ -819,6 +847,15 @@ class Roofline(CostModel):
     def _node_cost(self, egraph, cid: int, node: tuple) -> float:
         if self.fused and node[0] in OWN_EMISSION_ONLY:
             return math.inf
+        measured = _MEASURED_CONVOLUTIONS.get(node[0])
+        if measured is not None and not self.fused and self.convolution_times is not None:
+            key = convolution_key(egraph, node)
+            seconds = self.convolution_times([key])[key][measured] if key else math.inf
+            if math.isfinite(seconds):
+                # (the shape's own time: torch's over a row-major input, whose
+                # channels-last time _layouts weighs, or oneDNN's; see
+                # extractors.convolution_times for what a curve misses)
+                return seconds
         f = flops(egraph, cid, node)
         b = bytes_moved(egraph, cid, node)
         if f == 0 and b == 0:
@@ -830,7 +867,9 @@ class Roofline(CostModel):
                       self._element_time(egraph, cid, node))
         fixed = kernels * hw.launch_overhead + (hw.extern_time(node[0]) if self.fused else 0.0)
         if not self.fused:  # (generated code reuses its dead buffers: Inductor plans them)
-            fixed += hw.fresh_time(_bytes(_meta(egraph, cid)))
+            fixed += hw.fresh_time(_bytes(_meta(egraph, cid))) + hw.call_time(
+                node[0], _variant(egraph, node)) + _number_operands(egraph, node) * (
+                hw.call_time("number_operand"))
         return max(compute, passes * hw.moving(b)) + fixed + self._operand_copy(egraph, node)
 
     def _operand_copy(self, egraph, node: tuple) -> float:

@@ -19,9 +19,10 @@ CONVERSION = "memory_format = torch.channels_last"
 
 
 def _times(row_major: float, channels_last: float):
-    """Per-shape times as if measured: every convolution takes ``row_major`` seconds over a
-    row-major input and ``channels_last`` over a channels-last one."""
-    return lambda keys: {k: (row_major, channels_last) for k in keys}
+    """Per-shape times as if measured: every convolution of torch's takes ``row_major``
+    seconds over a row-major input and ``channels_last`` over a channels-last one, and
+    oneDNN's as long as torch's over a row-major input."""
+    return lambda keys: {k: (row_major, channels_last, row_major) for k in keys}
 
 
 class _InvertedResidual(torch.nn.Module):
@@ -246,3 +247,16 @@ def test_a_memory_budget_keeps_the_conversions_only_where_their_copies_fit():
     program = eg.extract(cost, memory_budget=without, validate="raise")
     assert CONVERSION not in program.code
     assert CONVERSION in eg.extract(cost, validate="raise").code
+
+
+@pytest.mark.parametrize("faster", ["torch", "oneDNN"])
+def test_each_convolution_is_priced_at_its_own_measured_time(faster):
+    """torch's and oneDNN's convolutions are priced at their shapes' measured times, not
+    by a curve of FLOPs a second (which priced EfficientNet-B0's depthwise convolutions at
+    a sixth of their time): the program runs the kernel measured faster."""
+    model, x = _network(), torch.randn(1, 3, 32, 32)
+    slow, fast = 1e-3, 1e-5
+    times = ((fast, fast, slow) if faster == "torch" else (slow, slow, fast))
+    cost = Roofline("cpu", fused=False, convolution_times=lambda keys: {k: times for k in keys})
+    code = _extracted(model, x, cost).code
+    assert ("onednn_conv2d" in code) == (faster == "oneDNN"), code
