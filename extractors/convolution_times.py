@@ -73,7 +73,9 @@ def convolution_times(keys: Iterable[ConvolutionKey], threads: int | None = None
 
     threads = threads or torch.get_num_threads()
     path = _path(threads) if cache else None
-    known = _measured.setdefault(str(path), _read(path) if path else {})
+    known = _measured.get(str(path))
+    if known is None:  # (read once a process: every e-node's price asks)
+        known = _measured[str(path)] = _read(path) if path else {}
     wanted = {repr(k): k for k in keys}
     missing = [k for text, k in wanted.items() if text not in known]
     if missing:
