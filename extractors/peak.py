@@ -171,6 +171,9 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
     sizes: dict[tuple, int] = {}     # storage -> bytes, for the storages the program made
     live = peak = 0
     addmm = {s for p, s in fused.items() if choice[p][0] == "matmul"}
+    # a sum with a product by a number fused in is emitted as ``add(other, y, alpha=s)``
+    alpha = {s: _as_alpha(egraph, choice, s, p) for p, s in fused.items()
+             if choice[p][0] == "mul"}
     permuted: set[int] = set()
 
     def release(value: Any) -> None:
@@ -185,8 +188,8 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
         swapped = c not in addmm and _row_major_first(egraph, c, node, permuted)
         if c in fused:  # computed inside its reader's call: no tensor of its own
             continue
-        value, workspace = _replay(egraph, c, node, values, calls, i, c in channels_last,
-                                   swapped)
+        value, workspace = _replay(egraph, c, alpha.get(c, node), values, calls, i,
+                                   c in channels_last, swapped and c not in alpha)
         if _folds(egraph, choice, c, foldable):  # computed once into a buffer, not per call
             value, workspace = _in_buffer(value, (i, _BUFFER)), 0
             permuted.discard(c)
@@ -298,6 +301,17 @@ def _bias_fits(egraph, product: tuple, bias: int, total: int) -> bool:
             and all(d in (1, t) for d, t in zip(reversed(shapes[2]), reversed(shapes[3])))
             and a.dtype == b.dtype == c.dtype == out.dtype
             and out.dtype is not None and out.dtype.is_floating_point)
+
+
+def _as_alpha(egraph, choice: dict[int, tuple], total: int, product: int) -> tuple:
+    """The sum ``total`` as emission calls it with ``product`` (``y * s``) fused into
+    ``add``'s ``alpha``: ``("add", other, y)``, the other term first (the pass writes
+    ``torch.add(other, y, alpha=s)``, after putting a row-major operand first)."""
+    find = egraph.find
+    node = choice[total]
+    other = find(node[2]) if find(node[1]) == product else find(node[1])
+    y = next(find(k) for k in choice[product][1:] if _number(choice.get(find(k))) is None)
+    return (node[0], other, y)
 
 
 def _scale_fits(egraph, choice: dict[int, tuple], product: tuple, cid: int,
