@@ -17,8 +17,10 @@ writes it and as torch runs it on the CPU:
 * what emission does beyond the choice: a value of parameters alone is computed once
   into a buffer (not per call, not counted), a matrix product read only by a sum becomes
   ``addmm`` and a product by a number read only by a sum becomes ``add``'s ``alpha`` (no
-  tensor of their own, :mod:`backends.passes`), and an output in such a buffer is handed
-  to the caller as a copy.
+  tensor of their own, :mod:`backends.passes`), a commutative sum takes a row-major
+  operand first where its first is a permuted view (the result's layout is its first
+  operand's), an aten call is given an operand contiguous where the source gave it one (a
+  temporary copy), and an output in such a buffer is handed to the caller as a copy.
 
 Inputs and parameters, allocated before the call, are not counted: the convention of the
 measured figure this estimate answers to (:func:`compiler.memory.peak_bytes`). The
@@ -361,15 +363,18 @@ def _row_major_first(egraph, cid: int, node: tuple, permuted: set[int]) -> bool:
         permuted.add(cid)
     elif TABLE[node[0]].kind == "pointwise":
         shape = tuple(hints(meta.shape))
-        full = [k for k in operands
-                if full_size(getattr(egraph.data(k), "shape", None) and tuple(
-                    hints(egraph.data(k).shape)), shape)]
+        full = [k for k in operands if full_size(_shape(egraph, k), shape)]
         if spec.impl in COMMUTATIVE_CALLS and len(node) == 3 and len(full) == 2 \
                 and full[0] in permuted and full[1] not in permuted:
             return True
         if full and full[0] in permuted:
             permuted.add(cid)
     return False
+
+
+def _shape(egraph, cid: int) -> tuple[int, ...] | None:
+    shape = getattr(egraph.data(cid), "shape", None)
+    return None if shape is None else tuple(hints(shape))
 
 
 def _replay(egraph, cid: int, node: tuple, values: dict, calls: dict,
