@@ -49,11 +49,11 @@ add it alike, and one key for a convolution with and without it (a folded batch 
 bias) gives the two programs one measurement, not two that differ by their noise."""
 
 CALLS = 7
-"""The most timed calls of each format per shape (fewer where the calls are slow:
+"""The most timed calls of each kernel per shape (fewer where the calls are slow:
 :data:`SECONDS`)."""
 SECONDS = 0.05
 """After this many seconds of timed calls of one shape, no more are made (at least three
-of each format are: the least of two once timed a 3 ms convolution at 7 ms)."""
+of each kernel are: the least of two once timed a 3 ms convolution at 7 ms)."""
 
 _measured: dict[str, dict[str, tuple[float, float, float]]] = {}
 
@@ -65,9 +65,10 @@ def _path(threads: int) -> Path:
 def convolution_times(keys: Iterable[ConvolutionKey], threads: int | None = None,
                       cache: bool = True) -> dict[ConvolutionKey, tuple[float, float, float]]:
     """Seconds of one call of each shape in ``keys``, ``(torch's conv2d over a row-major
-    input, torch's over a channels-last input, oneDNN's)`` (oneDNN's infinite where it does
-    not run), at ``threads`` intra-op threads (None:
-    torch's count): read from the cache (``cache``) or measured now, and saved."""
+    input, torch's over a channels-last input, oneDNN's)`` (oneDNN's infinite where torch
+    has no oneDNN; torch's own call where oneDNN does not run the shape), at ``threads``
+    intra-op threads (None: torch's count): read from the cache (``cache``) or measured
+    now, and saved."""
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 

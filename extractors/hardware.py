@@ -242,12 +242,7 @@ class Hardware:
         """Seconds ``op`` (in its form ``variant``, where measured) takes over
         ``elements`` elements at its measured time per element (``element_seconds``); 0
         for an op that has none."""
-        per = self._per_element
-        if variant is not None:
-            seconds = per.get(f"{op}:{variant}")
-            if seconds is not None:
-                return elements * seconds
-        return elements * per.get(op, 0.0)
+        return elements * _of_form(self._per_element, op, variant)
 
     def extern_time(self, op: str) -> float:
         """The fixed seconds of one call of ``op`` as an external kernel of generated code,
@@ -267,10 +262,7 @@ class Hardware:
         >>> hw.call_time("batch_norm"), hw.call_time("gelu", "tanh"), hw.call_time("add")
         (4e-06, 0.0, 0.0)
         """
-        per = self._per_call
-        if variant is not None and f"{op}:{variant}" in per:
-            return per[f"{op}:{variant}"]
-        return per.get(op, 0.0)
+        return _of_form(self._per_call, op, variant)
 
     def kernels_and_passes(self, op: str) -> tuple[int, int]:
         """How many kernels one call of ``op`` runs, and how many times it moves its
@@ -400,6 +392,14 @@ of a profile): the transcendental ones, an add-like op (div) beside them, and
 ``masked_fill``, whose CPU kernel branches on every element: 10 times a multiply's time
 with a causal mask, 30 with a random one (it is timed with a causal pattern, as attention
 masks are)."""
+
+
+def _of_form(seconds: dict[str, float], op: str, variant: str | None) -> float:
+    """``op``'s entry of ``seconds`` in its form ``variant`` (``op:variant``) where there is
+    one, else the op's own, else 0."""
+    if variant is not None and f"{op}:{variant}" in seconds:
+        return seconds[f"{op}:{variant}"]
+    return seconds.get(op, 0.0)
 
 
 CALL_OPS = ("batch_norm", "layer_norm", "rms_norm", "softmax", "log_softmax", "mean", "sum",
