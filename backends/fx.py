@@ -69,6 +69,8 @@ _STRIDING = {"transpose", "t", "permute", "expand", "getitem", "split", "chunk"}
 """View ops whose result may not be contiguous though their operand is."""
 _ORDER_KEEPING = {"detach", "flatten", "identity", "reshape", "squeeze", "unsqueeze", "to"}
 """View ops (and casts) that keep a strided operand's dims in row-major order."""
+_RESHAPING = {"reshape", "flatten"}
+"""View ops that copy where no view of the operand's strides has the new sizes."""
 
 TARGETS = ("cpu", "cuda")
 """What emission targets: ``cpu`` (eager torch ops), ``cuda`` (fusion regions as Triton
@@ -134,6 +136,9 @@ class _Emitter:
         # split), of which a pointwise op makes a contiguous tensor
         self.strided: set[fx.Node] = set()
         self.ordered: set[fx.Node] = set()
+        # views whose sizes and strides are known exactly (a meta tensor of them): views
+        # of contiguous values, and views of those
+        self.view_metas: dict[fx.Node, torch.Tensor] = {}
         # a view (or a cast that may return its operand) -> the value whose storage it is;
         # and each storage an output returned -> the source node that made that output's
         self.view_of: dict[fx.Node, fx.Node] = {}
@@ -381,7 +386,9 @@ class _Emitter:
             self.shared.add(value)
         kind = "opaque" if op == "opaque" else TABLE[op].kind
         base = next((k for k in kids if isinstance(k, fx.Node)), None)
-        if kind == "view" or op == "to" and not self.converts(base, value):
+        if op in _RESHAPING and self.copied(value, base):
+            pass  # (a reshape of strides no view can take makes a contiguous copy)
+        elif kind == "view" or op == "to" and not self.converts(base, value):
             # an item of a multi-output op's tuple is that op's own output, not a view
             # (a layer norm's output and its statistics are three tensors), unless the
             # op itself makes views (split's items share its operand's storage)
@@ -392,9 +399,10 @@ class _Emitter:
             for held in (self.in_buffer, self.shared):
                 if base in held:
                     held.add(value)
-            layout = ("contiguous" if item or op not in _STRIDING
+            exact = base in self.view_metas  # (else a strided base's strides are unknown)
+            layout = ("contiguous" if (item or op not in _STRIDING) and not exact
                       else self.view_layout(value, base))
-            if base in self.strided:
+            if base in self.strided and not exact:
                 keeps_order = item or op in _ORDER_KEEPING or layout != "strided"
                 layout = "ordered" if base in self.ordered and keeps_order else "strided"
             if layout != "contiguous":
@@ -423,26 +431,47 @@ class _Emitter:
         gaps: a piece of a split along a later dim, ``x[:, ::2]``) or ``"strided"`` (a
         transpose, or not known), as the same view of meta tensors of the operands'
         sizes says."""
-        shape = getattr(self.metas.get(base), "shape", None)
-        if shape is None or is_symbolic(shape) or not view.args or view.args[0] is not base:
-            return "strided"
-        operands = self.on_meta((view.args[1:], view.kwargs))
-        if operands is None:
-            return "strided"
-        (args, kwargs), meta = operands, torch.empty(tuple(shape), device="meta")
-        try:
-            if view.op == "call_method":
-                out = getattr(meta, view.target)(*args, **kwargs)
-            else:
-                out = view.target(meta, *args, **kwargs)
-        except Exception:  # noqa: BLE001 - then it may be strided
-            return "strided"
+        out = self.exact_view(view, base)
         parts = out if isinstance(out, (tuple, list)) else (out,)
         if not all(isinstance(p, torch.Tensor) for p in parts):
             return "strided"
         if all(p.is_contiguous() for p in parts):
             return "contiguous"
         return "ordered" if all(_row_major(p) for p in parts) else "strided"
+
+    def copied(self, value: fx.Node, base: fx.Node) -> bool:
+        """Whether ``value``, a reshape of ``base``, is a copy: ``base``'s strides are
+        known, and no view has the new sizes (the heads of a transposed ``q`` merged
+        into the batch, as aot_autograd saves them for ``bmm``)."""
+        if base not in self.view_metas:
+            return False
+        out = self.exact_view(value, base)
+        return isinstance(out, torch.Tensor) and not out._is_view()
+
+    def exact_view(self, view: fx.Node, base: fx.Node) -> Any:
+        """``view`` of a meta tensor with ``base``'s sizes and strides, where they are
+        known (``base`` contiguous, or a view of known strides: the pieces of a split),
+        or None; a view is remembered as ``view``'s (:attr:`view_metas`)."""
+        if not view.args or view.args[0] is not base:
+            return None
+        meta = self.view_metas.get(base)
+        if meta is None and base not in self.strided:
+            meta = self.on_meta(base)
+        operands = self.on_meta((view.args[1:], view.kwargs))
+        if not isinstance(meta, (torch.Tensor, tuple)) or operands is None:
+            return None
+        args, kwargs = operands
+        try:
+            if view.op == "call_method":
+                out = getattr(meta, view.target)(*args, **kwargs)
+            else:
+                out = view.target(meta, *args, **kwargs)
+        except Exception:  # noqa: BLE001 - then it is not known
+            return None
+        parts = out if isinstance(out, (tuple, list)) else (out,)
+        if all(isinstance(p, torch.Tensor) and p._is_view() for p in parts):
+            self.view_metas[view] = tuple(out) if isinstance(out, list) else out
+        return out
 
     def on_meta(self, args: Any) -> Any:
         """``args`` with each node a meta tensor of its sizes and dtype (an index tensor),

@@ -50,7 +50,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from egraph.cache import current_cache
 from egraph.dims import hints
 from egraph.extract.program import program_order, source_program
-from egraph.ops.table import NOT_FOLDED, TABLE, names
+from egraph.ops.table import NOT_FOLDED, TABLE, names, transpose_buffer_bytes
 from egraph.term import is_literal_op, is_number_op
 from extractors.allocator import allocated_peak
 from extractors.costs import CostModel
@@ -177,6 +177,8 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
     alpha = {s: _as_alpha(egraph, choice, s, p) for p, s in fused.items()
              if choice[p][0] == "mul"}
     permuted: set[int] = set()
+    copies = _OutputCopies(egraph, order)
+    copied = 0  # the bytes of the copies of outputs made so far
 
     def release(value: Any) -> None:
         nonlocal live
@@ -186,6 +188,9 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
                 live -= sizes.pop(t.storage)
 
     for i, c in enumerate(order):
+        made, extra = copies.made_before(i, values)
+        peak = max(peak, live + copied + extra)
+        copied += made
         node = choice[c]
         swapped = c not in addmm and _row_major_first(egraph, c, node, permuted)
         if c in fused:  # computed inside its reader's call: no tensor of its own
@@ -202,14 +207,14 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
         values[c] = value
         for t in _tensors(value):
             holders[t.storage] = holders.get(t.storage, 0) + 1
-        peak = max(peak, live + workspace)
+        peak = max(peak, live + copied + workspace)
         read = [c, *(p for p, s in fused.items() if s == c)]
         for k in dict.fromkeys(find(k) for r in read for k in choice[r][1:]):
             if last.get(k) == i and k in values:
                 release(values.pop(k))
         if c not in last:  # read by nothing
             release(values.pop(c))
-    return max(peak, live + _output_copies(egraph, values))
+    return max(peak, live + copied + copies.made_before(len(order), values)[1])
 
 
 _BUFFER = "buffer"
@@ -231,30 +236,55 @@ def _last_reads(egraph, choice: dict[int, tuple], order: list[int], fused: dict[
     return last
 
 
-def _output_copies(egraph, values: dict) -> int:
-    """The bytes of the copies emission hands the caller in place of outputs, made after
-    the program's last call (``backends.fx``): an output in a buffer of folded values; a
-    tensor the source made that would share an input's or a parameter's storage, or
-    another output's of another maker; a strided output the source returned contiguous."""
-    refs: list[ClassRef] = []
-    fx.node.map_aggregate(getattr(getattr(egraph, "fx", None), "output", None),
-                          lambda a: refs.append(a) if isinstance(a, ClassRef) else None)
-    makers: dict[tuple, str | None] = {}
-    copied = 0
-    for ref in refs:
-        value = values.get(egraph.find(ref.cid))
-        if not isinstance(value, Tensor):
-            continue
-        fresh = isinstance(ref, OutputRef) and ref.fresh
-        contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
-        # (keyed by the storage, as emission keys it: the items of a multi-output op are
-        # tensors of their own, a view shares its base's)
-        if value.storage[1] == _BUFFER or fresh and (not value.held or makers.setdefault(
-                value.storage, ref.maker) != ref.maker):
+class _OutputCopies:
+    """The copies emission hands the caller in place of outputs (``backends.fx``): an
+    output in a buffer of folded values; a tensor the source made that would share an
+    input's or a parameter's storage, or another output's of another maker; a strided
+    output the source returned contiguous. Emission makes each as it reaches its output,
+    in the outputs' order: once the program has computed that output and those before
+    it, before the values only later outputs read (a saved activation's copy is live
+    while the next one is made)."""
+
+    def __init__(self, egraph, order: list[int]) -> None:
+        self.egraph = egraph
+        refs: list[ClassRef] = []
+        fx.node.map_aggregate(getattr(getattr(egraph, "fx", None), "output", None),
+                              lambda a: refs.append(a) if isinstance(a, ClassRef) else None)
+        position = {c: i for i, c in enumerate(order)}
+        reached = -1
+        self.pending: list[tuple[int, ClassRef]] = []  # (position reached, output)
+        for ref in refs:
+            reached = max(reached, position.get(egraph.find(ref.cid), -1))
+            self.pending.append((reached, ref))
+        self.pending.reverse()
+        self.makers: dict[tuple, str | None] = {}
+
+    def made_before(self, at: int, values: dict) -> tuple[int, int]:
+        """The copies emission makes before the call at position ``at`` of the
+        program's order, not counted before: their bytes, and the most bytes they hold
+        at once while they are made (a copy's temporaries with the copies before it)."""
+        copied = extra = 0
+        while self.pending and self.pending[-1][0] < at:
+            ref = self.pending.pop()[1]
+            value = values.get(self.egraph.find(ref.cid))
+            if not isinstance(value, Tensor):
+                continue
+            fresh = isinstance(ref, OutputRef) and ref.fresh
+            contiguous = isinstance(ref, OutputRef) and bool(ref.contiguous)
+            # (keyed by the storage, as emission keys it: the items of a multi-output op
+            # are tensors of their own, a view shares its base's)
+            if value.storage[1] == _BUFFER or fresh and (
+                    not value.held or self.makers.setdefault(value.storage, ref.maker)
+                    != ref.maker):
+                # (``clone``, in the value's own layout unless the source's was row-major)
+                buffer = _copy_buffer(value) if contiguous else 0
+            elif contiguous and not _is_contiguous(value):
+                buffer = _copy_buffer(value)
+            else:
+                continue
             copied += value.nbytes
-        elif contiguous and not _is_contiguous(value):
-            copied += value.nbytes
-    return copied
+            extra = max(extra, copied + buffer)
+        return copied, extra
 
 
 def _tensors(value: Any) -> list[Tensor]:
@@ -526,6 +556,12 @@ def _is_contiguous(t: Tensor) -> bool:
     return all(d == 1 or s == c for d, s, c in zip(t.shape, t.stride, _contiguous(t.shape)))
 
 
+def _copy_buffer(t: Tensor) -> int:
+    """The temporaries of a row-major copy of ``t`` (aten's block buffer for a transposed
+    matrix)."""
+    return transpose_buffer_bytes(t.shape, t.stride, t.dtype.itemsize)
+
+
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     stride, step = [], 1
     for d in reversed(shape):
@@ -601,17 +637,26 @@ def _run_on_meta(op: str, kids: list) -> tuple[Any, int]:
 def _measured(run: Callable[..., Any], kids: list) -> tuple[Any, int]:
     """``(description of the result, workspace bytes)`` of ``run(*kids)`` on real tensors
     of the kids' sizes, dtypes and strides (zeros; a parameter requiring grad) on this
-    CPU: the bytes torch's allocator hands out beyond the result's."""
+    CPU: the bytes torch's allocator hands out beyond the result's, in a call after two
+    others, as the program's calls run (oneDNN's kernels pack a weight the second time
+    they see it, and keep the packed copy with the weight)."""
     made: list[torch.Tensor] = []
     results: list = []
     try:
         with unset_fake_temporarily(), torch.no_grad():
             args = _stand_ins(kids, made, "cpu")
+            for _ in range(_WARM_CALLS):
+                run(*args)
             peak = allocated_peak(lambda: results.append(run(*args)))
     except Exception:  # noqa: BLE001 - an op that does not run on zeros: a new tensor
         return None, 0
     shapes = _describe(results[0], made)
     return shapes, max(0, peak - _new_bytes(shapes))
+
+
+_WARM_CALLS = 2
+"""Calls of a measured op before the one measured: the packing of a weight, made on the
+second, is what a model's first calls pay once (``frontends.fx.kernels.onednn_conv2d``)."""
 
 
 def _new_bytes(shapes: tuple) -> int:
@@ -680,6 +725,7 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
     find = egraph.find
     written: list[Tensor] = []
     copied: list[Tensor] = []
+    copied_from: list[Tensor] = []  # (the operands ``copied`` are copies of)
 
     def resolve(a: Any) -> Any:
         if isinstance(a, AttributeRef):
@@ -692,6 +738,7 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
                 written.append(value)
             elif isinstance(a, ContiguousRef) and isinstance(value, Tensor) and not (
                     _is_contiguous(value)):
+                copied_from.append(value)
                 value = Tensor(value.shape, _contiguous(value.shape), value.dtype,
                                (at, "contiguous", len(copied)))
                 copied.append(value)
@@ -720,4 +767,5 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
             return None, 0
 
     value, workspace = _remembered(calls, ("opaque", token), operands, at, measure)
-    return value, workspace + sum(t.nbytes for t in copied)
+    return value, workspace + sum(t.nbytes for t in copied) + max(
+        (_copy_buffer(t) for t in copied_from), default=0)

@@ -324,11 +324,29 @@ def _reduce_call(x, dim, keepdim):
 # (measured with torch's allocator, compiler.memory.peak_bytes, against the result's bytes)
 
 
+TRANSPOSE_BLOCK = 60
+"""aten copies a transposed matrix into a row-major one in blocks of this many rows and
+columns, through a buffer of one block (``copy_transpose_valid`` in ATen's Copy.cpp)."""
+
+
+def transpose_buffer_bytes(shape: tuple, stride: tuple, itemsize: int) -> int:
+    """The bytes of the buffer aten's copy takes to make a row-major copy of a tensor of
+    ``shape`` and ``stride``: one block of :data:`TRANSPOSE_BLOCK` squared elements where
+    it is the transpose of a row-major matrix of at least a block's elements, else none.
+
+    >>> transpose_buffer_bytes((64, 64), (1, 64), 4), transpose_buffer_bytes((8, 8), (1, 8), 4)
+    (14400, 0)
+    """
+    block = TRANSPOSE_BLOCK * TRANSPOSE_BLOCK
+    transposed = len(shape) == 2 and tuple(stride) == (1, shape[0]) and shape[0] > 1
+    return block * itemsize if transposed and math.prod(shape) >= block else 0
+
+
 def _row_statistics(values: list, result: Any) -> int:
     """layer_norm: a float32 mean and inverse deviation per normalised row, after a
-    contiguous copy of a strided operand."""
+    contiguous copy of a strided operand (not through aten's blocked transpose)."""
     x, shape = values[0], values[1]
-    return 2 * 4 * (x.numel() // max(math.prod(shape), 1)) + _contiguous_copy(values, result)
+    return 2 * 4 * (x.numel() // max(math.prod(shape), 1)) + _copy_bytes(x)
 
 
 def _channel_statistics(values: list, result: Any) -> int:
@@ -342,10 +360,26 @@ def _window_indices(values: list, result: Any) -> int:
     return 8 * result.numel()
 
 
-def _contiguous_copy(values: list, result: Any) -> int:
-    """softmax, log_softmax: a contiguous copy of a strided operand first."""
-    x = values[0]
+def _copy_bytes(x: Any) -> int:
+    """The bytes of a row-major copy of ``x`` where it is strided."""
     return 0 if x.is_contiguous() else x.numel() * x.element_size()
+
+
+def _contiguous_copy(values: list, result: Any) -> int:
+    """softmax, log_softmax: a contiguous copy of a strided operand first, through
+    aten's copy (a transposed matrix's through its block buffer)."""
+    x = values[0]
+    copy = _copy_bytes(x)
+    return copy + transpose_buffer_bytes(x.shape, x.stride(), x.element_size()) if copy else 0
+
+
+def _reshape_copy(values: list, result: Any) -> int:
+    """reshape, flatten: none where the result is a view; else aten's copy into the
+    new sizes, whose temporaries are a transposed matrix's block buffer."""
+    x, is_view = values[0], getattr(result, "_is_view", None)
+    if is_view is None or is_view():
+        return 0
+    return transpose_buffer_bytes(x.shape, x.stride(), x.element_size())
 
 
 def _batch_copies(values: list, result: Any) -> int:
@@ -1080,7 +1114,7 @@ _VIEW = {"flops": "a view computes nothing", "triton": "a view is an indexing of
 op("reshape", "x shape", "view", attributes="shape", impl="torch.reshape",
    normalize=_norm_shape, exact=True, error="exact", sign=signs.same, interval=iv.same,
    spell="torch.reshape Tensor.reshape Tensor.view aten.view.default aten.reshape.default"
-   " aten._unsafe_view.default", why=_VIEW)
+   " aten._unsafe_view.default", workspace=_reshape_copy, why=_VIEW)
 op("permute", "x dims", "view", attributes="dims", impl="torch.permute",
    normalize=_norm_permute, exact=True, error="exact", sign=signs.same, interval=iv.same,
    spell="torch.permute Tensor.permute aten.permute.default", why=_VIEW)
@@ -1101,7 +1135,8 @@ op("expand", "x shape", "view", attributes="shape", impl="Tensor.expand", exact=
 op("flatten", "x start end", "view", attributes="start end", impl="torch.flatten",
    exact=True, error="exact", sign=signs.same, interval=iv.same,
    spell="torch.flatten Tensor.flatten aten.flatten.using_ints",
-   modules=(Module("torch.nn.Flatten", ("input", "start_dim", "end_dim")),), why=_VIEW)
+   modules=(Module("torch.nn.Flatten", ("input", "start_dim", "end_dim")),),
+   workspace=_reshape_copy, why=_VIEW)
 op("getitem", "x index", "view", attributes="index", impl="operator.getitem", exact=True,
    error="exact", sign=signs.same, interval=iv.same,
    spell="operator.getitem aten.slice.Tensor:aten_slice aten.select.int:aten_select"
