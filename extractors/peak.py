@@ -165,6 +165,7 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
     order = program_order(egraph, choice, [*map(find, getattr(egraph, "effects", ())),
                                            *roots])
     fused = _fused(egraph, choice, order)
+    program_reads = _last_reads(egraph, choice, order, fused, [])
     last = _last_reads(egraph, choice, order, fused, roots)
     calls = current_cache(_CALLS, egraph)
     foldable: set[int] = set()
@@ -187,10 +188,22 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
             if not holders[t.storage] and t.storage in sizes:
                 live -= sizes.pop(t.storage)
 
+    def copy_outputs(at: int) -> None:
+        # (a copied output's value is freed once nothing else reads it: emission hands
+        # the caller the copy)
+        nonlocal copied, peak
+        for cid, nbytes, temporaries in copies.made_before(at, values):
+            peak = max(peak, live + copied + nbytes + temporaries)
+            copied += nbytes
+            if copies.handed_over(cid):
+                reads = program_reads.get(cid, -1)
+                if reads < at and cid in values:
+                    release(values.pop(cid))
+                else:
+                    last[cid] = reads
+
     for i, c in enumerate(order):
-        made, extra = copies.made_before(i, values)
-        peak = max(peak, live + copied + extra)
-        copied += made
+        copy_outputs(i)
         node = choice[c]
         swapped = c not in addmm and _row_major_first(egraph, c, node, permuted)
         if c in fused:  # computed inside its reader's call: no tensor of its own
@@ -214,7 +227,8 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
                 release(values.pop(k))
         if c not in last:  # read by nothing
             release(values.pop(c))
-    return max(peak, live + copied + copies.made_before(len(order), values)[1])
+    copy_outputs(len(order))
+    return max(peak, live + copied)
 
 
 _BUFFER = "buffer"
@@ -253,20 +267,22 @@ class _OutputCopies:
         position = {c: i for i, c in enumerate(order)}
         reached = -1
         self.pending: list[tuple[int, ClassRef]] = []  # (position reached, output)
+        self.outputs: dict[int, int] = {}  # class -> its outputs not handed over yet
         for ref in refs:
             reached = max(reached, position.get(egraph.find(ref.cid), -1))
             self.pending.append((reached, ref))
+            self.outputs[egraph.find(ref.cid)] = self.outputs.get(egraph.find(ref.cid), 0) + 1
         self.pending.reverse()
         self.makers: dict[tuple, str | None] = {}
 
-    def made_before(self, at: int, values: dict) -> tuple[int, int]:
+    def made_before(self, at: int, values: dict) -> list[tuple[int, int, int]]:
         """The copies emission makes before the call at position ``at`` of the
-        program's order, not counted before: their bytes, and the most bytes they hold
-        at once while they are made (a copy's temporaries with the copies before it)."""
-        copied = extra = 0
+        program's order, not made before: ``(class, bytes, temporaries' bytes)`` each."""
+        made = []
         while self.pending and self.pending[-1][0] < at:
             ref = self.pending.pop()[1]
-            value = values.get(self.egraph.find(ref.cid))
+            cid = self.egraph.find(ref.cid)
+            value = values.get(cid)
             if not isinstance(value, Tensor):
                 continue
             fresh = isinstance(ref, OutputRef) and ref.fresh
@@ -282,9 +298,14 @@ class _OutputCopies:
                 buffer = _copy_buffer(value)
             else:
                 continue
-            copied += value.nbytes
-            extra = max(extra, copied + buffer)
-        return copied, extra
+            self.outputs[cid] -= 1
+            made.append((cid, value.nbytes, buffer))
+        return made
+
+    def handed_over(self, cid: int) -> bool:
+        """Whether every output of class ``cid`` is a copy made by now: the caller holds
+        none of them as the program's own value."""
+        return self.outputs.get(cid) == 0
 
 
 def _tensors(value: Any) -> list[Tensor]:

@@ -253,6 +253,30 @@ def test_peak_memory_counts_each_output_copy_where_emission_makes_it():
     assert estimate == measured == 4 * x.nbytes  # y, p, its copy, the reshape's copy
 
 
+def test_peak_memory_frees_an_outputs_value_once_its_copy_is_handed_over():
+    """Where emission hands the caller a copy of an output, the output's own value is
+    freed after the copy, unless something later reads it. (Found by random programs at
+    a batch of 128: the transposed quotient kept to the end beside its copy.)"""
+    x = torch.randn(32, 32)
+    estimate, measured = _estimate_and_measure(
+        lambda x: (x.exp().t().contiguous(), x.sin()), x)
+    assert estimate == measured == 2 * x.nbytes
+    estimate, measured = _estimate_and_measure(  # (the exp, read again after its copy)
+        lambda x: (x.exp().t().contiguous(), x.exp().sin()), x)
+    assert estimate == measured == 3 * x.nbytes
+
+
+def test_peak_memory_counts_a_half_precision_gathers_float_buffer():
+    """torch.gather over a float16 or bfloat16 operand computes into a float32 buffer of
+    the result's size. (Found by random programs at a batch of 128.)"""
+    index = torch.randint(0, 32, (64, 8))
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        x = torch.randn(64, 32, dtype=dtype)
+        estimate, measured = _estimate_and_measure(lambda x, i: torch.gather(x, 1, i),
+                                                   x, index)
+        assert estimate == measured
+
+
 def test_a_reshape_that_copies_is_not_copied_again_for_an_output():
     """aot_autograd saves a head-split piece of a projection for the backward as
     ``clone(q.transpose(1, 2)).view(batch * heads, ...)``. Ingest drops the clone; the
@@ -328,6 +352,27 @@ def test_peak_memory_counts_the_block_buffer_of_a_transposed_copy(copy):
     assert estimate == measured
     small = torch.randn(64, 56)  # (fewer elements than a block: no buffer)
     estimate, measured = _estimate_and_measure(copy, small)
+    assert estimate == measured
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64],
+                         ids=str)
+def test_peak_memory_counts_normalisation_statistics_in_their_dtype(dtype):
+    """A layer norm keeps its rows' statistics in its operand's dtype, float32 where a
+    half-precision operand has a float32 weight (aten's mixed-type kernel); a batch norm
+    its channels' in float64 for a float64 operand, float32 otherwise. (Found by random
+    programs at a batch of 64: a float16 layer norm's statistics counted in float32.)"""
+    import torch.nn.functional as F
+
+    x, w = torch.randn(64, 32, dtype=dtype), torch.randn(32, dtype=dtype)
+    for weight in (w, w.float()) if dtype.itemsize == 2 else (w,):
+        estimate, measured = _estimate_and_measure(
+            lambda x, w: F.layer_norm(x, (32,), w, w), x, weight)
+        assert estimate == measured
+    image = torch.randn(4, 32, 5, 5, dtype=dtype)
+    mean, var = torch.randn(32, dtype=dtype), torch.rand(32, dtype=dtype)
+    estimate, measured = _estimate_and_measure(
+        lambda x, m, v: F.batch_norm(x, m, v), image, mean, var)
     assert estimate == measured
 
 

@@ -343,16 +343,22 @@ def transpose_buffer_bytes(shape: tuple, stride: tuple, itemsize: int) -> int:
 
 
 def _row_statistics(values: list, result: Any) -> int:
-    """layer_norm: a float32 mean and inverse deviation per normalised row, after a
-    contiguous copy of a strided operand (not through aten's blocked transpose)."""
-    x, shape = values[0], values[1]
-    return 2 * 4 * (x.numel() // max(math.prod(shape), 1)) + _copy_bytes(x)
+    """layer_norm: a mean and inverse deviation per normalised row, after a contiguous
+    copy of a strided operand (not through aten's blocked transpose). They are in the
+    operand's dtype, float32 where a half-precision operand has a float32 weight or bias
+    (aten's mixed-type kernel)."""
+    x, shape, affine = values[0], values[1], values[2:4]
+    mixed = any(getattr(a, "dtype", x.dtype) != x.dtype for a in affine if a is not None)
+    size = 4 if mixed else x.element_size()
+    return 2 * size * (x.numel() // max(math.prod(shape), 1)) + _copy_bytes(x)
 
 
 def _channel_statistics(values: list, result: Any) -> int:
-    """batch_norm in inference: a float32 scale and shift per channel."""
+    """batch_norm in inference: a scale and shift per channel, in float64 for a float64
+    operand and in float32 for the others."""
     x = values[0]
-    return 2 * 4 * (x.shape[1] if x.dim() > 1 else 1)
+    size = 8 if x.element_size() == 8 else 4
+    return 2 * size * (x.shape[1] if x.dim() > 1 else 1)
 
 
 def _window_indices(values: list, result: Any) -> int:
@@ -380,6 +386,11 @@ def _reshape_copy(values: list, result: Any) -> int:
     if is_view is None or is_view():
         return 0
     return transpose_buffer_bytes(x.shape, x.stride(), x.element_size())
+
+
+def _half_gather(values: list, result: Any) -> int:
+    """gather of a half-precision operand: a float32 buffer of the result's size."""
+    return 4 * result.numel() if values[0].element_size() == 2 else 0
 
 
 def _batch_copies(values: list, result: Any) -> int:
@@ -913,7 +924,8 @@ op("min_dim", "x dim keepdim", "reduction", finite=True, attributes="dim keepdim
 _NO_KERNEL = "a library kernel (torch's), not generated"
 op("gather", "x dim index", "library", finite=True, impl="torch.gather", normalize=_norm_dim(1),
    exact=True, error="exact", sign=signs.same, interval=iv.same,
-   spell="torch.gather Tensor.gather aten.gather.default", why={"triton": _NO_KERNEL})
+   spell="torch.gather Tensor.gather aten.gather.default", workspace=_half_gather,
+   why={"triton": _NO_KERNEL})
 op("cumsum", "x dim", "library", attributes="dim", impl="torch.cumsum",
    normalize=_norm_dim(1), flops=1, error="mixing", interval=None,
    why={"triton": _NO_KERNEL, "spellings": "reached only from rules, not from programs",
