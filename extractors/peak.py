@@ -737,9 +737,10 @@ def _rebuild(shapes: tuple, operands: list[Tensor], at: int, path: tuple = ()) -
 def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any, int]:
     """An opaque call replayed as emission makes it, each operand it writes into a copy
     and each the source gave it contiguous made so where it is not (a temporary): a
-    functional ATen operator that draws nothing run once per operand layouts on real
-    tensors (its result's layout and its temporaries measured), another on meta tensors
-    (no temporaries); ``(None, 0)`` where neither runs it."""
+    functional call that draws nothing (an ATen operator, or a torch function whose aten
+    namesake is so: ``torch.layer_norm`` of a shape computed from sizes) run once per
+    operand layouts on real tensors (its result's layout and its temporaries measured),
+    another on meta tensors (no temporaries); ``(None, 0)`` where neither runs it."""
     call = getattr(getattr(egraph, "fx", None), "opaque", {}).get(token)
     if call is None or not callable(call.target):
         return None, 0
@@ -778,7 +779,7 @@ def _opaque(egraph, token: Any, values: dict, calls: dict, at: int) -> tuple[Any
         return call.target(*given[:len(args)], **dict(zip(names, given[len(args):])))
 
     def measure() -> tuple[Any, int]:
-        if call.pure and call.updates is None and foldable_call(call.target):
+        if call.pure and call.updates is None:
             return _measured(run, operands)
         made: list[torch.Tensor] = []
         try:

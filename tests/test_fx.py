@@ -80,6 +80,40 @@ def test_shape_arithmetic_stays_python_arithmetic_on_the_input_size():
     torch.testing.assert_close(opt(x), f(x))
 
 
+def _last_dim(x: torch.Tensor) -> int:
+    return x.dim() - 1
+
+
+def test_a_rank_read_is_a_literal_and_a_dim_computed_at_run_time_is_passed_on():
+    """``x.dim()`` and ``x.ndim`` in a symbolic trace are the rank, the same at every
+    size: a literal, so ``softmax(x, dim=x.dim() - 1)`` is a softmax over the last dim,
+    open to rules. A dim an opaque call computes is given to the op as computed (a
+    softmax's dim, held as a 1-tuple where known, had crashed emission)."""
+    def by_rank(x):
+        return F.softmax(x, dim=x.dim() - 1) + x.log_softmax(x.ndim - 1)
+
+    x = torch.randn(3, 8)
+    eg = EGraph.from_fx(torch.fx.symbolic_trace(by_rank), (x,))
+    dims = [eg.data(n[2]) for c in eg.classes() for n in eg.class_nodes[c]
+            if n[0] in ("softmax", "log_softmax")]
+    assert [(d.kind, d.value) for d in dims] == [("literal", (1,))] * 2
+    opt = eg.extract(AstSize())
+    assert "dim()" not in opt.code and "ndim" not in opt.code, opt.code
+    for shape in ((3, 8), (5, 2)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(opt(x), by_rank(x))
+
+    graph = torch.fx.Graph()
+    x_node = graph.placeholder("x")
+    dim = graph.call_function(_last_dim, (x_node,))
+    graph.output(graph.call_method("softmax", (x_node, dim)))
+    computed = torch.fx.GraphModule(nn.Module(), graph)
+    opt = EGraph.from_fx(computed, (x,)).extract(AstSize())
+    for shape in ((3, 8), (2, 4, 5)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(opt(x), x.softmax(-1))
+
+
 def test_constant_subgraph_folds():
     class M(nn.Module):
         def forward(self, x):

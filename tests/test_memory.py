@@ -277,6 +277,34 @@ def test_peak_memory_counts_a_half_precision_gathers_float_buffer():
         assert estimate == measured
 
 
+def test_peak_memory_measures_an_opaque_torch_function_that_draws_nothing():
+    """A torch function ingest keeps as a call (a layer norm over a shape read from the
+    input's sizes) is measured like an aten operator: its temporaries (the copy of a
+    strided operand, the statistics) count, where meta tensors show none."""
+    x = torch.randn(64, 48)
+    estimate, measured = _estimate_and_measure(
+        lambda x: torch.layer_norm(x.t(), x.shape[:1]), x)
+    assert estimate == measured > 2 * x.nbytes
+
+
+def test_peak_memory_measures_how_matmul_folds_a_batch_against_a_parameter():
+    """torch.matmul of a batch of transposed matrices and a matrix that requires grad
+    folds the batch into one matrix, copying it (without grad it multiplies the batch as
+    it lies). Measured, where the rule had counted copies only between two batches.
+    (Found by random programs at a batch of 128.)"""
+    class Project(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.randn(5, 8))
+
+        def forward(self, x):
+            return x.transpose(1, 2).abs() @ self.p
+
+    x = torch.randn(128, 5, 8)
+    estimate, measured = _estimate_and_measure(Project(), x)
+    assert estimate == measured
+
+
 def test_a_reshape_that_copies_is_not_copied_again_for_an_output():
     """aot_autograd saves a head-split piece of a projection for the backward as
     ``clone(q.transpose(1, 2)).view(batch * heads, ...)``. Ingest drops the clone; the

@@ -393,22 +393,6 @@ def _half_gather(values: list, result: Any) -> int:
     return 4 * result.numel() if values[0].element_size() == 2 else 0
 
 
-def _batch_copies(values: list, result: Any) -> int:
-    """matmul of batches of matrices: torch.matmul views both operands as one batch of
-    matrices, copying each whose batch dims do not merge into one (the heads of a
-    transposed ``(batch, heads, rows, cols)`` layout, a broadcast operand)."""
-    x, y = values[0], values[1]
-    if x.dim() < 3 or y.dim() < 3:
-        return 0
-    batch = tuple(result.shape[:-2])
-    copied = 0
-    for t in (x, y):
-        matrix = tuple(t.shape[-2:])
-        if not t.expand(*batch, *matrix).reshape(-1, *matrix)._is_view():
-            copied += math.prod(batch) * math.prod(matrix) * t.element_size()
-    return copied
-
-
 # -- FLOP rules of library kernels ----------------------------------------------------------
 
 
@@ -880,9 +864,15 @@ op("var", "x dim correction keepdim", "reduction", attributes="dim correction ke
    interval=iv.variance, triton="@var",
    spell="torch.var Tensor.var aten.var.correction aten.var.dim torch.var_mean:var_mean"
    " aten.var_mean.correction:var_mean aten.var_mean.dim:var_mean")
+def _one_dim(x: Any, dim: Any) -> tuple[tuple, dict]:
+    """The call of an op over one dim, held as a 1-tuple (or computed where the program
+    runs: ``x.softmax(d)`` with ``d`` from an opaque call)."""
+    return (x, dim[0] if isinstance(dim, tuple) else dim), {}
+
+
 # One dim, held as a 1-tuple like the reductions' dims, so rules bind the same literal.
 op("softmax", "x dim", "reduction", finite=True, attributes="dim", impl="torch.softmax",
-   call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
+   call=_one_dim, normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=POS, interval=iv.softmax, triton="@softmax",
    spell="torch.softmax:torch_softmax torch.nn.functional.softmax"
    " Tensor.softmax:torch_softmax"
@@ -890,7 +880,7 @@ op("softmax", "x dim", "reduction", finite=True, attributes="dim", impl="torch.s
    modules=(Module("torch.nn.Softmax", ("input", "dim"), _explicit_dim),),
    workspace=_contiguous_copy)
 op("log_softmax", "x dim", "reduction", attributes="dim", impl="torch.log_softmax",
-   call=lambda x, d: ((x, d[0]), {}), normalize=_norm_reduce, flops=5, error="mixing",
+   call=_one_dim, normalize=_norm_reduce, flops=5, error="mixing",
    stable=True, sign=NONPOS, interval=iv.log_softmax, triton="@log_softmax",
    spell="torch.log_softmax:torch_softmax torch.nn.functional.log_softmax"
    " Tensor.log_softmax:torch_softmax"
@@ -935,7 +925,9 @@ op("matmul", "x y", "library", impl="torch.matmul", flops=_matmul_flops, contigu
    spell="torch.matmul torch.mm torch.bmm operator.matmul Tensor.matmul Tensor.mm"
    " Tensor.bmm Tensor.__matmul__ aten.mm.default aten.bmm.default aten.matmul.default",
    why={"triton": _NO_KERNEL},
-   workspace=_batch_copies)
+   # (torch.matmul views a batch as one matrix, or a matrix as a batch, copying what does
+   # not fold, by the operands' strides and by whether one requires grad: measured)
+   workspace="measured")
 # einsum stays the source's one call beside the ops it is made of (the rules einsum-product
 # and einsum-sum add them to its class, egraph.ops.einsum_plan plans them): extraction takes
 # whichever the cost model prices lower (on the CPU the ops: einsum's own planning costs two

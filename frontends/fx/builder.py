@@ -409,6 +409,12 @@ class Builder(TermBuilder):
             dtype = getattr(self.eg.data(self.value(node.args[0])), "dtype", None)
             if isinstance(dtype, torch.dtype):
                 return self.literal(dtype)
+        if (method and node.target in ("dim", "ndimension") or not method and (
+                node.target is getattr and node.args[1:] == ("ndim",))) and node.args:
+            # ``x.dim()``, ``x.ndim``: the rank, known here and the same at every size.
+            shape = getattr(self.eg.data(self.value(node.args[0])), "shape", None)
+            if shape is not None:
+                return self.literal(len(shape))
         if node.target in ("type_as", torch.ops.aten.type_as.default) and len(node.args) == 2:
             # ``x.type_as(y)``: a conversion to y's dtype, known here.
             dtype = getattr(self.eg.data(self.value(node.args[1])), "dtype", None)
