@@ -5,6 +5,7 @@ import fuzzer
 import pytest
 import torch
 from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from compiler.memory import peak_bytes, training_peak_bytes
 
@@ -411,16 +412,20 @@ def _number_operands(gm: torch.fx.GraphModule) -> int:
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(prog=fuzzer.programs())
-def test_peak_memory_is_the_measured_peak_of_random_programs(prog):
+@given(prog=fuzzer.programs(), batch=st.sampled_from([None, 128]))
+def test_peak_memory_is_the_measured_peak_of_random_programs(prog, batch):
     """On the fuzzer's random programs (every op family it writes, float16 and bfloat16
     among them, strided views, parameters), the estimate of the program extraction picks
     is the peak torch's allocator measures while the emitted program runs. Not counted: a
     Python number given where torch takes a tensor becomes a 0-dim float64 or int64
     tensor and a copy in the op's dtype, up to 16 bytes each, for the length of the call.
-    The cases this test found: logsumexp's and half-precision means' temporaries, a
-    layer norm's copy of a strided operand, logsigmoid's buffer, a scale emission folds
-    into ``add``'s ``alpha`` when the number came from arithmetic of numbers."""
+    Half the programs run at the example's batch, half at a batch of 128, where kernels
+    cross size thresholds. The cases this test and its seeded runs found: logsumexp's and
+    half-precision means' temporaries, a layer norm's copy of a strided operand,
+    logsigmoid's buffer, a scale emission folds into ``add``'s ``alpha`` when the number
+    came from arithmetic of numbers; at a batch of 128, normalisation statistics in
+    their dtype, a half-precision gather's buffer, matmul's fold of a batch, an output's
+    value freed once its copy is handed over."""
     import warnings
 
     from compiler.compile import default_cost
@@ -429,7 +434,7 @@ def test_peak_memory_is_the_measured_peak_of_random_programs(prog):
     from extractors.peak import peak_of
 
     note(prog.describe())
-    xs = prog.make_inputs("example")
+    xs = prog.make_inputs("example", batch=batch)  # (a batch of 128: kernels' thresholds)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         eg = EGraph.from_fx(torch.fx.symbolic_trace(prog.build()), xs,
