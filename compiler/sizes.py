@@ -145,17 +145,54 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
 
 def runs_on(src: FxSource, inputs: tuple, program=None) -> bool:
     """Whether ``program`` (default: the source's) runs on ``inputs``, leaving the random
-    state and the state the source's graph writes (the caller's buffers) as they were."""
+    state and the state the source's graph writes (the caller's buffers) as they were.
+    Sizes that do not fit together are refused on fake tensors first (:func:`fits`)."""
     if program is None:
         program = src.graph_module if src.module is None else src.module
     emitted = program if isinstance(program, fx.GraphModule) else src.graph_module
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(), (
             attributes_kept(src.graph_module)), attributes_kept(emitted), torch.no_grad():
+        if not fits(program, inputs):
+            return False
         try:
             program(*inputs)
         except Exception:  # noqa: BLE001 - it refuses these sizes
             return False
+    return True
+
+
+def fits(program, inputs: tuple) -> bool:
+    """Whether ``program`` runs on fake tensors of ``inputs``' sizes, or cannot be told
+    there (an op with no fake kernel, a size that depends on values). Fake kernels check
+    that sizes fit together where some CPU kernels do not: aten's functional batch norm
+    in training reads running statistics of fewer channels than its input past their end
+    and can crash the process, where a probe resizes a convolution's weight alone.
+
+    >>> import torch.nn.functional as F
+    >>> stats = torch.zeros(4)
+    >>> norm = lambda x: torch.ops.aten._native_batch_norm_legit_functional.default(
+    ...     x, None, None, stats, stats, True, 0.1, 1e-5)
+    >>> fits(norm, (torch.randn(2, 4, 3, 3),)), fits(norm, (torch.randn(2, 6, 3, 3),))
+    (True, False)
+    """
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        FakeTensorMode,
+        UnsupportedOperatorException,
+    )
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                     for x in inputs]
+            program(*fakes)
+    except (DataDependentOutputException, DynamicOutputShapeException,
+            UnsupportedOperatorException, NotImplementedError):
+        return True  # (not known on fake tensors: the real run tells)
+    except Exception:  # noqa: BLE001 - the sizes do not fit together
+        return False
     return True
 
 

@@ -691,6 +691,37 @@ def test_ingest_leaves_the_users_graph_as_it_was():
     assert {n.name: dict(n.meta) for n in gm.graph.nodes} == metas
 
 
+_MISFIT_PROBE = """
+import torch
+from compiler.sizes import runs_on
+from egraph import EGraph
+
+def norm(x, mean, var):
+    out = torch.ops.aten._native_batch_norm_legit_functional.default(
+        x, None, None, mean, var, True, 0.1, 1e-5)
+    return out[0] * 2
+
+stats = (torch.zeros(4), torch.ones(4))
+src = EGraph.from_fx(torch.fx.symbolic_trace(norm), (torch.randn(2, 4, 3, 3), *stats)).fx
+print(runs_on(src, (torch.randn(2, 4, 3, 3), *stats)),
+      runs_on(src, (torch.randn(2, 6, 3, 3), *stats)))
+"""
+
+
+def test_a_size_probe_never_runs_a_kernel_on_sizes_that_do_not_fit_together():
+    """The probe of other sizes resizes each input's dims, one by one where the source
+    refuses them together: an aot graph's convolution weight alone, its batch norm's
+    running statistics left at the old channel count. aten's functional batch norm on
+    the CPU reads those past their end and crashed the process (ResNet's forward in
+    training, validated). Sizes are tried on fake tensors first, whose kernels check
+    them. Run in a process of its own: a regression crashes it."""
+    result = subprocess.run([sys.executable, "-c", _MISFIT_PROBE], capture_output=True,
+                            text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
+                                os.path.abspath(__file__))))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-2:] == ["True", "False"], result.stdout
+
+
 # -- 3. the backend's registration, in a fresh process ------------------------------------------
 
 _COMPILE = ("m = torch.nn.Linear(4, 4); x = torch.randn(2, 4); "
