@@ -136,9 +136,9 @@ class _Emitter:
         # split), of which a pointwise op makes a contiguous tensor
         self.strided: set[fx.Node] = set()
         self.ordered: set[fx.Node] = set()
-        # views whose sizes and strides are known exactly (a meta tensor of them): views
-        # of contiguous values, and views of those
-        self.view_metas: dict[fx.Node, torch.Tensor] = {}
+        # views whose sizes and strides are known exactly (a meta tensor of them, a tuple
+        # for a split's pieces): views of contiguous values, and views of those
+        self.view_metas: dict[fx.Node, torch.Tensor | tuple] = {}
         # a view (or a cast that may return its operand) -> the value whose storage it is;
         # and each storage an output returned -> the source node that made that output's
         self.view_of: dict[fx.Node, fx.Node] = {}
@@ -426,11 +426,11 @@ class _Emitter:
             self.allocated.add(value)
 
     def view_layout(self, view: fx.Node, base: fx.Node) -> str:
-        """The layout of ``view`` of a contiguous ``base``: ``"contiguous"`` (``x[:1]``,
-        a transpose of a unit dim, a gather ``x[index]``), ``"ordered"`` (row-major with
-        gaps: a piece of a split along a later dim, ``x[:, ::2]``) or ``"strided"`` (a
-        transpose, or not known), as the same view of meta tensors of the operands'
-        sizes says."""
+        """The layout of ``view`` of a contiguous ``base``, or of a view of known
+        strides: ``"contiguous"`` (``x[:1]``, a transpose of a unit dim, a gather
+        ``x[index]``), ``"ordered"`` (row-major with gaps: a piece of a split along a later
+        dim, ``x[:, ::2]``) or ``"strided"`` (a transpose, or not known), as the same view
+        of meta tensors of the operands' sizes and strides says (:meth:`exact_view`)."""
         out = self.exact_view(view, base)
         parts = out if isinstance(out, (tuple, list)) else (out,)
         if not all(isinstance(p, torch.Tensor) for p in parts):

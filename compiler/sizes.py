@@ -169,7 +169,6 @@ def fits(program, inputs: tuple) -> bool:
     in training reads running statistics of fewer channels than its input past their end
     and can crash the process, where a probe resizes a convolution's weight alone.
 
-    >>> import torch.nn.functional as F
     >>> stats = torch.zeros(4)
     >>> norm = lambda x: torch.ops.aten._native_batch_norm_legit_functional.default(
     ...     x, None, None, stats, stats, True, 0.1, 1e-5)

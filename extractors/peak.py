@@ -20,7 +20,9 @@ writes it and as torch runs it on the CPU:
   tensor of their own, :mod:`backends.passes`), a commutative sum takes a row-major
   operand first where its first is a permuted view (the result's layout is its first
   operand's), an aten call is given an operand contiguous where the source gave it one (a
-  temporary copy), and an output in such a buffer is handed to the caller as a copy.
+  temporary copy), and an output in such a buffer (or one the source made that would
+  share another's storage, or one it returned contiguous) is handed to the caller as a
+  copy, made as emission reaches that output, after which the value itself is freed.
 
 Inputs and parameters, allocated before the call, are not counted: the convention of the
 measured figure this estimate answers to (:func:`compiler.memory.peak_bytes`). The
@@ -269,9 +271,10 @@ class _OutputCopies:
         self.pending: list[tuple[int, ClassRef]] = []  # (position reached, output)
         self.outputs: dict[int, int] = {}  # class -> its outputs not handed over yet
         for ref in refs:
-            reached = max(reached, position.get(egraph.find(ref.cid), -1))
+            cid = egraph.find(ref.cid)
+            reached = max(reached, position.get(cid, -1))
             self.pending.append((reached, ref))
-            self.outputs[egraph.find(ref.cid)] = self.outputs.get(egraph.find(ref.cid), 0) + 1
+            self.outputs[cid] = self.outputs.get(cid, 0) + 1
         self.pending.reverse()
         self.makers: dict[tuple, str | None] = {}
 

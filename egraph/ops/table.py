@@ -864,6 +864,8 @@ op("var", "x dim correction keepdim", "reduction", attributes="dim correction ke
    interval=iv.variance, triton="@var",
    spell="torch.var Tensor.var aten.var.correction aten.var.dim torch.var_mean:var_mean"
    " aten.var_mean.correction:var_mean aten.var_mean.dim:var_mean")
+
+
 def _one_dim(x: Any, dim: Any) -> tuple[tuple, dict]:
     """The call of an op over one dim, held as a 1-tuple (or computed where the program
     runs: ``x.softmax(d)`` with ``d`` from an opaque call)."""
