@@ -37,6 +37,7 @@ from backends.passes import peephole
 from backends.signature import rebuilt_alike, take_structures
 from backends.sizes import explain_sizes, require_guards
 from egraph.dims import is_symbolic
+from egraph.extract.program import items_taken
 from egraph.ops.table import NOT_FOLDED, TABLE
 from egraph.term import is_literal_op
 from frontends.fx.analysis import SCALAR_OPS, literal_value
@@ -263,7 +264,19 @@ class _Emitter:
                 kids = [self.values[self.find(k)] for k in node[1:]]
                 self.note_storage(node[0], kids if first is None else [first, *kids[1:]],
                                   value)
+                if getattr(self.eg.data(c), "kind", None) == "tuple":
+                    stack.extend(reversed(self.items_read(c)))
         return self.values[root]
+
+    def items_read(self, cid: int) -> list[int]:
+        """The items of the multi-output call ``cid`` that the program reads, taken as soon
+        as it returns: a tuple held until its last item is taken keeps every item alive (a
+        training forward's batch norm output, with its saved statistics taken for the
+        outputs at the end). The program's order follows the same rule
+        (:func:`egraph.extract.program.items_at_once`)."""
+        readers, _ = self._readers()
+        return [r for r in items_taken(self.eg, self.choice, cid, readers.get(cid, ()))
+                if r not in self.values and r not in self.fused]
 
     def emit(self, node: tuple, meta: Any, first: fx.Node | None = None) -> Any:
         """The FX value of e-node ``node`` (its class's analysis data ``meta``), its

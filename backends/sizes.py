@@ -50,9 +50,11 @@ def explain_sizes(graph: fx.Graph, egraph: EGraph, baked: list[str]
     """Make the generated ``forward`` explain a failure on inputs of other sizes than the
     example's when the program holds literal target shapes (``baked``: ``reshape to (2,
     12)``): the body runs in a ``try``, and a RuntimeError on inputs whose shapes differ
-    from the example's becomes a :class:`SizeMismatch` that names them. Free on the
-    normal path. Returns what :func:`explain_sizes_of` takes to do it again (on a graph
-    traced anew from the code, as a loaded module's is), or None where it did nothing."""
+    from the example's becomes a :class:`SizeMismatch` that names them. On the normal
+    path it costs a read of each input's shape; it keeps no input alive (a backward's
+    saved activations are freed after their last use). Returns what
+    :func:`explain_sizes_of` takes to do it again (on a graph traced anew from the code,
+    as a loaded module's is), or None where it did nothing."""
     # forward's parameter names: a placeholder's node name can differ from its target
     # (fx renames a parameter called ``input`` to ``input_1`` inside the body, which runs
     # after this wrapper's first line)
@@ -81,11 +83,14 @@ def explain_sizes_of(graph: fx.Graph, names: list[str], shapes: dict, held: list
                 body = previous(body)
             lines = "".join(body).split("\n")
             inner = "\n".join("    " + line if line.strip() else line for line in lines)
+            # (the shapes, not the inputs: a tuple of the inputs would keep each alive
+            # to the end, a backward's saved activations among them)
+            read = ", ".join(f"getattr({name}, 'shape', None)" for name in names)
             return [
-                f"_egraph_inputs = ({', '.join(names)},)\n", "try:\n", inner,
+                f"_egraph_shapes = ({read},)\n", "try:\n", inner,
                 "except RuntimeError as _egraph_error:\n",
                 "    from backends.sizes import check_sizes\n",
-                f"    check_sizes(_egraph_error, {tuple(names)!r}, _egraph_inputs, {shapes!r}, "
+                f"    check_sizes(_egraph_error, {tuple(names)!r}, _egraph_shapes, {shapes!r}, "
                 f"{held!r})\n",
                 "    raise\n",
             ]
@@ -94,18 +99,19 @@ def explain_sizes_of(graph: fx.Graph, names: list[str], shapes: dict, held: list
     graph.on_generate_code(make)
 
 
-def check_sizes(error: Exception, names: tuple, inputs: tuple, built: dict,
+def check_sizes(error: Exception, names: tuple, shapes: tuple, built: dict,
                 held: list[str]) -> None:
-    """Raise :class:`SizeMismatch` (from ``error``) when an input's shape differs from
-    the shape the module was built for; return otherwise (the caller re-raises)."""
+    """Raise :class:`SizeMismatch` (from ``error``) when an input's shape (``shapes``:
+    each input's, None for one that is not a tensor) differs from the shape the module
+    was built for; return otherwise (the caller re-raises)."""
     if isinstance(error, SizeMismatch):
         return
-    wrong = [(name, x, built[name]) for name, x in zip(names, inputs)
-             if name in built and isinstance(x, torch.Tensor) and not _fits(x.shape, built[name])]
+    wrong = [(name, shape, built[name]) for name, shape in zip(names, shapes)
+             if name in built and shape is not None and not _fits(shape, built[name])]
     if not wrong:
         return
-    got = "; ".join(f"{named_shape(name, x)}, the module was built for {want}"
-                    for name, x, want in wrong)
+    got = "; ".join(f"input {name!r} has shape {tuple(shape)}, the module was built for {want}"
+                    for name, shape, want in wrong)
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     raise SizeMismatch(
         f"{got}. The optimised program holds sizes of its example inputs "

@@ -51,7 +51,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from egraph.cache import current_cache
 from egraph.dims import hints
-from egraph.extract.program import program_order, source_program
+from egraph.extract.program import items_at_once, program_order, source_program
 from egraph.ops.table import NOT_FOLDED, TABLE, names, transpose_buffer_bytes
 from egraph.term import is_literal_op, is_number_op
 from extractors.allocator import allocated_peak
@@ -164,8 +164,8 @@ def peak_of(egraph, choice: dict[int, tuple], channels_last: frozenset[int] = fr
     """
     find = egraph.find
     roots = [find(r) for r in egraph.roots]
-    order = program_order(egraph, choice, [*map(find, getattr(egraph, "effects", ())),
-                                           *roots])
+    order = items_at_once(egraph, choice, program_order(
+        egraph, choice, [*map(find, getattr(egraph, "effects", ())), *roots]))
     fused = _fused(egraph, choice, order)
     program_reads = _last_reads(egraph, choice, order, fused, [])
     last = _last_reads(egraph, choice, order, fused, roots)

@@ -306,6 +306,22 @@ def test_peak_memory_measures_how_matmul_folds_a_batch_against_a_parameter():
     assert estimate == measured
 
 
+def test_the_items_of_a_multi_output_call_are_taken_as_it_returns():
+    """A training forward returns a layer norm's statistics for the backward. Emission
+    took them where it built the outputs, after the last call, and the norm's tuple,
+    held until then, kept its normalised output alive through the rest of the program;
+    it now takes every item the program reads as the call returns, and the replay
+    follows it."""
+    def forward(x):
+        norm = torch.ops.aten.native_layer_norm.default(x, [256], None, None, 1e-5)
+        return norm[0].relu().exp(), norm[1], norm[2]
+
+    x = torch.randn(64, 256)
+    estimate, measured = _estimate_and_measure(forward, x)
+    statistics = 2 * 64 * 4
+    assert estimate == measured == 2 * x.nbytes + statistics  # (the relu and the exp)
+
+
 def test_a_reshape_that_copies_is_not_copied_again_for_an_output():
     """aot_autograd saves a head-split piece of a projection for the backward as
     ``clone(q.transpose(1, 2)).view(batch * heads, ...)``. Ingest drops the clone; the

@@ -75,6 +75,52 @@ def program_order(egraph: EGraph, choice: dict[int, Any],
     return order
 
 
+def items_taken(egraph: EGraph, choice: dict[int, Any], cid: int,
+                readers: Any) -> list[int]:
+    """The classes among ``readers`` that take an item of class ``cid``'s tuple (a
+    multi-output call's, by a literal index: ``getitem``). A program takes them as soon
+    as the call returns (:func:`items_at_once`): a tuple held until its last item is
+    taken keeps every item alive.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> norm = lambda x: torch.ops.aten.native_layer_norm.default(x, [4], None, None, 1e-5)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: (norm(x)[0] * 2, norm(x)[2])),
+    ...                     (torch.randn(3, 4),))
+    >>> choice = source_program(eg)
+    >>> call = next(c for c in choice if getattr(eg.data(c), "kind", None) == "tuple")
+    >>> [choice[c][0] for c in items_taken(eg, choice, call, choice)]
+    ['getitem', 'getitem']
+    """
+    if getattr(egraph.data(cid), "kind", None) != "tuple":
+        return []
+    find = egraph.find
+    return [r for r in readers if choice[r][0] == "getitem" and find(choice[r][1]) == cid
+            and all(len(choice.get(find(k), ())) == 1 for k in choice[r][2:])]
+
+
+def items_at_once(egraph: EGraph, choice: dict[int, Any], order: list[int]) -> list[int]:
+    """``order`` (:func:`program_order`) with the items taken of each multi-output call
+    (:func:`items_taken`) moved to right after it, their literal indices with them: the
+    order emission runs a program in."""
+    find = egraph.find
+    readers: dict[int, list[int]] = {}
+    for c in order:
+        if choice[c][0] == "getitem":
+            readers.setdefault(find(choice[c][1]), []).append(c)
+    moved: list[int] = []
+    placed: set[int] = set()
+    for c in order:
+        if c in placed:
+            continue
+        taken = items_taken(egraph, choice, c, readers.get(c, ()))
+        for k in [c, *(find(k) for r in taken for k in choice[r][2:]), *taken]:
+            if k not in placed:
+                placed.add(k)
+                moved.append(k)
+    return moved
+
+
 def is_acyclic(egraph: EGraph, choice: dict[int, tuple], roots: list[int]) -> bool:
     """Whether the program ``choice`` makes from ``roots`` is a DAG that ``choice`` covers:
     an e-node chosen for a class may read that class again through the others' choices.
