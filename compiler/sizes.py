@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from compiler.validate import (
     Validation,
@@ -146,53 +147,61 @@ def _agrees(src: FxSource, original, gm: fx.GraphModule, dims: list[tuple[int, i
 def runs_on(src: FxSource, inputs: tuple, program=None) -> bool:
     """Whether ``program`` (default: the source's) runs on ``inputs``, leaving the random
     state and the state the source's graph writes (the caller's buffers) as they were.
-    Sizes that do not fit together are refused on fake tensors first (:func:`fits`)."""
+    A batch norm whose statistics do not fit its input's channels is refused
+    (:class:`ChannelsChecked`)."""
     if program is None:
         program = src.graph_module if src.module is None else src.module
     emitted = program if isinstance(program, fx.GraphModule) else src.graph_module
     # (a GraphModule that raises prints its code to stderr first: not wanted here)
     with contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(), (
             attributes_kept(src.graph_module)), attributes_kept(emitted), torch.no_grad():
-        if not fits(program, inputs):
-            return False
         try:
-            program(*inputs)
+            with ChannelsChecked():
+                program(*inputs)
         except Exception:  # noqa: BLE001 - it refuses these sizes
             return False
     return True
 
 
-def fits(program, inputs: tuple) -> bool:
-    """Whether ``program`` runs on fake tensors of ``inputs``' sizes, or cannot be told
-    there (an op with no fake kernel, a size that depends on values). Fake kernels check
-    that sizes fit together where some CPU kernels do not: aten's functional batch norm
-    in training reads running statistics of fewer channels than its input past their end
-    and can crash the process, where a probe resizes a convolution's weight alone.
+_BATCH_NORMS = frozenset({
+    "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "native_batch_norm", "native_batch_norm_backward",
+    "batch_norm_backward", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update"})
+"""aten's batch norms, whose CPU kernels do not check that the weight, bias and
+statistics have as many elements as the input has channels."""
+_PER_CHANNEL = frozenset({"weight", "bias", "running_mean", "running_var", "save_mean",
+                          "save_invstd", "save_var"})
+
+
+class ChannelsChecked(TorchDispatchMode):
+    """aten's batch norms checked as their meta kernels check them: a weight, bias or
+    statistic with another number of elements than the input's channels raises. A probe
+    of other sizes resizes some dims of the inputs, and the CPU kernels read statistics
+    of fewer channels past their end: ResNet's forward in training, validated, resized a
+    convolution weight's channels alone, and the process crashed.
 
     >>> stats = torch.zeros(4)
-    >>> norm = lambda x: torch.ops.aten._native_batch_norm_legit_functional.default(
-    ...     x, None, None, stats, stats, True, 0.1, 1e-5)
-    >>> fits(norm, (torch.randn(2, 4, 3, 3),)), fits(norm, (torch.randn(2, 6, 3, 3),))
-    (True, False)
+    >>> norm = torch.ops.aten._native_batch_norm_legit_functional.default
+    >>> with ChannelsChecked():
+    ...     norm(torch.randn(2, 6, 3, 3), None, None, stats, stats, True, 0.1, 1e-5)
+    Traceback (most recent call last):
+    RuntimeError: _native_batch_norm_legit_functional: running_mean has 4 elements for 6 channels
     """
-    from torch._subclasses.fake_tensor import (
-        DataDependentOutputException,
-        DynamicOutputShapeException,
-        FakeTensorMode,
-        UnsupportedOperatorException,
-    )
 
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-            fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
-                     for x in inputs]
-            program(*fakes)
-    except (DataDependentOutputException, DynamicOutputShapeException,
-            UnsupportedOperatorException, NotImplementedError):
-        return True  # (not known on fake tensors: the real run tells)
-    except Exception:  # noqa: BLE001 - the sizes do not fit together
-        return False
-    return True
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name.split("::")[-1]
+        if name in _BATCH_NORMS:
+            given = {a.name: v for a, v in zip(func._schema.arguments, args)} | kwargs
+            x = given.get("input")
+            channels = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() > 1 else None
+            for key, value in given.items():
+                if key in _PER_CHANNEL and isinstance(value, torch.Tensor) and (
+                        channels is not None and value.numel() != channels):
+                    raise RuntimeError(f"{name}: {key} has {value.numel()} elements for "
+                                       f"{channels} channels")
+        return func(*args, **kwargs)
 
 
 def resized_inputs(src: FxSource, dims: list[tuple[int, int]], size: int) -> tuple:

@@ -713,8 +713,8 @@ def test_a_size_probe_never_runs_a_kernel_on_sizes_that_do_not_fit_together():
     refuses them together: an aot graph's convolution weight alone, its batch norm's
     running statistics left at the old channel count. aten's functional batch norm on
     the CPU reads those past their end and crashed the process (ResNet's forward in
-    training, validated). Sizes are tried on fake tensors first, whose kernels check
-    them. Run in a process of its own: a regression crashes it."""
+    training, validated). Probes check a batch norm's sizes as its meta kernel does. Run
+    in a process of its own: a regression may crash it."""
     result = subprocess.run([sys.executable, "-c", _MISFIT_PROBE], capture_output=True,
                             text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
                                 os.path.abspath(__file__))))
