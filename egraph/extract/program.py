@@ -102,7 +102,18 @@ def items_taken(egraph: EGraph, choice: dict[int, Any], cid: int,
 def items_at_once(egraph: EGraph, choice: dict[int, Any], order: list[int]) -> list[int]:
     """``order`` (:func:`program_order`) with the items taken of each multi-output call
     (:func:`items_taken`) moved to right after it, their literal indices with them: the
-    order emission runs a program in."""
+    order emission runs a program in.
+
+    >>> import torch
+    >>> from egraph import EGraph
+    >>> norm = lambda x: torch.ops.aten.native_layer_norm.default(x, [4], None, None, 1e-5)
+    >>> eg = EGraph.from_fx(torch.fx.symbolic_trace(lambda x: (norm(x)[0].exp(), norm(x)[2])),
+    ...                     (torch.randn(3, 4),))
+    >>> choice = source_program(eg)
+    >>> order = items_at_once(eg, choice, program_order(eg, choice))
+    >>> [choice[c][0] for c in order if len(choice[c]) > 1]
+    ['input', 'opaque', 'getitem', 'getitem', 'exp']
+    """
     find = egraph.find
     readers: dict[int, list[int]] = {}
     for c in order:
