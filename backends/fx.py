@@ -465,6 +465,8 @@ class _Emitter:
         """``view`` of a meta tensor with ``base``'s sizes and strides, where they are
         known (``base`` contiguous, or a view of known strides: the pieces of a split),
         or None; a view is remembered as ``view``'s (:attr:`view_metas`)."""
+        if view in self.view_metas:  # (asked once whether a reshape copies, then its layout)
+            return self.view_metas[view]
         if not view.args or view.args[0] is not base:
             return None
         meta = self.view_metas.get(base)

@@ -85,7 +85,9 @@ def explain_sizes_of(graph: fx.Graph, names: list[str], shapes: dict, held: list
             inner = "\n".join("    " + line if line.strip() else line for line in lines)
             # (the shapes, not the inputs: a tuple of the inputs would keep each alive
             # to the end, a backward's saved activations among them)
-            read = ", ".join(f"getattr({name}, 'shape', None)" for name in names)
+            # (None for an input no shape was recorded of: check_sizes skips it)
+            read = ", ".join(f"getattr({name}, 'shape', None)" if name in shapes else "None"
+                             for name in names)
             return [
                 f"_egraph_shapes = ({read},)\n", "try:\n", inner,
                 "except RuntimeError as _egraph_error:\n",
